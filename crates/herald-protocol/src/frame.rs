@@ -1,0 +1,139 @@
+//! Server frames: replies and pushes, encoded straight to JSON text.
+//!
+//! Encoding goes through small borrowed structs so that a push is serialized
+//! once and the same bytes are shared by every watcher.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::codes::ErrorCode;
+use crate::event::{Event, EventType};
+
+/// The `err` object of a reply, also the `error` object of an HTTP error body.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct OkReply<'a, T: Serialize> {
+    id: Option<i64>,
+    ok: &'a T,
+}
+
+#[derive(Serialize)]
+struct ErrReply<'a> {
+    id: Option<i64>,
+    err: &'a ErrorBody,
+}
+
+/// `{"id": id, "ok": ok}`.
+pub fn ok_reply<T: Serialize>(id: i64, ok: &T) -> String {
+    serde_json::to_string(&OkReply { id: Some(id), ok }).expect("replies serialize")
+}
+
+/// `{"id": id, "err": {...}}`; `id` is `null` when the frame had none to echo.
+pub fn err_reply(id: Option<i64>, err: &ErrorBody) -> String {
+    serde_json::to_string(&ErrReply { id, err }).expect("replies serialize")
+}
+
+/// The fields of an `event` push, borrowed from wherever the event lives.
+#[derive(Debug, Serialize)]
+pub struct EventPush<'a> {
+    pub ev: &'static str,
+    pub chat: &'a str,
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub kind: EventType,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<&'a str>,
+    pub ts: i64,
+    pub body: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<&'a str>,
+}
+
+impl<'a> EventPush<'a> {
+    /// The push of `event` in `chat`.
+    pub fn new(chat: &'a str, event: &'a Event) -> Self {
+        EventPush {
+            ev: "event",
+            chat,
+            seq: event.seq,
+            kind: event.kind,
+            user: event.user.as_deref(),
+            ts: event.ts,
+            body: &event.body,
+            client_id: event.client_id.as_deref(),
+        }
+    }
+
+    /// The JSON text of this push.
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("events serialize")
+    }
+}
+
+#[derive(Serialize)]
+struct NotifyPush<'a> {
+    ev: &'static str,
+    chat: &'a str,
+    seq: u64,
+}
+
+/// `{"ev": "notify", "chat": chat, "seq": seq}`: events up to `seq` exist; fetch what you lack.
+pub fn notify_push(chat: &str, seq: u64) -> String {
+    serde_json::to_string(&NotifyPush { ev: "notify", chat, seq }).expect("pushes serialize")
+}
+
+#[derive(Serialize)]
+struct ReconnectPush<'a> {
+    ev: &'static str,
+    after_ms: u64,
+    reason: &'a str,
+}
+
+/// `{"ev": "reconnect", "after_ms": n, "reason": reason}`.
+pub fn reconnect_push(after_ms: u64, reason: &str) -> String {
+    serde_json::to_string(&ReconnectPush { ev: "reconnect", after_ms, reason }).expect("pushes serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_push_shape() {
+        let ev = Event {
+            seq: 42,
+            kind: EventType::Message,
+            user: Some("alice".into()),
+            ts: 1732233600123,
+            body: RawValue::from_string(r#"{"text":"hi"}"#.into()).unwrap(),
+            client_id: Some("m-17".into()),
+        };
+        assert_eq!(
+            EventPush::new("general", &ev).encode(),
+            r#"{"ev":"event","chat":"general","seq":42,"type":"message","user":"alice","ts":1732233600123,"body":{"text":"hi"},"client_id":"m-17"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&ev).unwrap(),
+            r#"{"seq":42,"type":"message","user":"alice","ts":1732233600123,"body":{"text":"hi"},"client_id":"m-17"}"#
+        );
+    }
+
+    #[test]
+    fn replies() {
+        let e = ErrorBody { code: ErrorCode::Throttled, message: "slow down".into(), retry_after_ms: Some(800) };
+        assert_eq!(
+            err_reply(Some(7), &e),
+            r#"{"id":7,"err":{"code":"throttled","message":"slow down","retry_after_ms":800}}"#
+        );
+        assert_eq!(ok_reply(7, &serde_json::json!({})), r#"{"id":7,"ok":{}}"#);
+        assert_eq!(notify_push("g", 57), r#"{"ev":"notify","chat":"g","seq":57}"#);
+        assert_eq!(reconnect_push(2300, "drain"), r#"{"ev":"reconnect","after_ms":2300,"reason":"drain"}"#);
+    }
+}

@@ -1,0 +1,22 @@
+//! herald's wire contract, protocol version 1: the shapes, names and codes of
+//! `PROTOCOL.md`, and nothing else. No I/O and no async: the server, the load
+//! tool and the golden fixtures shared with the TypeScript SDK all build on it.
+//!
+//! Parsing is split in two steps on purpose. [`request::parse_frame`] first
+//! decides whether a frame is a request at all (a JSON object with an integer
+//! `id` and a string `op`); only then are the op's arguments checked. The two
+//! failures are answered differently: a frame that is not a request costs the
+//! client its connection (close 4000), a request with bad arguments only gets a
+//! `bad_request` reply.
+
+pub mod codes;
+pub mod event;
+pub mod frame;
+pub mod ids;
+pub mod limits;
+pub mod reply;
+pub mod request;
+
+pub use codes::{CloseCode, ErrorCode};
+pub use event::{Event, EventType};
+pub use request::{BadFrame, Op, Request};

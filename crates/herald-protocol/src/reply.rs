@@ -1,0 +1,57 @@
+//! The `ok` objects of replies, one per op, and of the HTTP API.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::Event;
+
+/// `hello`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HelloOk {
+    pub user: String,
+    pub workspace: String,
+    pub node: String,
+    pub session: String,
+    pub heartbeat_ms: u64,
+}
+
+/// `join`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JoinOk {
+    pub chat: String,
+    pub seq: u64,
+    pub members: u64,
+}
+
+/// `watch`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WatchOk {
+    pub chat: String,
+    pub seq: u64,
+}
+
+/// The answer of `send`, `react` and `read`, and of the HTTP member and event routes.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct SeqOk {
+    pub seq: u64,
+}
+
+/// `fetch`'s answer, also `GET .../events`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FetchOk {
+    pub events: Vec<Event>,
+    pub seq: u64,
+    pub more: bool,
+}
+
+/// The empty answer of `leave`, `unwatch` and `ping`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct EmptyOk {}
+
+/// A chat as the HTTP API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ChatView {
+    pub chat: String,
+    pub seq: u64,
+    pub members: u64,
+    pub open: bool,
+}

@@ -1,0 +1,279 @@
+//! The HTTP side: the server API (api key), tokens, `/v1/gateway`, health,
+//! metrics, and in development mode the demo page and dev tokens.
+//! [`router`] builds the whole app so tests can drive it without a socket.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post, put};
+use herald_protocol::frame::ErrorBody;
+use herald_protocol::ids::is_valid_id;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::auth::{DEFAULT_TTL_S, MAX_TTL_S, Tokens};
+use crate::chat::Chats;
+use crate::error::Error;
+use crate::gateway::{self, Gateway};
+use crate::model::ChatKey;
+
+/// Everything the routes share.
+#[derive(Clone)]
+pub struct AppState {
+    pub chats: Arc<Chats>,
+    pub tokens: Arc<Tokens>,
+    pub gateway: Arc<Gateway>,
+    pub api_key: Arc<str>,
+    pub dev_mode: bool,
+}
+
+/// The demo page: a plain client of the protocol, served in development mode.
+const DEMO_PAGE: &str = include_str!("../../../web/demo.html");
+
+/// The whole HTTP app.
+pub fn router(state: AppState, diag_echo: bool) -> Router {
+    let mut app = Router::new()
+        .route("/v1/workspaces/{ws}/chats/{chat}", put(put_chat).get(get_chat))
+        .route("/v1/workspaces/{ws}/chats/{chat}/members/{user}", put(add_member).delete(remove_member))
+        .route("/v1/workspaces/{ws}/chats/{chat}/events", post(post_event).get(get_events))
+        .route("/v1/tokens", post(issue_token))
+        .route("/v1/gateway", get(gateway_for))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics));
+    if state.dev_mode {
+        app = app.route("/", get(|| async { Html(DEMO_PAGE) })).route("/v1/dev/token", post(dev_token));
+    }
+    let gw = Router::new().route("/v1/ws", get(gateway::ws_route));
+    let gw = if diag_echo { gw.route("/diag/echo", get(gateway::echo_route)) } else { gw };
+    app.with_state(state.clone()).merge(gw.with_state(state.gateway))
+}
+
+/// An error as the HTTP API answers it: `{"error": {...}}` with the code's status.
+pub struct ApiError(Error);
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body: ErrorBody = self.0.body();
+        let status = StatusCode::from_u16(body.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut resp = (status, axum::Json(serde_json::json!({ "error": body }))).into_response();
+        if let Some(ms) = body.retry_after_ms {
+            let secs = ms.div_ceil(1000).to_string();
+            if let Ok(v) = header::HeaderValue::from_str(&secs) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}
+
+type ApiResult<T> = Result<axum::Json<T>, ApiError>;
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError(Error::BadRequest(msg.into()))
+}
+
+/// Checks `Authorization: Bearer <api key>` in constant time.
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let want = state.api_key.as_bytes();
+    let same = given.len() == want.len() && given.bytes().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    if same { Ok(()) } else { Err(ApiError(Error::Unauthenticated("a valid api key is required".into()))) }
+}
+
+fn chat_key(ws: &str, chat: &str) -> Result<ChatKey, ApiError> {
+    if !is_valid_id(ws) || !is_valid_id(chat) {
+        return Err(bad("workspace and chat must be 1 to 128 characters of A-Z a-z 0-9 _ . : -"));
+    }
+    Ok(ChatKey::new(ws, chat))
+}
+
+fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| bad(format!("bad JSON body: {e}")))
+}
+
+#[derive(Deserialize)]
+struct PutChatBody {
+    #[serde(default = "yes")]
+    open: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+async fn put_chat(State(s): State<AppState>, headers: HeaderMap, Path((ws, chat)): Path<(String, String)>, body: Bytes) -> ApiResult<herald_protocol::reply::ChatView> {
+    authorize(&s, &headers)?;
+    let key = chat_key(&ws, &chat)?;
+    let open = if body.is_empty() { true } else { parse_json::<PutChatBody>(&body)?.open };
+    Ok(axum::Json(s.chats.put_chat(key, open).await?))
+}
+
+async fn get_chat(State(s): State<AppState>, headers: HeaderMap, Path((ws, chat)): Path<(String, String)>) -> ApiResult<herald_protocol::reply::ChatView> {
+    authorize(&s, &headers)?;
+    Ok(axum::Json(s.chats.get_chat(chat_key(&ws, &chat)?).await?))
+}
+
+async fn add_member(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, chat, user)): Path<(String, String, String)>,
+) -> ApiResult<herald_protocol::reply::SeqOk> {
+    authorize(&s, &headers)?;
+    let key = chat_key(&ws, &chat)?;
+    if !is_valid_id(&user) {
+        return Err(bad("user must be a valid id"));
+    }
+    Ok(axum::Json(s.chats.add_member(key, &user).await?))
+}
+
+async fn remove_member(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, chat, user)): Path<(String, String, String)>,
+) -> ApiResult<herald_protocol::reply::SeqOk> {
+    authorize(&s, &headers)?;
+    let key = chat_key(&ws, &chat)?;
+    if !is_valid_id(&user) {
+        return Err(bad("user must be a valid id"));
+    }
+    Ok(axum::Json(s.chats.remove_member(key, &user).await?))
+}
+
+#[derive(Deserialize)]
+struct PostEventBody {
+    #[serde(rename = "type")]
+    kind: String,
+    user: Option<String>,
+    body: Option<Box<RawValue>>,
+    client_id: Option<String>,
+}
+
+async fn post_event(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, chat)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<herald_protocol::reply::SeqOk> {
+    authorize(&s, &headers)?;
+    let key = chat_key(&ws, &chat)?;
+    let req: PostEventBody = parse_json(&body)?;
+    let system = match req.kind.as_str() {
+        "message" => false,
+        "system" => true,
+        _ => return Err(bad("type must be \"message\" or \"system\"")),
+    };
+    if let Some(u) = &req.user {
+        if !is_valid_id(u) {
+            return Err(bad("user must be a valid id"));
+        }
+    } else if !system {
+        return Err(bad("a message needs a user"));
+    }
+    let Some(event_body) = req.body else { return Err(bad("missing body")) };
+    if req.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > herald_protocol::request::MAX_CLIENT_ID_LEN) {
+        return Err(bad("client_id must be 1 to 128 bytes"));
+    }
+    Ok(axum::Json(s.chats.post_event(key, system, req.user.as_deref(), event_body, req.client_id).await?))
+}
+
+#[derive(Deserialize)]
+struct EventsQuery {
+    after: Option<u64>,
+    limit: Option<u32>,
+}
+
+async fn get_events(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, chat)): Path<(String, String)>,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<herald_protocol::reply::FetchOk> {
+    authorize(&s, &headers)?;
+    let key = chat_key(&ws, &chat)?;
+    let Query(q) = query.map_err(|e| bad(format!("bad query: {e}")))?;
+    if q.limit == Some(0) {
+        return Err(bad("limit must be at least 1"));
+    }
+    Ok(axum::Json(s.chats.admin_fetch(key, q.after.unwrap_or(0), q.limit).await?))
+}
+
+#[derive(Deserialize)]
+struct TokenBody {
+    workspace: String,
+    user: String,
+    ttl_s: Option<u64>,
+}
+
+#[derive(serde::Serialize)]
+struct TokenOk {
+    token: String,
+}
+
+fn make_token(tokens: &Tokens, body: &[u8]) -> ApiResult<TokenOk> {
+    let req: TokenBody = parse_json(body)?;
+    if !is_valid_id(&req.workspace) || !is_valid_id(&req.user) {
+        return Err(bad("workspace and user must be valid ids"));
+    }
+    let ttl = req.ttl_s.unwrap_or(DEFAULT_TTL_S);
+    if ttl == 0 || ttl > MAX_TTL_S {
+        return Err(bad(format!("ttl_s must be 1 to {MAX_TTL_S}")));
+    }
+    Ok(axum::Json(TokenOk { token: tokens.issue(&req.workspace, &req.user, ttl) }))
+}
+
+async fn issue_token(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<TokenOk> {
+    authorize(&s, &headers)?;
+    make_token(&s.tokens, &body)
+}
+
+/// `POST /v1/dev/token`: development mode only, loopback clients only, no api key.
+async fn dev_token(State(s): State<AppState>, ConnectInfo(peer): ConnectInfo<SocketAddr>, body: Bytes) -> ApiResult<TokenOk> {
+    if !peer.ip().is_loopback() {
+        return Err(ApiError(Error::Forbidden("dev tokens are for loopback clients only".into())));
+    }
+    make_token(&s.tokens, &body)
+}
+
+#[derive(Deserialize)]
+struct GatewayQuery {
+    ws: Option<String>,
+}
+
+/// `GET /v1/gateway?ws=`: on one node, this node, at the address the client reached.
+async fn gateway_for(State(s): State<AppState>, headers: HeaderMap, Query(q): Query<GatewayQuery>) -> ApiResult<serde_json::Value> {
+    let Some(ws) = q.ws.filter(|w| is_valid_id(w)) else { return Err(bad("ws must be a workspace id")) };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+    let node = &s.gateway.config().node;
+    Ok(axum::Json(serde_json::json!({ "url": format!("ws://{host}/v1/ws?ws={ws}"), "node": node })))
+}
+
+async fn ready(State(s): State<AppState>) -> Response {
+    let store = s.chats.store().ready().await;
+    let broker = s.chats.broker().ready();
+    let body = serde_json::json!({
+        "store": if store.is_ok() { "ok" } else { "unavailable" },
+        "broker": if broker { "ok" } else { "unavailable" },
+    });
+    let status = if store.is_ok() && broker { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, axum::Json(body)).into_response()
+}
+
+async fn metrics() -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::handle().render()).into_response()
+}

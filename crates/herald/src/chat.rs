@@ -1,0 +1,244 @@
+//! The rules of chats: membership, join/leave/send/react/read/fetch/watch,
+//! idempotency, limits. Knows chats, not sockets: a connection reaches here
+//! as a [`Caller`] and, for watches, its [`Outbox`].
+//!
+//! Every durable write is followed by exactly one publish of its event, on a
+//! task of its own: a caller that goes away mid-request cannot leave a stored
+//! event unannounced.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use herald_protocol::frame::EventPush;
+use herald_protocol::limits::FETCH_MAX;
+use herald_protocol::reply::{ChatView, FetchOk, JoinOk, SeqOk};
+use serde_json::value::RawValue;
+
+use crate::broker::Broker;
+use crate::error::Error;
+use crate::hub::{Hub, Replay};
+use crate::model::{ChatKey, Published};
+use crate::outbox::{Frame, Outbox};
+use crate::store::{Actor, Store, Write, Written};
+
+/// Limits the chat layer enforces.
+#[derive(Debug, Clone)]
+pub struct ChatLimits {
+    /// Largest serialized `body`.
+    pub body_bytes: usize,
+    /// Most events one `watch` replays before it sends `notify` instead.
+    pub replay_events: usize,
+    /// Most bytes one `watch` replays; keeps a replay well inside the outbound queue.
+    pub replay_bytes: usize,
+}
+
+/// A user acting over a connection: identity comes only from the token.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub ws: Arc<str>,
+    pub user: Arc<str>,
+}
+
+impl Caller {
+    fn key(&self, chat: &str) -> ChatKey {
+        ChatKey { ws: self.ws.clone(), chat: chat.into() }
+    }
+}
+
+/// The chat service.
+pub struct Chats {
+    store: Arc<dyn Store>,
+    broker: Arc<dyn Broker>,
+    hub: Arc<Hub>,
+    limits: ChatLimits,
+}
+
+impl Chats {
+    pub fn new(store: Arc<dyn Store>, broker: Arc<dyn Broker>, hub: Arc<Hub>, limits: ChatLimits) -> Self {
+        Chats { store, broker, hub, limits }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn broker(&self) -> &Arc<dyn Broker> {
+        &self.broker
+    }
+
+    /// Applies `write` and publishes its event, on a task that finishes even if the caller goes away.
+    async fn write(&self, write: Write) -> Result<Written, Error> {
+        let (store, broker) = (self.store.clone(), self.broker.clone());
+        let task = tokio::spawn(async move {
+            let key = write.key().clone();
+            let started = Instant::now();
+            let result = store.write(write).await;
+            metrics::histogram!("herald_store_write_seconds").record(started.elapsed().as_secs_f64());
+            if let Ok(Written { event: Some(event), .. }) = &result {
+                broker.publish(Published::new(key, event));
+            }
+            result
+        });
+        match task.await {
+            Ok(result) => result.map_err(Error::from),
+            Err(e) => {
+                tracing::error!(error = %e, "write task failed");
+                Err(Error::Internal("the write did not finish".into()))
+            }
+        }
+    }
+
+    fn check_body(&self, body: &RawValue) -> Result<(), Error> {
+        if body.get().len() > self.limits.body_bytes {
+            return Err(Error::TooLarge(format!("body is over {} bytes", self.limits.body_bytes)));
+        }
+        Ok(())
+    }
+
+    pub async fn join(&self, c: &Caller, chat: &str) -> Result<JoinOk, Error> {
+        let w = self.write(Write::Join { key: c.key(chat), user: c.user.clone(), actor: Actor::Client }).await?;
+        Ok(JoinOk { chat: chat.to_string(), seq: w.seq, members: w.info.members })
+    }
+
+    /// Leaves `chat`. The stored `leave` event ends this user's watches on every
+    /// node when the hub sees it; `outbox`'s own watch ends here in any case.
+    pub async fn leave(&self, c: &Caller, outbox: &Outbox, chat: &str) -> Result<(), Error> {
+        let key = c.key(chat);
+        self.write(Write::Leave { key: key.clone(), user: c.user.clone(), actor: Actor::Client }).await?;
+        self.hub.unwatch(&key, outbox.id());
+        Ok(())
+    }
+
+    pub async fn send(&self, c: &Caller, chat: &str, body: Box<RawValue>, client_id: Option<String>) -> Result<SeqOk, Error> {
+        self.check_body(&body)?;
+        let w = self
+            .write(Write::Append { key: c.key(chat), user: Some(c.user.clone()), system: false, body, client_id, member_only: true })
+            .await?;
+        Ok(SeqOk { seq: w.seq })
+    }
+
+    pub async fn react(&self, c: &Caller, chat: &str, target: u64, emoji: String, on: bool) -> Result<SeqOk, Error> {
+        let w = self.write(Write::React { key: c.key(chat), user: c.user.clone(), target, emoji, on }).await?;
+        Ok(SeqOk { seq: w.seq })
+    }
+
+    pub async fn read(&self, c: &Caller, chat: &str, seq: u64) -> Result<SeqOk, Error> {
+        let w = self.write(Write::Read { key: c.key(chat), user: c.user.clone(), seq }).await?;
+        Ok(SeqOk { seq: w.seq })
+    }
+
+    pub async fn fetch(&self, c: &Caller, chat: &str, after: u64, limit: Option<u32>) -> Result<FetchOk, Error> {
+        self.fetch_as(&c.key(chat), Some(&c.user), after, limit).await
+    }
+
+    async fn fetch_as(&self, key: &ChatKey, member: Option<&str>, after: u64, limit: Option<u32>) -> Result<FetchOk, Error> {
+        let limit = limit.unwrap_or(herald_protocol::limits::FETCH_DEFAULT).clamp(1, FETCH_MAX);
+        let f = self.store.fetch(key, member, after, limit).await?;
+        Ok(FetchOk { events: f.events, seq: f.info.seq, more: f.more })
+    }
+
+    /// Starts `outbox`'s watch of `chat`: pushes the reply made by `reply`
+    /// (given the chat's latest seq), then every event after `after` (or none
+    /// without it), then live events. See the hub for why this cannot miss one.
+    pub async fn watch(
+        &self,
+        c: &Caller,
+        outbox: &Arc<Outbox>,
+        chat: &str,
+        after: Option<u64>,
+        reply: impl FnOnce(u64) -> Frame,
+    ) -> Result<(), Error> {
+        let key = c.key(chat);
+        self.hub.begin_watch(&key, &c.user, outbox);
+        match self.read_replay(&key, &c.user, after).await {
+            Ok((latest, frames, truncated)) => {
+                self.hub.finish_watch(&key, outbox.id(), Replay { reply: reply(latest), latest, frames, truncated });
+                Ok(())
+            }
+            Err(e) => {
+                self.hub.unwatch(&key, outbox.id());
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads what a watch replays: the chat's latest seq, the events after
+    /// `after` within the replay limits, and whether they were cut short.
+    async fn read_replay(&self, key: &ChatKey, user: &str, after: Option<u64>) -> Result<(u64, Vec<(u64, Frame)>, bool), Error> {
+        let Some(mut after) = after else {
+            let f = self.store.fetch(key, Some(user), 0, 0).await?;
+            return Ok((f.info.seq, Vec::new(), false));
+        };
+        let (mut frames, mut bytes) = (Vec::new(), 0usize);
+        loop {
+            let f = self.store.fetch(key, Some(user), after, FETCH_MAX).await?;
+            for e in &f.events {
+                let frame = Frame::from(EventPush::new(&key.chat, e).encode());
+                bytes += frame.as_str().len();
+                if frames.len() >= self.limits.replay_events || bytes > self.limits.replay_bytes {
+                    return Ok((f.info.seq, frames, true));
+                }
+                frames.push((e.seq, frame));
+            }
+            after = f.events.last().map_or(after, |e| e.seq);
+            if !f.more || f.events.is_empty() {
+                return Ok((f.info.seq.max(after), frames, false));
+            }
+        }
+    }
+
+    pub fn unwatch(&self, c: &Caller, outbox: &Outbox, chat: &str) {
+        self.hub.unwatch(&c.key(chat), outbox.id());
+    }
+
+    /// Ends every watch of a closing connection.
+    pub fn unwatch_all(&self, outbox: &Outbox, keys: &[ChatKey]) {
+        for key in keys {
+            self.hub.unwatch(key, outbox.id());
+        }
+    }
+
+    // The server API: trusted callers, acting on any member.
+
+    pub async fn put_chat(&self, key: ChatKey, open: bool) -> Result<ChatView, Error> {
+        let chat = key.chat.to_string();
+        let w = self.write(Write::PutChat { key, open }).await?;
+        Ok(ChatView { chat, seq: w.info.seq, members: w.info.members, open: w.info.open })
+    }
+
+    pub async fn get_chat(&self, key: ChatKey) -> Result<ChatView, Error> {
+        match self.store.chat(&key).await? {
+            Some(info) => Ok(ChatView { chat: key.chat.to_string(), seq: info.seq, members: info.members, open: info.open }),
+            None => Err(Error::NotFound(format!("no chat {}", key.chat))),
+        }
+    }
+
+    pub async fn add_member(&self, key: ChatKey, user: &str) -> Result<SeqOk, Error> {
+        let w = self.write(Write::Join { key, user: user.into(), actor: Actor::Admin }).await?;
+        Ok(SeqOk { seq: w.seq })
+    }
+
+    pub async fn remove_member(&self, key: ChatKey, user: &str) -> Result<SeqOk, Error> {
+        let w = self.write(Write::Leave { key, user: user.into(), actor: Actor::Admin }).await?;
+        Ok(SeqOk { seq: w.seq })
+    }
+
+    pub async fn post_event(
+        &self,
+        key: ChatKey,
+        system: bool,
+        user: Option<&str>,
+        body: Box<RawValue>,
+        client_id: Option<String>,
+    ) -> Result<SeqOk, Error> {
+        self.check_body(&body)?;
+        let w = self
+            .write(Write::Append { key, user: user.map(Arc::from), system, body, client_id, member_only: false })
+            .await?;
+        Ok(SeqOk { seq: w.seq })
+    }
+
+    pub async fn admin_fetch(&self, key: ChatKey, after: u64, limit: Option<u32>) -> Result<FetchOk, Error> {
+        self.fetch_as(&key, None, after, limit).await
+    }
+}

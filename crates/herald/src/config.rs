@@ -1,0 +1,215 @@
+//! `herald serve`'s settings. Every setting is a flag; each flag has an env
+//! variable (`HERALD_` + its name) and a key of the same name in the TOML file
+//! given by `--config`. Flags win over env, env over the file, the file over
+//! the defaults below.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use herald_protocol::limits;
+use serde::Deserialize;
+
+/// The settings as given: everything optional, merged from flags, env and file.
+#[derive(Debug, Default, Clone, Args, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ServeArgs {
+    /// A TOML file whose keys are these flags' names.
+    #[arg(long, env = "HERALD_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, env = "HERALD_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Directory of the embedded store.
+    #[arg(long, env = "HERALD_DATA")]
+    pub data: Option<PathBuf>,
+    /// Secret that client JWTs are signed with (HS256).
+    #[arg(long, env = "HERALD_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+    /// Key that server-to-server calls present as `Authorization: Bearer`.
+    #[arg(long, env = "HERALD_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// When set, client tokens must carry this `aud`.
+    #[arg(long, env = "HERALD_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+    /// This node's name, as `hello` reports it.
+    #[arg(long, env = "HERALD_NODE")]
+    pub node: Option<String>,
+    /// Largest WebSocket frame accepted, in bytes.
+    #[arg(long, env = "HERALD_FRAME_LIMIT")]
+    pub frame_limit: Option<usize>,
+    /// Largest serialized event body, in bytes.
+    #[arg(long, env = "HERALD_BODY_LIMIT")]
+    pub body_limit: Option<usize>,
+    /// Milliseconds from upgrade to `hello`.
+    #[arg(long, env = "HERALD_HELLO_TIMEOUT_MS")]
+    pub hello_timeout_ms: Option<u64>,
+    /// Milliseconds between server pings.
+    #[arg(long, env = "HERALD_HEARTBEAT_MS")]
+    pub heartbeat_ms: Option<u64>,
+    /// Milliseconds without anything from a client before it is closed.
+    #[arg(long, env = "HERALD_IDLE_TIMEOUT_MS")]
+    pub idle_timeout_ms: Option<u64>,
+    /// Requests per second per connection.
+    #[arg(long, env = "HERALD_RATE")]
+    pub rate: Option<u32>,
+    /// Requests per connection allowed at once above the rate.
+    #[arg(long, env = "HERALD_BURST")]
+    pub burst: Option<u32>,
+    /// Bytes a connection's outbound queue may hold before it is closed with 4008.
+    #[arg(long, env = "HERALD_OUTBOX_LIMIT")]
+    pub outbox_limit: Option<usize>,
+    /// The WebSocket read buffer per connection, in bytes.
+    #[arg(long, env = "HERALD_WS_READ_BUFFER")]
+    pub ws_read_buffer: Option<usize>,
+    /// Milliseconds over which a drain spreads its clients' reconnects.
+    #[arg(long, env = "HERALD_DRAIN_WINDOW_MS")]
+    pub drain_window_ms: Option<u64>,
+    /// Serve the WebSocket echo route `/diag/echo` (for conformance tests only).
+    #[arg(long, env = "HERALD_DIAG_ECHO")]
+    pub diag_echo: bool,
+    /// Log filter, as RUST_LOG takes it.
+    #[arg(long, env = "HERALD_LOG")]
+    pub log: Option<String>,
+}
+
+/// Resolved settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data: PathBuf,
+    pub jwt_secret: String,
+    pub api_key: String,
+    /// Neither secret was given: random secrets, a demo page and dev tokens.
+    pub dev_mode: bool,
+    pub jwt_audience: Option<String>,
+    pub node: String,
+    pub frame_limit: usize,
+    pub body_limit: usize,
+    pub hello_timeout: Duration,
+    pub heartbeat: Duration,
+    pub idle_timeout: Duration,
+    pub rate: u32,
+    pub burst: u32,
+    pub outbox_limit: usize,
+    pub ws_read_buffer: usize,
+    pub ws_write_buffer: usize,
+    pub drain_window: Duration,
+    pub diag_echo: bool,
+    pub log: String,
+}
+
+/// Default outbound queue: room for a full replay and a few fetch replies,
+/// small enough that a thousand stalled readers cost at most a gigabyte.
+pub const DEFAULT_OUTBOX_LIMIT: usize = 1024 * 1024;
+/// Default read buffer: a small request fits in one read, and an idle
+/// connection keeps only this much (tungstenite's default is 128 KiB).
+pub const DEFAULT_WS_READ_BUFFER: usize = 1024;
+/// Frames are buffered up to this much before a write; a batch is flushed anyway.
+pub const DEFAULT_WS_WRITE_BUFFER: usize = 64 * 1024;
+/// Default drain window: a node's clients come back over ten seconds.
+pub const DEFAULT_DRAIN_WINDOW_MS: u64 = 10_000;
+
+impl ServeArgs {
+    /// Fills what the flags and env left unset from the `--config` file.
+    pub fn merge_file(self) -> anyhow::Result<ServeArgs> {
+        let Some(path) = self.config.clone() else { return Ok(self) };
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let file: ServeArgs = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        macro_rules! pick {
+            ($($f:ident),*) => { ServeArgs { config: self.config, diag_echo: self.diag_echo || file.diag_echo, $($f: self.$f.or(file.$f)),* } };
+        }
+        Ok(pick!(
+            listen, data, jwt_secret, api_key, jwt_audience, node, frame_limit, body_limit, hello_timeout_ms,
+            heartbeat_ms, idle_timeout_ms, rate, burst, outbox_limit, ws_read_buffer, drain_window_ms, log
+        ))
+    }
+
+    /// The settings with defaults applied. Makes random secrets in development mode.
+    pub fn resolve(self) -> anyhow::Result<Config> {
+        let dev_mode = self.jwt_secret.is_none() && self.api_key.is_none();
+        let ms = Duration::from_millis;
+        let cfg = Config {
+            listen: self.listen.unwrap_or_else(|| "127.0.0.1:8080".parse().expect("valid address")),
+            data: self.data.unwrap_or_else(|| PathBuf::from("./data")),
+            jwt_secret: self.jwt_secret.unwrap_or_else(random_secret),
+            api_key: self.api_key.unwrap_or_else(random_secret),
+            dev_mode,
+            jwt_audience: self.jwt_audience,
+            node: self.node.unwrap_or_else(|| format!("herald-{:06x}", rand::random::<u32>() & 0xff_ffff)),
+            frame_limit: self.frame_limit.unwrap_or(limits::FRAME_LIMIT),
+            body_limit: self.body_limit.unwrap_or(limits::BODY_LIMIT),
+            hello_timeout: ms(self.hello_timeout_ms.unwrap_or(limits::HELLO_TIMEOUT_MS)),
+            heartbeat: ms(self.heartbeat_ms.unwrap_or(limits::HEARTBEAT_MS)),
+            idle_timeout: ms(self.idle_timeout_ms.unwrap_or(limits::IDLE_TIMEOUT_MS)),
+            rate: self.rate.unwrap_or(limits::REQUEST_RATE),
+            burst: self.burst.unwrap_or(limits::REQUEST_BURST),
+            outbox_limit: self.outbox_limit.unwrap_or(DEFAULT_OUTBOX_LIMIT),
+            ws_read_buffer: self.ws_read_buffer.unwrap_or(DEFAULT_WS_READ_BUFFER),
+            ws_write_buffer: DEFAULT_WS_WRITE_BUFFER,
+            drain_window: ms(self.drain_window_ms.unwrap_or(DEFAULT_DRAIN_WINDOW_MS)),
+            diag_echo: self.diag_echo,
+            log: self.log.unwrap_or_else(|| "herald=info,warn".into()),
+        };
+        anyhow::ensure!(cfg.frame_limit >= 1024, "frame-limit must be at least 1024 bytes");
+        anyhow::ensure!(cfg.rate >= 1 && cfg.burst >= 1, "rate and burst must be at least 1");
+        anyhow::ensure!(cfg.heartbeat < cfg.idle_timeout, "heartbeat-ms must be below idle-timeout-ms");
+        anyhow::ensure!(cfg.outbox_limit >= 64 * 1024, "outbox-limit must be at least 64 KiB");
+        anyhow::ensure!(cfg.ws_read_buffer >= 64, "ws-read-buffer must be at least 64 bytes");
+        Ok(cfg)
+    }
+}
+
+impl Config {
+    /// Development settings for tests and embedding: loopback, random port, given data dir.
+    pub fn for_tests(data: PathBuf, jwt_secret: &str, api_key: &str) -> Config {
+        ServeArgs {
+            listen: Some("127.0.0.1:0".parse().expect("valid address")),
+            data: Some(data),
+            jwt_secret: Some(jwt_secret.into()),
+            api_key: Some(api_key.into()),
+            ..ServeArgs::default()
+        }
+        .resolve()
+        .expect("test defaults are valid")
+    }
+}
+
+fn random_secret() -> String {
+    use rand::RngExt;
+    let mut rng = rand::rng();
+    (0..32).map(|_| format!("{:02x}", rng.random::<u8>())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_file() {
+        let dir = std::env::temp_dir().join(format!("herald-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("herald.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:9000\"\ndata = \"/tmp/x\"\nrate = 7\njwt-secret = \"f\"\n").unwrap();
+        let args = ServeArgs { config: Some(file), rate: Some(9), ..Default::default() };
+        let cfg = args.merge_file().unwrap().resolve().unwrap();
+        assert_eq!(cfg.listen.port(), 9000);
+        assert_eq!(cfg.rate, 9);
+        assert_eq!(cfg.jwt_secret, "f");
+        assert!(!cfg.dev_mode);
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "lisen = 1\n").unwrap();
+        assert!(ServeArgs { config: Some(bad), ..Default::default() }.merge_file().is_err());
+    }
+
+    #[test]
+    fn no_secrets_means_dev_mode() {
+        let cfg = ServeArgs::default().resolve().unwrap();
+        assert!(cfg.dev_mode);
+        assert_eq!(cfg.jwt_secret.len(), 64);
+        assert_ne!(cfg.jwt_secret, cfg.api_key);
+    }
+}

@@ -1,0 +1,350 @@
+//! The node's own fan-out: which local connections watch which chat, and the
+//! pushing of each chat's events to them in seq order.
+//!
+//! A chat has an entry here only while it has local watchers; the first
+//! watcher subscribes the node at the broker and the last one unsubscribes
+//! it. Each entry runs a small sequencer: events may reach the hub out of
+//! order (two sends of one chat finishing on different tasks, or a broker
+//! hint arriving late), so an event ahead of the next expected seq is held
+//! until the gap fills, for at most [`GAP_WAIT`]. After that the hub moves on
+//! and watchers see the gap, which the protocol tells clients to fetch.
+//!
+//! Starting a watch is two steps around a store read, so that no event falls
+//! between the replay and the live stream: [`Hub::begin_watch`] registers the
+//! watcher in a syncing state that buffers live events; the chat layer then
+//! reads the log; [`Hub::finish_watch`] pushes the reply, the replay, then the
+//! buffered events with seq above the replay. Anything published before the
+//! registration was stored before it, hence before the read.
+//!
+//! Lock order: shard map, then a chat's state, then an outbox. The hub knows
+//! a connection only as its [`Outbox`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use herald_protocol::EventType;
+use herald_protocol::frame::notify_push;
+
+use crate::broker::{Broker, Sink};
+use crate::model::{ChatKey, Published};
+use crate::outbox::{ConnId, Frame, Outbox};
+
+/// How long an event ahead of a gap is held before the hub gives up on the
+/// gap. Re-ordered publishes of one node fill a gap in microseconds; a lost
+/// broker hint never does.
+pub const GAP_WAIT: Duration = Duration::from_millis(250);
+/// Events held per chat while waiting for a gap. Beyond it the hub moves on at once.
+const MAX_HELD: usize = 1024;
+/// Live events buffered for one watcher while its replay is read. Beyond it
+/// the watcher is told to fetch (`notify`) instead.
+const MAX_SYNC_BUFFER: usize = 1024;
+/// Shards of the chat map: enough that watch churn on many cores rarely contends.
+const SHARDS: usize = 64;
+
+/// The node's fan-out.
+pub struct Hub {
+    /// Itself, for the gap timers it starts.
+    me: Weak<Hub>,
+    shards: Box<[Mutex<HashMap<ChatKey, Arc<Watched>>>]>,
+    hasher: std::hash::RandomState,
+    broker: Arc<dyn Broker>,
+}
+
+/// One chat's local watchers and sequencer.
+struct Watched {
+    key: ChatKey,
+    state: Mutex<ChatState>,
+}
+
+#[derive(Default)]
+struct ChatState {
+    /// The next seq the sequencer expects; `None` until the first watch finishes.
+    next: Option<u64>,
+    /// Events ahead of `next`, waiting for the gap to fill.
+    held: BTreeMap<u64, Arc<Published>>,
+    /// Whether a gap timer is running.
+    gap_timer: bool,
+    watchers: HashMap<ConnId, Watcher>,
+}
+
+struct Watcher {
+    outbox: Arc<Outbox>,
+    user: Arc<str>,
+    /// The lowest seq this connection may still be pushed; pushes only go up.
+    next: u64,
+    /// `Some` while the watch's replay is being read: live events wait here.
+    syncing: Option<Vec<Arc<Published>>>,
+    /// Live events were dropped from `syncing` for lack of room.
+    overflowed: bool,
+}
+
+/// What the chat layer read for a watch, to be pushed by [`Hub::finish_watch`].
+pub struct Replay {
+    /// The `watch` reply.
+    pub reply: Frame,
+    /// The chat's latest seq when the log was read.
+    pub latest: u64,
+    /// The events to replay, in seq order (empty without `after`).
+    pub frames: Vec<(u64, Frame)>,
+    /// The replay was cut short: the watcher gets `notify` with `latest` instead of the rest.
+    pub truncated: bool,
+}
+
+impl Hub {
+    pub fn new(broker: Arc<dyn Broker>) -> Arc<Hub> {
+        let hub = Arc::new_cyclic(|me| Hub {
+            me: me.clone(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: std::hash::RandomState::new(),
+            broker: broker.clone(),
+        });
+        let sink: Arc<dyn Sink> = hub.clone();
+        broker.attach(Arc::downgrade(&sink));
+        hub
+    }
+
+    fn shard(&self, key: &ChatKey) -> &Mutex<HashMap<ChatKey, Arc<Watched>>> {
+        // A process-local map: a per-process hash seed is fine here (never for routing).
+        let h = self.hasher.hash_one(key);
+        &self.shards[(h as usize) % SHARDS]
+    }
+
+    /// Registers `outbox`'s connection as a syncing watcher of `key`,
+    /// replacing a previous watch of the same connection.
+    pub fn begin_watch(&self, key: &ChatKey, user: &Arc<str>, outbox: &Arc<Outbox>) {
+        let mut shard = self.shard(key).lock().expect("hub shard lock");
+        let mut created = false;
+        let watched = shard
+            .entry(key.clone())
+            .or_insert_with(|| {
+                created = true;
+                Arc::new(Watched { key: key.clone(), state: Mutex::new(ChatState::default()) })
+            })
+            .clone();
+        let mut state = watched.state.lock().expect("hub chat lock");
+        let previous = state.watchers.insert(
+            outbox.id(),
+            Watcher { outbox: outbox.clone(), user: user.clone(), next: 0, syncing: Some(Vec::new()), overflowed: false },
+        );
+        drop(state);
+        drop(shard);
+        if previous.is_none() {
+            metrics::gauge!("herald_watches").increment(1.0);
+        }
+        if created {
+            metrics::gauge!("herald_hub_chats").increment(1.0);
+            self.broker.subscribe(key);
+        }
+    }
+
+    /// Completes a watch begun with [`Hub::begin_watch`]: pushes the reply,
+    /// the replay and the live events buffered meanwhile, then goes live.
+    /// Returns false if the watch ended meanwhile (an `unwatch` or a `leave`).
+    pub fn finish_watch(&self, key: &ChatKey, conn: ConnId, replay: Replay) -> bool {
+        let Some(watched) = self.shard(key).lock().expect("hub shard lock").get(key).cloned() else {
+            return false;
+        };
+        let mut state = watched.state.lock().expect("hub chat lock");
+        if !state.watchers.get(&conn).is_some_and(|w| w.syncing.is_some()) {
+            return false;
+        }
+        if state.next.is_none() {
+            state.next = Some(replay.latest + 1);
+            watched.release_held(&mut state);
+            self.arm_gap_timer(&watched, &mut state);
+        }
+        let chat_next = state.next.unwrap_or(replay.latest + 1);
+        let w = state.watchers.get_mut(&conn).expect("checked above");
+        w.outbox.push(replay.reply);
+        w.next = replay.frames.first().map_or(replay.latest + 1, |(seq, _)| *seq);
+        let mut pushed = 0u64;
+        for (seq, frame) in replay.frames {
+            if seq >= w.next {
+                w.next = seq + 1;
+                w.outbox.push(frame);
+                pushed += 1;
+            }
+        }
+        if replay.truncated || w.next <= replay.latest {
+            w.outbox.push(Frame::from(notify_push(&key.chat, replay.latest)));
+            w.next = w.next.max(replay.latest + 1);
+        }
+        for ev in w.syncing.take().unwrap_or_default() {
+            if ev.seq >= w.next {
+                w.next = ev.seq + 1;
+                w.outbox.push(ev.frame.clone());
+                pushed += 1;
+            }
+        }
+        if std::mem::take(&mut w.overflowed) && chat_next > w.next {
+            w.outbox.push(Frame::from(notify_push(&key.chat, chat_next - 1)));
+            w.next = chat_next;
+        }
+        metrics::counter!("herald_pushes_total").increment(pushed);
+        true
+    }
+
+    /// Ends `conn`'s watch of `key`, if any.
+    pub fn unwatch(&self, key: &ChatKey, conn: ConnId) {
+        let mut shard = self.shard(key).lock().expect("hub shard lock");
+        let Some(watched) = shard.get(key).cloned() else { return };
+        let mut state = watched.state.lock().expect("hub chat lock");
+        if state.watchers.remove(&conn).is_none() {
+            return;
+        }
+        metrics::gauge!("herald_watches").decrement(1.0);
+        if state.watchers.is_empty() {
+            shard.remove(key);
+            drop(state);
+            drop(shard);
+            metrics::gauge!("herald_hub_chats").decrement(1.0);
+            self.broker.unsubscribe(key);
+        }
+    }
+
+    /// Chats with local watchers now.
+    pub fn chats(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().expect("hub shard lock").len()).sum()
+    }
+
+    /// Drops the entry of `key` if its last watcher left while only its own lock was held.
+    fn remove_if_empty(&self, key: &ChatKey) {
+        let mut shard = self.shard(key).lock().expect("hub shard lock");
+        let Some(watched) = shard.get(key).cloned() else { return };
+        if watched.state.lock().expect("hub chat lock").watchers.is_empty() {
+            shard.remove(key);
+            drop(shard);
+            metrics::gauge!("herald_hub_chats").decrement(1.0);
+            self.broker.unsubscribe(key);
+        }
+    }
+
+    /// Starts the timer that gives up on `watched`'s gap, unless one runs or there is no gap.
+    fn arm_gap_timer(&self, watched: &Arc<Watched>, state: &mut ChatState) {
+        if state.gap_timer || state.next.is_none() || state.held.is_empty() {
+            return;
+        }
+        state.gap_timer = true;
+        let (hub, watched) = (self.me.clone(), watched.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(GAP_WAIT).await;
+            if let Some(hub) = hub.upgrade() {
+                hub.skip_gap(&watched);
+            }
+        });
+    }
+
+    /// Gives up on the gap of `watched` if it is still there.
+    fn skip_gap(&self, watched: &Arc<Watched>) {
+        let mut state = watched.state.lock().expect("hub chat lock");
+        state.gap_timer = false;
+        if let Some((&first, _)) = state.held.first_key_value() {
+            let missing = first - state.next.unwrap_or(first);
+            tracing::debug!(chat = %watched.key, missing, "gap not filled in time; watchers will fetch it");
+            metrics::counter!("herald_hub_gaps_skipped_total").increment(1);
+            state.next = Some(first);
+            let emptied = watched.release_held(&mut state);
+            self.arm_gap_timer(watched, &mut state);
+            drop(state);
+            if emptied {
+                self.remove_if_empty(&watched.key);
+            }
+        }
+    }
+}
+
+impl Sink for Hub {
+    fn deliver(&self, event: Arc<Published>) {
+        let Some(watched) = self.shard(&event.key).lock().expect("hub shard lock").get(&event.key).cloned() else {
+            return;
+        };
+        let mut state = watched.state.lock().expect("hub chat lock");
+        let emptied = match state.next {
+            Some(next) if event.seq == next => {
+                let mut emptied = watched.fan_out(&mut state, &event);
+                state.next = Some(next + 1);
+                emptied |= watched.release_held(&mut state);
+                emptied
+            }
+            Some(next) if event.seq < next => false,
+            _ => {
+                // Ahead of a gap, or before the first watch set the start: hold it.
+                state.held.insert(event.seq, event);
+                if state.held.len() > MAX_HELD && state.next.is_none() {
+                    // Not started yet: the first watch's own read covers the oldest.
+                    state.held.pop_first();
+                    false
+                } else if state.held.len() > MAX_HELD {
+                    let first = *state.held.keys().next().expect("not empty");
+                    state.next = Some(first);
+                    watched.release_held(&mut state)
+                } else {
+                    self.arm_gap_timer(&watched, &mut state);
+                    false
+                }
+            }
+        };
+        drop(state);
+        if emptied {
+            self.remove_if_empty(&watched.key);
+        }
+    }
+}
+
+impl Watched {
+    /// Pushes `event` to every live watcher and buffers it for syncing ones.
+    /// Returns true if a `leave` removed the last watcher.
+    fn fan_out(&self, state: &mut ChatState, event: &Arc<Published>) -> bool {
+        let mut pushed = 0u64;
+        for w in state.watchers.values_mut() {
+            if let Some(buf) = &mut w.syncing {
+                if buf.len() < MAX_SYNC_BUFFER {
+                    buf.push(event.clone());
+                } else {
+                    w.overflowed = true;
+                }
+                continue;
+            }
+            if event.seq < w.next {
+                continue;
+            }
+            w.next = event.seq + 1;
+            if w.outbox.push(event.frame.clone()) {
+                pushed += 1;
+            }
+        }
+        metrics::counter!("herald_pushes_total").increment(pushed);
+        if event.kind == EventType::Leave {
+            if let Some(user) = &event.user {
+                let before = state.watchers.len();
+                state.watchers.retain(|_, w| w.user != *user);
+                let ended = before - state.watchers.len();
+                metrics::gauge!("herald_watches").decrement(ended as f64);
+                return ended > 0 && state.watchers.is_empty();
+            }
+        }
+        false
+    }
+
+    /// Fans out held events from `state.next` on while they are contiguous.
+    fn release_held(&self, state: &mut ChatState) -> bool {
+        let mut emptied = false;
+        while let Some(entry) = state.held.first_entry() {
+            let next = state.next.expect("released only once started");
+            if *entry.key() < next {
+                entry.remove();
+                continue;
+            }
+            if *entry.key() > next {
+                break;
+            }
+            let event = entry.remove();
+            emptied |= self.fan_out(state, &event);
+            state.next = Some(next + 1);
+        }
+        emptied
+    }
+}
+

@@ -1,0 +1,23 @@
+//! herald: a real-time chat server. See ARCHITECTURE.md for the path of a
+//! message through these modules:
+//!
+//! gateway (sockets) -> chat (rules) -> store (event log), broker (between
+//! nodes) and hub (this node's fan-out) -> outbox (a connection's queue).
+
+pub mod api;
+pub mod auth;
+pub mod broker;
+pub mod chat;
+pub mod config;
+pub mod error;
+pub mod gateway;
+pub mod guard;
+pub mod hub;
+pub mod metrics;
+pub mod model;
+pub mod outbox;
+pub mod server;
+pub mod store;
+
+pub use config::Config;
+pub use server::run;

@@ -1,0 +1,66 @@
+//! The `herald` binary: parses the command line and runs the server library.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use herald::config::ServeArgs;
+
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[derive(Parser)]
+#[command(name = "herald", version, about = "A real-time chat server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a server.
+    Serve(ServeArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let Command::Serve(args) = Cli::parse().command;
+    let config = args.merge_file()?.resolve()?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| config.log.as_str().into()))
+        .init();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        if config.dev_mode {
+            // Printed once, to stdout, so a developer can copy them.
+            println!("herald development mode: no secrets were given, so these were made for this run:");
+            println!("  HERALD_JWT_SECRET={}", config.jwt_secret);
+            println!("  HERALD_API_KEY={}", config.api_key);
+            println!("  demo page: http://{addr}/   dev tokens: POST http://{addr}/v1/dev/token (loopback only)");
+        }
+        println!("herald listening on {addr}");
+        herald::run(listener, config, shutdown_signal()).await
+    })
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

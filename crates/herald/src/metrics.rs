@@ -1,0 +1,55 @@
+//! The Prometheus recorder. Installed once per process (the `metrics` facade
+//! has one global recorder), so several servers in one test process share it.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Latency buckets in seconds: from a cached read to a stalled disk.
+const SECONDS_BUCKETS: &[f64] = &[0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+/// Writes per store batch.
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+
+/// The process's metrics handle, installing the recorder on first use.
+pub fn handle() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full("herald_store_batch_writes".into()), BATCH_BUCKETS))
+            .expect("bucket lists are not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
+        }
+        describe();
+        handle
+    })
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_gauge!("herald_connections", "Open WebSocket connections");
+    describe_counter!("herald_connections_total", "WebSocket connections accepted");
+    describe_counter!("herald_requests_total", "Requests by op and outcome (ok or an error code)");
+    describe_histogram!("herald_request_seconds", "Time to serve a request, by op");
+    describe_counter!("herald_events_stored_total", "Events stored durably");
+    describe_counter!("herald_pushes_total", "Event frames queued to connections");
+    describe_counter!("herald_frames_written_total", "Frames written to sockets");
+    describe_counter!("herald_slow_consumer_closes_total", "Connections closed with 4008");
+    describe_counter!("herald_closes_total", "Connections closed by the server, by close code");
+    describe_counter!("herald_write_timeouts_total", "Connections dropped because the peer stopped reading");
+    describe_histogram!("herald_store_write_seconds", "Time from a write's submission to its durable commit");
+    describe_histogram!("herald_store_commit_seconds", "Time to apply and commit one batch");
+    describe_histogram!("herald_store_read_seconds", "Time of one store read");
+    describe_histogram!("herald_store_batch_writes", "Writes per committed batch");
+    describe_counter!("herald_store_errors_total", "Store failures, by kind");
+    describe_gauge!("herald_watches", "Watches of chats by local connections");
+    describe_gauge!("herald_hub_chats", "Chats with local watchers");
+    describe_counter!("herald_hub_gaps_skipped_total", "Gaps in a chat's stream given up on (watchers fetch them)");
+    describe_counter!("herald_broker_subscribes_total", "Broker subscriptions made (first local watcher of a chat)");
+    describe_counter!("herald_broker_unsubscribes_total", "Broker subscriptions ended");
+    describe_gauge!("herald_broker_subjects", "Live broker subscriptions");
+}

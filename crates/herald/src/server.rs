@@ -1,0 +1,90 @@
+//! Wiring: builds store, broker, hub, chats, gateway and the HTTP app from a
+//! [`Config`], serves a listener until `shutdown` resolves, then drains
+//! connections and flushes the store. The binary is a thin shell over [`run`].
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::serve::ListenerExt;
+use tokio::net::TcpListener;
+
+use crate::api::{self, AppState};
+use crate::auth::Tokens;
+use crate::broker::Broker;
+use crate::broker::memory::MemoryBroker;
+use crate::chat::{ChatLimits, Chats};
+use crate::config::Config;
+use crate::gateway::{Gateway, GatewayConfig};
+use crate::hub::Hub;
+use crate::store::Store;
+use crate::store::sqlite::SqliteStore;
+
+/// Most events a `watch` replays before it sends `notify` instead.
+const REPLAY_EVENTS: usize = 5_000;
+/// Time allowed, beyond the drain window, for connections to close at shutdown.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Serves `listener` with `config` until `shutdown` resolves; then pushes
+/// `reconnect` to every client, closes them with 4012, and flushes the store.
+pub async fn run(listener: TcpListener, config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    crate::metrics::handle();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&config.data)?);
+    let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new());
+    let hub = Hub::new(broker.clone());
+    let limits = ChatLimits {
+        body_bytes: config.body_limit,
+        replay_events: REPLAY_EVENTS,
+        replay_bytes: config.outbox_limit / 2,
+    };
+    let chats = Arc::new(Chats::new(store.clone(), broker, hub, limits));
+    let tokens = Arc::new(Tokens::new(&config.jwt_secret, config.jwt_audience.as_deref()));
+    let gateway = Gateway::new(
+        chats.clone(),
+        tokens.clone(),
+        GatewayConfig {
+            node: config.node.clone(),
+            frame_limit: config.frame_limit,
+            hello_timeout: config.hello_timeout,
+            heartbeat: config.heartbeat,
+            idle_timeout: config.idle_timeout,
+            rate: config.rate,
+            burst: config.burst,
+            outbox_limit: config.outbox_limit,
+            read_buffer: config.ws_read_buffer,
+            write_buffer: config.ws_write_buffer,
+        },
+    );
+    let state = AppState {
+        chats,
+        tokens,
+        gateway: gateway.clone(),
+        api_key: config.api_key.as_str().into(),
+        dev_mode: config.dev_mode,
+    };
+    let app = api::router(state, config.diag_echo);
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, node = %config.node, data = %config.data.display(), dev_mode = config.dev_mode, "herald serving");
+
+    let drain_window = config.drain_window;
+    let gw = gateway.clone();
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: draining connections");
+        gw.drain(drain_window, "drain");
+    };
+    let listener = listener.tap_io(|tcp| {
+        // Batched writes already fill packets; Nagle would only add delay.
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(signal)
+        .await?;
+    if !gateway.wait_closed(CLOSE_GRACE).await {
+        tracing::warn!(left = gateway.connections(), "connections still open after the grace period");
+    }
+    store.close().await;
+    tracing::info!("herald stopped");
+    Ok(())
+}

@@ -1,0 +1,442 @@
+//! `Chat`: the handle for one chat, and the state machine of watching it.
+//!
+//! Owns: the chat's requests (join, leave, send, react, read, fetch), and for a watched chat the last
+//! delivered seq, the buffer of out-of-order pushes, gap repair by paged `fetch`, and resuming with
+//! `watch after=` on a new link, so that the application sees every event once, in seq order.
+//! Does not own: the link, request ids or the outbox (client.ts and outbox.ts, reached through `ChatHost`).
+//!
+//! Watch states:
+//!
+//!     unwatched ──watch()──▶ subscribing ──watch ok──▶ live ◀──────────┐
+//!         ▲   └─(offline)─▶ suspended ◀─link down── any watched state  │
+//!         │                    └──link up──▶ subscribing               │
+//!         │                     live ──gap or notify──▶ repairing ─────┘
+//!         └──── unwatch(), leave(), forbidden/not_found from any state
+//!
+//! Why buffer and fetch instead of trusting pushes: the server may skip pushes for a hot chat or a slow
+//! link (PROTOCOL.md, "Pushes"), and only seq tells the client what it lacks.
+
+import { Emitter } from './emitter.js';
+import { HeraldError } from './errors.js';
+import type { ChatEvent, EventPush, FetchOk, HeraldEvent, JoinOk, NotifyPush, RequestArgs, RequestOk, SeqOk, WatchOk } from './types.js';
+
+/** Where a chat stands with respect to watching. */
+export type WatchState = 'unwatched' | 'subscribing' | 'live' | 'repairing' | 'suspended';
+
+/** Which watch states may follow which; anything else is a bug in this file. */
+const WATCH_TRANSITIONS: Record<WatchState, readonly WatchState[]> = {
+  unwatched: ['subscribing', 'suspended'],
+  subscribing: ['live', 'repairing', 'suspended', 'unwatched'],
+  live: ['repairing', 'suspended', 'unwatched'],
+  repairing: ['live', 'suspended', 'unwatched'],
+  suspended: ['subscribing', 'unwatched'],
+};
+
+/** A change of watch state. */
+export interface WatchStateChange {
+  chat: string;
+  from: WatchState;
+  to: WatchState;
+}
+
+/** Events of a `Chat`. */
+export interface ChatEvents extends Record<string, unknown> {
+  /** One event, delivered exactly once and in seq order while the chat is watched. */
+  event: ChatEvent;
+  /** The watch state changed. */
+  state: WatchStateChange;
+  /** Watching failed for good (forbidden, not found) or a repair fetch failed. */
+  error: HeraldError;
+}
+
+/** Options of `Chat.send`. */
+export interface SendOptions {
+  /** Idempotency key; one is generated when absent. Reuse it to make an application-level retry safe. */
+  clientId?: string;
+}
+
+/** Options of `Chat.watch`. */
+export interface WatchOptions {
+  /** Resume after this seq (e.g. one the application stored); events after it are delivered. */
+  after?: number;
+}
+
+/** What a chat needs from its client. @internal */
+export interface ChatHost {
+  /** True while requests go out on a live, greeted link. */
+  readonly connected: boolean;
+  /** A request that waits for the link (up to the request timeout) and rejects with `HeraldError`. */
+  request<O extends keyof RequestArgs>(op: O, args: RequestArgs[O]): Promise<RequestOk[O]>;
+  /** Queues a send in the outbox. */
+  send(chat: string, body: unknown, clientId: string | undefined): Promise<SeqOk>;
+  /** Hands a delivered event to the client's own `event` listeners. */
+  delivered(event: ChatEvent): void;
+  /** Runs `fn` after `ms`; returns a function that cancels it. */
+  schedule(fn: () => void, ms: number): () => void;
+  /** Page size for repair fetches. */
+  readonly fetchPageSize: number;
+  /** Buffered pushes allowed per chat. */
+  readonly maxBufferedEvents: number;
+}
+
+/** Codes after which watching or fetching may work later, on this link or the next. */
+const TRANSIENT = new Set(['throttled', 'unavailable', 'timeout', 'internal']);
+
+/** Wait before retrying a watch or fetch when the server gave no `retry_after_ms`. */
+const DEFAULT_RETRY_MS = 1000;
+
+/** Fetches in a row that may bring nothing although more was announced, before the gap is given up. */
+const MAX_STALLS = 3;
+
+/**
+ * A sanity bound on the pages one repair may fetch (500 x 10 000 = 5 million events). Each page must
+ * also make progress, so a confused server cannot keep the loop going.
+ */
+const MAX_REPAIR_PAGES = 10_000;
+
+/**
+ * One chat. Get it with `client.chat(id)`; the client keeps one handle per id, so listeners added on it
+ * stay valid across reconnects.
+ */
+export class Chat extends Emitter<ChatEvents> {
+  /** The chat id. */
+  readonly id: string;
+  private readonly host: ChatHost;
+  private watchState: WatchState = 'unwatched';
+  /** The application wants this chat watched (survives link loss; cleared by unwatch/leave/forbidden). */
+  private wanted = false;
+  /** The seq of the last event handed to the application; null before the first watch reply. */
+  private last: number | null = null;
+  /** The highest seq the server said exists (notify, gaps, fetch replies) that may not be delivered yet. */
+  private known = 0;
+  /** Pushes that arrived out of order or while subscribing or repairing, by seq. */
+  private buffer = new Map<number, HeraldEvent>();
+  /** Bumped whenever watching restarts or stops, so replies of an older round are ignored. */
+  private epoch = 0;
+  private cancelRetry: (() => void) | null = null;
+  /** Repair fetches in a row that made no progress. */
+  private stalls = 0;
+  private waiters: Array<{ resolve(ok: WatchOk): void; reject(err: HeraldError): void }> = [];
+
+  /** @internal Created by `HeraldClient.chat`. */
+  constructor(id: string, host: ChatHost) {
+    super();
+    this.id = id;
+    this.host = host;
+  }
+
+  /** The watch state. */
+  get state(): WatchState {
+    return this.watchState;
+  }
+
+  /** The seq of the last event delivered to the application, or null when none is known yet. */
+  get lastSeq(): number | null {
+    return this.last;
+  }
+
+  /** Joins the chat (creating an open chat that does not exist yet). */
+  join(): Promise<JoinOk> {
+    return this.host.request('join', { chat: this.id });
+  }
+
+  /** Leaves the chat; the server ends this user's watches of it, and so does this handle. */
+  async leave(): Promise<void> {
+    await this.host.request('leave', { chat: this.id });
+    this.stop(null);
+  }
+
+  /**
+   * Starts delivering events: those after `opts.after` when given, else those after the chat's seq when
+   * the watch begins. Resolves on the first watch reply; the watch then survives reconnects (resuming
+   * with `after` = the last delivered seq) until `unwatch` or `leave`. Calling it on a watched chat only
+   * waits for the current subscription.
+   */
+  watch(opts: WatchOptions = {}): Promise<WatchOk> {
+    if (opts.after !== undefined && (!Number.isInteger(opts.after) || opts.after < 0)) {
+      return Promise.reject(new TypeError('herald: `after` must be a non-negative integer'));
+    }
+    const p = new Promise<WatchOk>((resolve, reject) => this.waiters.push({ resolve, reject }));
+    if (this.wanted) {
+      if (this.watchState === 'live' || this.watchState === 'repairing') this.settleWaiters({ chat: this.id, seq: this.last ?? 0 });
+      return p;
+    }
+    this.wanted = true;
+    this.last = opts.after ?? null;
+    this.known = 0;
+    if (this.host.connected) this.subscribe();
+    else this.setState('suspended');
+    return p;
+  }
+
+  /** Stops delivering events; a later `watch()` starts from the chat's seq at that time. */
+  async unwatch(): Promise<void> {
+    const wasWatching = this.wanted;
+    this.stop(null);
+    if (wasWatching && this.host.connected) await this.host.request('unwatch', { chat: this.id });
+  }
+
+  /**
+   * Sends a message. Resolves with its seq once it is durable. The send survives link drops and is
+   * retried with the same `client_id`, so it is stored once; rejects with `queue_full` when too many sends
+   * wait unsent.
+   */
+  send(body: unknown, opts: SendOptions = {}): Promise<SeqOk> {
+    return this.host.send(this.id, body, opts.clientId);
+  }
+
+  /** Adds (`on` true, the default) or takes back a reaction to the event `target`. */
+  react(target: number, emoji: string, on = true): Promise<SeqOk> {
+    return this.host.request('react', { chat: this.id, target, emoji, on });
+  }
+
+  /** Moves this member's read position forward to `seq`; resolves with the position now stored. */
+  read(seq: number): Promise<SeqOk> {
+    return this.host.request('read', { chat: this.id, seq });
+  }
+
+  /** Fetches up to `limit` (at most 500) events after `after`, without touching delivery. */
+  fetch(after: number, limit?: number): Promise<FetchOk> {
+    const args: RequestArgs['fetch'] = { chat: this.id, after };
+    if (limit !== undefined) args.limit = limit;
+    return this.host.request('fetch', args);
+  }
+
+  // ---- called by the client -------------------------------------------------------------------
+
+  /** @internal A new link is greeted: resume watching. */
+  linkUp(): void {
+    if (this.wanted && this.watchState === 'suspended') this.subscribe();
+  }
+
+  /** @internal The link dropped: keep `last`, forget the rest; the next watch's replay refills it. */
+  linkDown(): void {
+    if (this.watchState === 'unwatched') return;
+    this.epoch++;
+    this.cancelTimer();
+    this.buffer.clear();
+    this.known = 0;
+    this.stalls = 0;
+    this.setState('suspended');
+  }
+
+  /** @internal The client is closed for good. */
+  shutdown(err: HeraldError): void {
+    this.stop(err);
+  }
+
+  /** @internal An `event` push for this chat. */
+  onEventPush(push: EventPush): void {
+    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
+    const ev = toEvent(push);
+    if (this.last !== null && ev.seq <= this.last) return; // already delivered
+    if (this.watchState === 'live' && this.last !== null && ev.seq === this.last + 1) {
+      this.deliver(ev);
+      this.drainContiguous();
+      return;
+    }
+    // Out of order, or we are subscribing or repairing: hold it, and make sure a repair covers the gap.
+    this.hold(ev);
+    if (this.watchState === 'live') this.repair();
+  }
+
+  /** @internal A `notify` push: events up to `seq` exist. */
+  onNotify(push: NotifyPush): void {
+    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
+    if (this.last !== null && push.seq <= this.last) return;
+    this.known = Math.max(this.known, push.seq);
+    if (this.watchState === 'live') this.repair();
+  }
+
+  // ---- the state machine ----------------------------------------------------------------------
+
+  private setState(to: WatchState): void {
+    const from = this.watchState;
+    if (from === to) return;
+    if (!WATCH_TRANSITIONS[from].includes(to)) {
+      throw new Error(`herald: chat ${this.id}: no transition ${from} -> ${to}`);
+    }
+    this.watchState = to;
+    this.emit('state', { chat: this.id, from, to });
+  }
+
+  private async subscribe(): Promise<void> {
+    this.cancelTimer();
+    const epoch = ++this.epoch;
+    this.setState('subscribing');
+    const args: RequestArgs['watch'] = { chat: this.id };
+    if (this.last !== null) args.after = this.last;
+    let ok: WatchOk;
+    try {
+      ok = await this.host.request('watch', args);
+    } catch (err) {
+      if (epoch !== this.epoch) return;
+      this.failed(err, () => this.subscribe());
+      return;
+    }
+    if (epoch !== this.epoch) return;
+    // Without `after` the watch starts at the chat's seq now; pushes held meanwhile at or below it are old.
+    if (this.last === null) this.last = ok.seq;
+    this.settleWaiters(ok);
+    // A waiter's callback may have unwatched; only go on if this round is still current.
+    if (epoch !== this.epoch) return;
+    this.setState('live');
+    this.catchUp();
+  }
+
+  /** Delivers held events in order, then repairs if a gap or a notify is still open. */
+  private catchUp(): void {
+    this.drainContiguous();
+    if (this.watchState !== 'live') return;
+    if (this.buffer.size > 0 || this.known > (this.last ?? 0)) this.repair();
+  }
+
+  /** Starts a repair from `live`; pushes that arrive meanwhile are held. */
+  private repair(): void {
+    if (this.watchState !== 'live') return;
+    this.setState('repairing');
+    void this.runRepair(this.epoch);
+  }
+
+  /**
+   * Fetches pages after the last delivered seq until nothing is held and nothing announced is missing.
+   * Fetching up to the chat's latest seq (the reply's `seq`, which is what `more` points at) rather
+   * than just to the gap's end costs a few duplicate events, which are dropped, and saves a round trip
+   * per page in a busy chat.
+   */
+  private async runRepair(epoch: number): Promise<void> {
+    for (let pages = 0; pages < MAX_REPAIR_PAGES; pages++) {
+      this.drainContiguous();
+      if (epoch !== this.epoch) return;
+      const last = this.last ?? 0;
+      if (this.buffer.size === 0 && this.known <= last) break;
+      let page: FetchOk;
+      try {
+        page = await this.host.request('fetch', { chat: this.id, after: last, limit: this.host.fetchPageSize });
+      } catch (err) {
+        if (epoch !== this.epoch) return;
+        this.failed(err, () => void this.runRepair(epoch));
+        return;
+      }
+      if (epoch !== this.epoch) return;
+      for (const ev of page.events) {
+        if (ev.seq !== (this.last ?? 0) + 1) continue; // older than what we have, or not the next one
+        this.buffer.delete(ev.seq);
+        this.deliver(ev);
+        if (epoch !== this.epoch) return; // a listener unwatched mid-page
+      }
+      this.known = Math.max(this.known, page.seq);
+      if ((this.last ?? 0) > last) {
+        this.stalls = 0;
+        continue;
+      }
+      // The server has nothing after `last`, though a push or notify said there is more. Maybe it is
+      // not readable yet: try again a few times, then give up on this gap rather than spin.
+      if (this.stalls < MAX_STALLS) {
+        this.stalls++;
+        this.cancelRetry = this.host.schedule(() => {
+          this.cancelRetry = null;
+          void this.runRepair(epoch);
+        }, DEFAULT_RETRY_MS);
+        return;
+      }
+      this.stalls = 0;
+      this.emit(
+        'error',
+        new HeraldError('protocol', `herald: chat ${this.id}: no events after ${last} though seq ${this.known} was announced`),
+      );
+      this.buffer.clear();
+      this.known = last;
+      break;
+    }
+    if (epoch !== this.epoch) return;
+    this.setState('live');
+  }
+
+  /** Handles a failed watch or fetch: retry transient errors, give up on the rest. */
+  private failed(err: unknown, retry: () => void): void {
+    const e = err instanceof HeraldError ? err : new HeraldError('internal', String(err));
+    if (e.code === 'disconnected' || e.code === 'closed') return; // linkDown / shutdown handle these
+    if (TRANSIENT.has(e.code)) {
+      this.cancelTimer();
+      this.cancelRetry = this.host.schedule(() => {
+        this.cancelRetry = null;
+        retry();
+      }, e.retryAfterMs ?? DEFAULT_RETRY_MS);
+      return;
+    }
+    this.emit('error', e);
+    this.stop(e);
+  }
+
+  /** Ends watching locally; rejects pending `watch()` promises with `err` when given. */
+  private stop(err: HeraldError | null): void {
+    this.wanted = false;
+    this.epoch++;
+    this.cancelTimer();
+    this.buffer.clear();
+    this.last = null;
+    this.known = 0;
+    this.stalls = 0;
+    if (this.watchState !== 'unwatched') this.setState('unwatched');
+    const waiters = this.waiters;
+    this.waiters = [];
+    const reason = err ?? new HeraldError('closed', `herald: chat ${this.id} is no longer watched`);
+    for (const w of waiters) w.reject(reason);
+  }
+
+  // ---- delivery -------------------------------------------------------------------------------
+
+  private hold(ev: HeraldEvent): void {
+    this.known = Math.max(this.known, ev.seq - 1);
+    if (this.buffer.size >= this.host.maxBufferedEvents) {
+      // Beyond the bound, remember only how far the chat goes; the repair fetch brings the events back.
+      this.known = Math.max(this.known, ev.seq);
+      this.buffer.clear();
+      return;
+    }
+    this.buffer.set(ev.seq, ev);
+  }
+
+  private drainContiguous(): void {
+    if (this.last === null) return;
+    const epoch = this.epoch;
+    for (let next = this.buffer.get(this.last + 1); next !== undefined; next = this.buffer.get(this.last + 1)) {
+      this.buffer.delete(next.seq);
+      this.deliver(next);
+      if (epoch !== this.epoch) return;
+    }
+    this.dropStale();
+  }
+
+  private dropStale(): void {
+    const last = this.last ?? 0;
+    for (const seq of this.buffer.keys()) if (seq <= last) this.buffer.delete(seq);
+  }
+
+  private deliver(ev: HeraldEvent): void {
+    this.last = ev.seq;
+    const out: ChatEvent = { ...ev, chat: this.id };
+    this.emit('event', out);
+    this.host.delivered(out);
+  }
+
+  private settleWaiters(ok: WatchOk): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) w.resolve(ok);
+  }
+
+  private cancelTimer(): void {
+    if (this.cancelRetry !== null) {
+      this.cancelRetry();
+      this.cancelRetry = null;
+    }
+  }
+}
+
+/** The event inside a push, without the push's routing fields. */
+function toEvent(push: EventPush): HeraldEvent {
+  const { ev: _ev, chat: _chat, ...event } = push;
+  return event;
+}

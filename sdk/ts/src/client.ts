@@ -1,0 +1,618 @@
+//! `HeraldClient`: one logical connection to herald that survives link drops.
+//!
+//! Owns: the connection state machine (disconnected, connecting, connected, closed), the `hello`
+//! handshake, request ids and their replies and timeouts, the ping watchdog, the reconnect policy per
+//! close code (codes.ts) with full-jitter backoff (backoff.ts), and routing pushes to chat handles.
+//! Does not own: per-chat ordering and gap repair (chat.ts), unsent messages (outbox.ts), socket
+//! details (transport.ts) or token caching (token.ts).
+//!
+//! States:
+//!
+//!     disconnected ──connect()──▶ connecting ──hello ok──▶ connected
+//!          ▲                        ▲    │                    │
+//!          │                        │    └──(retry, backoff)◀─┘ link lost (any reconnecting close code)
+//!          └── disconnect(), or a token that fails again after a refresh
+//!     any state ──close()──▶ closed (final)
+
+import { Backoff } from './backoff.js';
+import { Chat, type ChatHost } from './chat.js';
+import { closePolicy, CloseCode } from './codes.js';
+import { Emitter } from './emitter.js';
+import { HeraldError } from './errors.js';
+import { resolveOptions, type ClientOptions, type Settings } from './options.js';
+import { newClientId, Outbox } from './outbox.js';
+import { TokenSource } from './token.js';
+import { ABNORMAL_CLOSURE, endpointUrl, Link, resolveWebSocket, type WebSocketConstructor } from './transport.js';
+import type { ChatEvent, HelloOk, Op, PushFrame, ReplyFrame, RequestArgs, RequestOk, SeqOk } from './types.js';
+
+/** Where the client stands. */
+export type ClientState = 'disconnected' | 'connecting' | 'connected' | 'closed';
+
+/** Which states may follow which; anything else is a bug in this file. */
+const TRANSITIONS: Record<ClientState, readonly ClientState[]> = {
+  disconnected: ['connecting', 'closed'],
+  connecting: ['connected', 'disconnected', 'closed'],
+  connected: ['connecting', 'disconnected', 'closed'],
+  closed: [],
+};
+
+/** A change of client state. */
+export interface StateChange {
+  from: ClientState;
+  to: ClientState;
+}
+
+/** Why a link ended, and what the client does next. */
+export interface DisconnectInfo {
+  /** The close code: the server's, 1006 for a lost or refused socket, 1000 for the client's own close. */
+  code: number;
+  /** A few words on why (the server's close reason, or the client's: "ping timeout", ...). */
+  reason: string;
+  /** Milliseconds until the next attempt, or null when the client stopped reconnecting. */
+  reconnectInMs: number | null;
+}
+
+/** Events of a `HeraldClient`. */
+export interface ClientEvents extends Record<string, unknown> {
+  /** The state changed. */
+  state: StateChange;
+  /** A link was greeted; carries the `hello` reply. */
+  connected: HelloOk;
+  /** A link ended, or an attempt failed. */
+  disconnected: DisconnectInfo;
+  /** Something failed that no promise reports: a rejected token, a token provider, a bad frame. */
+  error: HeraldError;
+  /** An event of any watched chat, delivered once and in seq order per chat. */
+  event: ChatEvent;
+}
+
+/** A request written on a link, waiting for its reply. */
+interface Pending {
+  op: string;
+  link: Link;
+  resolve(ok: unknown): void;
+  reject(err: HeraldError): void;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+/** A request made while connecting, waiting for the link. */
+interface Queued {
+  op: Op;
+  args: object;
+  deadline: number;
+  resolve(ok: unknown): void;
+  reject(err: HeraldError): void;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+/** The heartbeat used when a `hello` reply carries none (the protocol's default server ping). */
+const DEFAULT_HEARTBEAT_MS = 25_000;
+
+/** The shortest ping interval accepted from a server, so a bad `heartbeat_ms` cannot make a busy loop. */
+const MIN_HEARTBEAT_MS = 1_000;
+
+/** The longest `after_ms` honoured from a `reconnect` push; past it, backoff takes over. */
+const MAX_RECONNECT_AFTER_MS = 5 * 60_000;
+
+/**
+ * A link that lived this long counts as a success, and the next drop starts backoff from the base
+ * window again. Resetting on every `hello` instead would let a server that accepts and then cuts each
+ * link (4008 in a loop) be hammered at the base rate forever.
+ */
+const STABLE_CONNECTION_MS = 10_000;
+
+/** Runs `fn` after `ms`; returns a function that cancels it. */
+function schedule(fn: () => void, ms: number): () => void {
+  const t = setTimeout(fn, ms);
+  return () => clearTimeout(t);
+}
+
+/** UTF-8 length of `s`, computed only when the string could be over `limit`. */
+function overLimit(s: string, limit: number): boolean {
+  if (s.length * 3 <= limit) return false; // a UTF-16 unit is at most 3 UTF-8 bytes
+  return new TextEncoder().encode(s).length > limit;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function isSeq(v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0;
+}
+
+/** Ids of workspaces, users and chats (PROTOCOL.md, "Identity"). */
+const ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+/**
+ * A herald client. Create it, call `connect()`, get chat handles with `chat(id)`.
+ *
+ * ```ts
+ * const client = new HeraldClient({ url: 'ws://localhost:8080/v1/ws', workspace: 'acme', token: getToken });
+ * client.on('state', ({ to }) => console.log('herald is', to));
+ * await client.connect();
+ * const general = client.chat('general');
+ * general.on('event', (ev) => render(ev));
+ * await general.join();
+ * await general.watch();
+ * await general.send({ text: 'hi' });
+ * ```
+ */
+export class HeraldClient extends Emitter<ClientEvents> {
+  private readonly s: Settings;
+  private readonly ctor: WebSocketConstructor;
+  private readonly endpoint: string;
+  private readonly tokens: TokenSource;
+  private readonly backoff: Backoff;
+  private readonly outbox: Outbox;
+  private readonly chats = new Map<string, Chat>();
+  private readonly chatHost: ChatHost;
+
+  private current: ClientState = 'disconnected';
+  /** The link of the current attempt or connection; null while waiting to reconnect or stopped. */
+  private link: Link | null = null;
+  private helloOk: HelloOk | null = null;
+  private connectedAt = 0;
+  private nextId = 1;
+  private readonly pending = new Map<number, Pending>();
+  private queued: Queued[] = [];
+  private connectWaiters: Array<{ resolve(ok: HelloOk): void; reject(err: HeraldError): void }> = [];
+  /** Bumped when an attempt starts or the client stops, so a token fetched for an old attempt is dropped. */
+  private generation = 0;
+  /** Set after a rejected token was replaced; a second rejection then stops the client. */
+  private authRetried = false;
+  /** When a `reconnect` push asked us to come back (absolute ms), until the next attempt uses it. */
+  private reconnectAt: number | null = null;
+  private cancelReconnect: (() => void) | null = null;
+  private cancelConnectTimeout: (() => void) | null = null;
+  private cancelPing: (() => void) | null = null;
+  private cancelDrain: (() => void) | null = null;
+
+  /** Validates the options; throws `TypeError` for unusable ones (no WebSocket, bad workspace, ...). */
+  constructor(options: ClientOptions) {
+    super();
+    this.s = resolveOptions(options);
+    this.ctor = resolveWebSocket(this.s.WebSocket);
+    this.endpoint = endpointUrl(this.s.url, this.s.workspace);
+    this.tokens = new TokenSource(this.s.token, this.s.tokenRefreshMarginMs);
+    this.backoff = new Backoff(this.s.backoff, this.s.random);
+    // Getters rather than copies: both hosts must see the connection as it is at each call.
+    const self = this;
+    this.outbox = new Outbox(
+      {
+        get connected() {
+          return self.isConnected;
+        },
+        sendRequest: (args) => this.sendRequest(args),
+        schedule,
+      },
+      this.s.maxQueue,
+      this.s.sendRetries,
+      () => newClientId(this.s.random),
+    );
+    this.chatHost = {
+      get connected() {
+        return self.isConnected;
+      },
+      request: (op, args) => this.request(op, args),
+      send: (chat, body, clientId) => this.outbox.enqueue(chat, body, clientId),
+      delivered: (ev) => this.emit('event', ev),
+      schedule,
+      fetchPageSize: this.s.fetchPageSize,
+      maxBufferedEvents: this.s.maxBufferedEvents,
+    };
+  }
+
+  /** The current state. */
+  get state(): ClientState {
+    return this.current;
+  }
+
+  /** The `hello` reply of the current connection (user, node, session, heartbeat), or null. */
+  get session(): HelloOk | null {
+    return this.helloOk;
+  }
+
+  /** Sends not yet acknowledged (waiting, written or sleeping before a retry). */
+  get unacknowledgedSends(): number {
+    return this.outbox.size;
+  }
+
+  /**
+   * Starts connecting (if not already) and resolves once connected. It keeps retrying with backoff
+   * through failures; it rejects only when the client stops: a token rejected again after a refresh
+   * (`unauthenticated`), `disconnect()` or `close()`.
+   */
+  connect(): Promise<HelloOk> {
+    if (this.current === 'closed') return Promise.reject(new HeraldError('closed', 'herald: the client is closed'));
+    if (this.current === 'connected' && this.helloOk !== null) return Promise.resolve(this.helloOk);
+    const p = new Promise<HelloOk>((resolve, reject) => this.connectWaiters.push({ resolve, reject }));
+    if (this.current === 'disconnected') {
+      this.authRetried = false;
+      this.backoff.reset();
+      this.setState('connecting');
+      void this.startAttempt();
+    }
+    return p;
+  }
+
+  /**
+   * Drops the link and stops reconnecting. Watches and unsent messages are kept and resume on the next
+   * `connect()`; requests waiting for the link reject with `disconnected`.
+   */
+  disconnect(): void {
+    if (this.current === 'disconnected' || this.current === 'closed') return;
+    const err = new HeraldError('disconnected', 'herald: disconnect() was called');
+    if (this.link !== null) this.detach(this.link, 'client disconnect', err);
+    this.stop(1000, 'client disconnect', null);
+  }
+
+  /** Closes the client for good: every pending promise rejects with `closed`, timers stop. */
+  close(): void {
+    if (this.current === 'closed') return;
+    const err = new HeraldError('closed', 'herald: the client was closed');
+    if (this.link !== null) this.detach(this.link, 'client close', err);
+    this.generation++;
+    this.clearTimers();
+    this.outbox.close(err);
+    for (const chat of this.chats.values()) chat.shutdown(err);
+    this.failWaiting(err);
+    this.setState('closed');
+  }
+
+  /**
+   * The handle of chat `id`; the same object for the same id, so its listeners and watch survive
+   * reconnects. Handles are kept for the client's lifetime and hold no buffers unless watched.
+   */
+  chat(id: string): Chat {
+    if (!ID_PATTERN.test(id)) throw new TypeError('herald: chat ids are 1 to 128 characters of A-Z a-z 0-9 _ . : -');
+    let chat = this.chats.get(id);
+    if (chat === undefined) {
+      chat = new Chat(id, this.chatHost);
+      this.chats.set(id, chat);
+    }
+    return chat;
+  }
+
+  // ---- state --------------------------------------------------------------------------------
+
+  private get isConnected(): boolean {
+    return this.current === 'connected' && this.link !== null;
+  }
+
+  private setState(to: ClientState): void {
+    const from = this.current;
+    if (from === to) return;
+    if (!TRANSITIONS[from].includes(to)) throw new Error(`herald: no transition ${from} -> ${to}`);
+    this.current = to;
+    this.emit('state', { from, to });
+  }
+
+  // ---- connecting ---------------------------------------------------------------------------
+
+  private async startAttempt(): Promise<void> {
+    const gen = ++this.generation;
+    let token: string;
+    try {
+      token = await this.tokens.get();
+    } catch (err) {
+      if (gen !== this.generation || this.current !== 'connecting') return;
+      const e = err instanceof HeraldError ? err : new HeraldError('token', String(err), { cause: err });
+      this.emit('error', e);
+      this.retryLater(ABNORMAL_CLOSURE, 'token provider failed', this.backoff.next());
+      return;
+    }
+    if (gen !== this.generation || this.current !== 'connecting') return;
+    let link: Link;
+    try {
+      link = new Link(this.ctor, this.endpoint, {
+        onOpen: () => this.onOpen(link, token),
+        onFrame: (text) => this.onFrame(link, text),
+        onClose: (code, reason) => this.lost(link, code, reason),
+      });
+    } catch (err) {
+      this.emit('error', new HeraldError('internal', `herald: cannot open a WebSocket: ${String(err)}`, { cause: err }));
+      this.retryLater(ABNORMAL_CLOSURE, 'socket failed to open', this.backoff.next());
+      return;
+    }
+    this.link = link;
+    // One bound for open + hello: a socket stuck in CONNECTING must not hold the client forever.
+    this.cancelConnectTimeout = schedule(() => {
+      this.cancelConnectTimeout = null;
+      this.lost(link, ABNORMAL_CLOSURE, 'connect timeout');
+    }, this.s.requestTimeoutMs);
+  }
+
+  private onOpen(link: Link, token: string): void {
+    if (link !== this.link) return;
+    // `hello` must be the first frame of a connection, so it bypasses the queue of waiting requests.
+    this.call(link, 'hello', { token }, this.s.requestTimeoutMs).then(
+      (ok) => this.onHello(link, ok as HelloOk),
+      (err: HeraldError) => {
+        if (link !== this.link) return;
+        if (err.code === 'unauthenticated') this.lost(link, CloseCode.Unauthenticated, err.message);
+        else this.lost(link, ABNORMAL_CLOSURE, `hello failed: ${err.code}`);
+      },
+    );
+  }
+
+  private onHello(link: Link, ok: HelloOk): void {
+    if (link !== this.link) return;
+    this.cancelConnectTimeout?.();
+    this.cancelConnectTimeout = null;
+    this.helloOk = ok;
+    this.connectedAt = Date.now();
+    this.authRetried = false;
+    this.setState('connected');
+    this.emit('connected', ok);
+    const waiters = this.connectWaiters;
+    this.connectWaiters = [];
+    for (const w of waiters) w.resolve(ok);
+    const hb = typeof ok.heartbeat_ms === 'number' && ok.heartbeat_ms > 0 ? ok.heartbeat_ms : DEFAULT_HEARTBEAT_MS;
+    this.schedulePing(link, Math.max(MIN_HEARTBEAT_MS, hb));
+    // Resume in this order: watches first (so resumed history arrives early), then sends, then the rest.
+    for (const chat of this.chats.values()) {
+      if (link !== this.link) return; // a listener dropped the link meanwhile
+      chat.linkUp();
+    }
+    this.outbox.flush();
+    this.flushQueued(link);
+  }
+
+  // ---- watchdog -----------------------------------------------------------------------------
+
+  /**
+   * Browsers hide WebSocket-level pings, so a half-open TCP link (a laptop lid closed, a NAT that
+   * forgot us) looks healthy until the OS gives up, minutes later. A protocol `ping` every heartbeat
+   * with its own short timeout finds such a link within heartbeat + pingTimeout.
+   */
+  private schedulePing(link: Link, heartbeatMs: number): void {
+    this.cancelPing = schedule(() => {
+      this.cancelPing = null;
+      if (link !== this.link) return;
+      this.call(link, 'ping', {}, this.s.pingTimeoutMs).then(
+        () => {
+          if (link === this.link) this.schedulePing(link, heartbeatMs);
+        },
+        (err: HeraldError) => {
+          if (link !== this.link) return;
+          if (err.code === 'timeout') this.lost(link, ABNORMAL_CLOSURE, 'ping timeout');
+          else this.schedulePing(link, heartbeatMs); // an answer, even an error, proves the link alive
+        },
+      );
+    }, heartbeatMs);
+  }
+
+  // ---- losing a link ------------------------------------------------------------------------
+
+  /** Tears a link down: stop its timers, fail the requests written on it, suspend watched chats. */
+  private detach(link: Link, reason: string, err: HeraldError): void {
+    if (link !== this.link) return;
+    this.link = null;
+    this.helloOk = null;
+    link.abandon(reason);
+    this.cancelConnectTimeout?.();
+    this.cancelConnectTimeout = null;
+    this.cancelPing?.();
+    this.cancelPing = null;
+    this.cancelDrain?.();
+    this.cancelDrain = null;
+    for (const [id, p] of this.pending) {
+      if (p.link !== link) continue;
+      clearTimeout(p.timer);
+      this.pending.delete(id);
+      p.reject(new HeraldError(err.code, `${err.message} (${p.op} outcome unknown)`, { op: p.op, closeCode: err.closeCode }));
+    }
+    for (const chat of this.chats.values()) chat.linkDown();
+  }
+
+  /** The current link closed or was found dead: apply the close code's policy. */
+  private lost(link: Link, code: number, reason: string): void {
+    if (link !== this.link) return;
+    const lived = this.current === 'connected' ? Date.now() - this.connectedAt : 0;
+    this.detach(link, reason, new HeraldError('disconnected', `herald: link closed (${code}${reason ? ` ${reason}` : ''})`, { closeCode: code }));
+    if (lived >= STABLE_CONNECTION_MS) this.backoff.reset();
+    const policy = closePolicy(code);
+    if (policy === 'refresh_token') {
+      if (!this.tokens.canRefresh || this.authRetried) {
+        const again = this.tokens.canRefresh ? ' again after a refresh' : ' (a fixed token cannot be refreshed)';
+        this.stop(code, reason, new HeraldError('unauthenticated', `herald: the server rejected the token${again}`, { closeCode: code }));
+        return;
+      }
+      this.authRetried = true;
+      this.tokens.invalidate();
+      this.retryLater(code, reason, this.backoff.next());
+      return;
+    }
+    let delay: number;
+    if (this.reconnectAt !== null) {
+      // The server spread its clients' return over a window; keep our place in it.
+      delay = Math.max(0, this.reconnectAt - Date.now());
+      this.reconnectAt = null;
+    } else if (policy === 'reconnect_slow') {
+      delay = this.s.throttledReconnectFloorMs + this.backoff.next();
+    } else {
+      delay = this.backoff.next();
+    }
+    this.retryLater(code, reason, delay);
+  }
+
+  private retryLater(code: number, reason: string, delay: number): void {
+    this.emit('disconnected', { code, reason, reconnectInMs: delay });
+    // A listener may have called disconnect() or close().
+    if (this.current !== 'connecting' && this.current !== 'connected') return;
+    this.setState('connecting');
+    this.cancelReconnect?.();
+    this.cancelReconnect = schedule(() => {
+      this.cancelReconnect = null;
+      if (this.current === 'connecting') void this.startAttempt();
+    }, delay);
+  }
+
+  /** Stops reconnecting: state `disconnected`, waiting callers rejected. */
+  private stop(code: number, reason: string, err: HeraldError | null): void {
+    this.generation++;
+    this.clearTimers();
+    this.emit('disconnected', { code, reason, reconnectInMs: null });
+    if (err !== null) this.emit('error', err);
+    if (this.current === 'closed' || this.current === 'disconnected') return;
+    this.setState('disconnected');
+    this.failWaiting(err ?? new HeraldError('disconnected', `herald: disconnected (${reason})`, { closeCode: code }));
+  }
+
+  private clearTimers(): void {
+    this.cancelReconnect?.();
+    this.cancelReconnect = null;
+    this.cancelConnectTimeout?.();
+    this.cancelConnectTimeout = null;
+    this.cancelPing?.();
+    this.cancelPing = null;
+    this.cancelDrain?.();
+    this.cancelDrain = null;
+    this.reconnectAt = null;
+  }
+
+  private failWaiting(err: HeraldError): void {
+    const waiters = this.connectWaiters;
+    this.connectWaiters = [];
+    for (const w of waiters) w.reject(err);
+    const queued = this.queued;
+    this.queued = [];
+    for (const q of queued) {
+      clearTimeout(q.timer);
+      q.reject(new HeraldError(err.code, err.message, { op: q.op, closeCode: err.closeCode }));
+    }
+  }
+
+  // ---- requests -----------------------------------------------------------------------------
+
+  /**
+   * A request for chat handles: written now when connected, else queued until the link is greeted.
+   * The timeout covers both the wait and the reply.
+   */
+  private request<O extends Op>(op: O, args: RequestArgs[O]): Promise<RequestOk[O]> {
+    if (this.current === 'closed') return Promise.reject(new HeraldError('closed', 'herald: the client is closed', { op }));
+    if (this.current === 'disconnected') {
+      return Promise.reject(new HeraldError('disconnected', 'herald: not connected; call connect() first', { op }));
+    }
+    if (this.isConnected) return this.call(this.link!, op, args, this.s.requestTimeoutMs) as Promise<RequestOk[O]>;
+    const deadline = Date.now() + this.s.requestTimeoutMs;
+    return new Promise((resolve, reject) => this.wait(op, args, deadline, resolve as (ok: unknown) => void, reject));
+  }
+
+  /** Parks a request until the link is greeted or `deadline` passes. */
+  private wait(op: Op, args: object, deadline: number, resolve: (ok: unknown) => void, reject: (err: HeraldError) => void): void {
+    const q: Queued = {
+      op,
+      args,
+      deadline,
+      resolve,
+      reject,
+      timer: setTimeout(() => {
+        this.queued = this.queued.filter((x) => x !== q);
+        reject(new HeraldError('timeout', `herald: not connected in time for ${op}`, { op }));
+      }, Math.max(0, deadline - Date.now())),
+    };
+    this.queued.push(q);
+  }
+
+  private flushQueued(link: Link): void {
+    const queued = this.queued;
+    this.queued = [];
+    for (const q of queued) {
+      clearTimeout(q.timer);
+      if (link !== this.link) {
+        // The link dropped while flushing: wait for the next one, within the original deadline.
+        this.wait(q.op, q.args, q.deadline, q.resolve, q.reject);
+        continue;
+      }
+      const left = Math.max(1, q.deadline - Date.now());
+      this.call(link, q.op, q.args, left).then(q.resolve, q.reject);
+    }
+  }
+
+  private sendRequest(args: { chat: string; body: unknown; client_id: string }): Promise<SeqOk> {
+    if (!this.isConnected) return Promise.reject(new HeraldError('disconnected', 'herald: not connected', { op: 'send' }));
+    return this.call(this.link!, 'send', args, this.s.requestTimeoutMs) as Promise<SeqOk>;
+  }
+
+  /** Writes `{"id", "op", ...args}` on `link` and resolves with the reply's `ok`. */
+  private call(link: Link, op: Op, args: object, timeoutMs: number): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const id = this.nextId++;
+      const text = JSON.stringify({ id, op, ...args });
+      if (overLimit(text, this.s.maxFrameBytes)) {
+        // The server would close the link with 1009, and a retried send would do it again on every link.
+        reject(new HeraldError('too_large', `herald: ${op} frame is over ${this.s.maxFrameBytes} bytes`, { op }));
+        return;
+      }
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new HeraldError('timeout', `herald: no reply to ${op} within ${timeoutMs} ms`, { op }));
+      }, timeoutMs);
+      this.pending.set(id, { op, link, resolve, reject, timer });
+      if (!link.send(text)) this.lost(link, ABNORMAL_CLOSURE, 'send failed');
+    });
+  }
+
+  // ---- frames from the server ---------------------------------------------------------------
+
+  private onFrame(link: Link, text: string): void {
+    if (link !== this.link) return;
+    let msg: unknown;
+    try {
+      msg = JSON.parse(text);
+    } catch {
+      this.emit('error', new HeraldError('protocol', 'herald: the server sent a frame that is not JSON'));
+      return;
+    }
+    if (!isObject(msg)) {
+      this.emit('error', new HeraldError('protocol', 'herald: the server sent a frame that is not an object'));
+      return;
+    }
+    if (typeof msg.id === 'number') {
+      this.onReply(msg as unknown as ReplyFrame);
+      return;
+    }
+    this.onPush(link, msg as unknown as PushFrame);
+  }
+
+  private onReply(msg: ReplyFrame): void {
+    const p = this.pending.get(msg.id);
+    if (p === undefined) return; // timed out already, or an answer to an older link
+    clearTimeout(p.timer);
+    this.pending.delete(msg.id);
+    if (msg.err !== undefined) p.reject(HeraldError.fromWire(isObject(msg.err) ? msg.err : { code: 'internal' }, p.op));
+    else p.resolve(msg.ok ?? {});
+  }
+
+  private onPush(link: Link, push: PushFrame): void {
+    switch (push.ev) {
+      case 'event':
+      case 'notify': {
+        if (typeof push.chat !== 'string' || !isSeq(push.seq) || push.seq === 0) {
+          this.emit('error', new HeraldError('protocol', `herald: a ${push.ev} push without a chat or seq`));
+          return;
+        }
+        const chat = this.chats.get(push.chat);
+        if (chat === undefined) return;
+        if (push.ev === 'event') chat.onEventPush(push);
+        else chat.onNotify(push);
+        return;
+      }
+      case 'reconnect': {
+        const after = isSeq(push.after_ms) ? Math.min(push.after_ms, MAX_RECONNECT_AFTER_MS) : 0;
+        this.reconnectAt = Date.now() + after;
+        // The server closes with 4012 next; if that close is late, leave by ourselves on time.
+        this.cancelDrain?.();
+        this.cancelDrain = schedule(() => {
+          this.cancelDrain = null;
+          this.lost(link, CloseCode.GoingAway, push.reason ?? 'reconnect requested');
+        }, after);
+        return;
+      }
+      default:
+        return; // a push this version does not know: ignore, as a newer server may send more kinds
+    }
+  }
+}

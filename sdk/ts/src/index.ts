@@ -1,0 +1,28 @@
+//! The public surface of `@herald/client`.
+//!
+//! Owns: what is exported. Everything else in src/ is an implementation detail.
+
+export { HeraldClient } from './client.js';
+export type { ClientEvents, ClientState, DisconnectInfo, StateChange } from './client.js';
+export { Chat } from './chat.js';
+export type { ChatEvents, SendOptions, WatchOptions, WatchState, WatchStateChange } from './chat.js';
+export type { ClientOptions } from './options.js';
+export { HeraldError, isHeraldError } from './errors.js';
+export type { HeraldErrorInit } from './errors.js';
+export { CloseCode, closePolicy } from './codes.js';
+export type { ClientErrorCode, ClosePolicy, ErrorCode, ServerErrorCode } from './codes.js';
+export { backoffCeiling, fullJitter, DEFAULT_BACKOFF } from './backoff.js';
+export type { BackoffOptions } from './backoff.js';
+export { jwtExp } from './token.js';
+export type { TokenProvider } from './token.js';
+export type { WebSocketConstructor, WebSocketLike } from './transport.js';
+export type {
+  ChatEvent,
+  EventType,
+  FetchOk,
+  HeraldEvent,
+  HelloOk,
+  JoinOk,
+  SeqOk,
+  WatchOk,
+} from './types.js';

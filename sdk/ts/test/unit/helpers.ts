@@ -1,0 +1,32 @@
+//! Shared helpers for unit tests: a client wired to a fake server, and time control.
+
+import { vi } from 'vitest';
+import { HeraldClient } from '../../src/client.js';
+import type { ClientOptions } from '../../src/options.js';
+import { FakeHerald } from '../fake/fake-herald.js';
+
+/** Lets microtasks (fake socket deliveries, promise chains) run and advances fake time by `ms`. */
+export async function tick(ms = 0): Promise<void> {
+  await vi.advanceTimersByTimeAsync(ms);
+}
+
+/** A client on a fresh fake server; `random` is fixed so backoff delays are predictable. */
+export function setup(opts: Partial<ClientOptions> = {}): { server: FakeHerald; client: HeraldClient } {
+  const server = new FakeHerald();
+  const client = new HeraldClient({
+    url: 'ws://herald.test/v1/ws',
+    workspace: 'acme',
+    token: 'tok',
+    WebSocket: server.WebSocket,
+    random: () => 0.5,
+    ...opts,
+  });
+  return { server, client };
+}
+
+/** Connects and waits for `connected`. */
+export async function connected(client: HeraldClient): Promise<void> {
+  const p = client.connect();
+  await tick();
+  await p;
+}
