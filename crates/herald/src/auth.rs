@@ -54,10 +54,15 @@ impl Tokens {
         validation.leeway = 0;
         validation.validate_exp = true;
         validation.validate_nbf = true;
-        validation.set_required_spec_claims(&["exp", "sub"]);
         match audience {
-            Some(aud) => validation.set_audience(&[aud]),
-            None => validation.validate_aud = false,
+            Some(aud) => {
+                validation.set_required_spec_claims(&["exp", "sub", "aud"]);
+                validation.set_audience(&[aud]);
+            }
+            None => {
+                validation.set_required_spec_claims(&["exp", "sub"]);
+                validation.validate_aud = false;
+            }
         }
         Tokens {
             decoding: DecodingKey::from_secret(secret.as_bytes()),

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 /// The settings as given: everything optional, merged from flags, env and file.
 #[derive(Debug, Default, Clone, Args, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ServeArgs {
     /// A TOML file whose keys are these flags' names.
     #[arg(long, env = "HERALD_CONFIG")]

@@ -347,7 +347,7 @@ impl Conn<'_> {
                     return r.map_err(|_| ());
                 }
                 _ = self.outbox.changed() => {
-                    if self.outbox.closing() {
+                    if self.outbox.overflowed() {
                         return Err(());
                     }
                 }

@@ -91,6 +91,12 @@ impl Outbox {
         self.state.lock().expect("outbox lock").close.is_some()
     }
 
+    /// Whether the queue overflowed: the peer is not keeping up, so a write
+    /// blocked on it should be abandoned rather than finished.
+    pub fn overflowed(&self) -> bool {
+        matches!(self.state.lock().expect("outbox lock").close, Some((CloseCode::SLOW_CONSUMER, _)))
+    }
+
     /// Moves up to `max_frames` queued frames into `out`. Returns the close
     /// request once no frames are left ahead of it.
     pub fn drain(&self, max_frames: usize, out: &mut Vec<Frame>) -> Option<(CloseCode, &'static str)> {

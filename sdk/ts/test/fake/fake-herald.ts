@@ -230,6 +230,13 @@ export class FakeHerald {
         }
         return;
       }
+      case 'leave': {
+        const c = this.chat(chatId);
+        if (c.members.delete(this.user)) this.store(chatId, 'leave', {});
+        for (const s of this.sockets) s.watching.delete(chatId);
+        ok({});
+        return;
+      }
       case 'unwatch':
         conn.watching.delete(chatId);
         ok({});

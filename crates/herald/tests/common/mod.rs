@@ -1,0 +1,337 @@
+//! Test harness: a real herald on 127.0.0.1:0 (in process through `run`, or
+//! the binary), a small HTTP client, and a WebSocket client that keeps
+//! replies and pushes apart.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub const SECRET: &str = "test-secret";
+pub const API_KEY: &str = "test-api-key";
+/// Longest any single expectation waits.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A server started in this process.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub data: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Starts a server with test secrets; `tweak` may change its config.
+    pub async fn start_with(tweak: impl FnOnce(&mut herald::Config)) -> TestServer {
+        let data = tempfile::tempdir().expect("tempdir");
+        let mut config = herald::Config::for_tests(data.path().to_path_buf(), SECRET, API_KEY);
+        config.drain_window = Duration::from_millis(200);
+        tweak(&mut config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(herald::run(listener, config, async move {
+            let _ = rx.await;
+        }));
+        TestServer { addr, data, stop: Some(tx), task: Some(task) }
+    }
+
+    /// Sends the shutdown signal and waits for `run` to return.
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(20), task).await.expect("server stops").unwrap().unwrap();
+        }
+    }
+
+    pub fn ws_url(&self, ws: &str) -> String {
+        format!("ws://{}/v1/ws?ws={ws}", self.addr)
+    }
+
+    pub async fn token(&self, ws: &str, user: &str) -> String {
+        token_at(self.addr, ws, user).await
+    }
+
+    /// A connected client that said hello as `user` of `ws`.
+    pub async fn client(&self, ws: &str, user: &str) -> Client {
+        let token = self.token(ws, user).await;
+        let mut c = Client::connect(&self.ws_url(ws)).await;
+        let r = c.request(json!({"op": "hello", "token": token})).await;
+        assert!(r.get("ok").is_some(), "hello failed: {r}");
+        c
+    }
+
+    pub async fn http(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        http(self.addr, method, path, Some(API_KEY), body).await
+    }
+}
+
+pub async fn token_at(addr: SocketAddr, ws: &str, user: &str) -> String {
+    let (status, body) = http(addr, "POST", "/v1/tokens", Some(API_KEY), Some(json!({"workspace": ws, "user": user}))).await;
+    assert_eq!(status, 200, "{body}");
+    body["token"].as_str().unwrap().to_string()
+}
+
+/// One HTTP/1.1 request with `Connection: close`; returns status and JSON body (or the text as a string).
+pub async fn http(addr: SocketAddr, method: &str, path: &str, api_key: Option<&str>, body: Option<Value>) -> (u16, Value) {
+    let (status, text) = http_raw(addr, method, path, api_key, body.map(|b| b.to_string())).await;
+    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, value)
+}
+
+pub async fn http_raw(addr: SocketAddr, method: &str, path: &str, api_key: Option<&str>, body: Option<String>) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let body = body.unwrap_or_default();
+    let auth = api_key.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(WAIT, s.read_to_end(&mut buf)).await.expect("http answer in time").unwrap();
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status: u16 = text.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status line");
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+/// A WebSocket client that sorts server frames into replies and pushes.
+pub struct Client {
+    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_id: i64,
+    pushes: std::collections::VecDeque<Value>,
+    replies: std::collections::HashMap<i64, Value>,
+    /// Set once the server closed: (code, reason).
+    pub closed: Option<(u16, String)>,
+}
+
+impl Client {
+    pub async fn connect(url: &str) -> Client {
+        let (ws, _) = tokio_tungstenite::connect_async(url).await.expect("websocket connect");
+        Client { ws, next_id: 1, pushes: Default::default(), replies: Default::default(), closed: None }
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        self.ws.send(Message::Text(text.into())).await.expect("send");
+    }
+
+    /// Sends `req` with a fresh id; returns that id.
+    pub async fn send(&mut self, mut req: Value) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        req["id"] = json!(id);
+        self.send_text(&req.to_string()).await;
+        id
+    }
+
+    /// Sends `req` and waits for its reply.
+    pub async fn request(&mut self, req: Value) -> Value {
+        let id = self.send(req).await;
+        self.reply(id).await
+    }
+
+    /// Sends `req`, expects `ok`, returns it.
+    pub async fn ok(&mut self, req: Value) -> Value {
+        let r = self.request(req.clone()).await;
+        r.get("ok").cloned().unwrap_or_else(|| panic!("{req} failed: {r}"))
+    }
+
+    /// Sends `req`, expects `err` with `code`, returns the err object.
+    pub async fn err(&mut self, req: Value, code: &str) -> Value {
+        let r = self.request(req.clone()).await;
+        let err = r.get("err").cloned().unwrap_or_else(|| panic!("{req} did not fail: {r}"));
+        assert_eq!(err["code"], code, "{req}: {r}");
+        err
+    }
+
+    pub async fn reply(&mut self, id: i64) -> Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(r) = self.replies.remove(&id) {
+                return r;
+            }
+            assert!(self.read_one(deadline).await, "no reply to request {id}; closed: {:?}", self.closed);
+        }
+    }
+
+    /// The next push, waiting at most `WAIT`.
+    pub async fn push(&mut self) -> Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(p) = self.pushes.pop_front() {
+                return p;
+            }
+            assert!(self.read_one(deadline).await, "no push; closed: {:?}", self.closed);
+        }
+    }
+
+    /// The next push if one comes within `wait`.
+    pub async fn push_within(&mut self, wait: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(p) = self.pushes.pop_front() {
+                return Some(p);
+            }
+            if !self.read_one(deadline).await {
+                return None;
+            }
+        }
+    }
+
+    /// The next `n` event pushes of `chat` (other pushes are kept aside).
+    pub async fn events(&mut self, chat: &str, n: usize) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut other = Vec::new();
+        while out.len() < n {
+            let p = self.push().await;
+            if p["ev"] == "event" && p["chat"] == chat { out.push(p) } else { other.push(p) }
+        }
+        for p in other.into_iter().rev() {
+            self.pushes.push_front(p);
+        }
+        out
+    }
+
+    /// Waits for the server's close; returns its code.
+    pub async fn closed_with(&mut self) -> u16 {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while self.closed.is_none() {
+            assert!(self.read_one(deadline).await || self.closed.is_some(), "server did not close");
+        }
+        self.closed.as_ref().unwrap().0
+    }
+
+    /// Reads one frame. False on timeout or end of stream.
+    async fn read_one(&mut self, deadline: tokio::time::Instant) -> bool {
+        if self.closed.is_some() {
+            return false;
+        }
+        let msg = match tokio::time::timeout_at(deadline, self.ws.next()).await {
+            Err(_) => return false,
+            Ok(None) => {
+                self.closed = Some((1006, "eof".into()));
+                return false;
+            }
+            Ok(Some(Err(e))) => {
+                self.closed = Some((1006, e.to_string()));
+                return false;
+            }
+            Ok(Some(Ok(m))) => m,
+        };
+        match msg {
+            Message::Text(t) => {
+                let v: Value = serde_json::from_str(t.as_str()).expect("server frames are JSON");
+                match v.get("id").and_then(Value::as_i64) {
+                    Some(id) if v.get("ev").is_none() => {
+                        self.replies.insert(id, v);
+                    }
+                    _ if v.get("id").is_some() => {
+                        // An error reply with id null.
+                        self.replies.insert(0, v);
+                    }
+                    _ => self.pushes.push_back(v),
+                }
+            }
+            Message::Close(frame) => {
+                let (code, reason) = frame.map(|f| (u16::from(f.code), f.reason.to_string())).unwrap_or((1005, String::new()));
+                self.closed = Some((code, reason));
+            }
+            _ => {}
+        }
+        true
+    }
+}
+
+/// Starts the real binary; returns the child and its address.
+pub struct BinServer {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+}
+
+impl BinServer {
+    pub fn start(data: &std::path::Path, extra_env: &[(&str, &str)]) -> BinServer {
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_herald"));
+        cmd.args(["serve", "--listen", &addr.to_string(), "--data"])
+            .arg(data)
+            .env("HERALD_JWT_SECRET", SECRET)
+            .env("HERALD_API_KEY", API_KEY)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start herald");
+        BinServer { child, addr }
+    }
+
+    pub async fn wait_ready(&self) {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Ok(s) = TcpStream::connect(self.addr).await {
+                drop(s);
+                let (status, _) = http(self.addr, "GET", "/readyz", None, None).await;
+                if status == 200 {
+                    return;
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "herald did not become ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for BinServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn data_dir() -> PathBuf {
+    tempfile::tempdir().unwrap().keep()
+}
+
+pub fn close_code(c: CloseCode) -> u16 {
+    u16::from(c)
+}

@@ -1,0 +1,271 @@
+//! Protocol v1 over a real server: every op, error and close code.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn hello_then_every_op() {
+    let s = TestServer::start().await;
+    let token = s.token("acme", "alice").await;
+    let mut a = Client::connect(&s.ws_url("acme")).await;
+    let hello = a.ok(json!({"op": "hello", "token": token})).await;
+    assert_eq!(hello["user"], "alice");
+    assert_eq!(hello["workspace"], "acme");
+    assert!(hello["node"].as_str().is_some_and(|n| !n.is_empty()));
+    assert!(hello["session"].as_str().is_some_and(|n| !n.is_empty()));
+    assert_eq!(hello["heartbeat_ms"], 25000);
+    assert_eq!(a.ok(json!({"op": "ping"})).await, json!({}));
+
+    let join = a.ok(json!({"op": "join", "chat": "general"})).await;
+    assert_eq!(join, json!({"chat": "general", "seq": 1, "members": 1}));
+    // Joining twice is a no-op without a new event.
+    assert_eq!(a.ok(json!({"op": "join", "chat": "general"})).await, json!({"chat": "general", "seq": 1, "members": 1}));
+
+    let mut b = s.client("acme", "bob").await;
+    assert_eq!(b.ok(json!({"op": "join", "chat": "general"})).await["members"], 2);
+    let w = b.ok(json!({"op": "watch", "chat": "general"})).await;
+    assert_eq!(w, json!({"chat": "general", "seq": 2}));
+
+    let sent = a.ok(json!({"op": "send", "chat": "general", "body": {"text": "hi"}, "client_id": "m-1"})).await;
+    assert_eq!(sent, json!({"seq": 3}));
+    let ev = b.push().await;
+    assert_eq!(ev["ev"], "event");
+    assert_eq!(ev["chat"], "general");
+    assert_eq!(ev["seq"], 3);
+    assert_eq!(ev["type"], "message");
+    assert_eq!(ev["user"], "alice");
+    assert_eq!(ev["body"], json!({"text": "hi"}));
+    assert_eq!(ev["client_id"], "m-1");
+    assert!(ev["ts"].as_i64().unwrap() > 1_700_000_000_000);
+
+    // Same client_id again: the first seq, nothing new stored or pushed.
+    assert_eq!(a.ok(json!({"op": "send", "chat": "general", "body": {"text": "hi"}, "client_id": "m-1"})).await, json!({"seq": 3}));
+
+    let r = a.ok(json!({"op": "react", "chat": "general", "target": 3, "emoji": "+1"})).await;
+    assert_eq!(r, json!({"seq": 4}));
+    let ev = b.push().await;
+    assert_eq!((ev["seq"].clone(), ev["type"].clone()), (json!(4), json!("reaction")));
+    assert_eq!(ev["body"], json!({"target": 3, "emoji": "+1", "on": true}));
+    a.ok(json!({"op": "react", "chat": "general", "target": 3, "emoji": "+1", "on": false})).await;
+    assert_eq!(b.push().await["body"]["on"], false);
+
+    // Read position: forward stores a read event; backward stores nothing and answers the stored position.
+    assert_eq!(a.ok(json!({"op": "read", "chat": "general", "seq": 4})).await, json!({"seq": 4}));
+    let ev = b.push().await;
+    assert_eq!((ev["type"].clone(), ev["body"].clone(), ev["seq"].clone()), (json!("read"), json!({"seq": 4}), json!(6)));
+    assert_eq!(a.ok(json!({"op": "read", "chat": "general", "seq": 2})).await, json!({"seq": 4}));
+
+    let f = a.ok(json!({"op": "fetch", "chat": "general", "after": 0})).await;
+    let seqs: Vec<u64> = f["events"].as_array().unwrap().iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(f["seq"], 6);
+    assert_eq!(f["more"], false);
+    assert_eq!(f["events"][0]["type"], "join");
+    assert_eq!(f["events"][0]["body"], json!({}));
+    let f = a.ok(json!({"op": "fetch", "chat": "general", "after": 2, "limit": 2})).await;
+    assert_eq!(f["events"].as_array().unwrap().len(), 2);
+    assert_eq!(f["more"], true);
+
+    assert_eq!(b.ok(json!({"op": "unwatch", "chat": "general"})).await, json!({}));
+    a.ok(json!({"op": "send", "chat": "general", "body": "after unwatch"})).await;
+    assert!(b.push_within(Duration::from_millis(300)).await.is_none(), "no pushes after unwatch");
+
+    // Leave: a leave event, the count goes down, and the member's watches end.
+    b.ok(json!({"op": "watch", "chat": "general"})).await;
+    assert_eq!(a.ok(json!({"op": "leave", "chat": "general"})).await, json!({}));
+    let ev = b.push().await;
+    assert_eq!((ev["type"].clone(), ev["user"].clone()), (json!("leave"), json!("alice")));
+    a.err(json!({"op": "send", "chat": "general", "body": 1}), "forbidden").await;
+    a.err(json!({"op": "fetch", "chat": "general", "after": 0}), "forbidden").await;
+    assert_eq!(b.ok(json!({"op": "join", "chat": "general"})).await["members"], 1);
+}
+
+#[tokio::test]
+async fn a_watcher_leaving_stops_its_pushes() {
+    let s = TestServer::start().await;
+    let mut a = s.client("w", "alice").await;
+    let mut b = s.client("w", "bob").await;
+    a.ok(json!({"op": "join", "chat": "c"})).await;
+    b.ok(json!({"op": "join", "chat": "c"})).await;
+    a.ok(json!({"op": "watch", "chat": "c"})).await;
+    a.ok(json!({"op": "leave", "chat": "c"})).await;
+    // The leaver sees its own leave event, then nothing more of the chat.
+    let own = a.push().await;
+    assert_eq!((own["type"].clone(), own["user"].clone()), (json!("leave"), json!("alice")));
+    b.ok(json!({"op": "send", "chat": "c", "body": "x"})).await;
+    assert!(a.push_within(Duration::from_millis(300)).await.is_none());
+}
+
+#[tokio::test]
+async fn members_only_ops_are_forbidden_to_others_and_missing_chats_are_not_found() {
+    let s = TestServer::start().await;
+    let mut a = s.client("w", "alice").await;
+    let mut eve = s.client("w", "eve").await;
+    a.ok(json!({"op": "join", "chat": "c"})).await;
+    for op in [
+        json!({"op": "watch", "chat": "c"}),
+        json!({"op": "send", "chat": "c", "body": 1}),
+        json!({"op": "react", "chat": "c", "target": 1, "emoji": "x"}),
+        json!({"op": "read", "chat": "c", "seq": 1}),
+        json!({"op": "fetch", "chat": "c", "after": 0}),
+    ] {
+        eve.err(op, "forbidden").await;
+    }
+    a.err(json!({"op": "fetch", "chat": "nope", "after": 0}), "not_found").await;
+    a.err(json!({"op": "watch", "chat": "nope"}), "not_found").await;
+    a.err(json!({"op": "send", "chat": "nope", "body": 1}), "not_found").await;
+    a.err(json!({"op": "react", "chat": "c", "target": 99, "emoji": "x"}), "not_found").await;
+    a.err(json!({"op": "read", "chat": "c", "seq": 99}), "bad_request").await;
+}
+
+#[tokio::test]
+async fn closed_chats_need_the_http_api() {
+    let s = TestServer::start().await;
+    let (st, v) = s.http("PUT", "/v1/workspaces/w/chats/staff", Some(json!({"open": false}))).await;
+    assert_eq!(st, 200);
+    assert_eq!(v, json!({"chat": "staff", "seq": 0, "members": 0, "open": false}));
+    let mut a = s.client("w", "alice").await;
+    a.err(json!({"op": "join", "chat": "staff"}), "forbidden").await;
+    let (st, v) = s.http("PUT", "/v1/workspaces/w/chats/staff/members/alice", None).await;
+    assert_eq!((st, v), (200, json!({"seq": 1})));
+    assert_eq!(a.ok(json!({"op": "join", "chat": "staff"})).await, json!({"chat": "staff", "seq": 1, "members": 1}));
+}
+
+#[tokio::test]
+async fn workspaces_never_see_each_other() {
+    let s = TestServer::start().await;
+    let mut a = s.client("acme", "alice").await;
+    a.ok(json!({"op": "join", "chat": "general"})).await;
+    a.ok(json!({"op": "send", "chat": "general", "body": "secret"})).await;
+    let mut m = s.client("globex", "alice").await;
+    // Same chat name, same user name, other workspace: a different, empty chat.
+    m.err(json!({"op": "fetch", "chat": "general", "after": 0}), "not_found").await;
+    assert_eq!(m.ok(json!({"op": "join", "chat": "general"})).await, json!({"chat": "general", "seq": 1, "members": 1}));
+    let f = m.ok(json!({"op": "fetch", "chat": "general", "after": 0})).await;
+    assert_eq!(f["events"].as_array().unwrap().len(), 1);
+    // The HTTP API is scoped the same way.
+    let (_, v) = s.http("GET", "/v1/workspaces/acme/chats/general", None).await;
+    assert_eq!(v["seq"], 2);
+    let (_, v) = s.http("GET", "/v1/workspaces/globex/chats/general", None).await;
+    assert_eq!(v["seq"], 1);
+    // A token of one workspace cannot enter through another's ?ws=.
+    let token = s.token("acme", "alice").await;
+    let mut c = Client::connect(&s.ws_url("globex")).await;
+    c.err(json!({"op": "hello", "token": token}), "unauthenticated").await;
+    assert_eq!(c.closed_with().await, 4001);
+}
+
+#[tokio::test]
+async fn watch_after_replays_every_missed_event_once_in_order() {
+    let s = TestServer::start_with(|c| c.rate = 10_000).await;
+    let mut a = s.client("w", "alice").await;
+    let mut b = s.client("w", "bob").await;
+    a.ok(json!({"op": "join", "chat": "c"})).await;
+    let last = b.ok(json!({"op": "join", "chat": "c"})).await["seq"].as_u64().unwrap();
+    for i in 0..300 {
+        a.ok(json!({"op": "send", "chat": "c", "body": {"n": i}})).await;
+    }
+    let w = b.ok(json!({"op": "watch", "chat": "c", "after": last})).await;
+    assert_eq!(w["seq"], last + 300);
+    // Live events keep coming after the replay.
+    a.ok(json!({"op": "send", "chat": "c", "body": {"n": 300}})).await;
+    let evs = b.events("c", 301).await;
+    for (i, e) in evs.iter().enumerate() {
+        assert_eq!(e["seq"].as_u64().unwrap(), last + 1 + i as u64);
+        assert_eq!(e["body"]["n"], i);
+    }
+    assert!(b.push_within(Duration::from_millis(200)).await.is_none(), "nothing twice");
+}
+
+#[tokio::test]
+async fn concurrent_senders_get_distinct_gapless_seqs_and_watchers_see_them_in_order() {
+    let s = TestServer::start_with(|c| c.rate = 10_000).await;
+    let mut w = s.client("w", "watcher").await;
+    w.ok(json!({"op": "join", "chat": "c"})).await;
+    let start = w.ok(json!({"op": "watch", "chat": "c"})).await["seq"].as_u64().unwrap();
+    let mut tasks = Vec::new();
+    for u in 0..8 {
+        let mut c = s.client("w", &format!("u{u}")).await;
+        tasks.push(tokio::spawn(async move {
+            c.ok(json!({"op": "join", "chat": "c"})).await;
+            let mut seqs = Vec::new();
+            for i in 0..50 {
+                seqs.push(c.ok(json!({"op": "send", "chat": "c", "body": i})).await["seq"].as_u64().unwrap());
+            }
+            seqs
+        }));
+    }
+    let mut all: Vec<u64> = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 400);
+    let evs = w.events("c", 408).await;
+    let got: Vec<u64> = evs.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    let want: Vec<u64> = (start + 1..=start + 408).collect();
+    assert_eq!(got, want, "every event, in order, once");
+}
+
+#[tokio::test]
+async fn bad_requests_get_bad_request_and_garbage_gets_4000() {
+    let s = TestServer::start().await;
+    let mut a = s.client("w", "alice").await;
+    a.err(json!({"op": "nope"}), "bad_request").await;
+    a.err(json!({"op": "join"}), "bad_request").await;
+    a.err(json!({"op": "join", "chat": "bad chat!"}), "bad_request").await;
+    a.err(json!({"op": "fetch", "chat": "c", "after": -1}), "bad_request").await;
+    a.err(json!({"op": "send", "chat": "c"}), "bad_request").await;
+    a.err(json!({"op": "hello", "token": "x"}), "bad_request").await;
+    // Still open after all that.
+    a.ok(json!({"op": "ping"})).await;
+    a.send_text("this is not json").await;
+    assert_eq!(a.closed_with().await, 4000);
+
+    let mut b = s.client("w", "bob").await;
+    b.ws.send(tokio_tungstenite::tungstenite::Message::Binary(vec![1, 2, 3].into())).await.unwrap();
+    assert_eq!(b.closed_with().await, 4000);
+    let mut c = s.client("w", "carol").await;
+    c.send_text("[1,2,3]").await;
+    assert_eq!(c.closed_with().await, 4000);
+}
+
+#[tokio::test]
+async fn oversized_bodies_and_frames() {
+    let s = TestServer::start().await;
+    let mut a = s.client("w", "alice").await;
+    a.ok(json!({"op": "join", "chat": "c"})).await;
+    let big = "x".repeat(17 * 1024);
+    a.err(json!({"op": "send", "chat": "c", "body": big}), "too_large").await;
+    let fits = "x".repeat(16 * 1024 - 2);
+    a.ok(json!({"op": "send", "chat": "c", "body": fits})).await;
+    let huge = "y".repeat(70 * 1024);
+    a.send(json!({"op": "send", "chat": "c", "body": huge})).await;
+    assert_eq!(a.closed_with().await, 1009);
+}
+
+#[tokio::test]
+async fn requests_over_the_rate_are_throttled_then_cut_with_4029() {
+    let s = TestServer::start_with(|c| {
+        c.rate = 1;
+        c.burst = 5;
+    })
+    .await;
+    let mut a = s.client("w", "alice").await;
+    for _ in 0..5 {
+        a.ok(json!({"op": "ping"})).await;
+    }
+    let err = a.err(json!({"op": "ping"}), "throttled").await;
+    assert!(err["retry_after_ms"].as_u64().unwrap() > 0);
+    for _ in 0..250 {
+        a.send(json!({"op": "ping"})).await;
+    }
+    assert_eq!(a.closed_with().await, 4029);
+}
+
+use futures_util::SinkExt;

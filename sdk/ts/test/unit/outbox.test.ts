@@ -1,0 +1,153 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { HeraldError } from '../../src/errors.js';
+import { connected, setup, tick } from './helpers.js';
+
+beforeEach(() => {
+  vi.useFakeTimers({ now: 1_000_000_000_000 });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('offline send queue', () => {
+  it('holds sends while offline and sends them in order once connected', async () => {
+    const { server, client } = setup();
+    server.refuse = true;
+    void client.connect();
+    const chat = client.chat('general');
+    const sends = ['a', 'b', 'c'].map((text) => chat.send({ text }));
+    await tick(1000);
+    expect(client.state).toBe('connecting');
+    expect(client.unacknowledgedSends).toBe(3);
+
+    server.refuse = false;
+    await tick(2000);
+    expect(client.state).toBe('connected');
+    const seqs = (await Promise.all(sends)).map((r) => r.seq);
+    expect(seqs).toEqual([1, 2, 3]);
+    const frames = server.last.sent('send');
+    expect(frames.map((f) => (f.body as { text: string }).text)).toEqual(['a', 'b', 'c']);
+    // Each got its own generated idempotency key.
+    expect(new Set(frames.map((f) => f.client_id)).size).toBe(3);
+    for (const f of frames) expect(f.client_id).toMatch(/^c-[0-9a-f]{32}$/);
+    expect(client.unacknowledgedSends).toBe(0);
+    client.close();
+  });
+
+  it('is bounded: the send past maxQueue rejects with queue_full and is never sent', async () => {
+    const { server, client } = setup({ maxQueue: 2 });
+    server.refuse = true;
+    void client.connect();
+    const chat = client.chat('general');
+    const ok1 = chat.send('one');
+    const ok2 = chat.send('two');
+    const err = await chat.send('three').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(HeraldError);
+    expect(err).toMatchObject({ code: 'queue_full', op: 'send' });
+
+    server.refuse = false;
+    await tick(2000);
+    await expect(ok1).resolves.toEqual({ seq: 1 });
+    await expect(ok2).resolves.toEqual({ seq: 2 });
+    expect(server.last.sent('send').map((f) => f.body)).toEqual(['one', 'two']);
+    // Room again once the queue drained.
+    await expect(chat.send('four')).resolves.toEqual({ seq: 3 });
+    client.close();
+  });
+
+  it('uses the caller clientId when given', async () => {
+    const { server, client } = setup();
+    await connected(client);
+    await client.chat('general').send('hi', { clientId: 'm-17' });
+    expect(server.last.sent('send')[0]).toMatchObject({ chat: 'general', body: 'hi', client_id: 'm-17' });
+    expect(server.events('general')[0]).toMatchObject({ client_id: 'm-17' });
+    client.close();
+  });
+
+  it('close() rejects queued sends with closed', async () => {
+    const { server, client } = setup();
+    server.refuse = true;
+    const connecting = client.connect().catch((e: unknown) => e);
+    const p = client.chat('general').send('x').catch((e: unknown) => e);
+    client.close();
+    expect(await p).toMatchObject({ code: 'closed' });
+    expect(await connecting).toMatchObject({ code: 'closed' });
+    await expect(client.chat('general').send('y')).rejects.toMatchObject({ code: 'closed' });
+  });
+});
+
+describe('send retries', () => {
+  it('a send whose reply is lost with the link is retried with the same client_id and stored once', async () => {
+    const { server, client } = setup();
+    await connected(client);
+    // The first send reaches the server and is stored, but the link dies before the reply gets out.
+    let cut = false;
+    server.intercept = (conn, frame) => {
+      if (frame.op !== 'send' || cut) return false;
+      cut = true;
+      server.intercept = null;
+      server.receive(conn, frame); // stored...
+      conn.dead = true; // ...but the reply is lost...
+      conn.serverClose(1006); // ...and the link drops
+      return true;
+    };
+    // Hold the reply back: `dead` swallows it, since serverSend checks the link before queueing.
+    const p = client.chat('general').send({ text: 'once' }, {});
+    await tick(1000);
+    const { seq } = await p;
+
+    const stored = server.events('general').filter((e) => e.type === 'message');
+    expect(stored).toHaveLength(1);
+    expect(seq).toBe(stored[0]!.seq);
+    const [first, second] = server.sockets;
+    const id1 = first!.sent('send')[0]!.client_id;
+    const id2 = second!.sent('send')[0]!.client_id;
+    expect(id1).toBeDefined();
+    expect(id2).toBe(id1);
+    client.close();
+  });
+
+  it('retries after throttled, waiting retry_after_ms', async () => {
+    const { server, client } = setup();
+    await connected(client);
+    let throttled = 0;
+    server.intercept = (conn, frame) => {
+      if (frame.op !== 'send' || throttled > 0) return false;
+      throttled++;
+      conn.serverSend({ id: frame.id, err: { code: 'throttled', message: 'slow down', retry_after_ms: 700 } });
+      return true;
+    };
+    let done = false;
+    const p = client.chat('general').send('x').then((r) => {
+      done = true;
+      return r;
+    });
+    await tick(699);
+    expect(done).toBe(false);
+    expect(server.last.sent('send')).toHaveLength(1);
+    await tick(1);
+    await expect(p).resolves.toEqual({ seq: 1 });
+    expect(server.last.sent('send')).toHaveLength(2);
+    client.close();
+  });
+
+  it('gives up after sendRetries and on errors that will not change (forbidden)', async () => {
+    const { server, client } = setup({ sendRetries: 2 });
+    await connected(client);
+    server.intercept = (conn, frame) => {
+      if (frame.op !== 'send') return false;
+      const code = frame.body === 'busy' ? 'unavailable' : 'forbidden';
+      conn.serverSend({ id: frame.id, err: { code, message: code, retry_after_ms: 100 } });
+      return true;
+    };
+    const busy = client.chat('general').send('busy').catch((e: unknown) => e);
+    const forbidden = client.chat('general').send('nope').catch((e: unknown) => e);
+    await tick(1000);
+    expect(await busy).toMatchObject({ code: 'unavailable' });
+    expect(await forbidden).toMatchObject({ code: 'forbidden' });
+    const sends = server.last.sent('send');
+    expect(sends.filter((f) => f.body === 'busy')).toHaveLength(3); // first try + 2 retries
+    expect(sends.filter((f) => f.body === 'nope')).toHaveLength(1);
+    client.close();
+  });
+});
