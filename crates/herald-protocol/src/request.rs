@@ -111,7 +111,9 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
     let chat = || -> Result<String, BadFrame> {
         match &wire.chat {
             None => Err(bad(op_static, "missing \"chat\"".into())),
-            Some(c) if !is_valid_id(c) => Err(bad(op_static, "\"chat\" must be 1 to 128 characters of A-Z a-z 0-9 _ . : -".into())),
+            Some(c) if !is_valid_id(c) => {
+                Err(bad(op_static, "\"chat\" must be 1 to 128 characters of A-Z a-z 0-9 _ . : -".into()))
+            }
             Some(c) => Ok(c.clone()),
         }
     };
@@ -130,10 +132,8 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
             let Some(body) = wire.body else {
                 return Err(bad(op_static, "missing \"body\"".into()));
             };
-            if let Some(c) = &wire.client_id {
-                if c.is_empty() || c.len() > MAX_CLIENT_ID_LEN {
-                    return Err(bad(op_static, "\"client_id\" must be 1 to 128 bytes".into()));
-                }
+            if wire.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_CLIENT_ID_LEN) {
+                return Err(bad(op_static, "\"client_id\" must be 1 to 128 bytes".into()));
             }
             Op::Send { chat, body, client_id: wire.client_id }
         }

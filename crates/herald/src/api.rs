@@ -117,14 +117,23 @@ fn yes() -> bool {
     true
 }
 
-async fn put_chat(State(s): State<AppState>, headers: HeaderMap, Path((ws, chat)): Path<(String, String)>, body: Bytes) -> ApiResult<herald_protocol::reply::ChatView> {
+async fn put_chat(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, chat)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<herald_protocol::reply::ChatView> {
     authorize(&s, &headers)?;
     let key = chat_key(&ws, &chat)?;
     let open = if body.is_empty() { true } else { parse_json::<PutChatBody>(&body)?.open };
     Ok(axum::Json(s.chats.put_chat(key, open).await?))
 }
 
-async fn get_chat(State(s): State<AppState>, headers: HeaderMap, Path((ws, chat)): Path<(String, String)>) -> ApiResult<herald_protocol::reply::ChatView> {
+async fn get_chat(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((ws, chat)): Path<(String, String)>,
+) -> ApiResult<herald_protocol::reply::ChatView> {
     authorize(&s, &headers)?;
     Ok(axum::Json(s.chats.get_chat(chat_key(&ws, &chat)?).await?))
 }
@@ -185,7 +194,9 @@ async fn post_event(
     } else if !system {
         return Err(bad("a message needs a user"));
     }
-    let Some(event_body) = req.body else { return Err(bad("missing body")) };
+    let Some(event_body) = req.body else {
+        return Err(bad("missing body"));
+    };
     if req.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > herald_protocol::request::MAX_CLIENT_ID_LEN) {
         return Err(bad("client_id must be 1 to 128 bytes"));
     }
@@ -243,7 +254,11 @@ async fn issue_token(State(s): State<AppState>, headers: HeaderMap, body: Bytes)
 }
 
 /// `POST /v1/dev/token`: development mode only, loopback clients only, no api key.
-async fn dev_token(State(s): State<AppState>, ConnectInfo(peer): ConnectInfo<SocketAddr>, body: Bytes) -> ApiResult<TokenOk> {
+async fn dev_token(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Bytes,
+) -> ApiResult<TokenOk> {
     if !peer.ip().is_loopback() {
         return Err(ApiError(Error::Forbidden("dev tokens are for loopback clients only".into())));
     }
@@ -256,8 +271,14 @@ struct GatewayQuery {
 }
 
 /// `GET /v1/gateway?ws=`: on one node, this node, at the address the client reached.
-async fn gateway_for(State(s): State<AppState>, headers: HeaderMap, Query(q): Query<GatewayQuery>) -> ApiResult<serde_json::Value> {
-    let Some(ws) = q.ws.filter(|w| is_valid_id(w)) else { return Err(bad("ws must be a workspace id")) };
+async fn gateway_for(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<GatewayQuery>,
+) -> ApiResult<serde_json::Value> {
+    let Some(ws) = q.ws.filter(|w| is_valid_id(w)) else {
+        return Err(bad("ws must be a workspace id"));
+    };
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
     let node = &s.gateway.config().node;
     Ok(axum::Json(serde_json::json!({ "url": format!("ws://{host}/v1/ws?ws={ws}"), "node": node })))

@@ -76,10 +76,10 @@ impl Tokens {
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .map_err(|e| TokenError(format!("invalid token: {e}")))?;
         let c = data.claims;
-        if let Some(iat) = c.iat {
-            if iat > now_s() + IAT_SKEW_S {
-                return Err(TokenError("invalid token: issued in the future".into()));
-            }
+        if let Some(iat) = c.iat
+            && iat > now_s() + IAT_SKEW_S
+        {
+            return Err(TokenError("invalid token: issued in the future".into()));
         }
         if !is_valid_id(&c.sub) || !is_valid_id(&c.ws) {
             return Err(TokenError("invalid token: sub and ws must be valid ids".into()));
@@ -91,7 +91,8 @@ impl Tokens {
     pub fn issue(&self, workspace: &str, user: &str, ttl_s: u64) -> String {
         let now = now_s();
         let claims = Claims { sub: user.into(), ws: workspace.into(), exp: now + ttl_s, iat: Some(now), nbf: None };
-        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding).expect("HS256 signing cannot fail")
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .expect("HS256 signing cannot fail")
     }
 }
 
@@ -114,15 +115,38 @@ mod tests {
         assert_eq!(t.verify(&ok).unwrap(), Identity { user: "alice".into(), workspace: "acme".into() });
         let now = now_s();
         // Wrong secret, wrong algorithm, expired, not yet valid, missing claims, bad ids.
-        assert!(t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60}), Algorithm::HS256, "other")).is_err());
-        assert!(t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60}), Algorithm::HS384, "s3cret")).is_err());
-        assert!(t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now-1}), Algorithm::HS256, "s3cret")).is_err());
-        assert!(t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60,"nbf":now+30}), Algorithm::HS256, "s3cret")).is_err());
-        assert!(t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60,"iat":now+3600}), Algorithm::HS256, "s3cret")).is_err());
+        assert!(
+            t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60}), Algorithm::HS256, "other")).is_err()
+        );
+        assert!(
+            t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60}), Algorithm::HS384, "s3cret")).is_err()
+        );
+        assert!(
+            t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now-1}), Algorithm::HS256, "s3cret")).is_err()
+        );
+        assert!(
+            t.verify(&sign(
+                serde_json::json!({"sub":"a","ws":"w","exp":now+60,"nbf":now+30}),
+                Algorithm::HS256,
+                "s3cret"
+            ))
+            .is_err()
+        );
+        assert!(
+            t.verify(&sign(
+                serde_json::json!({"sub":"a","ws":"w","exp":now+60,"iat":now+3600}),
+                Algorithm::HS256,
+                "s3cret"
+            ))
+            .is_err()
+        );
         assert!(t.verify(&sign(serde_json::json!({"ws":"w","exp":now+60}), Algorithm::HS256, "s3cret")).is_err());
         assert!(t.verify(&sign(serde_json::json!({"sub":"a","exp":now+60}), Algorithm::HS256, "s3cret")).is_err());
         assert!(t.verify(&sign(serde_json::json!({"sub":"a","ws":"w"}), Algorithm::HS256, "s3cret")).is_err());
-        assert!(t.verify(&sign(serde_json::json!({"sub":"a b","ws":"w","exp":now+60}), Algorithm::HS256, "s3cret")).is_err());
+        assert!(
+            t.verify(&sign(serde_json::json!({"sub":"a b","ws":"w","exp":now+60}), Algorithm::HS256, "s3cret"))
+                .is_err()
+        );
         // alg: none, hand-made.
         let none = format!(
             "{}.{}.",
@@ -136,8 +160,14 @@ mod tests {
     fn audience_is_checked_when_configured() {
         let t = Tokens::new("s", Some("herald"));
         let now = now_s();
-        assert!(t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60,"aud":"herald"}), Algorithm::HS256, "s")).is_ok());
-        assert!(t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60,"aud":"other"}), Algorithm::HS256, "s")).is_err());
+        assert!(
+            t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60,"aud":"herald"}), Algorithm::HS256, "s"))
+                .is_ok()
+        );
+        assert!(
+            t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60,"aud":"other"}), Algorithm::HS256, "s"))
+                .is_err()
+        );
         assert!(t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60}), Algorithm::HS256, "s")).is_err());
     }
 

@@ -109,10 +109,23 @@ impl Chats {
         Ok(())
     }
 
-    pub async fn send(&self, c: &Caller, chat: &str, body: Box<RawValue>, client_id: Option<String>) -> Result<SeqOk, Error> {
+    pub async fn send(
+        &self,
+        c: &Caller,
+        chat: &str,
+        body: Box<RawValue>,
+        client_id: Option<String>,
+    ) -> Result<SeqOk, Error> {
         self.check_body(&body)?;
         let w = self
-            .write(Write::Append { key: c.key(chat), user: Some(c.user.clone()), system: false, body, client_id, member_only: true })
+            .write(Write::Append {
+                key: c.key(chat),
+                user: Some(c.user.clone()),
+                system: false,
+                body,
+                client_id,
+                member_only: true,
+            })
             .await?;
         Ok(SeqOk { seq: w.seq })
     }
@@ -131,7 +144,13 @@ impl Chats {
         self.fetch_as(&c.key(chat), Some(&c.user), after, limit).await
     }
 
-    async fn fetch_as(&self, key: &ChatKey, member: Option<&str>, after: u64, limit: Option<u32>) -> Result<FetchOk, Error> {
+    async fn fetch_as(
+        &self,
+        key: &ChatKey,
+        member: Option<&str>,
+        after: u64,
+        limit: Option<u32>,
+    ) -> Result<FetchOk, Error> {
         let limit = limit.unwrap_or(herald_protocol::limits::FETCH_DEFAULT).clamp(1, FETCH_MAX);
         let f = self.store.fetch(key, member, after, limit).await?;
         Ok(FetchOk { events: f.events, seq: f.info.seq, more: f.more })
@@ -164,7 +183,12 @@ impl Chats {
 
     /// Reads what a watch replays: the chat's latest seq, the events after
     /// `after` within the replay limits, and whether they were cut short.
-    async fn read_replay(&self, key: &ChatKey, user: &str, after: Option<u64>) -> Result<(u64, Vec<(u64, Frame)>, bool), Error> {
+    async fn read_replay(
+        &self,
+        key: &ChatKey,
+        user: &str,
+        after: Option<u64>,
+    ) -> Result<(u64, Vec<(u64, Frame)>, bool), Error> {
         let Some(mut after) = after else {
             let f = self.store.fetch(key, Some(user), 0, 0).await?;
             return Ok((f.info.seq, Vec::new(), false));
@@ -208,7 +232,9 @@ impl Chats {
 
     pub async fn get_chat(&self, key: ChatKey) -> Result<ChatView, Error> {
         match self.store.chat(&key).await? {
-            Some(info) => Ok(ChatView { chat: key.chat.to_string(), seq: info.seq, members: info.members, open: info.open }),
+            Some(info) => {
+                Ok(ChatView { chat: key.chat.to_string(), seq: info.seq, members: info.members, open: info.open })
+            }
             None => Err(Error::NotFound(format!("no chat {}", key.chat))),
         }
     }

@@ -116,15 +116,32 @@ pub const DEFAULT_DRAIN_WINDOW_MS: u64 = 10_000;
 impl ServeArgs {
     /// Fills what the flags and env left unset from the `--config` file.
     pub fn merge_file(self) -> anyhow::Result<ServeArgs> {
-        let Some(path) = self.config.clone() else { return Ok(self) };
+        let Some(path) = self.config.clone() else {
+            return Ok(self);
+        };
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let file: ServeArgs = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         macro_rules! pick {
             ($($f:ident),*) => { ServeArgs { config: self.config, diag_echo: self.diag_echo || file.diag_echo, $($f: self.$f.or(file.$f)),* } };
         }
         Ok(pick!(
-            listen, data, jwt_secret, api_key, jwt_audience, node, frame_limit, body_limit, hello_timeout_ms,
-            heartbeat_ms, idle_timeout_ms, rate, burst, outbox_limit, ws_read_buffer, drain_window_ms, log
+            listen,
+            data,
+            jwt_secret,
+            api_key,
+            jwt_audience,
+            node,
+            frame_limit,
+            body_limit,
+            hello_timeout_ms,
+            heartbeat_ms,
+            idle_timeout_ms,
+            rate,
+            burst,
+            outbox_limit,
+            ws_read_buffer,
+            drain_window_ms,
+            log
         ))
     }
 
@@ -193,7 +210,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("herald-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("herald.toml");
-        std::fs::write(&file, "listen = \"127.0.0.1:9000\"\ndata = \"/tmp/x\"\nrate = 7\njwt-secret = \"f\"\n").unwrap();
+        std::fs::write(&file, "listen = \"127.0.0.1:9000\"\ndata = \"/tmp/x\"\nrate = 7\njwt-secret = \"f\"\n")
+            .unwrap();
         let args = ServeArgs { config: Some(file), rate: Some(9), ..Default::default() };
         let cfg = args.merge_file().unwrap().resolve().unwrap();
         assert_eq!(cfg.listen.port(), 9000);

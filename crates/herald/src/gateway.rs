@@ -141,10 +141,10 @@ pub async fn ws_route(
     if gw.draining.load(Ordering::SeqCst) {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
     }
-    if let Some(ws) = &q.ws {
-        if !is_valid_id(ws) {
-            return (StatusCode::BAD_REQUEST, "ws must be a workspace id").into_response();
-        }
+    if let Some(ws) = &q.ws
+        && !is_valid_id(ws)
+    {
+        return (StatusCode::BAD_REQUEST, "ws must be a workspace id").into_response();
     }
     let tasks = gw.tasks.clone();
     gw.configure(upgrade).on_upgrade(move |socket| tasks.track_future(serve(gw, socket, q.ws, peer)))
@@ -387,7 +387,8 @@ impl Conn<'_> {
                 Err(BadFrame::BadRequest { id, .. }) => Some(*id),
                 Err(BadFrame::NotRequest(_)) => None,
             };
-            let err = Error::Throttled { message: "too many requests on this connection".into(), retry_after_ms: wait_ms };
+            let err =
+                Error::Throttled { message: "too many requests on this connection".into(), retry_after_ms: wait_ms };
             self.outbox.push(Frame::from(err_reply(id, &err.body())));
             return;
         }
@@ -433,7 +434,8 @@ impl Conn<'_> {
         let identity = match self.gw.tokens.verify(&token) {
             Ok(identity) => identity,
             Err(e) => {
-                metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "unauthenticated").increment(1);
+                metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "unauthenticated")
+                    .increment(1);
                 self.reply_err(Some(id), ErrorCode::Unauthenticated, &e.0);
                 return self.refuse(CloseCode::UNAUTHENTICATED, "bad token");
             }

@@ -47,10 +47,13 @@ const SHARDS: usize = 64;
 pub struct Hub {
     /// Itself, for the gap timers it starts.
     me: Weak<Hub>,
-    shards: Box<[Mutex<HashMap<ChatKey, Arc<Watched>>>]>,
+    shards: Box<[Mutex<Shard>]>,
     hasher: std::hash::RandomState,
     broker: Arc<dyn Broker>,
 }
+
+/// Part of the chat map.
+type Shard = HashMap<ChatKey, Arc<Watched>>;
 
 /// One chat's local watchers and sequencer.
 struct Watched {
@@ -105,7 +108,7 @@ impl Hub {
         hub
     }
 
-    fn shard(&self, key: &ChatKey) -> &Mutex<HashMap<ChatKey, Arc<Watched>>> {
+    fn shard(&self, key: &ChatKey) -> &Mutex<Shard> {
         // A process-local map: a per-process hash seed is fine here (never for routing).
         let h = self.hasher.hash_one(key);
         &self.shards[(h as usize) % SHARDS]
@@ -126,7 +129,13 @@ impl Hub {
         let mut state = watched.state.lock().expect("hub chat lock");
         let previous = state.watchers.insert(
             outbox.id(),
-            Watcher { outbox: outbox.clone(), user: user.clone(), next: 0, syncing: Some(Vec::new()), overflowed: false },
+            Watcher {
+                outbox: outbox.clone(),
+                user: user.clone(),
+                next: 0,
+                syncing: Some(Vec::new()),
+                overflowed: false,
+            },
         );
         drop(state);
         drop(shard);
@@ -147,7 +156,7 @@ impl Hub {
             return false;
         };
         let mut state = watched.state.lock().expect("hub chat lock");
-        if !state.watchers.get(&conn).is_some_and(|w| w.syncing.is_some()) {
+        if state.watchers.get(&conn).is_none_or(|w| w.syncing.is_none()) {
             return false;
         }
         if state.next.is_none() {
@@ -189,7 +198,9 @@ impl Hub {
     /// Ends `conn`'s watch of `key`, if any.
     pub fn unwatch(&self, key: &ChatKey, conn: ConnId) {
         let mut shard = self.shard(key).lock().expect("hub shard lock");
-        let Some(watched) = shard.get(key).cloned() else { return };
+        let Some(watched) = shard.get(key).cloned() else {
+            return;
+        };
         let mut state = watched.state.lock().expect("hub chat lock");
         if state.watchers.remove(&conn).is_none() {
             return;
@@ -212,7 +223,9 @@ impl Hub {
     /// Drops the entry of `key` if its last watcher left while only its own lock was held.
     fn remove_if_empty(&self, key: &ChatKey) {
         let mut shard = self.shard(key).lock().expect("hub shard lock");
-        let Some(watched) = shard.get(key).cloned() else { return };
+        let Some(watched) = shard.get(key).cloned() else {
+            return;
+        };
         if watched.state.lock().expect("hub chat lock").watchers.is_empty() {
             shard.remove(key);
             drop(shard);
@@ -316,14 +329,14 @@ impl Watched {
             }
         }
         metrics::counter!("herald_pushes_total").increment(pushed);
-        if event.kind == EventType::Leave {
-            if let Some(user) = &event.user {
-                let before = state.watchers.len();
-                state.watchers.retain(|_, w| w.user != *user);
-                let ended = before - state.watchers.len();
-                metrics::gauge!("herald_watches").decrement(ended as f64);
-                return ended > 0 && state.watchers.is_empty();
-            }
+        if event.kind == EventType::Leave
+            && let Some(user) = &event.user
+        {
+            let before = state.watchers.len();
+            state.watchers.retain(|_, w| w.user != *user);
+            let ended = before - state.watchers.len();
+            metrics::gauge!("herald_watches").decrement(ended as f64);
+            return ended > 0 && state.watchers.is_empty();
         }
         false
     }
@@ -347,4 +360,3 @@ impl Watched {
         emptied
     }
 }
-

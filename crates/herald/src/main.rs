@@ -24,12 +24,13 @@ fn main() -> anyhow::Result<()> {
     let Command::Serve(args) = Cli::parse().command;
     let config = args.merge_file()?.resolve()?;
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| config.log.as_str().into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| config.log.as_str().into()),
+        )
         .init();
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("binding {}", config.listen))?;
+        let listener =
+            tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
         let addr = listener.local_addr()?;
         if config.dev_mode {
             // Printed once, to stdout, so a developer can copy them.

@@ -28,7 +28,11 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Serves `listener` with `config` until `shutdown` resolves; then pushes
 /// `reconnect` to every client, closes them with 4012, and flushes the store.
-pub async fn run(listener: TcpListener, config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     crate::metrics::handle();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&config.data)?);
     let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new());

@@ -36,7 +36,8 @@ fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
             0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
             0xc67178f2,
         ];
-        let mut h: [u32; 8] = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
+        let mut h: [u32; 8] =
+            [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
         let mut m = data.to_vec();
         m.push(0x80);
         while m.len() % 64 != 56 {
@@ -115,8 +116,14 @@ async fn forgeries_are_refused_with_4001() {
         ("alg none", format!("{}.{}.", b64(br#"{"alg":"none","typ":"JWT"}"#), b64(good.to_string().as_bytes()))),
         ("alg HS512 header", jwt(json!({"alg": "HS512", "typ": "JWT"}), good.clone(), SECRET)),
         ("expired", jwt(hs.clone(), json!({"sub": "alice", "ws": "w", "exp": now() - 5}), SECRET)),
-        ("not yet valid", jwt(hs.clone(), json!({"sub": "alice", "ws": "w", "exp": now() + 60, "nbf": now() + 30}), SECRET)),
-        ("issued in the future", jwt(hs.clone(), json!({"sub": "alice", "ws": "w", "exp": now() + 7200, "iat": now() + 3600}), SECRET)),
+        (
+            "not yet valid",
+            jwt(hs.clone(), json!({"sub": "alice", "ws": "w", "exp": now() + 60, "nbf": now() + 30}), SECRET),
+        ),
+        (
+            "issued in the future",
+            jwt(hs.clone(), json!({"sub": "alice", "ws": "w", "exp": now() + 7200, "iat": now() + 3600}), SECRET),
+        ),
         ("no sub", jwt(hs.clone(), json!({"ws": "w", "exp": now() + 60}), SECRET)),
         ("no ws", jwt(hs.clone(), json!({"sub": "alice", "exp": now() + 60}), SECRET)),
         ("no exp", jwt(hs.clone(), json!({"sub": "alice", "ws": "w"}), SECRET)),

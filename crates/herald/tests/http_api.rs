@@ -36,16 +36,21 @@ async fn chats_members_and_events_over_http() {
     // Adding again stores nothing new.
     let (_, v) = s.http("PUT", "/v1/workspaces/w/chats/c/members/alice", None).await;
     assert_eq!(v, json!({"seq": 1}));
-    let (_, v) = s.http("POST", "/v1/workspaces/w/chats/c/events", Some(json!({"type": "system", "body": {"text": "welcome"}}))).await;
+    let (_, v) = s
+        .http("POST", "/v1/workspaces/w/chats/c/events", Some(json!({"type": "system", "body": {"text": "welcome"}})))
+        .await;
     assert_eq!(v, json!({"seq": 2}));
     let msg = json!({"type": "message", "user": "alice", "body": "hi", "client_id": "x1"});
     assert_eq!(s.http("POST", "/v1/workspaces/w/chats/c/events", Some(msg.clone())).await.1, json!({"seq": 3}));
     assert_eq!(s.http("POST", "/v1/workspaces/w/chats/c/events", Some(msg)).await.1, json!({"seq": 3}), "idempotent");
     let (st, v) = s.http("POST", "/v1/workspaces/w/chats/c/events", Some(json!({"type": "reaction", "body": 1}))).await;
     assert_eq!((st, v["error"]["code"].clone()), (400, json!("bad_request")));
-    let (st, _) = s.http("POST", "/v1/workspaces/w/chats/c/events", Some(json!({"type": "system", "body": "x".repeat(20_000)}))).await;
+    let (st, _) = s
+        .http("POST", "/v1/workspaces/w/chats/c/events", Some(json!({"type": "system", "body": "x".repeat(20_000)})))
+        .await;
     assert_eq!(st, 413);
-    let (st, v) = http_raw(s.addr, "POST", "/v1/workspaces/w/chats/c/events", Some(API_KEY), Some("{nope".into())).await;
+    let (st, v) =
+        http_raw(s.addr, "POST", "/v1/workspaces/w/chats/c/events", Some(API_KEY), Some("{nope".into())).await;
     assert_eq!(st, 400, "{v}");
     assert!(v.contains("bad_request"));
 
@@ -111,7 +116,8 @@ async fn dev_mode_serves_the_demo_and_dev_tokens_only_without_secrets() {
     assert_eq!(http(s.addr, "POST", "/v1/dev/token", None, Some(json!({"workspace": "w", "user": "u"}))).await.0, 404);
 
     let dev = TestServer::start_with(|c| {
-        let fresh = herald::config::ServeArgs { listen: Some(c.listen), data: Some(c.data.clone()), ..Default::default() };
+        let fresh =
+            herald::config::ServeArgs { listen: Some(c.listen), data: Some(c.data.clone()), ..Default::default() };
         *c = fresh.resolve().unwrap();
     })
     .await;

@@ -78,7 +78,14 @@ async fn kill_9_loses_no_acknowledged_event() {
     let mut stored: HashMap<String, u64> = HashMap::new();
     let mut after = 0;
     let latest = loop {
-        let (_, page) = http(server.addr, "GET", &format!("/v1/workspaces/w/chats/c/events?after={after}&limit=500"), Some(API_KEY), None).await;
+        let (_, page) = http(
+            server.addr,
+            "GET",
+            &format!("/v1/workspaces/w/chats/c/events?after={after}&limit=500"),
+            Some(API_KEY),
+            None,
+        )
+        .await;
         for e in page["events"].as_array().unwrap() {
             let seq = e["seq"].as_u64().unwrap();
             assert_eq!(seq, after + 1, "no gaps");
@@ -95,7 +102,14 @@ async fn kill_9_loses_no_acknowledged_event() {
         assert_eq!(stored.get(cid), Some(seq), "acknowledged {cid} at {seq} survives kill -9");
     }
     // seq continues after the last stored event.
-    let (_, v) = http(server.addr, "POST", "/v1/workspaces/w/chats/c/events", Some(API_KEY), Some(json!({"type": "system", "body": "after restart"}))).await;
+    let (_, v) = http(
+        server.addr,
+        "POST",
+        "/v1/workspaces/w/chats/c/events",
+        Some(API_KEY),
+        Some(json!({"type": "system", "body": "after restart"})),
+    )
+    .await;
     assert_eq!(v["seq"], latest + 1);
 }
 
@@ -138,7 +152,10 @@ async fn a_stalled_reader_is_cut_while_senders_keep_their_pace() {
     }
     let total = started.elapsed();
     assert_eq!(tokio::time::timeout(WAIT, reader).await.unwrap().unwrap(), 1000, "the healthy watcher got everything");
-    assert!(slowest < Duration::from_secs(1), "no send waited on the stalled reader: slowest {slowest:?}, all {total:?}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "no send waited on the stalled reader: slowest {slowest:?}, all {total:?}"
+    );
     // The stalled one was cut: reading now ends in a close (4008) or a dropped socket, not 15 MB of events.
     let mut received = 0usize;
     let code = loop {

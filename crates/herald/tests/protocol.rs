@@ -23,7 +23,10 @@ async fn hello_then_every_op() {
     let join = a.ok(json!({"op": "join", "chat": "general"})).await;
     assert_eq!(join, json!({"chat": "general", "seq": 1, "members": 1}));
     // Joining twice is a no-op without a new event.
-    assert_eq!(a.ok(json!({"op": "join", "chat": "general"})).await, json!({"chat": "general", "seq": 1, "members": 1}));
+    assert_eq!(
+        a.ok(json!({"op": "join", "chat": "general"})).await,
+        json!({"chat": "general", "seq": 1, "members": 1})
+    );
 
     let mut b = s.client("acme", "bob").await;
     assert_eq!(b.ok(json!({"op": "join", "chat": "general"})).await["members"], 2);
@@ -43,7 +46,10 @@ async fn hello_then_every_op() {
     assert!(ev["ts"].as_i64().unwrap() > 1_700_000_000_000);
 
     // Same client_id again: the first seq, nothing new stored or pushed.
-    assert_eq!(a.ok(json!({"op": "send", "chat": "general", "body": {"text": "hi"}, "client_id": "m-1"})).await, json!({"seq": 3}));
+    assert_eq!(
+        a.ok(json!({"op": "send", "chat": "general", "body": {"text": "hi"}, "client_id": "m-1"})).await,
+        json!({"seq": 3})
+    );
 
     let r = a.ok(json!({"op": "react", "chat": "general", "target": 3, "emoji": "+1"})).await;
     assert_eq!(r, json!({"seq": 4}));
@@ -56,7 +62,10 @@ async fn hello_then_every_op() {
     // Read position: forward stores a read event; backward stores nothing and answers the stored position.
     assert_eq!(a.ok(json!({"op": "read", "chat": "general", "seq": 4})).await, json!({"seq": 4}));
     let ev = b.push().await;
-    assert_eq!((ev["type"].clone(), ev["body"].clone(), ev["seq"].clone()), (json!("read"), json!({"seq": 4}), json!(6)));
+    assert_eq!(
+        (ev["type"].clone(), ev["body"].clone(), ev["seq"].clone()),
+        (json!("read"), json!({"seq": 4}), json!(6))
+    );
     assert_eq!(a.ok(json!({"op": "read", "chat": "general", "seq": 2})).await, json!({"seq": 4}));
 
     let f = a.ok(json!({"op": "fetch", "chat": "general", "after": 0})).await;
@@ -144,7 +153,10 @@ async fn workspaces_never_see_each_other() {
     let mut m = s.client("globex", "alice").await;
     // Same chat name, same user name, other workspace: a different, empty chat.
     m.err(json!({"op": "fetch", "chat": "general", "after": 0}), "not_found").await;
-    assert_eq!(m.ok(json!({"op": "join", "chat": "general"})).await, json!({"chat": "general", "seq": 1, "members": 1}));
+    assert_eq!(
+        m.ok(json!({"op": "join", "chat": "general"})).await,
+        json!({"chat": "general", "seq": 1, "members": 1})
+    );
     let f = m.ok(json!({"op": "fetch", "chat": "general", "after": 0})).await;
     assert_eq!(f["events"].as_array().unwrap().len(), 1);
     // The HTTP API is scoped the same way.

@@ -51,8 +51,16 @@ pub enum Actor {
 /// A change to a chat. Each one is applied atomically.
 #[derive(Debug)]
 pub enum Write {
-    Join { key: ChatKey, user: Arc<str>, actor: Actor },
-    Leave { key: ChatKey, user: Arc<str>, actor: Actor },
+    Join {
+        key: ChatKey,
+        user: Arc<str>,
+        actor: Actor,
+    },
+    Leave {
+        key: ChatKey,
+        user: Arc<str>,
+        actor: Actor,
+    },
     /// A `message` or `system` event. `member_only` refuses users who are not members.
     Append {
         key: ChatKey,
@@ -62,10 +70,23 @@ pub enum Write {
         client_id: Option<String>,
         member_only: bool,
     },
-    React { key: ChatKey, user: Arc<str>, target: u64, emoji: String, on: bool },
-    Read { key: ChatKey, user: Arc<str>, seq: u64 },
+    React {
+        key: ChatKey,
+        user: Arc<str>,
+        target: u64,
+        emoji: String,
+        on: bool,
+    },
+    Read {
+        key: ChatKey,
+        user: Arc<str>,
+        seq: u64,
+    },
     /// Creates the chat or sets whether it is open; stores no event.
-    PutChat { key: ChatKey, open: bool },
+    PutChat {
+        key: ChatKey,
+        open: bool,
+    },
 }
 
 impl Write {

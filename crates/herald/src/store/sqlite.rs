@@ -173,7 +173,9 @@ impl Store for SqliteStore {
                     metrics::counter!("herald_store_errors_total", "kind" => "queue_full").increment(1);
                     return Err(unavailable("the store's write queue is full"));
                 }
-                Err(TrySendError::Disconnected(_)) => return Err(unavailable("the store is closed")),
+                Err(TrySendError::Disconnected(_)) => {
+                    return Err(unavailable("the store is closed"));
+                }
             }
             rx.await.unwrap_or_else(|_| Err(unavailable("the store writer stopped")))
         })
@@ -194,29 +196,29 @@ impl Store for SqliteStore {
         let key = key.clone();
         let member = member.map(str::to_owned);
         Box::pin(async move {
-            let out = self
-                .read(move |conn| {
-                    let tx = conn.transaction()?;
-                    let Some(row) = load_chat(&tx, &key)? else { return Ok(Err(StoreError::NotFound(format!("no chat {}", key.chat)))) };
-                    if let Some(user) = &member {
-                        if read_position(&tx, row.id, user)?.is_none() {
-                            return Ok(Err(StoreError::Forbidden(format!("not a member of {}", key.chat))));
-                        }
-                    }
-                    let mut stmt = tx.prepare_cached(
-                        "SELECT seq, type, user, ts, body, client_id FROM events
+            self.read(move |conn| {
+                let tx = conn.transaction()?;
+                let Some(row) = load_chat(&tx, &key)? else {
+                    return Ok(Err(StoreError::NotFound(format!("no chat {}", key.chat))));
+                };
+                if let Some(user) = &member
+                    && read_position(&tx, row.id, user)?.is_none()
+                {
+                    return Ok(Err(StoreError::Forbidden(format!("not a member of {}", key.chat))));
+                }
+                let mut stmt = tx.prepare_cached(
+                    "SELECT seq, type, user, ts, body, client_id FROM events
                          WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-                    )?;
-                    let events = stmt
-                        .query_map(params![row.id, after as i64, limit as i64], event_from_row)?
-                        .collect::<rusqlite::Result<Vec<Event>>>()?;
-                    drop(stmt);
-                    tx.commit()?;
-                    let last = events.last().map_or(after, |e| e.seq);
-                    Ok(Ok(Fetched { more: last < row.seq, events, info: row.info() }))
-                })
-                .await?;
-            out
+                )?;
+                let events = stmt
+                    .query_map(params![row.id, after as i64, limit as i64], event_from_row)?
+                    .collect::<rusqlite::Result<Vec<Event>>>()?;
+                drop(stmt);
+                tx.commit()?;
+                let last = events.last().map_or(after, |e| e.seq);
+                Ok(Ok(Fetched { more: last < row.seq, events, info: row.info() }))
+            })
+            .await?
         })
     }
 
@@ -371,7 +373,8 @@ impl Writer {
             for w in writes {
                 results.push(self.apply_one(w, &mut dirty)?);
             }
-            let mut update = self.conn.prepare_cached("UPDATE chats SET seq = ?2, members = ?3, open = ?4 WHERE id = ?1")?;
+            let mut update =
+                self.conn.prepare_cached("UPDATE chats SET seq = ?2, members = ?3, open = ?4 WHERE id = ?1")?;
             dirty.sort();
             dirty.dedup();
             for key in &dirty {
@@ -402,7 +405,9 @@ impl Writer {
 
     fn create_chat(&mut self, key: &ChatKey, open: bool) -> rusqlite::Result<ChatRow> {
         self.conn
-            .prepare_cached("INSERT INTO chats (ws, chat, open, seq, members, created_ms) VALUES (?1, ?2, ?3, 0, 0, ?4)")?
+            .prepare_cached(
+                "INSERT INTO chats (ws, chat, open, seq, members, created_ms) VALUES (?1, ?2, ?3, 0, 0, ?4)",
+            )?
             .execute(params![&*key.ws, &*key.chat, open, now_ms()])?;
         let row = ChatRow { id: self.conn.last_insert_rowid(), seq: 0, members: 0, open };
         self.chats.insert(key.clone(), row);
@@ -477,7 +482,9 @@ impl Writer {
                 if removed == 0 {
                     return match actor {
                         Actor::Client => unchanged(row, row.seq),
-                        Actor::Admin => Ok(Err(StoreError::NotFound(format!("{user} is not a member of {}", key.chat)))),
+                        Actor::Admin => {
+                            Ok(Err(StoreError::NotFound(format!("{user} is not a member of {}", key.chat))))
+                        }
                     };
                 }
                 let r = self.chats.get_mut(key).expect("row loaded");
@@ -486,7 +493,9 @@ impl Writer {
             }
             Write::Append { user, system, body, client_id, member_only, .. } => {
                 if *member_only {
-                    let Some(u) = user else { return Ok(Err(not_member())) };
+                    let Some(u) = user else {
+                        return Ok(Err(not_member()));
+                    };
                     if read_position(&self.conn, row.id, u)?.is_none() {
                         return Ok(Err(not_member()));
                     }
@@ -516,7 +525,9 @@ impl Writer {
                 self.append(key, EventType::Reaction, Some(user), body, None, dirty)?
             }
             Write::Read { user, seq, .. } => {
-                let Some(position) = read_position(&self.conn, row.id, user)? else { return Ok(Err(not_member())) };
+                let Some(position) = read_position(&self.conn, row.id, user)? else {
+                    return Ok(Err(not_member()));
+                };
                 if *seq > row.seq {
                     return Ok(Err(StoreError::BadRequest(format!(
                         "seq {seq} is beyond the latest event of {} ({})",

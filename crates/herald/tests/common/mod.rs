@@ -82,19 +82,32 @@ impl TestServer {
 }
 
 pub async fn token_at(addr: SocketAddr, ws: &str, user: &str) -> String {
-    let (status, body) = http(addr, "POST", "/v1/tokens", Some(API_KEY), Some(json!({"workspace": ws, "user": user}))).await;
+    let (status, body) =
+        http(addr, "POST", "/v1/tokens", Some(API_KEY), Some(json!({"workspace": ws, "user": user}))).await;
     assert_eq!(status, 200, "{body}");
     body["token"].as_str().unwrap().to_string()
 }
 
 /// One HTTP/1.1 request with `Connection: close`; returns status and JSON body (or the text as a string).
-pub async fn http(addr: SocketAddr, method: &str, path: &str, api_key: Option<&str>, body: Option<Value>) -> (u16, Value) {
+pub async fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    api_key: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
     let (status, text) = http_raw(addr, method, path, api_key, body.map(|b| b.to_string())).await;
     let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
     (status, value)
 }
 
-pub async fn http_raw(addr: SocketAddr, method: &str, path: &str, api_key: Option<&str>, body: Option<String>) -> (u16, String) {
+pub async fn http_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    api_key: Option<&str>,
+    body: Option<String>,
+) -> (u16, String) {
     let mut s = TcpStream::connect(addr).await.expect("connect");
     let body = body.unwrap_or_default();
     let auth = api_key.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
@@ -108,7 +121,8 @@ pub async fn http_raw(addr: SocketAddr, method: &str, path: &str, api_key: Optio
     let text = String::from_utf8_lossy(&buf).to_string();
     let status: u16 = text.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status line");
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
+    let body =
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
     (status, body)
 }
 
@@ -263,7 +277,8 @@ impl Client {
                 }
             }
             Message::Close(frame) => {
-                let (code, reason) = frame.map(|f| (u16::from(f.code), f.reason.to_string())).unwrap_or((1005, String::new()));
+                let (code, reason) =
+                    frame.map(|f| (u16::from(f.code), f.reason.to_string())).unwrap_or((1005, String::new()));
                 self.closed = Some((code, reason));
             }
             _ => {}

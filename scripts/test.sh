@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Runs every test of herald: what a newcomer runs, and exactly what CI runs.
+#
+#   scripts/test.sh
+#
+# Needs the Rust toolchain, python3 and Node 20 (present on our Debian
+# machines). Everything else it needs it installs itself, once: Debian
+# packages through apt-get when run as root, npm packages into sdk/ts,
+# the Autobahn runner (kosoku, from PyPI) into ~/.cache/herald.
+# Servers it starts listen on free loopback ports and are stopped by pid.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+
+step() { printf '\n== %s\n' "$*"; }
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { # url: poll until it answers 200, at most 20 s
+  for _ in $(seq 200); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done
+  echo "no answer from $1" >&2; return 1
+}
+
+step "system packages"
+need=()
+command -v curl >/dev/null || need+=(curl)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "missing: ${need[*]} (run as root, or install them)" >&2; exit 1
+  fi
+fi
+echo "ok"
+
+step "format and lints"
+if cargo fmt --version >/dev/null 2>&1; then cargo fmt --all -- --check; else echo "rustfmt not installed: skipped"; fi
+if cargo clippy --version >/dev/null 2>&1; then cargo clippy -q --workspace --all-targets -- -D warnings; else echo "clippy not installed: skipped"; fi
+
+step "build"
+cargo build -q --release --workspace
+herald=$root/target/release/herald
+
+step "rust tests (unit, protocol, HTTP, lifecycle)"
+cargo test -q --workspace
+
+step "autobahn conformance (WebSocket layer, through --diag-echo)"
+port=$(free_port)
+data=$(mktemp -d)
+HERALD_JWT_SECRET=autobahn HERALD_API_KEY=autobahn "$herald" serve --listen "127.0.0.1:$port" --data "$data" --diag-echo \
+  >"$data/herald.log" 2>&1 &
+pids+=($!)
+wait_http "http://127.0.0.1:$port/healthz"
+scripts/autobahn.sh "ws://127.0.0.1:$port/diag/echo"
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; rm -rf "$data"
+
+if [ -f sdk/ts/package.json ]; then
+  step "TypeScript SDK"
+  (cd sdk/ts && npm ci --no-audit --no-fund --loglevel=error && npm run -s typecheck && npm test --silent && npm run -s build)
+  (cd sdk/ts && HERALD_BIN=$herald npm run -s test:integration)
+fi
+
+step "all tests passed"
