@@ -11,4 +11,6 @@ export default defineConfig({
   sourcemap: true,
   clean: true,
   treeshake: true,
+  // Keep class names (HeraldError, HeraldClient) readable in stack traces and `constructor.name`.
+  keepNames: true,
 });

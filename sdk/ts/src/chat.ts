@@ -40,7 +40,7 @@ export interface WatchStateChange {
 }
 
 /** Events of a `Chat`. */
-export interface ChatEvents extends Record<string, unknown> {
+export interface ChatEvents {
   /** One event, delivered exactly once and in seq order while the chat is watched. */
   event: ChatEvent;
   /** The watch state changed. */

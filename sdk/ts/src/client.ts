@@ -1,10 +1,10 @@
 //! `HeraldClient`: one logical connection to herald that survives link drops.
 //!
 //! Owns: the connection state machine (disconnected, connecting, connected, closed), the `hello`
-//! handshake, request ids and their replies and timeouts, the ping watchdog, the reconnect policy per
-//! close code (codes.ts) with full-jitter backoff (backoff.ts), and routing pushes to chat handles.
-//! Does not own: per-chat ordering and gap repair (chat.ts), unsent messages (outbox.ts), socket
-//! details (transport.ts) or token caching (token.ts).
+//! handshake, the ping watchdog, carrying out the reconnect policy per close code (codes.ts) with
+//! full-jitter backoff (backoff.ts), and routing frames: replies to requests.ts, pushes to chat handles.
+//! Does not own: request ids and timeouts (requests.ts), per-chat ordering and gap repair (chat.ts),
+//! unsent messages (outbox.ts), socket details (transport.ts) or token caching (token.ts).
 //!
 //! States:
 //!
@@ -21,6 +21,7 @@ import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
 import { resolveOptions, type ClientOptions, type Settings } from './options.js';
 import { newClientId, Outbox } from './outbox.js';
+import { Requests } from './requests.js';
 import { TokenSource } from './token.js';
 import { ABNORMAL_CLOSURE, endpointUrl, Link, resolveWebSocket, type WebSocketConstructor } from './transport.js';
 import type { ChatEvent, HelloOk, Op, PushFrame, ReplyFrame, RequestArgs, RequestOk, SeqOk } from './types.js';
@@ -53,7 +54,7 @@ export interface DisconnectInfo {
 }
 
 /** Events of a `HeraldClient`. */
-export interface ClientEvents extends Record<string, unknown> {
+export interface ClientEvents {
   /** The state changed. */
   state: StateChange;
   /** A link was greeted; carries the `hello` reply. */
@@ -64,25 +65,6 @@ export interface ClientEvents extends Record<string, unknown> {
   error: HeraldError;
   /** An event of any watched chat, delivered once and in seq order per chat. */
   event: ChatEvent;
-}
-
-/** A request written on a link, waiting for its reply. */
-interface Pending {
-  op: string;
-  link: Link;
-  resolve(ok: unknown): void;
-  reject(err: HeraldError): void;
-  timer: ReturnType<typeof setTimeout>;
-}
-
-/** A request made while connecting, waiting for the link. */
-interface Queued {
-  op: Op;
-  args: object;
-  deadline: number;
-  resolve(ok: unknown): void;
-  reject(err: HeraldError): void;
-  timer: ReturnType<typeof setTimeout>;
 }
 
 /** The heartbeat used when a `hello` reply carries none (the protocol's default server ping). */
@@ -105,12 +87,6 @@ const STABLE_CONNECTION_MS = 10_000;
 function schedule(fn: () => void, ms: number): () => void {
   const t = setTimeout(fn, ms);
   return () => clearTimeout(t);
-}
-
-/** UTF-8 length of `s`, computed only when the string could be over `limit`. */
-function overLimit(s: string, limit: number): boolean {
-  if (s.length * 3 <= limit) return false; // a UTF-16 unit is at most 3 UTF-8 bytes
-  return new TextEncoder().encode(s).length > limit;
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -153,9 +129,8 @@ export class HeraldClient extends Emitter<ClientEvents> {
   private link: Link | null = null;
   private helloOk: HelloOk | null = null;
   private connectedAt = 0;
-  private nextId = 1;
-  private readonly pending = new Map<number, Pending>();
-  private queued: Queued[] = [];
+  /** Request ids, replies, timeouts, and requests parked while connecting. */
+  private readonly requests: Requests;
   private connectWaiters: Array<{ resolve(ok: HelloOk): void; reject(err: HeraldError): void }> = [];
   /** Bumped when an attempt starts or the client stops, so a token fetched for an old attempt is dropped. */
   private generation = 0;
@@ -176,6 +151,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
     this.endpoint = endpointUrl(this.s.url, this.s.workspace);
     this.tokens = new TokenSource(this.s.token, this.s.tokenRefreshMarginMs);
     this.backoff = new Backoff(this.s.backoff, this.s.random);
+    this.requests = new Requests(this.s.maxFrameBytes, (link) => this.lost(link, ABNORMAL_CLOSURE, 'write failed'));
     // Getters rather than copies: both hosts must see the connection as it is at each call.
     const self = this;
     this.outbox = new Outbox(
@@ -326,7 +302,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
   private onOpen(link: Link, token: string): void {
     if (link !== this.link) return;
     // `hello` must be the first frame of a connection, so it bypasses the queue of waiting requests.
-    this.call(link, 'hello', { token }, this.s.requestTimeoutMs).then(
+    this.requests.call(link, 'hello', { token }, this.s.requestTimeoutMs).then(
       (ok) => this.onHello(link, ok as HelloOk),
       (err: HeraldError) => {
         if (link !== this.link) return;
@@ -356,7 +332,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
       chat.linkUp();
     }
     this.outbox.flush();
-    this.flushQueued(link);
+    this.requests.flush(link, () => link === this.link);
   }
 
   // ---- watchdog -----------------------------------------------------------------------------
@@ -370,7 +346,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
     this.cancelPing = schedule(() => {
       this.cancelPing = null;
       if (link !== this.link) return;
-      this.call(link, 'ping', {}, this.s.pingTimeoutMs).then(
+      this.requests.call(link, 'ping', {}, this.s.pingTimeoutMs).then(
         () => {
           if (link === this.link) this.schedulePing(link, heartbeatMs);
         },
@@ -397,12 +373,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
     this.cancelPing = null;
     this.cancelDrain?.();
     this.cancelDrain = null;
-    for (const [id, p] of this.pending) {
-      if (p.link !== link) continue;
-      clearTimeout(p.timer);
-      this.pending.delete(id);
-      p.reject(new HeraldError(err.code, `${err.message} (${p.op} outcome unknown)`, { op: p.op, closeCode: err.closeCode }));
-    }
+    this.requests.failLink(link, err);
     for (const chat of this.chats.values()) chat.linkDown();
   }
 
@@ -476,18 +447,13 @@ export class HeraldClient extends Emitter<ClientEvents> {
     const waiters = this.connectWaiters;
     this.connectWaiters = [];
     for (const w of waiters) w.reject(err);
-    const queued = this.queued;
-    this.queued = [];
-    for (const q of queued) {
-      clearTimeout(q.timer);
-      q.reject(new HeraldError(err.code, err.message, { op: q.op, closeCode: err.closeCode }));
-    }
+    this.requests.failParked(err);
   }
 
   // ---- requests -----------------------------------------------------------------------------
 
   /**
-   * A request for chat handles: written now when connected, else queued until the link is greeted.
+   * A request for chat handles: written now when connected, else parked until the link is greeted.
    * The timeout covers both the wait and the reply.
    */
   private request<O extends Op>(op: O, args: RequestArgs[O]): Promise<RequestOk[O]> {
@@ -495,64 +461,13 @@ export class HeraldClient extends Emitter<ClientEvents> {
     if (this.current === 'disconnected') {
       return Promise.reject(new HeraldError('disconnected', 'herald: not connected; call connect() first', { op }));
     }
-    if (this.isConnected) return this.call(this.link!, op, args, this.s.requestTimeoutMs) as Promise<RequestOk[O]>;
-    const deadline = Date.now() + this.s.requestTimeoutMs;
-    return new Promise((resolve, reject) => this.wait(op, args, deadline, resolve as (ok: unknown) => void, reject));
-  }
-
-  /** Parks a request until the link is greeted or `deadline` passes. */
-  private wait(op: Op, args: object, deadline: number, resolve: (ok: unknown) => void, reject: (err: HeraldError) => void): void {
-    const q: Queued = {
-      op,
-      args,
-      deadline,
-      resolve,
-      reject,
-      timer: setTimeout(() => {
-        this.queued = this.queued.filter((x) => x !== q);
-        reject(new HeraldError('timeout', `herald: not connected in time for ${op}`, { op }));
-      }, Math.max(0, deadline - Date.now())),
-    };
-    this.queued.push(q);
-  }
-
-  private flushQueued(link: Link): void {
-    const queued = this.queued;
-    this.queued = [];
-    for (const q of queued) {
-      clearTimeout(q.timer);
-      if (link !== this.link) {
-        // The link dropped while flushing: wait for the next one, within the original deadline.
-        this.wait(q.op, q.args, q.deadline, q.resolve, q.reject);
-        continue;
-      }
-      const left = Math.max(1, q.deadline - Date.now());
-      this.call(link, q.op, q.args, left).then(q.resolve, q.reject);
-    }
+    if (this.isConnected) return this.requests.call(this.link!, op, args, this.s.requestTimeoutMs) as Promise<RequestOk[O]>;
+    return this.requests.park(op, args, Date.now() + this.s.requestTimeoutMs) as Promise<RequestOk[O]>;
   }
 
   private sendRequest(args: { chat: string; body: unknown; client_id: string }): Promise<SeqOk> {
     if (!this.isConnected) return Promise.reject(new HeraldError('disconnected', 'herald: not connected', { op: 'send' }));
-    return this.call(this.link!, 'send', args, this.s.requestTimeoutMs) as Promise<SeqOk>;
-  }
-
-  /** Writes `{"id", "op", ...args}` on `link` and resolves with the reply's `ok`. */
-  private call(link: Link, op: Op, args: object, timeoutMs: number): Promise<unknown> {
-    return new Promise((resolve, reject) => {
-      const id = this.nextId++;
-      const text = JSON.stringify({ id, op, ...args });
-      if (overLimit(text, this.s.maxFrameBytes)) {
-        // The server would close the link with 1009, and a retried send would do it again on every link.
-        reject(new HeraldError('too_large', `herald: ${op} frame is over ${this.s.maxFrameBytes} bytes`, { op }));
-        return;
-      }
-      const timer = setTimeout(() => {
-        this.pending.delete(id);
-        reject(new HeraldError('timeout', `herald: no reply to ${op} within ${timeoutMs} ms`, { op }));
-      }, timeoutMs);
-      this.pending.set(id, { op, link, resolve, reject, timer });
-      if (!link.send(text)) this.lost(link, ABNORMAL_CLOSURE, 'send failed');
-    });
+    return this.requests.call(this.link!, 'send', args, this.s.requestTimeoutMs) as Promise<SeqOk>;
   }
 
   // ---- frames from the server ---------------------------------------------------------------
@@ -571,19 +486,10 @@ export class HeraldClient extends Emitter<ClientEvents> {
       return;
     }
     if (typeof msg.id === 'number') {
-      this.onReply(msg as unknown as ReplyFrame);
+      this.requests.settle(msg as unknown as ReplyFrame);
       return;
     }
     this.onPush(link, msg as unknown as PushFrame);
-  }
-
-  private onReply(msg: ReplyFrame): void {
-    const p = this.pending.get(msg.id);
-    if (p === undefined) return; // timed out already, or an answer to an older link
-    clearTimeout(p.timer);
-    this.pending.delete(msg.id);
-    if (msg.err !== undefined) p.reject(HeraldError.fromWire(isObject(msg.err) ? msg.err : { code: 'internal' }, p.op));
-    else p.resolve(msg.ok ?? {});
   }
 
   private onPush(link: Link, push: PushFrame): void {

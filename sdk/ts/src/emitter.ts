@@ -7,16 +7,14 @@
 export type Listener<T> = (payload: T) => void;
 
 /**
- * Event name to payload type, e.g. `{ state: StateChange; error: HeraldError }`.
- * Each event carries exactly one payload so listeners stay easy to type.
+ * Dispatches typed events. `E` maps each event name to its payload type, e.g.
+ * `{ state: StateChange; error: HeraldError }`; one payload per event keeps listeners easy to type, and
+ * a map without an index signature makes a misspelt event name a compile error.
+ *
+ * A listener that throws does not stop the others or corrupt the client's state machine: the error is
+ * rethrown on a fresh microtask, the way DOM `EventTarget` reports it.
  */
-export type EventMap = Record<string, unknown>;
-
-/**
- * Dispatches typed events. A listener that throws does not stop the others or corrupt the client's
- * state machine: the error is rethrown on a fresh microtask, the way DOM `EventTarget` reports it.
- */
-export class Emitter<E extends EventMap> {
+export class Emitter<E extends object> {
   private readonly listeners = new Map<keyof E, Set<Listener<never>>>();
 
   /** Adds a listener; returns a function that removes it. */

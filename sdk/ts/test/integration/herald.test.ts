@@ -5,6 +5,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { HeraldClient } from '../../src/client.js';
 import type { ChatEvent, HeraldEvent } from '../../src/types.js';
+import WebSocket from 'ws';
 import { Herald, HERALD_BIN, NodeWebSocket, sleep, TcpProxy, until } from './harness.js';
 
 const WS = 'acme';
@@ -22,6 +23,22 @@ afterEach(async () => {
     }
   }
 });
+
+/** The most values of sorted `xs` within any span of `windowMs`. */
+function densestWindow(xs: number[], windowMs: number): number {
+  let best = 0;
+  for (let i = 0, j = 0; j < xs.length; j++) {
+    while (xs[j]! - xs[i]! > windowMs) i++;
+    best = Math.max(best, j - i + 1);
+  }
+  return best;
+}
+
+/** "p10 .. p50 .. p90 .. max" of sorted `xs`, in ms. */
+function summary(xs: number[]): string {
+  const q = (f: number) => xs[Math.min(xs.length - 1, Math.floor(f * xs.length))];
+  return `min ${xs[0]} ms, p10 ${q(0.1)}, p50 ${q(0.5)}, p90 ${q(0.9)}, max ${xs[xs.length - 1]} ms`;
+}
 
 async function startHerald(): Promise<Herald> {
   const h = await Herald.start();
@@ -117,7 +134,7 @@ describe.skipIf(HERALD_BIN === '')('herald integration', () => {
     expect(after[0]!.client_id).toBe(first!.client_id);
   });
 
-  it('a burst of 1,000 clients whose server restarts reconnect spread over time, not at once', async () => {
+  it('a burst of 1,000 clients whose server restarts reconnect spread over time, not at once', { timeout: 300_000 }, async () => {
     const CLIENTS = 1000;
     const herald = await startHerald();
     const tokens: string[] = [];
@@ -126,39 +143,45 @@ describe.skipIf(HERALD_BIN === '')('herald integration', () => {
       for (let j = i; j < Math.min(CLIENTS, i + 50); j++) batch.push(herald.token(WS, `u${j}`));
       tokens.push(...(await Promise.all(batch)));
     }
-    const clients = tokens.map((token) => track(new HeraldClient({ url: herald.ws, workspace: WS, token, WebSocket: NodeWebSocket })));
-    for (let i = 0; i < CLIENTS; i += 100) await Promise.all(clients.slice(i, i + 100).map((c) => c.connect()));
 
+    // When each client first tries to come back, and when it is back, in ms after the SIGTERM. The
+    // attempt is what the client decides (after_ms, backoff); the reconnect also carries the time both
+    // processes took to accept it, which would blur a herd into something that looks spread.
     let restartAt = 0;
+    const firstAttempt: number[] = new Array<number>(CLIENTS).fill(-1);
     const back: number[] = [];
-    for (const c of clients) {
+    const clients = tokens.map((token, i) => {
+      class Recorded extends WebSocket {
+        constructor(url: string) {
+          super(url);
+          if (restartAt > 0 && firstAttempt[i] === -1) firstAttempt[i] = Date.now() - restartAt;
+        }
+      }
+      const c = track(new HeraldClient({ url: herald.ws, workspace: WS, token, WebSocket: Recorded as unknown as typeof NodeWebSocket }));
       c.on('connected', () => {
         if (restartAt > 0) back.push(Date.now() - restartAt);
       });
-    }
+      return c;
+    });
+    for (let i = 0; i < CLIENTS; i += 100) await Promise.all(clients.slice(i, i + 100).map((c) => c.connect()));
 
     restartAt = Date.now();
-    await herald.stop('SIGTERM', 90_000);
+    const exitMs = await herald.stop('SIGTERM', 90_000);
     await herald.spawn();
-    await until(`all ${CLIENTS} clients back`, () => back.length >= CLIENTS && clients.every((c) => c.state === 'connected'), {
+    await until(`all ${CLIENTS} clients back`, () => clients.every((c) => c.state === 'connected') && back.length >= CLIENTS, {
       timeoutMs: 120_000,
       intervalMs: 100,
     });
 
-    back.sort((a, b) => a - b);
-    const WINDOW_MS = 200;
-    let densest = 0;
-    for (let i = 0, j = 0; j < back.length; j++) {
-      while (back[j]! - back[i]! > WINDOW_MS) i++;
-      densest = Math.max(densest, j - i + 1);
-    }
-    const p = (q: number) => back[Math.min(back.length - 1, Math.floor(q * back.length))]!;
+    const attempts = firstAttempt.filter((t) => t >= 0).sort((a, b) => a - b);
+    expect(attempts).toHaveLength(CLIENTS);
+    const WINDOW_MS = 100;
+    const densest = densestWindow(attempts, WINDOW_MS);
     console.log(
-      `reconnects after restart: first ${back[0]} ms, p10 ${p(0.1)} ms, p50 ${p(0.5)} ms, p90 ${p(0.9)} ms, last ${back[back.length - 1]} ms; ` +
-        `densest ${WINDOW_MS} ms window holds ${densest}`,
+      `herald exited ${exitMs} ms after SIGTERM. First attempts: ${summary(attempts)}; densest ${WINDOW_MS} ms window holds ${densest}. ` +
+        `Reconnected: ${summary(back.sort((a, b) => a - b))}`,
     );
-    // A herd would land within one window; spread reconnects leave no window with half of them.
+    // A herd tries within one window; spread clients leave no window with half of them.
     expect(densest).toBeLessThan(CLIENTS / 2);
-    expect(p(0.9) - p(0.1)).toBeGreaterThan(WINDOW_MS);
   });
 });

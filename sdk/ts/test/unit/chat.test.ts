@@ -37,10 +37,13 @@ describe('gap repair', () => {
     const fetches = conn.sent('fetch');
     expect(fetches).toHaveLength(1);
     expect(fetches[0]).toMatchObject({ chat: 'general', after: 2, limit: 500 });
-    // Late duplicates are dropped.
+    // Late duplicates are dropped at once, without starting a repair.
+    const states: string[] = [];
+    client.chat('general').on('state', (s) => states.push(s.to));
     for (const seq of [3, 4, 5]) server.pushSeq(conn, 'general', seq);
     await tick();
     expect(seen).toEqual([1, 2, 3, 4, 5]);
+    expect(states).toEqual([]);
     expect(client.chat('general').state).toBe('live');
     client.close();
   });
@@ -69,6 +72,21 @@ describe('gap repair', () => {
     await tick();
     expect(seen).toEqual([1, 2, 3, 4, 5, 6, 7]);
     expect(client.chat('general').state).toBe('live');
+    client.close();
+  });
+
+  it('does not deliver twice when a fetch page overlaps what was delivered', async () => {
+    const { server, client, seen, conn } = await watching();
+    storeMessages(server, 4);
+    server.intercept = (c, f) => {
+      if (f.op !== 'fetch') return false;
+      // A sloppy server answers from seq 1 whatever `after` says.
+      c.serverSend({ id: f.id, ok: { events: server.events('general'), seq: 4, more: false } });
+      return true;
+    };
+    for (const seq of [1, 2, 4]) server.pushSeq(conn, 'general', seq);
+    await tick();
+    expect(seen).toEqual([1, 2, 3, 4]);
     client.close();
   });
 

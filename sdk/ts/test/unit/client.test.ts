@@ -27,6 +27,15 @@ describe('connecting', () => {
     client.close();
   });
 
+  it('types its events: a misspelt event name does not compile', () => {
+    const { client } = setup();
+    // @ts-expect-error 'conected' is not an event of HeraldClient
+    client.on('conected', () => {});
+    // @ts-expect-error the state payload has no `code`
+    client.on('state', (s) => s.code);
+    client.on('state', (s) => s.to satisfies ClientState);
+  });
+
   it('refuses a url that names another workspace, and a missing WebSocket', async () => {
     const { server } = setup();
     const { HeraldClient } = await import('../../src/client.js');
