@@ -10,6 +10,7 @@
 //! - member counts are kept as counts, never recounted on a request;
 //! - many concurrent writes share few commits (group commit).
 
+mod apply;
 pub mod sqlite;
 
 use std::future::Future;

@@ -2,27 +2,26 @@
 //!
 //! All writes go through one writer thread, which takes every write queued at
 //! the moment it is free into one transaction (group commit): a flood of
-//! joins into one chat costs one fsync per batch, not one per join. The
-//! writer keeps each touched chat's row (id, seq, member count) in memory and
-//! writes it back once per batch, so no counter row is updated per event.
+//! joins into one chat costs one fsync per batch, not one per join. The rules
+//! of a batch are in [`super::apply`]; this file supplies SQLite's statements.
 //! Reads run on a small pool of read-only connections, which WAL lets proceed
 //! beside the writer; they see only committed batches, i.e. what was
 //! acknowledged.
 //!
 //! Not here: sharding, breakers (PostgreSQL's concern), or any cache of events.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use herald_protocol::{Event, EventType};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
 
-use super::{Actor, BoxFuture, Fetched, Store, StoreError, Write, Written};
+use super::apply::{self, ChatRow, Outcome, Tx};
+use super::{BoxFuture, Fetched, Store, StoreError, Write, Written};
 use crate::model::{ChatInfo, ChatKey};
 
 /// Schema version kept in `PRAGMA user_version`.
@@ -70,8 +69,6 @@ const MAX_BATCH: usize = 1024;
 const WRITE_QUEUE: usize = 16 * 1024;
 /// Concurrent reads; each holds one read-only connection.
 const READERS: usize = 4;
-/// Chat rows the writer keeps in memory before it forgets them all.
-const MAX_CACHED_CHATS: usize = 100_000;
 
 type Reply = oneshot::Sender<Result<Written, StoreError>>;
 
@@ -111,9 +108,7 @@ impl SqliteStore {
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
 
         let (tx, rx) = sync_channel(WRITE_QUEUE);
-        std::thread::Builder::new()
-            .name("herald-sqlite-writer".into())
-            .spawn(move || Writer { conn, chats: HashMap::new() }.run(rx))?;
+        std::thread::Builder::new().name("herald-sqlite-writer".into()).spawn(move || Writer { conn }.run(rx))?;
         Ok(SqliteStore {
             jobs: tx,
             readers: Arc::new(ReaderPool { path, idle: Mutex::new(Vec::new()), permits: Semaphore::new(READERS) }),
@@ -157,10 +152,6 @@ fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
 
 fn unavailable(msg: &str) -> StoreError {
     StoreError::Unavailable(msg.to_string())
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 impl Store for SqliteStore {
@@ -252,21 +243,6 @@ fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
     })
 }
 
-/// A chat's row as the writer knows it.
-#[derive(Debug, Clone, Copy)]
-struct ChatRow {
-    id: i64,
-    seq: u64,
-    members: u64,
-    open: bool,
-}
-
-impl ChatRow {
-    fn info(&self) -> ChatInfo {
-        ChatInfo { seq: self.seq, members: self.members, open: self.open }
-    }
-}
-
 fn load_chat(conn: &Connection, key: &ChatKey) -> rusqlite::Result<Option<ChatRow>> {
     conn.prepare_cached("SELECT id, seq, members, open FROM chats WHERE ws = ?1 AND chat = ?2")?
         .query_row(params![&*key.ws, &*key.chat], |r| {
@@ -286,17 +262,10 @@ fn read_position(conn: &Connection, chat_id: i64, user: &str) -> rusqlite::Resul
         .optional()
 }
 
-/// The writer thread's state.
+/// The writer thread's state: the one read-write connection.
 struct Writer {
     conn: Connection,
-    /// Rows of chats touched recently. The truth for seq and counts while the
-    /// writer runs; dropped whole after a failed batch and reloaded from disk.
-    chats: HashMap<ChatKey, ChatRow>,
 }
-
-/// A write's result inside a batch: a logical refusal is the client's answer;
-/// a database error fails the batch.
-type OpResult = Result<Result<Written, StoreError>, rusqlite::Error>;
 
 impl Writer {
     fn run(mut self, rx: Receiver<Job>) {
@@ -331,15 +300,11 @@ impl Writer {
     /// failed batch is retried write by write, so one bad write cannot fail
     /// the others.
     fn commit_batch(&mut self, batch: &mut Vec<(Write, Reply)>) {
-        if self.chats.len() > MAX_CACHED_CHATS {
-            self.chats.clear();
-        }
         let started = Instant::now();
         let writes: Vec<&Write> = batch.iter().map(|(w, _)| w).collect();
         match self.apply(&writes) {
             Ok(results) => {
-                let secs = started.elapsed().as_secs_f64();
-                metrics::histogram!("herald_store_commit_seconds").record(secs);
+                metrics::histogram!("herald_store_commit_seconds").record(started.elapsed().as_secs_f64());
                 metrics::histogram!("herald_store_batch_writes").record(batch.len() as f64);
                 let stored = results.iter().filter(|r| matches!(r, Ok(w) if w.event.is_some())).count();
                 metrics::counter!("herald_events_stored_total").increment(stored as u64);
@@ -348,7 +313,6 @@ impl Writer {
                 }
             }
             Err(e) => {
-                self.chats.clear();
                 metrics::counter!("herald_store_errors_total", "kind" => "commit").increment(1);
                 if batch.len() == 1 {
                     tracing::error!(error = %e, key = %batch[0].0.key(), "store write failed");
@@ -365,192 +329,101 @@ impl Writer {
     }
 
     /// Applies `writes` in one transaction and commits it.
-    fn apply(&mut self, writes: &[&Write]) -> rusqlite::Result<Vec<Result<Written, StoreError>>> {
+    fn apply(&mut self, writes: &[&Write]) -> rusqlite::Result<Vec<Outcome>> {
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let mut dirty: Vec<ChatKey> = Vec::new();
-        let mut results = Vec::with_capacity(writes.len());
-        let outcome = (|| {
-            for w in writes {
-                results.push(self.apply_one(w, &mut dirty)?);
-            }
-            let mut update =
-                self.conn.prepare_cached("UPDATE chats SET seq = ?2, members = ?3, open = ?4 WHERE id = ?1")?;
-            dirty.sort();
-            dirty.dedup();
-            for key in &dirty {
-                let row = self.chats[key];
-                update.execute(params![row.id, row.seq as i64, row.members as i64, row.open])?;
-            }
-            Ok(())
-        })();
-        match outcome.and_then(|()| self.conn.execute_batch("COMMIT")) {
-            Ok(()) => Ok(results),
+        let result = now_or_never(apply::apply(&mut SqliteTx(&self.conn), writes));
+        match result.and_then(|outcomes| self.conn.execute_batch("COMMIT").map(|()| outcomes)) {
+            Ok(outcomes) => Ok(outcomes),
             Err(e) => {
                 let _ = self.conn.execute_batch("ROLLBACK");
                 Err(e)
             }
         }
     }
+}
 
-    fn row(&mut self, key: &ChatKey) -> rusqlite::Result<Option<ChatRow>> {
-        if let Some(row) = self.chats.get(key) {
-            return Ok(Some(*row));
-        }
-        let row = load_chat(&self.conn, key)?;
-        if let Some(row) = row {
-            self.chats.insert(key.clone(), row);
-        }
-        Ok(row)
-    }
-
-    fn create_chat(&mut self, key: &ChatKey, open: bool) -> rusqlite::Result<ChatRow> {
-        self.conn
-            .prepare_cached(
-                "INSERT INTO chats (ws, chat, open, seq, members, created_ms) VALUES (?1, ?2, ?3, 0, 0, ?4)",
-            )?
-            .execute(params![&*key.ws, &*key.chat, open, now_ms()])?;
-        let row = ChatRow { id: self.conn.last_insert_rowid(), seq: 0, members: 0, open };
-        self.chats.insert(key.clone(), row);
-        Ok(row)
-    }
-
-    /// Stores the next event of `key`, updating the cached row.
-    fn append(
-        &mut self,
-        key: &ChatKey,
-        kind: EventType,
-        user: Option<&str>,
-        body: Box<RawValue>,
-        client_id: Option<&str>,
-        dirty: &mut Vec<ChatKey>,
-    ) -> rusqlite::Result<Event> {
-        let row = self.chats.get_mut(key).expect("row loaded before append");
-        row.seq += 1;
-        let (id, seq) = (row.id, row.seq);
-        dirty.push(key.clone());
-        let ts = now_ms();
-        self.conn
-            .prepare_cached(
-                "INSERT INTO events (chat_id, seq, type, user, ts, body, client_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?
-            .execute(params![id, seq as i64, kind.as_str(), user, ts, body.get(), client_id])?;
-        Ok(Event { seq, kind, user: user.map(str::to_owned), ts, body, client_id: client_id.map(str::to_owned) })
-    }
-
-    fn apply_one(&mut self, write: &Write, dirty: &mut Vec<ChatKey>) -> OpResult {
-        let key = write.key();
-        let not_found = || StoreError::NotFound(format!("no chat {}", key.chat));
-        let not_member = || StoreError::Forbidden(format!("not a member of {}", key.chat));
-        let row = match (self.row(key)?, write) {
-            (Some(row), _) => row,
-            (None, Write::Join { actor: Actor::Client, .. }) => {
-                dirty.push(key.clone());
-                self.create_chat(key, true)?
-            }
-            (None, Write::PutChat { open, .. }) => {
-                let row = self.create_chat(key, *open)?;
-                return Ok(Ok(Written { event: None, seq: 0, info: row.info() }));
-            }
-            (None, _) => return Ok(Err(not_found())),
-        };
-        let unchanged = |row: ChatRow, seq: u64| Ok(Ok(Written { event: None, seq, info: row.info() }));
-        let event = match write {
-            Write::PutChat { open, .. } => {
-                let row = self.chats.get_mut(key).expect("row loaded");
-                row.open = *open;
-                dirty.push(key.clone());
-                return unchanged(*row, row.seq);
-            }
-            Write::Join { user, actor, .. } => {
-                if read_position(&self.conn, row.id, user)?.is_some() {
-                    return unchanged(row, row.seq);
-                }
-                if !row.open && *actor == Actor::Client {
-                    return Ok(Err(StoreError::Forbidden(format!("{} is closed; ask to be added", key.chat))));
-                }
-                self.conn
-                    .prepare_cached("INSERT INTO members (chat_id, user, read_seq, joined_ms) VALUES (?1, ?2, 0, ?3)")?
-                    .execute(params![row.id, &**user, now_ms()])?;
-                self.chats.get_mut(key).expect("row loaded").members += 1;
-                self.append(key, EventType::Join, Some(user), empty_body(), None, dirty)?
-            }
-            Write::Leave { user, actor, .. } => {
-                let removed = self
-                    .conn
-                    .prepare_cached("DELETE FROM members WHERE chat_id = ?1 AND user = ?2")?
-                    .execute(params![row.id, &**user])?;
-                if removed == 0 {
-                    return match actor {
-                        Actor::Client => unchanged(row, row.seq),
-                        Actor::Admin => {
-                            Ok(Err(StoreError::NotFound(format!("{user} is not a member of {}", key.chat))))
-                        }
-                    };
-                }
-                let r = self.chats.get_mut(key).expect("row loaded");
-                r.members = r.members.saturating_sub(1);
-                self.append(key, EventType::Leave, Some(user), empty_body(), None, dirty)?
-            }
-            Write::Append { user, system, body, client_id, member_only, .. } => {
-                if *member_only {
-                    let Some(u) = user else {
-                        return Ok(Err(not_member()));
-                    };
-                    if read_position(&self.conn, row.id, u)?.is_none() {
-                        return Ok(Err(not_member()));
-                    }
-                }
-                if let Some(cid) = client_id {
-                    let first: Option<i64> = self
-                        .conn
-                        .prepare_cached("SELECT seq FROM events WHERE chat_id = ?1 AND user IS ?2 AND client_id = ?3")?
-                        .query_row(params![row.id, user.as_deref(), cid], |r| r.get(0))
-                        .optional()?;
-                    if let Some(seq) = first {
-                        return unchanged(row, seq as u64);
-                    }
-                }
-                let kind = if *system { EventType::System } else { EventType::Message };
-                self.append(key, kind, user.as_deref(), body.clone(), client_id.as_deref(), dirty)?
-            }
-            Write::React { user, target, emoji, on, .. } => {
-                if read_position(&self.conn, row.id, user)?.is_none() {
-                    return Ok(Err(not_member()));
-                }
-                if *target == 0 || *target > row.seq {
-                    return Ok(Err(StoreError::NotFound(format!("no event {target} in {}", key.chat))));
-                }
-                let body = serde_json::json!({"target": target, "emoji": emoji, "on": on});
-                let body = serde_json::value::to_raw_value(&body).expect("reaction body serializes");
-                self.append(key, EventType::Reaction, Some(user), body, None, dirty)?
-            }
-            Write::Read { user, seq, .. } => {
-                let Some(position) = read_position(&self.conn, row.id, user)? else {
-                    return Ok(Err(not_member()));
-                };
-                if *seq > row.seq {
-                    return Ok(Err(StoreError::BadRequest(format!(
-                        "seq {seq} is beyond the latest event of {} ({})",
-                        key.chat, row.seq
-                    ))));
-                }
-                if *seq <= position {
-                    return unchanged(row, position);
-                }
-                self.conn
-                    .prepare_cached("UPDATE members SET read_seq = ?3 WHERE chat_id = ?1 AND user = ?2")?
-                    .execute(params![row.id, &**user, *seq as i64])?;
-                let body = RawValue::from_string(format!("{{\"seq\":{seq}}}")).expect("read body is JSON");
-                let event = self.append(key, EventType::Read, Some(user), body, None, dirty)?;
-                let info = self.chats[key].info();
-                return Ok(Ok(Written { event: Some(event), seq: *seq, info }));
-            }
-        };
-        let info = self.chats[key].info();
-        Ok(Ok(Written { seq: event.seq, event: Some(event), info }))
+/// Runs a future whose every step is synchronous (SQLite's are) to completion.
+fn now_or_never<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => unreachable!("SQLite operations never wait"),
     }
 }
 
-fn empty_body() -> Box<RawValue> {
-    RawValue::from_string("{}".to_string()).expect("{} is JSON")
+/// One SQLite write transaction. The single writer needs no row locks.
+struct SqliteTx<'a>(&'a Connection);
+
+impl Tx for SqliteTx<'_> {
+    type Error = rusqlite::Error;
+
+    async fn load_chat(&mut self, key: &ChatKey) -> rusqlite::Result<Option<ChatRow>> {
+        load_chat(self.0, key)
+    }
+
+    async fn create_chat(&mut self, key: &ChatKey, open: bool, now_ms: i64) -> rusqlite::Result<ChatRow> {
+        self.0
+            .prepare_cached(
+                "INSERT INTO chats (ws, chat, open, seq, members, created_ms) VALUES (?1, ?2, ?3, 0, 0, ?4)",
+            )?
+            .execute(params![&*key.ws, &*key.chat, open, now_ms])?;
+        Ok(ChatRow { id: self.0.last_insert_rowid(), seq: 0, members: 0, open })
+    }
+
+    async fn read_position(&mut self, chat: i64, user: &str) -> rusqlite::Result<Option<u64>> {
+        read_position(self.0, chat, user)
+    }
+
+    async fn add_member(&mut self, chat: i64, user: &str, now_ms: i64) -> rusqlite::Result<()> {
+        self.0
+            .prepare_cached("INSERT INTO members (chat_id, user, read_seq, joined_ms) VALUES (?1, ?2, 0, ?3)")?
+            .execute(params![chat, user, now_ms])?;
+        Ok(())
+    }
+
+    async fn remove_member(&mut self, chat: i64, user: &str) -> rusqlite::Result<bool> {
+        let n = self
+            .0
+            .prepare_cached("DELETE FROM members WHERE chat_id = ?1 AND user = ?2")?
+            .execute(params![chat, user])?;
+        Ok(n > 0)
+    }
+
+    async fn set_read_position(&mut self, chat: i64, user: &str, seq: u64) -> rusqlite::Result<()> {
+        self.0
+            .prepare_cached("UPDATE members SET read_seq = ?3 WHERE chat_id = ?1 AND user = ?2")?
+            .execute(params![chat, user, seq as i64])?;
+        Ok(())
+    }
+
+    async fn find_client_id(
+        &mut self,
+        chat: i64,
+        user: Option<&str>,
+        client_id: &str,
+    ) -> rusqlite::Result<Option<u64>> {
+        self.0
+            .prepare_cached("SELECT seq FROM events WHERE chat_id = ?1 AND user IS ?2 AND client_id = ?3")?
+            .query_row(params![chat, user, client_id], |r| r.get::<_, i64>(0).map(|v| v as u64))
+            .optional()
+    }
+
+    async fn insert_event(&mut self, chat: i64, e: &Event) -> rusqlite::Result<()> {
+        self.0
+            .prepare_cached(
+                "INSERT INTO events (chat_id, seq, type, user, ts, body, client_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![chat, e.seq as i64, e.kind.as_str(), e.user, e.ts, e.body.get(), e.client_id])?;
+        Ok(())
+    }
+
+    async fn save_chat(&mut self, row: &ChatRow) -> rusqlite::Result<()> {
+        self.0.prepare_cached("UPDATE chats SET seq = ?2, members = ?3, open = ?4 WHERE id = ?1")?.execute(params![
+            row.id,
+            row.seq as i64,
+            row.members as i64,
+            row.open
+        ])?;
+        Ok(())
+    }
 }

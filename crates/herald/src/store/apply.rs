@@ -1,0 +1,231 @@
+//! The rules of a write batch, shared by every backend: what each [`Write`]
+//! checks, which event it stores and how the chat's seq and member count
+//! move. A backend supplies the primitive reads and writes of one
+//! transaction ([`Tx`]); this module decides what to do with them.
+//!
+//! A batch first loads every chat it touches, in key order (a backend with
+//! several writers, like PostgreSQL, locks each row as it loads it, so two
+//! batches never wait on each other in a cycle), then applies its writes in
+//! order against those rows in memory, and finally saves each touched row
+//! once. That is why a flood of joins into one chat updates the chat's row
+//! once per batch, not once per join.
+
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use herald_protocol::{Event, EventType};
+use serde_json::value::RawValue;
+
+use super::{Actor, StoreError, Write, Written};
+use crate::model::{ChatInfo, ChatKey};
+
+/// A chat's row as a batch sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChatRow {
+    pub id: i64,
+    pub seq: u64,
+    pub members: u64,
+    pub open: bool,
+}
+
+impl ChatRow {
+    pub fn info(&self) -> ChatInfo {
+        ChatInfo { seq: self.seq, members: self.members, open: self.open }
+    }
+}
+
+/// The primitive operations of one write transaction.
+pub(crate) trait Tx {
+    type Error: std::fmt::Display;
+    /// Loads a chat's row; where several writers exist, locks it until the transaction ends.
+    async fn load_chat(&mut self, key: &ChatKey) -> Result<Option<ChatRow>, Self::Error>;
+    async fn create_chat(&mut self, key: &ChatKey, open: bool, now_ms: i64) -> Result<ChatRow, Self::Error>;
+    /// The member's read position, `None` if not a member.
+    async fn read_position(&mut self, chat: i64, user: &str) -> Result<Option<u64>, Self::Error>;
+    async fn add_member(&mut self, chat: i64, user: &str, now_ms: i64) -> Result<(), Self::Error>;
+    /// Whether a member was removed.
+    async fn remove_member(&mut self, chat: i64, user: &str) -> Result<bool, Self::Error>;
+    async fn set_read_position(&mut self, chat: i64, user: &str, seq: u64) -> Result<(), Self::Error>;
+    /// The seq of the event already stored with this `client_id`, if any.
+    async fn find_client_id(
+        &mut self,
+        chat: i64,
+        user: Option<&str>,
+        client_id: &str,
+    ) -> Result<Option<u64>, Self::Error>;
+    async fn insert_event(&mut self, chat: i64, event: &Event) -> Result<(), Self::Error>;
+    /// Writes back a row's seq, member count and open flag.
+    async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error>;
+}
+
+/// What one write decided: a client's answer, or a backend failure that fails the batch.
+pub(crate) type Outcome = Result<Written, StoreError>;
+
+/// Applies `writes` in `tx`. The caller commits on `Ok`, rolls back on `Err`.
+pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Outcome>, T::Error> {
+    let mut keys: Vec<&ChatKey> = writes.iter().map(|w| w.key()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut batch = Batch { rows: HashMap::with_capacity(keys.len()), dirty: Vec::new(), now_ms: now_ms() };
+    for key in keys {
+        if let Some(row) = tx.load_chat(key).await? {
+            batch.rows.insert(key.clone(), row);
+        }
+    }
+    let mut outcomes = Vec::with_capacity(writes.len());
+    for w in writes {
+        outcomes.push(batch.apply_one(tx, w).await?);
+    }
+    batch.dirty.sort();
+    batch.dirty.dedup();
+    for key in &batch.dirty {
+        tx.save_chat(&batch.rows[key]).await?;
+    }
+    Ok(outcomes)
+}
+
+struct Batch {
+    rows: HashMap<ChatKey, ChatRow>,
+    dirty: Vec<ChatKey>,
+    now_ms: i64,
+}
+
+impl Batch {
+    /// Stores the next event of `key`.
+    async fn append<T: Tx>(
+        &mut self,
+        tx: &mut T,
+        key: &ChatKey,
+        kind: EventType,
+        user: Option<&str>,
+        body: Box<RawValue>,
+        client_id: Option<&str>,
+    ) -> Result<Event, T::Error> {
+        let row = self.rows.get_mut(key).expect("row loaded before append");
+        row.seq += 1;
+        let (id, seq) = (row.id, row.seq);
+        self.dirty.push(key.clone());
+        let event = Event {
+            seq,
+            kind,
+            user: user.map(str::to_owned),
+            ts: self.now_ms,
+            body,
+            client_id: client_id.map(str::to_owned),
+        };
+        tx.insert_event(id, &event).await?;
+        Ok(event)
+    }
+
+    fn done(&self, key: &ChatKey, event: Event) -> Outcome {
+        Ok(Written { seq: event.seq, event: Some(event), info: self.rows[key].info() })
+    }
+
+    async fn apply_one<T: Tx>(&mut self, tx: &mut T, write: &Write) -> Result<Outcome, T::Error> {
+        let key = write.key();
+        let not_member = || StoreError::Forbidden(format!("not a member of {}", key.chat));
+        let row = match (self.rows.get(key).copied(), write) {
+            (Some(row), _) => row,
+            (None, Write::Join { actor: Actor::Client, .. }) => {
+                let row = tx.create_chat(key, true, self.now_ms).await?;
+                self.rows.insert(key.clone(), row);
+                row
+            }
+            (None, Write::PutChat { open, .. }) => {
+                let row = tx.create_chat(key, *open, self.now_ms).await?;
+                self.rows.insert(key.clone(), row);
+                return Ok(Ok(Written { event: None, seq: 0, info: row.info() }));
+            }
+            (None, _) => return Ok(Err(StoreError::NotFound(format!("no chat {}", key.chat)))),
+        };
+        let unchanged = |row: ChatRow, seq: u64| Ok(Ok(Written { event: None, seq, info: row.info() }));
+        match write {
+            Write::PutChat { open, .. } => {
+                let row = self.rows.get_mut(key).expect("row loaded");
+                row.open = *open;
+                self.dirty.push(key.clone());
+                let row = *row;
+                unchanged(row, row.seq)
+            }
+            Write::Join { user, actor, .. } => {
+                if tx.read_position(row.id, user).await?.is_some() {
+                    return unchanged(row, row.seq);
+                }
+                if !row.open && *actor == Actor::Client {
+                    return Ok(Err(StoreError::Forbidden(format!("{} is closed; ask to be added", key.chat))));
+                }
+                tx.add_member(row.id, user, self.now_ms).await?;
+                self.rows.get_mut(key).expect("row loaded").members += 1;
+                let event = self.append(tx, key, EventType::Join, Some(user), empty_body(), None).await?;
+                Ok(self.done(key, event))
+            }
+            Write::Leave { user, actor, .. } => {
+                if !tx.remove_member(row.id, user).await? {
+                    return match actor {
+                        Actor::Client => unchanged(row, row.seq),
+                        Actor::Admin => {
+                            Ok(Err(StoreError::NotFound(format!("{user} is not a member of {}", key.chat))))
+                        }
+                    };
+                }
+                let r = self.rows.get_mut(key).expect("row loaded");
+                r.members = r.members.saturating_sub(1);
+                let event = self.append(tx, key, EventType::Leave, Some(user), empty_body(), None).await?;
+                Ok(self.done(key, event))
+            }
+            Write::Append { user, system, body, client_id, member_only, .. } => {
+                if *member_only {
+                    let Some(u) = user else { return Ok(Err(not_member())) };
+                    if tx.read_position(row.id, u).await?.is_none() {
+                        return Ok(Err(not_member()));
+                    }
+                }
+                if let Some(cid) = client_id {
+                    if let Some(seq) = tx.find_client_id(row.id, user.as_deref(), cid).await? {
+                        return unchanged(row, seq);
+                    }
+                }
+                let kind = if *system { EventType::System } else { EventType::Message };
+                let event = self.append(tx, key, kind, user.as_deref(), body.clone(), client_id.as_deref()).await?;
+                Ok(self.done(key, event))
+            }
+            Write::React { user, target, emoji, on, .. } => {
+                if tx.read_position(row.id, user).await?.is_none() {
+                    return Ok(Err(not_member()));
+                }
+                if *target == 0 || *target > row.seq {
+                    return Ok(Err(StoreError::NotFound(format!("no event {target} in {}", key.chat))));
+                }
+                let body = serde_json::json!({"target": target, "emoji": emoji, "on": on});
+                let body = serde_json::value::to_raw_value(&body).expect("reaction body serializes");
+                let event = self.append(tx, key, EventType::Reaction, Some(user), body, None).await?;
+                Ok(self.done(key, event))
+            }
+            Write::Read { user, seq, .. } => {
+                let Some(position) = tx.read_position(row.id, user).await? else { return Ok(Err(not_member())) };
+                if *seq > row.seq {
+                    return Ok(Err(StoreError::BadRequest(format!(
+                        "seq {seq} is beyond the latest event of {} ({})",
+                        key.chat, row.seq
+                    ))));
+                }
+                if *seq <= position {
+                    return unchanged(row, position);
+                }
+                tx.set_read_position(row.id, user, *seq).await?;
+                let body = RawValue::from_string(format!("{{\"seq\":{seq}}}")).expect("read body is JSON");
+                let event = self.append(tx, key, EventType::Read, Some(user), body, None).await?;
+                let info = self.rows[key].info();
+                Ok(Ok(Written { event: Some(event), seq: *seq, info }))
+            }
+        }
+    }
+}
+
+fn empty_body() -> Box<RawValue> {
+    RawValue::from_string("{}".to_string()).expect("{} is JSON")
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
