@@ -287,10 +287,14 @@ async fn gateway_for(
 async fn ready(State(s): State<AppState>) -> Response {
     let store = s.chats.store().ready().await;
     let broker = s.chats.broker().ready();
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "store": if store.is_ok() { "ok" } else { "unavailable" },
         "broker": if broker { "ok" } else { "unavailable" },
     });
+    let shards = s.chats.store().shards();
+    if !shards.is_empty() {
+        body["shards"] = serde_json::json!(shards);
+    }
     let status = if store.is_ok() && broker { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, axum::Json(body)).into_response()
 }

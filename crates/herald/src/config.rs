@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// Directory of the embedded store.
     #[arg(long, env = "HERALD_DATA")]
     pub data: Option<PathBuf>,
+    /// A PostgreSQL shard (`postgres://user@host:port/db`); give it once per
+    /// shard. With none, the embedded SQLite store in `--data` is used.
+    #[arg(long = "store", env = "HERALD_STORE", value_delimiter = ',')]
+    pub store: Option<Vec<String>>,
     /// Secret that client JWTs are signed with (HS256).
     #[arg(long, env = "HERALD_JWT_SECRET", hide_env_values = true)]
     pub jwt_secret: Option<String>,
@@ -81,6 +85,8 @@ pub struct ServeArgs {
 pub struct Config {
     pub listen: SocketAddr,
     pub data: PathBuf,
+    /// PostgreSQL shard URLs; empty means the embedded store.
+    pub stores: Vec<String>,
     pub jwt_secret: String,
     pub api_key: String,
     /// Neither secret was given: random secrets, a demo page and dev tokens.
@@ -127,6 +133,7 @@ impl ServeArgs {
         Ok(pick!(
             listen,
             data,
+            store,
             jwt_secret,
             api_key,
             jwt_audience,
@@ -152,6 +159,7 @@ impl ServeArgs {
         let cfg = Config {
             listen: self.listen.unwrap_or_else(|| "127.0.0.1:8080".parse().expect("valid address")),
             data: self.data.unwrap_or_else(|| PathBuf::from("./data")),
+            stores: self.store.unwrap_or_default(),
             jwt_secret: self.jwt_secret.unwrap_or_else(random_secret),
             api_key: self.api_key.unwrap_or_else(random_secret),
             dev_mode,
@@ -176,6 +184,12 @@ impl ServeArgs {
         anyhow::ensure!(cfg.heartbeat < cfg.idle_timeout, "heartbeat-ms must be below idle-timeout-ms");
         anyhow::ensure!(cfg.outbox_limit >= 64 * 1024, "outbox-limit must be at least 64 KiB");
         anyhow::ensure!(cfg.ws_read_buffer >= 64, "ws-read-buffer must be at least 64 bytes");
+        for url in &cfg.stores {
+            anyhow::ensure!(
+                url.starts_with("postgres://") || url.starts_with("postgresql://"),
+                "--store takes postgres:// URLs, got {url:?}"
+            );
+        }
         Ok(cfg)
     }
 }

@@ -65,6 +65,7 @@ impl From<crate::store::StoreError> for Error {
             StoreError::Forbidden(m) => Error::Forbidden(m),
             StoreError::BadRequest(m) => Error::BadRequest(m),
             StoreError::Unavailable(m) => Error::Unavailable { message: m, retry_after_ms: STORE_RETRY_MS },
+            StoreError::Refused { message, retry_after_ms } => Error::Unavailable { message, retry_after_ms },
         }
     }
 }

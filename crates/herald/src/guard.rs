@@ -53,3 +53,223 @@ mod tests {
         assert!(b.take(t1).is_err());
     }
 }
+
+/// Bounds a resource's concurrent operations and the queue in front of them.
+/// Beyond both, callers are refused at once instead of piling up: one slow
+/// shard cannot take every task of the node with it.
+#[derive(Debug)]
+pub struct Bulkhead {
+    permits: tokio::sync::Semaphore,
+    max_waiting: usize,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl Bulkhead {
+    pub fn new(max_in_flight: usize, max_waiting: usize) -> Self {
+        Bulkhead {
+            permits: tokio::sync::Semaphore::new(max_in_flight),
+            max_waiting,
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// A slot, waiting in the bounded queue if all are taken; `None` when the queue is full too.
+    pub async fn enter(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        use std::sync::atomic::Ordering;
+        if let Ok(p) = self.permits.try_acquire() {
+            return Some(p);
+        }
+        if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.max_waiting {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        let permit = self.permits.acquire().await.ok();
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        permit
+    }
+
+    /// Operations waiting for a slot now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The state of a [`Breaker`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls go through; consecutive failures are counted.
+    Closed,
+    /// Calls fail fast until the cool-down ends.
+    Open,
+    /// One probe call is let through; its outcome closes or reopens the breaker.
+    HalfOpen,
+}
+
+impl BreakerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+}
+
+/// Settings of a [`Breaker`].
+#[derive(Debug, Clone, Copy)]
+pub struct BreakerConfig {
+    /// Consecutive failures that open the breaker.
+    pub failures: u32,
+    /// First cool-down; doubled after each failed probe, up to `max_cooldown`.
+    pub cooldown: std::time::Duration,
+    pub max_cooldown: std::time::Duration,
+}
+
+/// A consecutive-failures circuit breaker. Fails calls fast while a
+/// resource is known to be down, and probes it with one call at a time.
+#[derive(Debug)]
+pub struct Breaker {
+    cfg: BreakerConfig,
+    inner: std::sync::Mutex<BreakerInner>,
+}
+
+#[derive(Debug)]
+struct BreakerInner {
+    state: BreakerState,
+    failures: u32,
+    cooldown: std::time::Duration,
+    open_until: tokio::time::Instant,
+}
+
+/// A call the breaker let through; report its outcome with [`Breaker::record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    probe: bool,
+}
+
+impl Breaker {
+    pub fn new(cfg: BreakerConfig) -> Self {
+        Breaker {
+            cfg,
+            inner: std::sync::Mutex::new(BreakerInner {
+                state: BreakerState::Closed,
+                failures: 0,
+                cooldown: cfg.cooldown,
+                open_until: tokio::time::Instant::now(),
+            }),
+        }
+    }
+
+    pub fn state(&self) -> BreakerState {
+        self.inner.lock().expect("breaker lock").state
+    }
+
+    /// Lets a call through, or refuses it with the milliseconds until the next probe.
+    pub fn admit(&self) -> Result<Admitted, u64> {
+        let mut b = self.inner.lock().expect("breaker lock");
+        let now = tokio::time::Instant::now();
+        match b.state {
+            BreakerState::Closed => Ok(Admitted { probe: false }),
+            BreakerState::Open if now >= b.open_until => {
+                b.state = BreakerState::HalfOpen;
+                Ok(Admitted { probe: true })
+            }
+            BreakerState::Open => Err(b.open_until.duration_since(now).as_millis().max(1) as u64),
+            // A probe is out; everyone else waits for its verdict.
+            BreakerState::HalfOpen => Err(b.cooldown.as_millis().max(1) as u64),
+        }
+    }
+
+    /// Reports how an admitted call went. Returns the state change, if any.
+    pub fn record(&self, call: Admitted, ok: bool) -> Option<BreakerState> {
+        let mut b = self.inner.lock().expect("breaker lock");
+        let before = b.state;
+        if ok {
+            b.failures = 0;
+            if call.probe || b.state == BreakerState::HalfOpen {
+                b.state = BreakerState::Closed;
+                b.cooldown = self.cfg.cooldown;
+            }
+        } else if call.probe {
+            b.cooldown = (b.cooldown * 2).min(self.cfg.max_cooldown);
+            b.state = BreakerState::Open;
+            b.open_until = tokio::time::Instant::now() + b.cooldown;
+        } else if b.state == BreakerState::Closed {
+            b.failures += 1;
+            if b.failures >= self.cfg.failures {
+                b.state = BreakerState::Open;
+                b.open_until = tokio::time::Instant::now() + b.cooldown;
+            }
+        }
+        (b.state != before).then_some(b.state)
+    }
+}
+
+#[cfg(test)]
+mod breaker_tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn breaker() -> Breaker {
+        Breaker::new(BreakerConfig {
+            failures: 3,
+            cooldown: Duration::from_millis(100),
+            max_cooldown: Duration::from_millis(400),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_consecutive_failures_and_probes_to_close() {
+        let b = breaker();
+        for _ in 0..2 {
+            let a = b.admit().unwrap();
+            assert_eq!(b.record(a, false), None);
+        }
+        // A success in between resets the count.
+        let a = b.admit().unwrap();
+        b.record(a, true);
+        for _ in 0..2 {
+            let a = b.admit().unwrap();
+            b.record(a, false);
+        }
+        let a = b.admit().unwrap();
+        assert_eq!(b.record(a, false), Some(BreakerState::Open));
+        assert!(b.admit().is_err(), "open: fail fast");
+        tokio::time::advance(Duration::from_millis(101)).await;
+        let probe = b.admit().unwrap();
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        assert!(b.admit().is_err(), "one probe at a time");
+        assert_eq!(b.record(probe, true), Some(BreakerState::Closed));
+        assert!(b.admit().is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_probe_reopens_for_longer() {
+        let b = breaker();
+        for _ in 0..3 {
+            let a = b.admit().unwrap();
+            b.record(a, false);
+        }
+        tokio::time::advance(Duration::from_millis(101)).await;
+        let probe = b.admit().unwrap();
+        assert_eq!(b.record(probe, false), Some(BreakerState::Open));
+        tokio::time::advance(Duration::from_millis(150)).await;
+        assert!(b.admit().is_err(), "cool-down doubled to 200 ms");
+        tokio::time::advance(Duration::from_millis(60)).await;
+        assert!(b.admit().is_ok());
+    }
+
+    #[tokio::test]
+    async fn bulkhead_refuses_beyond_its_queue() {
+        let h = std::sync::Arc::new(Bulkhead::new(1, 1));
+        let first = h.enter().await.unwrap();
+        let h2 = h.clone();
+        let waiter = tokio::spawn(async move { h2.enter().await.is_some() });
+        while h.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(h.enter().await.is_none(), "queue full: refused at once");
+        drop(first);
+        assert!(waiter.await.unwrap());
+    }
+}

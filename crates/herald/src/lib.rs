@@ -12,6 +12,7 @@ pub mod config;
 pub mod error;
 pub mod gateway;
 pub mod guard;
+pub mod hashing;
 pub mod hub;
 pub mod metrics;
 pub mod model;

@@ -19,12 +19,29 @@ use crate::config::Config;
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::hub::Hub;
 use crate::store::Store;
+use crate::store::postgres::PgShard;
+use crate::store::sharded::Sharded;
 use crate::store::sqlite::SqliteStore;
 
 /// Most events a `watch` replays before it sends `notify` instead.
 const REPLAY_EVENTS: usize = 5_000;
 /// Time allowed, beyond the drain window, for connections to close at shutdown.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// The embedded store, or PostgreSQL shards when `--store` URLs are given.
+fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    if config.stores.is_empty() {
+        return Ok(Arc::new(SqliteStore::open(&config.data)?));
+    }
+    let mut shards: Vec<(String, Box<dyn Store>)> = Vec::new();
+    for url in &config.stores {
+        let shard = PgShard::open(url)?;
+        anyhow::ensure!(!shards.iter().any(|(n, _)| n == shard.name()), "shard {} is given twice", shard.name());
+        shards.push((shard.name().to_string(), Box::new(shard)));
+    }
+    tracing::info!(shards = shards.len(), "using PostgreSQL shards");
+    Ok(Arc::new(Sharded::new(shards)))
+}
 
 /// Serves `listener` with `config` until `shutdown` resolves; then pushes
 /// `reconnect` to every client, closes them with 4012, and flushes the store.
@@ -34,7 +51,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     crate::metrics::handle();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&config.data)?);
+    let store = open_store(&config)?;
     let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new());
     let hub = Hub::new(broker.clone());
     let limits = ChatLimits {

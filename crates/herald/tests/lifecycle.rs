@@ -35,7 +35,8 @@ async fn shutdown_asks_clients_to_reconnect_spread_over_the_window_then_closes_4
 #[tokio::test]
 async fn kill_9_loses_no_acknowledged_event() {
     let data = data_dir();
-    let mut server = BinServer::start(&data, &[("HERALD_RATE", "100000"), ("HERALD_BURST", "100000")]);
+    let stores = test_stores().await;
+    let mut server = BinServer::start(&data, &stores, &[("HERALD_RATE", "100000"), ("HERALD_BURST", "100000")]);
     server.wait_ready().await;
     let addr = server.addr;
     let acked: Arc<std::sync::Mutex<HashMap<String, u64>>> = Default::default();
@@ -73,7 +74,7 @@ async fn kill_9_loses_no_acknowledged_event() {
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() >= 400, "senders made progress before the kill: {}", acked.len());
 
-    let server = BinServer::start(&data, &[]);
+    let server = BinServer::start(&data, &stores, &[]);
     server.wait_ready().await;
     let mut stored: HashMap<String, u64> = HashMap::new();
     let mut after = 0;

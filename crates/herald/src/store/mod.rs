@@ -11,6 +11,8 @@
 //! - many concurrent writes share few commits (group commit).
 
 mod apply;
+pub mod postgres;
+pub mod sharded;
 pub mod sqlite;
 
 use std::future::Future;
@@ -37,6 +39,19 @@ pub enum StoreError {
     /// The backend cannot take or finish the operation now; retrying later may work.
     #[error("{0}")]
     Unavailable(String),
+    /// Refused without trying (an open breaker, a full bulkhead): retry after the given time.
+    #[error("{message}")]
+    Refused { message: String, retry_after_ms: u64 },
+}
+
+/// How one shard is doing, for `/readyz`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShardStatus {
+    pub name: String,
+    /// `closed`, `open` or `half_open`.
+    pub breaker: &'static str,
+    /// Operations waiting for the shard's bulkhead.
+    pub waiting: usize,
 }
 
 /// Who asks for a membership change, which decides what a closed or missing chat means.
@@ -148,4 +163,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Finishes every write already accepted, then refuses new ones.
     fn close(&self) -> BoxFuture<'_, ()>;
+
+    /// Per-shard state, for backends with shards.
+    fn shards(&self) -> Vec<ShardStatus> {
+        Vec::new()
+    }
 }

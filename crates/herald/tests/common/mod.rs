@@ -3,6 +3,8 @@
 //! replies and pushes apart.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,6 +41,7 @@ impl TestServer {
         let data = tempfile::tempdir().expect("tempdir");
         let mut config = herald::Config::for_tests(data.path().to_path_buf(), SECRET, API_KEY);
         config.drain_window = Duration::from_millis(200);
+        config.stores = test_stores().await;
         tweak(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().unwrap();
@@ -294,7 +297,8 @@ pub struct BinServer {
 }
 
 impl BinServer {
-    pub fn start(data: &std::path::Path, extra_env: &[(&str, &str)]) -> BinServer {
+    /// Starts the binary on `data`, or on the PostgreSQL shards `stores` when given.
+    pub fn start(data: &std::path::Path, stores: &[String], extra_env: &[(&str, &str)]) -> BinServer {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_herald"));
@@ -304,6 +308,9 @@ impl BinServer {
             .env("HERALD_API_KEY", API_KEY)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
+        for url in stores {
+            cmd.arg("--store").arg(url);
+        }
         for (k, v) in extra_env {
             cmd.env(k, v);
         }
@@ -349,4 +356,16 @@ pub fn data_dir() -> PathBuf {
 
 pub fn close_code(c: CloseCode) -> u16 {
     u16::from(c)
+}
+
+/// The stores a test server uses: none (the embedded SQLite) by default;
+/// with `HERALD_TEST_STORE=postgres`, two fresh databases (two shards) on the
+/// cluster at `HERALD_TEST_PG_URL`, which `scripts/test.sh` starts.
+pub async fn test_stores() -> Vec<String> {
+    if std::env::var("HERALD_TEST_STORE").as_deref() != Ok("postgres") {
+        return Vec::new();
+    }
+    let admin = std::env::var("HERALD_TEST_PG_URL")
+        .expect("HERALD_TEST_STORE=postgres needs HERALD_TEST_PG_URL (scripts/test.sh sets it)");
+    vec![pg::create_database(&admin).await, pg::create_database(&admin).await]
 }

@@ -1,0 +1,191 @@
+//! Chats spread over several stores (shards), each behind its own bulkhead
+//! and circuit breaker, so one slow or dead shard slows only its own chats.
+//!
+//! A chat lives on the shard chosen by rendezvous hashing of (workspace,
+//! chat) over the shards' names (`host:port/database`): adding a shard moves
+//! only the chats the new shard wins, about 1/(n+1) of them, and the order of
+//! `--store` flags does not matter. Moving those chats' rows is an operator's
+//! step; see docs/operations.md.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{BoxFuture, Fetched, ShardStatus, Store, StoreError, Write, Written};
+use crate::guard::{Breaker, BreakerConfig, BreakerState, Bulkhead};
+use crate::hashing::rendezvous;
+use crate::model::{ChatInfo, ChatKey};
+
+/// Operations running on one shard at once. Writes mostly wait for their
+/// batch, so this is sized to fill a few batches.
+const MAX_IN_FLIGHT: usize = 1024;
+/// Operations that may wait for a slot before new ones are refused.
+const MAX_WAITING: usize = 4096;
+/// An operation that takes longer counts as a failure of its shard.
+const OP_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often an open breaker's shard is probed in the background, so that
+/// it closes by itself when the shard is back, traffic or not.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// What a client is told to wait when its shard's queue is full.
+const BUSY_RETRY_MS: u64 = 200;
+
+const BREAKER: BreakerConfig =
+    BreakerConfig { failures: 3, cooldown: Duration::from_millis(500), max_cooldown: Duration::from_secs(5) };
+
+/// One shard and its protection.
+struct Shard {
+    name: String,
+    store: Box<dyn Store>,
+    bulkhead: Bulkhead,
+    breaker: Breaker,
+}
+
+/// Stores routed by chat. See the module documentation.
+pub struct Sharded {
+    shards: Arc<Vec<Shard>>,
+}
+
+impl Sharded {
+    /// Routes over `shards`, given with their names. Starts the background prober.
+    pub fn new(shards: Vec<(String, Box<dyn Store>)>) -> Sharded {
+        let shards: Arc<Vec<Shard>> = Arc::new(
+            shards
+                .into_iter()
+                .map(|(name, store)| Shard {
+                    name,
+                    store,
+                    bulkhead: Bulkhead::new(MAX_IN_FLIGHT, MAX_WAITING),
+                    breaker: Breaker::new(BREAKER),
+                })
+                .collect(),
+        );
+        for s in shards.iter() {
+            metrics::gauge!("herald_store_shard_breaker", "shard" => s.name.clone()).set(0.0);
+        }
+        let weak = Arc::downgrade(&shards);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(PROBE_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(shards) = weak.upgrade() else { return };
+                for s in shards.iter().filter(|s| s.breaker.state() == BreakerState::Open) {
+                    if let Ok(probe) = s.breaker.admit() {
+                        let ok = tokio::time::timeout(OP_TIMEOUT, s.store.ready()).await.is_ok_and(|r| r.is_ok());
+                        s.note(s.breaker.record(probe, ok));
+                    }
+                }
+            }
+        });
+        Sharded { shards }
+    }
+
+    fn shard(&self, key: &ChatKey) -> &Shard {
+        let i = rendezvous(&[key.ws.as_bytes(), key.chat.as_bytes()], self.shards.iter().map(|s| s.name.as_str()))
+            .expect("at least one shard");
+        &self.shards[i]
+    }
+}
+
+impl Shard {
+    /// Runs `op` on this shard through its breaker and bulkhead, with a time limit.
+    async fn guarded<T>(&self, op: BoxFuture<'_, Result<T, StoreError>>) -> Result<T, StoreError> {
+        let call = self.breaker.admit().map_err(|retry_after_ms| {
+            metrics::counter!("herald_store_shard_refused_total", "shard" => self.name.clone(), "reason" => "open")
+                .increment(1);
+            StoreError::Refused { message: format!("storage shard {} is unavailable", self.name), retry_after_ms }
+        })?;
+        let Some(_slot) = self.bulkhead.enter().await else {
+            metrics::counter!("herald_store_shard_refused_total", "shard" => self.name.clone(), "reason" => "busy")
+                .increment(1);
+            // Not the shard's fault: the call neither passes nor fails the breaker.
+            self.breaker.record(call, true);
+            return Err(StoreError::Refused {
+                message: format!("storage shard {} is busy", self.name),
+                retry_after_ms: BUSY_RETRY_MS,
+            });
+        };
+        let result = match tokio::time::timeout(OP_TIMEOUT, op).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Unavailable(format!("storage shard {} timed out", self.name))),
+        };
+        // Refusals of the request itself (not found, forbidden) mean the shard answered.
+        let shard_ok = !matches!(result, Err(StoreError::Unavailable(_) | StoreError::Refused { .. }));
+        self.note(self.breaker.record(call, shard_ok));
+        result
+    }
+
+    fn note(&self, change: Option<BreakerState>) {
+        if let Some(state) = change {
+            let level = match state {
+                BreakerState::Closed => 0.0,
+                BreakerState::HalfOpen => 1.0,
+                BreakerState::Open => 2.0,
+            };
+            metrics::gauge!("herald_store_shard_breaker", "shard" => self.name.clone()).set(level);
+            if state == BreakerState::Open {
+                tracing::error!(shard = %self.name, "storage shard breaker opened: failing its requests fast");
+            } else {
+                tracing::info!(shard = %self.name, state = state.as_str(), "storage shard breaker changed");
+            }
+        }
+    }
+}
+
+impl Store for Sharded {
+    fn write(&self, write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
+        let shard = self.shard(write.key());
+        Box::pin(shard.guarded(shard.store.write(write)))
+    }
+
+    fn chat(&self, key: &ChatKey) -> BoxFuture<'_, Result<Option<ChatInfo>, StoreError>> {
+        let shard = self.shard(key);
+        let key = key.clone();
+        Box::pin(async move { shard.guarded(shard.store.chat(&key)).await })
+    }
+
+    fn fetch<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        member: Option<&'a str>,
+        after: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Fetched, StoreError>> {
+        let shard = self.shard(key);
+        Box::pin(shard.guarded(shard.store.fetch(key, member, after, limit)))
+    }
+
+    /// Ready while at least one shard answers: a node with one shard down still
+    /// serves every other shard's chats, and taking it out of rotation would not help.
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut last = None;
+            for s in self.shards.iter() {
+                match tokio::time::timeout(OP_TIMEOUT, s.store.ready()).await {
+                    Ok(Ok(())) => return Ok(()),
+                    Ok(Err(e)) => last = Some(e),
+                    Err(_) => last = Some(StoreError::Unavailable(format!("storage shard {} timed out", s.name))),
+                }
+            }
+            Err(last.unwrap_or_else(|| StoreError::Unavailable("no shards".into())))
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            for s in self.shards.iter() {
+                s.store.close().await;
+            }
+        })
+    }
+
+    fn shards(&self) -> Vec<ShardStatus> {
+        self.shards
+            .iter()
+            .map(|s| ShardStatus {
+                name: s.name.clone(),
+                breaker: s.breaker.state().as_str(),
+                waiting: s.bulkhead.waiting(),
+            })
+            .collect()
+    }
+}
