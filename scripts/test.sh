@@ -14,7 +14,11 @@ root=$PWD
 
 step() { printf '\n== %s\n' "$*"; }
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+pg_dirs=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for d in "${pg_dirs[@]}"; do scripts/pg.sh stop "$d" || true; rm -rf "$(dirname "$d")"; done
+}
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_http() { # url: poll until it answers 200, at most 20 s
@@ -25,6 +29,7 @@ wait_http() { # url: poll until it answers 200, at most 20 s
 step "system packages"
 need=()
 command -v curl >/dev/null || need+=(curl)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -42,8 +47,14 @@ step "build"
 cargo build -q --release --workspace
 herald=$root/target/release/herald
 
-step "rust tests (unit, protocol, HTTP, lifecycle)"
+step "rust tests on the embedded store (unit, protocol, HTTP, lifecycle, PostgreSQL faults)"
 cargo test -q --workspace
+
+step "the core server's integration tests again, on two PostgreSQL shards"
+pg_dir=$(mktemp -d)/pg
+pg_dirs+=("$pg_dir")
+pg_url=$(scripts/pg.sh start "$pg_dir" "$(free_port)")
+HERALD_TEST_STORE=postgres HERALD_TEST_PG_URL=$pg_url cargo test -q -p herald --test protocol --test auth --test http_api --test lifecycle
 
 step "autobahn conformance (WebSocket layer, through --diag-echo)"
 port=$(free_port)

@@ -36,7 +36,7 @@ async fn shutdown_asks_clients_to_reconnect_spread_over_the_window_then_closes_4
 async fn kill_9_loses_no_acknowledged_event() {
     let data = data_dir();
     let stores = test_stores().await;
-    let mut server = BinServer::start(&data, &stores, &[("HERALD_RATE", "100000"), ("HERALD_BURST", "100000")]);
+    let mut server = BinServer::start(data.path(), &stores, &[("HERALD_RATE", "100000"), ("HERALD_BURST", "100000")]);
     server.wait_ready().await;
     let addr = server.addr;
     let acked: Arc<std::sync::Mutex<HashMap<String, u64>>> = Default::default();
@@ -74,7 +74,7 @@ async fn kill_9_loses_no_acknowledged_event() {
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() >= 400, "senders made progress before the kill: {}", acked.len());
 
-    let server = BinServer::start(&data, &stores, &[]);
+    let server = BinServer::start(data.path(), &stores, &[]);
     server.wait_ready().await;
     let mut stored: HashMap<String, u64> = HashMap::new();
     let mut after = 0;
@@ -169,4 +169,42 @@ async fn a_stalled_reader_is_cut_while_senders_keep_their_pace() {
     assert!(matches!(code, Some(4008) | Some(1006)), "cut with 4008 or dropped: {code:?}");
     let (_, text) = http_raw(s.addr, "GET", "/metrics", None, None).await;
     assert!(text.contains("herald_slow_consumer_closes_total"), "slow consumer close is counted");
+}
+
+/// seed 3's join flood: thousands of joins into one chat, each stored once,
+/// the member count exact. Joins go through the server API (one TCP
+/// connection per request) from 64 concurrent workers.
+#[tokio::test]
+async fn a_join_flood_into_one_chat_stores_every_join_once_and_counts_exactly() {
+    const JOINS: usize = 3000;
+    const WORKERS: usize = 64;
+    let s = TestServer::start().await;
+    s.http("PUT", "/v1/workspaces/w/chats/hot", Some(json!({"open": true}))).await;
+    let addr = s.addr;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..WORKERS {
+        tasks.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for i in (w..JOINS).step_by(WORKERS) {
+                let (st, v) =
+                    http(addr, "PUT", &format!("/v1/workspaces/w/chats/hot/members/u{i}"), Some(API_KEY), None).await;
+                assert_eq!(st, 200, "{v}");
+                seqs.push(v["seq"].as_u64().unwrap());
+            }
+            seqs
+        }));
+    }
+    let mut seqs = Vec::new();
+    for t in tasks {
+        seqs.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    seqs.sort();
+    seqs.dedup();
+    assert_eq!(seqs.len(), JOINS, "every join got its own seq");
+    let (_, chat) = s.http("GET", "/v1/workspaces/w/chats/hot", None).await;
+    assert_eq!(chat["members"], JOINS as u64, "member count exact");
+    assert_eq!(chat["seq"], JOINS as u64, "one join event each, nothing else");
+    eprintln!("join flood: {JOINS} joins in {elapsed:?} ({:.0}/s)", JOINS as f64 / elapsed.as_secs_f64());
 }

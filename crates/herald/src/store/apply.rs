@@ -180,10 +180,10 @@ impl Batch {
                         return Ok(Err(not_member()));
                     }
                 }
-                if let Some(cid) = client_id {
-                    if let Some(seq) = tx.find_client_id(row.id, user.as_deref(), cid).await? {
-                        return unchanged(row, seq);
-                    }
+                if let Some(cid) = client_id
+                    && let Some(seq) = tx.find_client_id(row.id, user.as_deref(), cid).await?
+                {
+                    return unchanged(row, seq);
                 }
                 let kind = if *system { EventType::System } else { EventType::Message };
                 let event = self.append(tx, key, kind, user.as_deref(), body.clone(), client_id.as_deref()).await?;

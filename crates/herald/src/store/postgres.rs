@@ -148,10 +148,10 @@ impl Store for PgShard {
             let Some(row) = select_chat(&conn, key, false).await.map_err(fail)? else {
                 return Err(StoreError::NotFound(format!("no chat {}", key.chat)));
             };
-            if let Some(user) = member {
-                if read_position(&conn, row.id, user).await.map_err(fail)?.is_none() {
-                    return Err(StoreError::Forbidden(format!("not a member of {}", key.chat)));
-                }
+            if let Some(user) = member
+                && read_position(&conn, row.id, user).await.map_err(fail)?.is_none()
+            {
+                return Err(StoreError::Forbidden(format!("not a member of {}", key.chat)));
             }
             let stmt = conn
                 .prepare_cached(

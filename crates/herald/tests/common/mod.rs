@@ -6,7 +6,6 @@
 pub mod pg;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -350,8 +349,9 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-pub fn data_dir() -> PathBuf {
-    tempfile::tempdir().unwrap().keep()
+/// A data directory that outlives server restarts within a test, removed when dropped.
+pub fn data_dir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
 }
 
 pub fn close_code(c: CloseCode) -> u16 {

@@ -1,0 +1,139 @@
+//! PostgreSQL shards under failure: two real clusters, one stopped mid-load.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::pg::{PgCluster, create_database};
+use common::*;
+use serde_json::json;
+
+/// A chat name that lands on shard `want` of `shards` (names as herald computes them).
+fn chat_on(shards: &[String], want: usize, tag: &str) -> String {
+    (0..)
+        .map(|i| format!("{tag}{i}"))
+        .find(|c| herald::hashing::rendezvous(&[b"w", c.as_bytes()], shards.iter().map(String::as_str)) == Some(want))
+        .unwrap()
+}
+
+fn shard_name(url: &str) -> String {
+    url.trim_start_matches("postgres://herald@").to_string()
+}
+
+fn p99(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[(v.len() * 99 / 100).min(v.len() - 1)]
+}
+
+#[tokio::test]
+async fn a_dead_shard_fails_fast_and_the_other_keeps_its_latency() {
+    let (a, b) = (PgCluster::start(), PgCluster::start());
+    let stores = vec![create_database(&a.admin_url).await, create_database(&b.admin_url).await];
+    let names: Vec<String> = stores.iter().map(|u| shard_name(u)).collect();
+    let s = TestServer::start_with(|c| {
+        c.stores = stores.clone();
+        c.rate = 100_000;
+        c.burst = 100_000;
+    })
+    .await;
+    let (chat_a, chat_b) = (chat_on(&names, 0, "a"), chat_on(&names, 1, "b"));
+
+    // Senders on each shard's chat, recording latency, outcome and every acknowledged seq.
+    let stop = Arc::new(AtomicBool::new(false));
+    type Log = Arc<std::sync::Mutex<Vec<(Instant, Duration, Result<u64, String>)>>>;
+    let mut logs: HashMap<String, Log> = HashMap::new();
+    let mut tasks = Vec::new();
+    for chat in [&chat_a, &chat_b] {
+        let log: Log = Default::default();
+        logs.insert(chat.clone(), log.clone());
+        for u in 0..4 {
+            let mut c = s.client("w", &format!("{chat}-u{u}")).await;
+            c.ok(json!({"op": "join", "chat": chat})).await;
+            let (chat, log, stop) = (chat.clone(), log.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let r = c
+                        .request(json!({"op": "send", "chat": chat, "body": i, "client_id": format!("u{u}-{i}")}))
+                        .await;
+                    let outcome = match r.get("ok") {
+                        Some(ok) => Ok(ok["seq"].as_u64().unwrap()),
+                        None => Err(r["err"]["code"].as_str().unwrap_or("?").to_string()),
+                    };
+                    if outcome.is_err() {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    log.lock().unwrap().push((t, t.elapsed(), outcome));
+                    i += 1;
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let killed_at = Instant::now();
+    a.stop();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let restarted_at = Instant::now();
+    a.restart();
+    // The breaker closes by itself once shard a answers again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, v) = http(s.addr, "GET", "/readyz", None, None).await;
+        if v["shards"].as_array().unwrap().iter().all(|s| s["breaker"] == "closed") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "breaker did not close: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+
+    let log_a = logs[&chat_a].lock().unwrap().clone();
+    let log_b = logs[&chat_b].lock().unwrap().clone();
+    // Shard a's requests fail with unavailable, and fast, once it is down.
+    let failed_a: Vec<_> = log_a.iter().filter(|(t, _, r)| *t > killed_at && *t < restarted_at && r.is_err()).collect();
+    assert!(!failed_a.is_empty(), "requests to the dead shard failed");
+    assert!(failed_a.iter().all(|(_, _, r)| r.as_ref().unwrap_err() == "unavailable"));
+    let slowest_fail = failed_a.iter().map(|(_, d, _)| *d).max().unwrap();
+    assert!(slowest_fail < Duration::from_secs(1), "failed fast: slowest failure took {slowest_fail:?}");
+    // Shard b kept its latency.
+    let before: Vec<Duration> = log_b.iter().filter(|(t, _, _)| *t < killed_at).map(|(_, d, _)| *d).collect();
+    let during: Vec<Duration> =
+        log_b.iter().filter(|(t, _, _)| *t > killed_at && *t < restarted_at).map(|(_, d, _)| *d).collect();
+    assert!(log_b.iter().all(|(_, _, r)| r.is_ok()), "shard b never failed");
+    let (p_before, p_during) = (p99(before), p99(during));
+    eprintln!("shard b p99 before {p_before:?}, during {p_during:?}; slowest failure on a {slowest_fail:?}");
+    assert!(
+        p_during <= p_before.mul_f64(1.5).max(Duration::from_millis(5)),
+        "shard b's p99 stayed within 1.5x: before {p_before:?}, during {p_during:?}"
+    );
+    // No acknowledged event is missing from either shard.
+    for (chat, log) in [(&chat_a, &log_a), (&chat_b, &log_b)] {
+        let acked: Vec<u64> = log.iter().filter_map(|(_, _, r)| r.as_ref().ok().copied()).collect();
+        let (_, page) = s.http("GET", &format!("/v1/workspaces/w/chats/{chat}/events?after=0&limit=500"), None).await;
+        let mut stored = std::collections::HashSet::new();
+        let mut after = 0;
+        let mut page = page;
+        loop {
+            for e in page["events"].as_array().unwrap() {
+                after = e["seq"].as_u64().unwrap();
+                stored.insert(after);
+            }
+            if page["more"] == false {
+                break;
+            }
+            page =
+                s.http("GET", &format!("/v1/workspaces/w/chats/{chat}/events?after={after}&limit=500"), None).await.1;
+        }
+        for seq in acked {
+            assert!(stored.contains(&seq), "acknowledged {chat}#{seq} is stored");
+        }
+    }
+}
