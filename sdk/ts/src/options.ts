@@ -29,9 +29,9 @@ export interface ClientOptions {
   backoff?: Partial<BackoffOptions>;
   /** The least wait before reconnecting after close code 4029 (too many requests). Default 10 s. */
   throttledReconnectFloorMs?: number;
-  /** The most sends that may wait unsent (offline or retrying). Default 100. */
+  /** The most sends that may wait unsent (offline, behind the in-flight window, or before a retry). Default 100. */
   maxQueue?: number;
-  /** How many times one send is retried after `throttled`, `unavailable` or a timeout. Default 10. */
+  /** How many times one send is retried after `unavailable`, `internal` or a timeout. Default 10. */
   sendRetries?: number;
   /** Refresh a provider's token this long before its `exp`. Default 30 s. */
   tokenRefreshMarginMs?: number;

@@ -27,21 +27,35 @@ interface Entry {
   chat: string;
   body: unknown;
   clientId: string;
-  /** Retries spent on `throttled`, `unavailable` and timeouts (link drops are free). */
+  /** Retries spent on `unavailable`, `internal` and timeouts (link drops and throttles are free). */
   retries: number;
   resolve(ok: SeqOk): void;
   reject(err: HeraldError): void;
 }
 
 /** Codes after which the same send may succeed later; each costs one of the entry's retries. */
-const RETRYABLE = new Set(['throttled', 'unavailable', 'timeout', 'internal']);
+const RETRYABLE = new Set(['unavailable', 'timeout', 'internal']);
 
 /** Wait before retrying when the server gave no `retry_after_ms`. */
 const DEFAULT_RETRY_MS = 1000;
 
-/** Holds sends until the server acknowledges them. */
+/**
+ * The most sends written and unanswered at once. Pipelining hides the round trip; more than this buys
+ * nothing on one connection and only spends the server's request budget faster.
+ */
+const MAX_WINDOW = 32;
+
+/**
+ * Holds sends until the server acknowledges them.
+ *
+ * Why a window that halves on `throttled`: the server's limit is a token bucket per connection, and it
+ * closes a connection (4029) that keeps sending into it. A queue flushed all at once after a reconnect
+ * would hit the bucket with every send; instead the outbox stops writing for `retry_after_ms`, halves the
+ * number of sends it keeps in flight, and grows it back by one per acknowledged send. A throttle is the
+ * server pacing us, not the send failing, so it costs the send none of its retries.
+ */
 export class Outbox {
-  /** Entries not written on the current link, in enqueue order. */
+  /** Entries not yet written (offline, outside the window, or after a failed try), in enqueue order. */
   private waiting: Entry[] = [];
   /** Entries written and awaiting their reply. */
   private readonly inflight = new Set<Entry>();
@@ -49,6 +63,10 @@ export class Outbox {
   private readonly delayed = new Map<Entry, () => void>();
   private nextOrder = 0;
   private closedWith: HeraldError | null = null;
+  /** How many sends may be in flight now. */
+  private window = MAX_WINDOW;
+  /** Set while the server asked us to wait (`throttled`); cancels the timer that lifts it. */
+  private cancelPause: (() => void) | null = null;
 
   constructor(
     private readonly host: OutboxHost,
@@ -57,9 +75,9 @@ export class Outbox {
     private readonly newClientId: () => string,
   ) {}
 
-  /** Sends waiting to be written (the bounded part). */
-  get waitingCount(): number {
-    return this.waiting.length;
+  /** Sends not yet written (the bounded part). */
+  get unsentCount(): number {
+    return this.waiting.length + this.delayed.size;
   }
 
   /** Every send not yet acknowledged. */
@@ -68,15 +86,15 @@ export class Outbox {
   }
 
   /**
-   * Queues a message. Rejects with `queue_full` when `maxQueue` sends already wait unsent: while offline
-   * that bound is all that stops an application from piling up memory it cannot send. Written sends do
-   * not count, since the server answers them within a round trip.
+   * Queues a message. Rejects with `queue_full` when `maxQueue` sends already wait unsent: offline, that
+   * bound is all that stops an application from piling up memory it cannot send. Sends in flight do not
+   * count; there are at most 32 of them.
    */
   enqueue(chat: string, body: unknown, clientId: string | undefined): Promise<SeqOk> {
     if (this.closedWith !== null) return Promise.reject(this.closedWith);
-    if (this.waiting.length >= this.maxQueue) {
+    if (this.unsentCount >= this.maxQueue) {
       return Promise.reject(
-        new HeraldError('queue_full', `herald: ${this.waiting.length} sends already wait to be sent (maxQueue)`, { op: 'send' }),
+        new HeraldError('queue_full', `herald: ${this.unsentCount} sends already wait to be sent (maxQueue)`, { op: 'send' }),
       );
     }
     return new Promise<SeqOk>((resolve, reject) => {
@@ -93,9 +111,14 @@ export class Outbox {
     });
   }
 
-  /** Writes every waiting send, in order, while the link is up. Called on connect and on each enqueue. */
+  /** Writes waiting sends, in order, while the link is up, the window has room and no throttle holds. */
   flush(): void {
-    while (this.host.connected && this.waiting.length > 0) {
+    while (
+      this.host.connected &&
+      this.cancelPause === null &&
+      this.inflight.size < this.window &&
+      this.waiting.length > 0
+    ) {
       this.dispatch(this.waiting.shift()!);
     }
   }
@@ -103,6 +126,8 @@ export class Outbox {
   /** Rejects everything with `err` and refuses further sends (the client was closed). */
   close(err: HeraldError): void {
     this.closedWith = err;
+    this.cancelPause?.();
+    this.cancelPause = null;
     const all = [...this.waiting, ...this.delayed.keys()];
     for (const cancel of this.delayed.values()) cancel();
     this.waiting = [];
@@ -116,11 +141,14 @@ export class Outbox {
     this.host.sendRequest({ chat: entry.chat, body: entry.body, client_id: entry.clientId }).then(
       (ok) => {
         this.inflight.delete(entry);
+        this.window = Math.min(MAX_WINDOW, this.window + 1);
         entry.resolve(ok);
+        this.flush();
       },
       (err: unknown) => {
         this.inflight.delete(entry);
         this.failed(entry, err);
+        this.flush();
       },
     );
   }
@@ -136,11 +164,18 @@ export class Outbox {
       this.requeue(entry);
       return;
     }
+    if (e.code === 'throttled') {
+      this.window = Math.max(1, Math.floor(this.window / 2));
+      this.requeue(entry);
+      this.pause(e.retryAfterMs ?? DEFAULT_RETRY_MS);
+      return;
+    }
     if (RETRYABLE.has(e.code) && entry.retries < this.maxRetries) {
       entry.retries++;
       const cancel = this.host.schedule(() => {
         this.delayed.delete(entry);
         this.requeue(entry);
+        this.flush();
       }, e.retryAfterMs ?? DEFAULT_RETRY_MS);
       this.delayed.set(entry, cancel);
       return;
@@ -148,12 +183,20 @@ export class Outbox {
     entry.reject(e);
   }
 
-  /** Puts an entry back at its original place and writes it if the link is up. */
+  /** Stops writing for `ms` (a later throttle may extend it). */
+  private pause(ms: number): void {
+    this.cancelPause?.();
+    this.cancelPause = this.host.schedule(() => {
+      this.cancelPause = null;
+      this.flush();
+    }, ms);
+  }
+
+  /** Puts an entry back at its original place among the waiting ones. */
   private requeue(entry: Entry): void {
     let i = this.waiting.length;
     while (i > 0 && this.waiting[i - 1]!.order > entry.order) i--;
     this.waiting.splice(i, 0, entry);
-    this.flush();
   }
 }
 

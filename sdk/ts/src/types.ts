@@ -18,8 +18,8 @@ export interface HeraldEvent {
   seq: number;
   /** What kind of event this is. */
   type: EventType;
-  /** The user who caused it. */
-  user: string;
+  /** The user who caused it; absent only on `system` events posted through the HTTP API without one. */
+  user?: string;
   /** Milliseconds since the Unix epoch, stamped by the server. */
   ts: number;
   /** The payload; see the type's shape above. */
@@ -47,8 +47,10 @@ export interface HelloOk {
 /** `ok` of `join`. */
 export interface JoinOk {
   chat: string;
+  /** The chat's latest seq (the join event's, unless this user was already a member). */
   seq: number;
-  members: string[];
+  /** How many members the chat has. */
+  members: number;
 }
 
 /** `ok` of `watch`: `seq` is the chat's latest seq when the watch began. */

@@ -218,7 +218,7 @@ export class FakeHerald {
           c.members.add(this.user);
           this.store(chatId, 'join', {});
         }
-        ok({ chat: chatId, seq: c.events.length, members: [...c.members] });
+        ok({ chat: chatId, seq: c.events.length, members: c.members.size });
         return;
       }
       case 'watch': {
