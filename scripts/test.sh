@@ -68,7 +68,7 @@ kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; rm -rf "$data"
 
 if [ -f sdk/ts/package.json ]; then
   step "TypeScript SDK"
-  (cd sdk/ts && npm ci --no-audit --no-fund --loglevel=error && npm run -s typecheck && npm test --silent && npm run -s build)
+  (cd sdk/ts && npm install --no-audit --no-fund --loglevel=error && npm run -s typecheck && npm test --silent && npm run -s build)
   (cd sdk/ts && HERALD_BIN=$herald npm run -s test:integration)
 fi
 

@@ -32,8 +32,10 @@ pub struct AppState {
     pub dev_mode: bool,
 }
 
-/// The demo page: a plain client of the protocol, served in development mode.
+/// The demo page and its script (the SDK and the page's code, bundled by
+/// `web/`'s build and committed, so running herald needs no Node).
 const DEMO_PAGE: &str = include_str!("../../../web/demo.html");
+const DEMO_JS: &str = include_str!("../../../web/dist/demo.js");
 
 /// The whole HTTP app.
 pub fn router(state: AppState, diag_echo: bool) -> Router {
@@ -47,7 +49,10 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics));
     if state.dev_mode {
-        app = app.route("/", get(|| async { Html(DEMO_PAGE) })).route("/v1/dev/token", post(dev_token));
+        app = app
+            .route("/", get(|| async { Html(DEMO_PAGE) }))
+            .route("/demo.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], DEMO_JS) }))
+            .route("/v1/dev/token", post(dev_token));
     }
     let gw = Router::new().route("/v1/ws", get(gateway::ws_route));
     let gw = if diag_echo { gw.route("/diag/echo", get(gateway::echo_route)) } else { gw };

@@ -164,7 +164,7 @@ export class Chat extends Emitter<ChatEvents> {
     this.wanted = true;
     this.last = opts.after ?? null;
     this.known = 0;
-    if (this.host.connected) this.subscribe();
+    if (this.host.connected) void this.subscribe();
     else this.setState('suspended');
     return p;
   }
@@ -206,7 +206,7 @@ export class Chat extends Emitter<ChatEvents> {
 
   /** @internal A new link is greeted: resume watching. */
   linkUp(): void {
-    if (this.wanted && this.watchState === 'suspended') this.subscribe();
+    if (this.wanted && this.watchState === 'suspended') void this.subscribe();
   }
 
   /** @internal The link dropped: keep `last`, forget the rest; the next watch's replay refills it. */
