@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 
 use crate::auth::{DEFAULT_TTL_S, MAX_TTL_S, Tokens};
 use crate::chat::Chats;
+use crate::cluster::Cluster;
 use crate::error::Error;
 use crate::gateway::{self, Gateway};
 use crate::model::ChatKey;
@@ -30,6 +31,9 @@ pub struct AppState {
     pub gateway: Arc<Gateway>,
     pub api_key: Arc<str>,
     pub dev_mode: bool,
+    pub cluster: Arc<Cluster>,
+    /// Window over which an admin drain spreads reconnects.
+    pub drain_window: std::time::Duration,
 }
 
 /// The demo page and its script (the SDK and the page's code, bundled by
@@ -45,6 +49,8 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
         .route("/v1/workspaces/{ws}/chats/{chat}/events", post(post_event).get(get_events))
         .route("/v1/tokens", post(issue_token))
         .route("/v1/gateway", get(gateway_for))
+        .route("/v1/admin/drain", post(admin_drain))
+        .route("/v1/admin/nodes", get(admin_nodes))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics));
@@ -275,18 +281,51 @@ struct GatewayQuery {
     ws: Option<String>,
 }
 
-/// `GET /v1/gateway?ws=`: on one node, this node, at the address the client reached.
+/// `GET /v1/gateway?ws=`: the node this workspace's clients should use. On
+/// one node, this node, at the address the client reached it by.
 async fn gateway_for(
     State(s): State<AppState>,
     headers: HeaderMap,
     Query(q): Query<GatewayQuery>,
 ) -> ApiResult<serde_json::Value> {
-    let Some(ws) = q.ws.filter(|w| is_valid_id(w)) else {
-        return Err(bad("ws must be a workspace id"));
+    let Some(ws) = q.ws.filter(|w| is_valid_id(w)) else { return Err(bad("ws must be a workspace id")) };
+    let (base, node) = match s.cluster.route(&ws) {
+        Some(n) if s.cluster.nodes().len() > 1 => (n.url, n.name),
+        _ => {
+            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+            (format!("ws://{host}"), s.gateway.config().node.clone())
+        }
     };
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
-    let node = &s.gateway.config().node;
-    Ok(axum::Json(serde_json::json!({ "url": format!("ws://{host}/v1/ws?ws={ws}"), "node": node })))
+    Ok(axum::Json(serde_json::json!({ "url": format!("{base}/v1/ws?ws={ws}"), "node": node })))
+}
+
+#[derive(Deserialize, Default)]
+struct DrainBody {
+    window_ms: Option<u64>,
+}
+
+/// `POST /v1/admin/drain` (api key): take this node out of routing and move its
+/// clients away, spread over the drain window (or `window_ms`). The node keeps running.
+async fn admin_drain(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<serde_json::Value> {
+    authorize(&s, &headers)?;
+    let req: DrainBody = if body.is_empty() { DrainBody::default() } else { parse_json(&body)? };
+    let window = req.window_ms.map(std::time::Duration::from_millis).unwrap_or(s.drain_window);
+    let connections = s.gateway.connections();
+    s.cluster.leave().await;
+    s.gateway.drain(window, "drain");
+    Ok(axum::Json(serde_json::json!({ "draining": connections, "window_ms": window.as_millis() as u64 })))
+}
+
+/// `GET /v1/admin/nodes` (api key): the live nodes of this cell as this node sees them.
+async fn admin_nodes(State(s): State<AppState>, headers: HeaderMap) -> ApiResult<serde_json::Value> {
+    authorize(&s, &headers)?;
+    let nodes: Vec<_> = s
+        .cluster
+        .nodes()
+        .into_iter()
+        .map(|n| serde_json::json!({"node": n.name, "url": n.url, "load": n.load}))
+        .collect();
+    Ok(axum::Json(serde_json::json!({ "nodes": nodes })))
 }
 
 async fn ready(State(s): State<AppState>) -> Response {

@@ -16,10 +16,13 @@ use serde_json::value::RawValue;
 
 use crate::broker::Broker;
 use crate::error::Error;
-use crate::hub::{Hub, Replay};
+use crate::hub::{Backfill, Hub, Replay};
 use crate::model::{ChatKey, Published};
 use crate::outbox::{Frame, Outbox};
-use crate::store::{Actor, Store, Write, Written};
+use crate::store::{Actor, BoxFuture, Store, Write, Written};
+
+/// Longest a watch waits for the broker to confirm its subscription.
+const SUBSCRIBE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Limits the chat layer enforces.
 #[derive(Debug, Clone)]
@@ -58,6 +61,20 @@ impl Chats {
         Chats { store, broker, hub, limits }
     }
 
+    /// The hub's view of the log: events encoded as pushes. `None` when the store fails.
+    fn encoded_after(&self, key: &ChatKey, after: u64, limit: u32) -> BoxFuture<'_, Option<Vec<Arc<Published>>>> {
+        let key = key.clone();
+        Box::pin(async move {
+            match self.store.fetch(&key, None, after, limit).await {
+                Ok(f) => Some(f.events.iter().map(|e| Published::new(key.clone(), e)).collect()),
+                Err(e) => {
+                    tracing::warn!(chat = %key, error = %e, "backfill read failed");
+                    None
+                }
+            }
+        })
+    }
+
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
@@ -75,7 +92,7 @@ impl Chats {
             let result = store.write(write).await;
             metrics::histogram!("herald_store_write_seconds").record(started.elapsed().as_secs_f64());
             if let Ok(Written { event: Some(event), .. }) = &result {
-                broker.publish(Published::new(key, event));
+                broker.publish(Published::new(key, event)).await;
             }
             result
         });
@@ -169,6 +186,10 @@ impl Chats {
     ) -> Result<(), Error> {
         let key = c.key(chat);
         self.hub.begin_watch(&key, &c.user, outbox);
+        // Read the log only once other nodes' events reach this node, or one could fall in between.
+        if tokio::time::timeout(SUBSCRIBE_WAIT, self.broker.subscribed(&key)).await.is_err() {
+            tracing::warn!(chat = %key, "broker subscription not confirmed in time; the hub will backfill");
+        }
         match self.read_replay(&key, &c.user, after).await {
             Ok((latest, frames, truncated)) => {
                 self.hub.finish_watch(&key, outbox.id(), Replay { reply: reply(latest), latest, frames, truncated });
@@ -266,5 +287,11 @@ impl Chats {
 
     pub async fn admin_fetch(&self, key: ChatKey, after: u64, limit: Option<u32>) -> Result<FetchOk, Error> {
         self.fetch_as(&key, None, after, limit).await
+    }
+}
+
+impl Backfill for Chats {
+    fn events_after(&self, key: &ChatKey, after: u64, limit: u32) -> BoxFuture<'_, Option<Vec<Arc<Published>>>> {
+        self.encoded_after(key, after, limit)
     }
 }

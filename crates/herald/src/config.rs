@@ -30,6 +30,19 @@ pub struct ServeArgs {
     /// shard. With none, the embedded SQLite store in `--data` is used.
     #[arg(long = "store", env = "HERALD_STORE", value_delimiter = ',')]
     pub store: Option<Vec<String>>,
+    /// NATS servers of this cell's cluster (`nats://host:port`), comma-separated
+    /// or repeated. With none, fan-out stays in this process (one node).
+    #[arg(long = "broker", env = "HERALD_BROKER", value_delimiter = ',')]
+    pub broker: Option<Vec<String>>,
+    /// This node's cell: its NATS subjects and node list are the cell's own.
+    #[arg(long, env = "HERALD_CELL")]
+    pub cell: Option<String>,
+    /// Milliseconds a chat's NATS subscription outlives its last local watcher.
+    #[arg(long, env = "HERALD_BROKER_LINGER_MS")]
+    pub broker_linger_ms: Option<u64>,
+    /// The base WebSocket URL clients reach this node at (for `/v1/gateway`), e.g. `ws://10.0.0.5:8080`.
+    #[arg(long, env = "HERALD_PUBLIC_URL")]
+    pub public_url: Option<String>,
     /// Secret that client JWTs are signed with (HS256).
     #[arg(long, env = "HERALD_JWT_SECRET", hide_env_values = true)]
     pub jwt_secret: Option<String>,
@@ -87,6 +100,12 @@ pub struct Config {
     pub data: PathBuf,
     /// PostgreSQL shard URLs; empty means the embedded store.
     pub stores: Vec<String>,
+    /// NATS URLs; empty means one node with the in-process broker.
+    pub brokers: Vec<String>,
+    pub cell: String,
+    pub broker_linger: Duration,
+    /// Base WebSocket URL of this node; `None` means "as the client reached it".
+    pub public_url: Option<String>,
     pub jwt_secret: String,
     pub api_key: String,
     /// Neither secret was given: random secrets, a demo page and dev tokens.
@@ -116,6 +135,9 @@ pub const DEFAULT_OUTBOX_LIMIT: usize = 1024 * 1024;
 pub const DEFAULT_WS_READ_BUFFER: usize = 1024;
 /// Frames are buffered up to this much before a write; a batch is flushed anyway.
 pub const DEFAULT_WS_WRITE_BUFFER: usize = 64 * 1024;
+/// Default linger of a chat's broker subscription: longer than a reconnect
+/// storm's return, so the storm causes no subject churn.
+pub const DEFAULT_BROKER_LINGER_MS: u64 = 5_000;
 /// Default drain window: a node's clients come back over ten seconds.
 pub const DEFAULT_DRAIN_WINDOW_MS: u64 = 10_000;
 
@@ -134,6 +156,10 @@ impl ServeArgs {
             listen,
             data,
             store,
+            broker,
+            cell,
+            broker_linger_ms,
+            public_url,
             jwt_secret,
             api_key,
             jwt_audience,
@@ -160,6 +186,10 @@ impl ServeArgs {
             listen: self.listen.unwrap_or_else(|| "127.0.0.1:8080".parse().expect("valid address")),
             data: self.data.unwrap_or_else(|| PathBuf::from("./data")),
             stores: self.store.unwrap_or_default(),
+            brokers: self.broker.unwrap_or_default(),
+            cell: self.cell.unwrap_or_else(|| "default".into()),
+            broker_linger: ms(self.broker_linger_ms.unwrap_or(DEFAULT_BROKER_LINGER_MS)),
+            public_url: self.public_url,
             jwt_secret: self.jwt_secret.unwrap_or_else(random_secret),
             api_key: self.api_key.unwrap_or_else(random_secret),
             dev_mode,
@@ -184,6 +214,14 @@ impl ServeArgs {
         anyhow::ensure!(cfg.heartbeat < cfg.idle_timeout, "heartbeat-ms must be below idle-timeout-ms");
         anyhow::ensure!(cfg.outbox_limit >= 64 * 1024, "outbox-limit must be at least 64 KiB");
         anyhow::ensure!(cfg.ws_read_buffer >= 64, "ws-read-buffer must be at least 64 bytes");
+        anyhow::ensure!(
+            herald_protocol::ids::is_valid_id(&cfg.cell) && !cfg.cell.contains('.'),
+            "cell must be an id without dots"
+        );
+        anyhow::ensure!(
+            cfg.brokers.is_empty() || !cfg.stores.is_empty(),
+            "nodes joined over --broker must share an event log: give --store postgres://... too"
+        );
         for url in &cfg.stores {
             anyhow::ensure!(
                 url.starts_with("postgres://") || url.starts_with("postgresql://"),

@@ -9,6 +9,12 @@
 //! until the gap fills, for at most [`GAP_WAIT`]. After that the hub moves on
 //! and watchers see the gap, which the protocol tells clients to fetch.
 //!
+//! A gap is first repaired from the store through [`Backfill`] (the chat
+//! layer's read of the log); only if that fails too does the hub move on.
+//! The broker asks for the same catch-up after a reconnect or a dropped
+//! message ([`Sink::resync`]) and after a new subscription has had time to
+//! reach every broker server ([`Sink::catch_up`]).
+//!
 //! Starting a watch is two steps around a store read, so that no event falls
 //! between the replay and the live stream: [`Hub::begin_watch`] registers the
 //! watcher in a syncing state that buffers live events; the chat layer then
@@ -21,7 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use herald_protocol::EventType;
@@ -30,6 +36,7 @@ use herald_protocol::frame::notify_push;
 use crate::broker::{Broker, Sink};
 use crate::model::{ChatKey, Published};
 use crate::outbox::{ConnId, Frame, Outbox};
+use crate::store::BoxFuture;
 
 /// How long an event ahead of a gap is held before the hub gives up on the
 /// gap. Re-ordered publishes of one node fill a gap in microseconds; a lost
@@ -42,6 +49,15 @@ const MAX_HELD: usize = 1024;
 const MAX_SYNC_BUFFER: usize = 1024;
 /// Shards of the chat map: enough that watch churn on many cores rarely contends.
 const SHARDS: usize = 64;
+/// Events read per backfill page, and pages per catch-up before giving up on replaying.
+const BACKFILL_PAGE: u32 = 500;
+const BACKFILL_PAGES: usize = 10;
+
+/// Reads a chat's events from the log, for the hub's repairs.
+pub trait Backfill: Send + Sync + 'static {
+    /// Events of `key` with seq > `after`, at most `limit`, encoded as pushes.
+    fn events_after(&self, key: &ChatKey, after: u64, limit: u32) -> BoxFuture<'_, Option<Vec<Arc<Published>>>>;
+}
 
 /// The node's fan-out.
 pub struct Hub {
@@ -50,6 +66,7 @@ pub struct Hub {
     shards: Box<[Mutex<Shard>]>,
     hasher: std::hash::RandomState,
     broker: Arc<dyn Broker>,
+    backfill: OnceLock<Weak<dyn Backfill>>,
 }
 
 /// Part of the chat map.
@@ -102,10 +119,16 @@ impl Hub {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: std::hash::RandomState::new(),
             broker: broker.clone(),
+            backfill: OnceLock::new(),
         });
         let sink: Arc<dyn Sink> = hub.clone();
         broker.attach(Arc::downgrade(&sink));
         hub
+    }
+
+    /// Connects the hub to the log it repairs gaps from. Called once, at start.
+    pub fn set_backfill(&self, backfill: Weak<dyn Backfill>) {
+        let _ = self.backfill.set(backfill);
     }
 
     fn shard(&self, key: &ChatKey) -> &Mutex<Shard> {
@@ -234,7 +257,7 @@ impl Hub {
         }
     }
 
-    /// Starts the timer that gives up on `watched`'s gap, unless one runs or there is no gap.
+    /// Starts the timer that repairs `watched`'s gap, unless one runs or there is no gap.
     fn arm_gap_timer(&self, watched: &Arc<Watched>, state: &mut ChatState) {
         if state.gap_timer || state.next.is_none() || state.held.is_empty() {
             return;
@@ -244,31 +267,84 @@ impl Hub {
         tokio::spawn(async move {
             tokio::time::sleep(GAP_WAIT).await;
             if let Some(hub) = hub.upgrade() {
-                hub.skip_gap(&watched);
+                hub.repair(&watched).await;
             }
         });
     }
 
-    /// Gives up on the gap of `watched` if it is still there.
-    fn skip_gap(&self, watched: &Arc<Watched>) {
+    /// Fills `watched`'s gap from the log; if that fails, moves on past it.
+    async fn repair(&self, watched: &Arc<Watched>) {
+        let caught_up = self.catch_up_entry(watched).await;
         let mut state = watched.state.lock().expect("hub chat lock");
         state.gap_timer = false;
-        if let Some((&first, _)) = state.held.first_key_value() {
-            let missing = first - state.next.unwrap_or(first);
-            tracing::debug!(chat = %watched.key, missing, "gap not filled in time; watchers will fetch it");
-            metrics::counter!("herald_hub_gaps_skipped_total").increment(1);
-            state.next = Some(first);
-            let emptied = watched.release_held(&mut state);
-            self.arm_gap_timer(watched, &mut state);
-            drop(state);
-            if emptied {
-                self.remove_if_empty(&watched.key);
+        let Some((&first, _)) = state.held.first_key_value() else { return };
+        if caught_up && state.next.is_some_and(|n| n >= first) {
+            return;
+        }
+        let missing = first - state.next.unwrap_or(first);
+        tracing::warn!(chat = %watched.key, missing, "gap not repaired; watchers will fetch it");
+        metrics::counter!("herald_hub_gaps_skipped_total").increment(1);
+        state.next = Some(first);
+        let emptied = watched.release_held(&mut state);
+        self.arm_gap_timer(watched, &mut state);
+        drop(state);
+        if emptied {
+            self.remove_if_empty(&watched.key);
+        }
+    }
+
+    /// Delivers, in order, every stored event of `watched` after the sequencer's position.
+    /// Returns false if the log could not be read.
+    async fn catch_up_entry(&self, watched: &Arc<Watched>) -> bool {
+        let Some(backfill) = self.backfill.get().and_then(Weak::upgrade) else { return false };
+        for _ in 0..BACKFILL_PAGES {
+            let Some(next) = watched.state.lock().expect("hub chat lock").next else { return true };
+            let Some(events) = backfill.events_after(&watched.key, next - 1, BACKFILL_PAGE).await else {
+                return false;
+            };
+            let n = events.len();
+            if n > 0 {
+                metrics::counter!("herald_hub_backfilled_total").increment(n as u64);
+            }
+            for event in events {
+                self.deliver(event);
+            }
+            if n < BACKFILL_PAGE as usize {
+                return true;
             }
         }
+        true
+    }
+
+    /// Catches up chat `key` from the log, if this node watches it.
+    fn catch_up_key(&self, key: &ChatKey) {
+        let Some(watched) = self.shard(key).lock().expect("hub shard lock").get(key).cloned() else { return };
+        let hub = self.me.clone();
+        tokio::spawn(async move {
+            if let Some(hub) = hub.upgrade() {
+                hub.catch_up_entry(&watched).await;
+            }
+        });
     }
 }
 
 impl Sink for Hub {
+    fn resync(&self) {
+        let keys: Vec<ChatKey> = self
+            .shards
+            .iter()
+            .flat_map(|s| s.lock().expect("hub shard lock").keys().cloned().collect::<Vec<_>>())
+            .collect();
+        tracing::info!(chats = keys.len(), "catching up every watched chat from the log");
+        for key in keys {
+            self.catch_up_key(&key);
+        }
+    }
+
+    fn catch_up(&self, key: &ChatKey) {
+        self.catch_up_key(key);
+    }
+
     fn deliver(&self, event: Arc<Published>) {
         let Some(watched) = self.shard(&event.key).lock().expect("hub shard lock").get(&event.key).cloned() else {
             return;

@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod broker;
 pub mod chat;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod gateway;

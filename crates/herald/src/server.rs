@@ -14,7 +14,9 @@ use crate::api::{self, AppState};
 use crate::auth::Tokens;
 use crate::broker::Broker;
 use crate::broker::memory::MemoryBroker;
+use crate::broker::nats::NatsBroker;
 use crate::chat::{ChatLimits, Chats};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::hub::Hub;
@@ -52,14 +54,24 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     crate::metrics::handle();
     let store = open_store(&config)?;
-    let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new());
+    let nats = if config.brokers.is_empty() {
+        None
+    } else {
+        Some(NatsBroker::connect(&config.brokers, &config.cell, config.broker_linger).await?)
+    };
+    let broker: Arc<dyn Broker> = match &nats {
+        Some(n) => n.clone(),
+        None => Arc::new(MemoryBroker::new()),
+    };
     let hub = Hub::new(broker.clone());
     let limits = ChatLimits {
         body_bytes: config.body_limit,
         replay_events: REPLAY_EVENTS,
         replay_bytes: config.outbox_limit / 2,
     };
-    let chats = Arc::new(Chats::new(store.clone(), broker, hub, limits));
+    let chats = Arc::new(Chats::new(store.clone(), broker, hub.clone(), limits));
+    let backfill: Arc<dyn crate::hub::Backfill> = chats.clone();
+    hub.set_backfill(Arc::downgrade(&backfill));
     let tokens = Arc::new(Tokens::new(&config.jwt_secret, config.jwt_audience.as_deref()));
     let gateway = Gateway::new(
         chats.clone(),
@@ -77,7 +89,20 @@ pub async fn run(
             write_buffer: config.ws_write_buffer,
         },
     );
+    let public_url = config
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("ws://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default()));
+    let cluster = match &nats {
+        Some(n) => {
+            let gw = gateway.clone();
+            Cluster::join(n.client(), &config.cell, &config.node, &public_url, move || gw.connections() as u64)
+        }
+        None => Cluster::single(&config.node, &public_url),
+    };
     let state = AppState {
+        cluster: cluster.clone(),
+        drain_window: config.drain_window,
         chats,
         tokens,
         gateway: gateway.clone(),
@@ -93,6 +118,7 @@ pub async fn run(
     let signal = async move {
         shutdown.await;
         tracing::info!("shutting down: draining connections");
+        cluster.leave().await;
         gw.drain(drain_window, "drain");
     };
     let listener = listener.tap_io(|tcp| {

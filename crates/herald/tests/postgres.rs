@@ -73,7 +73,8 @@ async fn a_dead_shard_fails_fast_and_the_other_keeps_its_latency() {
             }));
         }
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Equal windows before and during the outage: p99 over a few hundred sends each.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let killed_at = Instant::now();
     a.stop();
     tokio::time::sleep(Duration::from_secs(3)).await;

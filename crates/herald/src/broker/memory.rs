@@ -6,6 +6,7 @@ use std::sync::{OnceLock, Weak};
 
 use super::{Broker, Sink};
 use crate::model::{ChatKey, Published};
+use crate::store::BoxFuture;
 use std::sync::Arc;
 
 /// The one-node broker.
@@ -25,10 +26,15 @@ impl Broker for MemoryBroker {
         let _ = self.sink.set(sink);
     }
 
-    fn publish(&self, event: Arc<Published>) {
+    fn publish(&self, event: Arc<Published>) -> BoxFuture<'_, ()> {
         if let Some(sink) = self.sink.get().and_then(Weak::upgrade) {
             sink.deliver(event);
         }
+        Box::pin(std::future::ready(()))
+    }
+
+    fn subscribed(&self, _key: &ChatKey) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
     }
 
     fn subscribe(&self, _key: &ChatKey) {

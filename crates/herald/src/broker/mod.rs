@@ -3,34 +3,46 @@
 //! included, through that node's [`Sink`] (the hub).
 //!
 //! The contract every backend keeps:
-//! - `publish` never blocks and never fails the request: delivery is a hint.
-//!   Order and completeness come from seq numbers and fetch, not from here;
+//! - `publish` delivers to this node's hub at once and never fails the
+//!   request: delivery to other nodes is a hint. Order and completeness come
+//!   from seq numbers and the hub's backfill from the store, not from here;
 //! - `subscribe`/`unsubscribe` express this node's interest in a chat. They are
 //!   called on a chat's first local watcher and after its last one left, never
 //!   per socket, so socket churn does not become broker churn;
 //! - incoming events reach the sink in the order the broker received them.
 //!
-//! Backends: [`memory`] (one node, in process). NATS plugs in behind the same trait.
+//! - after a reconnect or a dropped message it calls [`Sink::resync`], so the
+//!   hub catches up every chat it watches from the store.
+//!
+//! Backends: [`memory`] (one node, in process), [`nats`] (nodes joined over NATS).
 
 pub mod memory;
+pub mod nats;
 
 use std::sync::{Arc, Weak};
 
 use crate::model::{ChatKey, Published};
+use crate::store::BoxFuture;
 
 /// Where a broker delivers events: the node's hub.
 pub trait Sink: Send + Sync + 'static {
     fn deliver(&self, event: Arc<Published>);
+    /// Messages may have been lost (a reconnect, a slow consumer): catch up from the store.
+    fn resync(&self);
+    /// Catch up one chat from the store (after its subscription reached every broker server).
+    fn catch_up(&self, key: &ChatKey);
 }
 
 /// Node-to-node fan-out. See the module documentation for the contract.
 pub trait Broker: Send + Sync + 'static {
     /// Connects the broker to the node's hub. Called once, before any publish.
     fn attach(&self, sink: Weak<dyn Sink>);
-    /// Sends `event` to every node watching its chat.
-    fn publish(&self, event: Arc<Published>);
+    /// Delivers `event` to this node's hub and sends it to every other node watching its chat.
+    fn publish(&self, event: Arc<Published>) -> BoxFuture<'_, ()>;
     /// This node now has watchers of `key`.
     fn subscribe(&self, key: &ChatKey);
+    /// Resolves once this node's subscription to `key` receives what is published from now on.
+    fn subscribed(&self, key: &ChatKey) -> BoxFuture<'_, ()>;
     /// This node no longer has watchers of `key`.
     fn unsubscribe(&self, key: &ChatKey);
     /// Whether the broker can deliver now (for `/readyz`).

@@ -1,0 +1,229 @@
+//! Which node a client should use. Nodes of a cell announce themselves and
+//! their load over NATS every second; a node not heard from for three seconds
+//! is gone. `GET /v1/gateway?ws=` answers with the node that owns the
+//! workspace under rendezvous hashing, unless that node is above 1.25x the
+//! mean load, in which case the next node in the workspace's own order takes
+//! it (consistent hashing with bounded loads). A workspace's users therefore
+//! land together and most fan-out stays inside one node, and adding a fourth
+//! node moves about a quarter of the workspaces, not most of them.
+//!
+//! Not here: moving connections (the gateway drains), the broker's subjects.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::hashing::rendezvous;
+
+/// How often a node announces itself.
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
+/// A node not heard from for this long is taken out of routing.
+const NODE_TTL: Duration = Duration::from_secs(3);
+/// No node gets more than this times the mean load.
+pub const LOAD_BOUND: f64 = 1.25;
+
+/// What a node says of itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Announce {
+    pub node: String,
+    /// Base URL of its WebSocket, e.g. `ws://10.0.0.5:8080`.
+    pub url: String,
+    /// Open connections.
+    pub load: u64,
+    /// The node is draining: route nobody to it.
+    #[serde(default)]
+    pub leaving: bool,
+}
+
+/// A live node as routing sees it.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: String,
+    pub url: String,
+    pub load: u64,
+}
+
+/// This node's view of its cell.
+pub struct Cluster {
+    me: Mutex<Announce>,
+    peers: Mutex<HashMap<String, (Announce, Instant)>>,
+    nats: Option<(async_nats::Client, String)>,
+}
+
+impl Cluster {
+    /// A cell of one node.
+    pub fn single(node: &str, url: &str) -> Arc<Cluster> {
+        Arc::new(Cluster { me: Mutex::new(me(node, url)), peers: Mutex::new(HashMap::new()), nats: None })
+    }
+
+    /// Joins cell `cell` over `client`; `load` reports this node's connections.
+    pub fn join(
+        client: async_nats::Client,
+        cell: &str,
+        node: &str,
+        url: &str,
+        load: impl Fn() -> u64 + Send + Sync + 'static,
+    ) -> Arc<Cluster> {
+        let subject = format!("herald.{cell}.nodes");
+        let cluster = Arc::new(Cluster {
+            me: Mutex::new(me(node, url)),
+            peers: Mutex::new(HashMap::new()),
+            nats: Some((client.clone(), subject.clone())),
+        });
+        let weak = Arc::downgrade(&cluster);
+        let (c2, s2) = (client.clone(), subject.clone());
+        tokio::spawn(async move {
+            let mut sub = match c2.subscribe(s2).await {
+                Ok(sub) => sub,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot follow the cell's nodes");
+                    return;
+                }
+            };
+            while let Some(msg) = sub.next().await {
+                let Some(cluster) = weak.upgrade() else { return };
+                match serde_json::from_slice::<Announce>(&msg.payload) {
+                    Ok(a) => cluster.heard(a),
+                    Err(e) => tracing::warn!(error = %e, "bad node announcement"),
+                }
+            }
+        });
+        let weak = Arc::downgrade(&cluster);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(ANNOUNCE_EVERY);
+            loop {
+                tick.tick().await;
+                let Some(cluster) = weak.upgrade() else { return };
+                let announce = {
+                    let mut me = cluster.me.lock().expect("me lock");
+                    me.load = load();
+                    me.clone()
+                };
+                cluster.announce(&announce).await;
+            }
+        });
+        cluster
+    }
+
+    async fn announce(&self, a: &Announce) {
+        if let Some((client, subject)) = &self.nats {
+            let payload = serde_json::to_vec(a).expect("announcements serialize");
+            if let Err(e) = client.publish(subject.clone(), payload.into()).await {
+                tracing::warn!(error = %e, "cannot announce this node");
+            }
+        }
+    }
+
+    fn heard(&self, a: Announce) {
+        let mut peers = self.peers.lock().expect("peers lock");
+        if a.node == self.me.lock().expect("me lock").node {
+            return;
+        }
+        if a.leaving {
+            if peers.remove(&a.node).is_some() {
+                tracing::info!(node = %a.node, "node is leaving the cell");
+            }
+            return;
+        }
+        if !peers.contains_key(&a.node) {
+            tracing::info!(node = %a.node, url = %a.url, "node joined the cell");
+        }
+        peers.insert(a.node.clone(), (a, Instant::now()));
+    }
+
+    /// Tells the cell this node is draining, so routing skips it from now on.
+    pub async fn leave(&self) {
+        let a = {
+            let mut me = self.me.lock().expect("me lock");
+            me.leaving = true;
+            me.clone()
+        };
+        self.announce(&a).await;
+    }
+
+    /// Live nodes, this one included unless it is leaving, sorted by name.
+    pub fn nodes(&self) -> Vec<Node> {
+        let now = Instant::now();
+        let mut peers = self.peers.lock().expect("peers lock");
+        peers.retain(|_, (_, seen)| now.duration_since(*seen) < NODE_TTL);
+        let me = self.me.lock().expect("me lock");
+        let mut nodes: Vec<Node> =
+            peers.values().map(|(a, _)| Node { name: a.node.clone(), url: a.url.clone(), load: a.load }).collect();
+        if !me.leaving {
+            nodes.push(Node { name: me.node.clone(), url: me.url.clone(), load: me.load });
+        }
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        nodes
+    }
+
+    /// The node workspace `ws`'s clients should use.
+    pub fn route(&self, ws: &str) -> Option<Node> {
+        route(ws, &self.nodes())
+    }
+}
+
+fn me(node: &str, url: &str) -> Announce {
+    Announce { node: node.into(), url: url.into(), load: 0, leaving: false }
+}
+
+/// Rendezvous order for `ws`, taking the first node under the load bound.
+pub fn route(ws: &str, nodes: &[Node]) -> Option<Node> {
+    if nodes.is_empty() {
+        return None;
+    }
+    let total: u64 = nodes.iter().map(|n| n.load).sum::<u64>() + 1;
+    let cap = (LOAD_BOUND * total as f64 / nodes.len() as f64).ceil() as u64;
+    let mut order: Vec<&Node> = nodes.iter().collect();
+    // The workspace's own preference order: highest score first.
+    order.sort_by_key(|n| std::cmp::Reverse(crate::hashing::stable_hash(&[n.name.as_bytes(), ws.as_bytes()])));
+    debug_assert_eq!(
+        order.first().map(|n| n.name.as_str()),
+        rendezvous(&[ws.as_bytes()], nodes.iter().map(|n| n.name.as_str())).map(|i| nodes[i].name.as_str())
+    );
+    order.iter().find(|n| n.load < cap).or(order.first()).map(|n| (*n).clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(n: usize) -> Vec<Node> {
+        (0..n).map(|i| Node { name: format!("node-{i}"), url: format!("ws://n{i}"), load: 0 }).collect()
+    }
+
+    #[test]
+    fn a_fourth_node_takes_about_a_quarter_of_the_workspaces() {
+        let (three, four) = (nodes(3), nodes(4));
+        let n = 4000;
+        let moved = (0..n)
+            .filter(|i| {
+                let ws = format!("ws-{i}");
+                route(&ws, &three).unwrap().name != route(&ws, &four).unwrap().name
+            })
+            .count();
+        assert!((800..1200).contains(&moved), "{moved} of {n} moved");
+    }
+
+    #[test]
+    fn no_node_goes_far_above_the_mean() {
+        let mut ns = nodes(3);
+        // Place 3,000 workspaces one client each, updating loads as they land.
+        for i in 0..3000 {
+            let pick = route(&format!("ws-{i}"), &ns).unwrap();
+            ns.iter_mut().find(|n| n.name == pick.name).unwrap().load += 1;
+        }
+        let mean = 1000.0;
+        assert!(ns.iter().all(|n| (n.load as f64) <= mean * LOAD_BOUND + 1.0), "{ns:?}");
+    }
+
+    #[test]
+    fn an_overloaded_owner_passes_its_workspace_on() {
+        let mut ns = nodes(3);
+        let owner = route("acme", &ns).unwrap().name;
+        ns.iter_mut().find(|n| n.name == owner).unwrap().load = 1000;
+        assert_ne!(route("acme", &ns).unwrap().name, owner);
+    }
+}
