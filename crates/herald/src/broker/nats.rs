@@ -119,11 +119,10 @@ impl NatsBroker {
                         false
                     }
                 };
-                if resync {
-                    if let Some(sink) = sink2.get().and_then(Weak::upgrade) {
+                if resync
+                    && let Some(sink) = sink2.get().and_then(Weak::upgrade) {
                         sink.resync();
                     }
-                }
             }
         });
         Ok(Arc::new_cyclic(|me| NatsBroker {
@@ -171,11 +170,10 @@ impl NatsBroker {
             let (settle_key, settle_sink) = (key.clone(), sink.clone());
             tokio::spawn(async move {
                 tokio::time::sleep(ROUTE_SETTLE).await;
-                if me.upgrade().is_some() {
-                    if let Some(sink) = settle_sink.get().and_then(Weak::upgrade) {
+                if me.upgrade().is_some()
+                    && let Some(sink) = settle_sink.get().and_then(Weak::upgrade) {
                         sink.catch_up(&settle_key);
                     }
-                }
             });
             while let Some(msg) = sub.next().await {
                 metrics::counter!("herald_broker_received_total").increment(1);
