@@ -30,6 +30,8 @@ step "system packages"
 need=()
 command -v curl >/dev/null || need+=(curl)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need+=(nats-server)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -47,7 +49,7 @@ step "build"
 cargo build -q --release --workspace
 herald=$root/target/release/herald
 
-step "rust tests on the embedded store (unit, protocol, HTTP, lifecycle, PostgreSQL faults)"
+step "rust tests on the embedded store (unit, protocol, HTTP, lifecycle), PostgreSQL faults, NATS cluster, nginx"
 cargo test -q --workspace
 
 step "the core server's integration tests again, on two PostgreSQL shards"

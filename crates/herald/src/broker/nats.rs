@@ -119,10 +119,9 @@ impl NatsBroker {
                         false
                     }
                 };
-                if resync
-                    && let Some(sink) = sink2.get().and_then(Weak::upgrade) {
-                        sink.resync();
-                    }
+                if resync && let Some(sink) = sink2.get().and_then(Weak::upgrade) {
+                    sink.resync();
+                }
             }
         });
         Ok(Arc::new_cyclic(|me| NatsBroker {
@@ -171,9 +170,10 @@ impl NatsBroker {
             tokio::spawn(async move {
                 tokio::time::sleep(ROUTE_SETTLE).await;
                 if me.upgrade().is_some()
-                    && let Some(sink) = settle_sink.get().and_then(Weak::upgrade) {
-                        sink.catch_up(&settle_key);
-                    }
+                    && let Some(sink) = settle_sink.get().and_then(Weak::upgrade)
+                {
+                    sink.catch_up(&settle_key);
+                }
             });
             while let Some(msg) = sub.next().await {
                 metrics::counter!("herald_broker_received_total").increment(1);

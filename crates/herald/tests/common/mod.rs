@@ -3,6 +3,7 @@
 //! replies and pushes apart.
 #![allow(dead_code)]
 
+pub mod nats;
 pub mod pg;
 
 use std::net::SocketAddr;

@@ -1,0 +1,355 @@
+//! Cluster mode with real parts: a three-server NATS cluster, PostgreSQL,
+//! three (or four) herald nodes, and nginx in front of them.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::nats::NatsCluster;
+use common::pg::{PgCluster, create_database};
+use common::*;
+use serde_json::{Value, json};
+
+/// A cell: NATS, a PostgreSQL cluster (ours, or the suite's shared one), and nodes.
+struct Cell {
+    nats: NatsCluster,
+    _pg: Option<PgCluster>,
+    stores: Vec<String>,
+    nodes: Vec<TestServer>,
+}
+
+impl Cell {
+    async fn start(n: usize) -> Cell {
+        let nats = NatsCluster::start().await;
+        let (pg, admin) = match std::env::var("HERALD_TEST_PG_URL") {
+            Ok(url) => (None, url),
+            Err(_) => {
+                let pg = PgCluster::start();
+                let url = pg.admin_url.clone();
+                (Some(pg), url)
+            }
+        };
+        let stores = vec![create_database(&admin).await, create_database(&admin).await];
+        let mut cell = Cell { nats, _pg: pg, stores, nodes: Vec::new() };
+        for _ in 0..n {
+            cell.add_node().await;
+        }
+        cell.wait_members(n).await;
+        cell
+    }
+
+    async fn add_node(&mut self) {
+        let (brokers, stores, i) = (self.nats.urls(), self.stores.clone(), self.nodes.len());
+        let node = TestServer::start_with(move |c| {
+            c.brokers = brokers;
+            c.stores = stores;
+            c.node = format!("node-{i}");
+            c.rate = 100_000;
+            c.burst = 100_000;
+            c.broker_linger = Duration::from_millis(500);
+        })
+        .await;
+        self.nodes.push(node);
+    }
+
+    /// Waits until every node sees `n` live nodes.
+    async fn wait_members(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        'outer: loop {
+            assert!(Instant::now() < deadline, "nodes did not see each other");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            for node in &self.nodes {
+                let (_, v) = node.http("GET", "/v1/admin/nodes", None).await;
+                if v["nodes"].as_array().map_or(0, Vec::len) != n {
+                    continue 'outer;
+                }
+            }
+            return;
+        }
+    }
+}
+
+async fn gateway(node: &TestServer, ws: &str) -> Value {
+    http(node.addr, "GET", &format!("/v1/gateway?ws={ws}"), None, None).await.1
+}
+
+/// `n` senders on `node`, each its own user, each sending `per` messages to `chat`.
+async fn senders(node: &TestServer, tag: &str, chat: &str, n: usize, per: usize) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for u in 0..n {
+        let mut c = node.client("w", &format!("{tag}{u}")).await;
+        c.ok(json!({"op": "join", "chat": chat})).await;
+        let chat = chat.to_string();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per {
+                c.ok(json!({"op": "send", "chat": chat, "body": {"i": i}})).await;
+            }
+        }));
+    }
+    tasks
+}
+
+fn assert_consecutive(events: &[Value], from: u64) {
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["seq"].as_u64().unwrap(), from + i as u64, "in order, no gaps, no repeats");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_on_one_node_gets_every_event_sent_on_the_others_in_order() {
+    let cell = Cell::start(3).await;
+    let mut w = cell.nodes[0].client("w", "watcher").await;
+    w.ok(json!({"op": "join", "chat": "c"})).await;
+    let start = w.ok(json!({"op": "watch", "chat": "c"})).await["seq"].as_u64().unwrap();
+    let mut tasks = senders(&cell.nodes[1], "b", "c", 4, 50).await;
+    tasks.extend(senders(&cell.nodes[2], "c", "c", 4, 50).await);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // 8 joins and 400 messages, from two other nodes, interleaved.
+    let events = w.events("c", 408).await;
+    assert_consecutive(&events, start + 1);
+    assert_eq!(events.iter().filter(|e| e["type"] == "message").count(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarting_a_nats_server_under_load_loses_nothing() {
+    let mut cell = Cell::start(3).await;
+    let mut watchers = Vec::new();
+    for node in &cell.nodes {
+        let mut w = node.client("w", &format!("watcher-{}", watchers.len())).await;
+        w.ok(json!({"op": "join", "chat": "c"})).await;
+        let start = w.ok(json!({"op": "watch", "chat": "c"})).await["seq"].as_u64().unwrap();
+        watchers.push((w, start));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (i, node) in cell.nodes.iter().enumerate() {
+        let mut c = node.client("w", &format!("s{i}")).await;
+        c.ok(json!({"op": "join", "chat": "c"})).await;
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            while !stop.load(Ordering::Relaxed) {
+                last = c.ok(json!({"op": "send", "chat": "c", "body": "x"})).await["seq"].as_u64().unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            last
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    cell.nats.servers[0].restart();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cell.nats.wait_routed().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut last = 0;
+    for t in tasks {
+        last = last.max(t.await.unwrap());
+    }
+    for (w, start) in &mut watchers {
+        let want = (last - *start) as usize;
+        let events = w.events("c", want).await;
+        assert_consecutive(&events, *start + 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_moves_its_clients_over_the_window_not_at_once() {
+    let cell = Cell::start(3).await;
+    let victim = &cell.nodes[0];
+    let mut clients = Vec::new();
+    for i in 0..30 {
+        clients.push(victim.client(&format!("ws{i}"), "u").await);
+    }
+    let (st, v) = victim.http("POST", "/v1/admin/drain", Some(json!({"window_ms": 3000}))).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["draining"], 30);
+    let mut delays = Vec::new();
+    for c in &mut clients {
+        let p = c.push().await;
+        assert_eq!(p["ev"], "reconnect");
+        delays.push(p["after_ms"].as_u64().unwrap());
+        assert_eq!(c.closed_with().await, 4012);
+    }
+    delays.sort();
+    assert!(delays.last().unwrap() - delays.first().unwrap() > 1500, "spread over the window: {delays:?}");
+    let within_300ms = delays.windows(10).map(|w| w[9] - w[0]).min().unwrap();
+    assert!(within_300ms > 300, "never a third of the clients at once: {delays:?}");
+    // Routing no longer sends anyone to the drained node.
+    let victim_name = "node-0";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut any = false;
+        for i in 0..50 {
+            any |= gateway(&cell.nodes[1], &format!("ws{i}")).await["node"] == victim_name;
+        }
+        if !any {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the drained node is still routed to");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And the drained node refuses new connections.
+    let (st, _) = http_raw(victim.addr, "GET", "/v1/ws?ws=w", None, None).await;
+    assert_ne!(st, 101);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_a_fourth_node_moves_about_a_quarter_of_the_workspaces() {
+    let mut cell = Cell::start(3).await;
+    let wss: Vec<String> = (0..400).map(|i| format!("team-{i}")).collect();
+    let mut before = Vec::new();
+    for ws in &wss {
+        let g = gateway(&cell.nodes[0], ws).await;
+        assert!(g["url"].as_str().unwrap().ends_with(&format!("/v1/ws?ws={ws}")));
+        before.push(g["node"].as_str().unwrap().to_string());
+    }
+    let used: std::collections::HashSet<_> = before.iter().collect();
+    assert_eq!(used.len(), 3, "workspaces spread over all nodes");
+    cell.add_node().await;
+    cell.wait_members(4).await;
+    let mut moved = 0;
+    for (ws, was) in wss.iter().zip(&before) {
+        let now = gateway(&cell.nodes[1], ws).await["node"].as_str().unwrap().to_string();
+        if &now != was {
+            assert_eq!(now, "node-3", "a workspace only moves to the new node");
+            moved += 1;
+        }
+    }
+    assert!((60..=140).contains(&moved), "about a quarter of 400 moved: {moved}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_a_node_under_load_its_clients_resume_on_the_others_with_nothing_missing() {
+    let cell = Cell::start(2).await;
+    // The victim is a real process, in the same cell.
+    let data = data_dir();
+    let env = [
+        ("HERALD_BROKER", cell.nats.urls().join(",")),
+        ("HERALD_NODE", "victim".to_string()),
+        ("HERALD_RATE", "100000".to_string()),
+        ("HERALD_BURST", "100000".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut victim = BinServer::start(data.path(), &cell.stores, &env);
+    victim.wait_ready().await;
+    let victim_url = format!("ws://{}/v1/ws?ws=w", victim.addr);
+
+    let mut watchers = Vec::new();
+    for i in 0..5 {
+        let token = cell.nodes[0].token("w", &format!("watcher{i}")).await;
+        let mut c = Client::connect(&victim_url).await;
+        c.ok(json!({"op": "hello", "token": token})).await;
+        c.ok(json!({"op": "join", "chat": "c"})).await;
+        let start = c.ok(json!({"op": "watch", "chat": "c"})).await["seq"].as_u64().unwrap();
+        watchers.push((c, start, Vec::<Value>::new()));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut sender = cell.nodes[1].client("w", "sender").await;
+    sender.ok(json!({"op": "join", "chat": "c"})).await;
+    let stop2 = stop.clone();
+    let send_task = tokio::spawn(async move {
+        let mut last = 0;
+        while !stop2.load(Ordering::Relaxed) {
+            last = sender.ok(json!({"op": "send", "chat": "c", "body": "x"})).await["seq"].as_u64().unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        last
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Kill the node under the watchers, then take everything they got before it died.
+    victim.kill9();
+    for (c, _, got) in &mut watchers {
+        // Bounded: the stream ends with the dead socket.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while c.closed.is_none() && Instant::now() < deadline {
+            if let Some(p) = c.push_within(Duration::from_millis(200)).await {
+                got.push(p);
+            }
+        }
+        assert!(c.closed.is_some(), "the watcher saw its node die");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Resume: ask a live node where to go, watch again after the last seq held.
+    for (i, (c, _, got)) in watchers.iter_mut().enumerate() {
+        let g = gateway(&cell.nodes[0], "w").await;
+        let url = g["url"].as_str().unwrap().to_string();
+        assert!(!url.contains(&victim.addr.to_string()) || g["node"] != "victim");
+        let token = cell.nodes[0].token("w", &format!("watcher{i}")).await;
+        let mut fresh = Client::connect(&url).await;
+        fresh.ok(json!({"op": "hello", "token": token})).await;
+        let last = got.last().map_or(0, |e| e["seq"].as_u64().unwrap());
+        fresh.ok(json!({"op": "watch", "chat": "c", "after": last})).await;
+        *c = fresh;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let last = send_task.await.unwrap();
+    for (c, start, got) in &mut watchers {
+        let have = got.last().map_or(*start, |e| e["seq"].as_u64().unwrap());
+        got.extend(c.events("c", (last - have) as usize).await);
+        assert_consecutive(got, *start + 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_keeps_a_workspace_on_one_node_and_spreads_workspaces() {
+    let cell = Cell::start(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut conf = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/nginx.conf")).unwrap();
+    for (i, node) in cell.nodes.iter().enumerate() {
+        conf = conf.replace(&format!("127.0.0.1:808{}", i + 1), &node.addr.to_string());
+    }
+    conf = conf.replace("listen 127.0.0.1:8080;", &format!("listen 127.0.0.1:{port};"));
+    conf = conf.replace("worker_processes auto;", "worker_processes 1;");
+    conf = conf.replace("worker_connections 65536;", "worker_connections 1024;");
+    let conf_path = dir.path().join("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let mut nginx = std::process::Command::new("nginx")
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(&conf_path)
+        .arg("-e")
+        .arg(dir.path().join("error.log"))
+        .arg("-g")
+        .arg(format!("daemon off; pid {};", dir.path().join("nginx.pid").display()))
+        .spawn()
+        .expect("start nginx (apt-get install nginx)");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(Instant::now() < deadline, "nginx did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut nodes_by_ws: std::collections::HashMap<String, std::collections::HashSet<String>> = Default::default();
+    for i in 0..20 {
+        let ws = format!("org-{i}");
+        for u in 0..3 {
+            let token = cell.nodes[0].token(&ws, &format!("u{u}")).await;
+            let mut c = Client::connect(&format!("ws://{addr}/v1/ws?ws={ws}")).await;
+            let hello = c.ok(json!({"op": "hello", "token": token})).await;
+            nodes_by_ws.entry(ws.clone()).or_default().insert(hello["node"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(nodes_by_ws.values().all(|n| n.len() == 1), "each workspace's users land on one node: {nodes_by_ws:?}");
+    let used: std::collections::HashSet<_> = nodes_by_ws.values().flatten().collect();
+    assert!(used.len() >= 2, "workspaces spread over nodes: {used:?}");
+
+    // A conversation through nginx.
+    let token = cell.nodes[0].token("org-1", "alice").await;
+    let mut a = Client::connect(&format!("ws://{addr}/v1/ws?ws=org-1")).await;
+    a.ok(json!({"op": "hello", "token": token})).await;
+    a.ok(json!({"op": "join", "chat": "c"})).await;
+    a.ok(json!({"op": "watch", "chat": "c"})).await;
+    a.ok(json!({"op": "send", "chat": "c", "body": "through nginx"})).await;
+    assert_eq!(a.push().await["body"], "through nginx");
+
+    let _ = nginx.kill();
+    let _ = nginx.wait();
+}
