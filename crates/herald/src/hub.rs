@@ -272,17 +272,21 @@ impl Hub {
         });
     }
 
-    /// Fills `watched`'s gap from the log; if that fails, moves on past it.
+    /// Fills `watched`'s gap from the log. A gap left after a successful read
+    /// opened after it (events reordered under load): it is given another
+    /// round, never skipped, because the log has every published event. Only
+    /// when the log cannot be read does the hub move on, and clients fetch.
     async fn repair(&self, watched: &Arc<Watched>) {
         let caught_up = self.catch_up_entry(watched).await;
         let mut state = watched.state.lock().expect("hub chat lock");
         state.gap_timer = false;
         let Some((&first, _)) = state.held.first_key_value() else { return };
-        if caught_up && state.next.is_some_and(|n| n >= first) {
+        if caught_up {
+            self.arm_gap_timer(watched, &mut state);
             return;
         }
         let missing = first - state.next.unwrap_or(first);
-        tracing::warn!(chat = %watched.key, missing, "gap not repaired; watchers will fetch it");
+        tracing::warn!(chat = %watched.key, missing, "gap not repaired: the log could not be read; watchers will fetch it");
         metrics::counter!("herald_hub_gaps_skipped_total").increment(1);
         state.next = Some(first);
         let emptied = watched.release_held(&mut state);
@@ -434,5 +438,76 @@ impl Watched {
             state.next = Some(next + 1);
         }
         emptied
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::memory::MemoryBroker;
+    use herald_protocol::Event;
+    use serde_json::value::RawValue;
+
+    fn event(key: &ChatKey, seq: u64) -> Arc<Published> {
+        let body = RawValue::from_string("{}".into()).unwrap();
+        let e = Event { seq, kind: EventType::Message, user: Some("u".into()), ts: 0, body, client_id: None };
+        Published::new(key.clone(), &e)
+    }
+
+    /// A log holding seq 1..=`latest`; while it is read, it hands the hub the
+    /// events in `meanwhile`, as reordered publishes would arrive.
+    struct Log {
+        hub: std::sync::Mutex<Weak<Hub>>,
+        latest: u64,
+        meanwhile: std::sync::Mutex<Vec<u64>>,
+    }
+
+    impl Backfill for Log {
+        fn events_after(&self, key: &ChatKey, after: u64, limit: u32) -> BoxFuture<'_, Option<Vec<Arc<Published>>>> {
+            let hub = self.hub.lock().unwrap().upgrade().unwrap();
+            for seq in self.meanwhile.lock().unwrap().drain(..) {
+                hub.deliver(event(key, seq));
+            }
+            let events = (after + 1..=self.latest.min(after + limit as u64)).map(|s| event(key, s)).collect();
+            Box::pin(std::future::ready(Some(events)))
+        }
+    }
+
+    fn pushed_seqs(outbox: &Outbox) -> Vec<u64> {
+        let mut frames = Vec::new();
+        outbox.drain(usize::MAX, &mut frames);
+        frames
+            .iter()
+            .filter_map(|f| serde_json::from_str::<serde_json::Value>(f.as_str()).ok())
+            .filter(|v| v["ev"] == "event")
+            .map(|v| v["seq"].as_u64().unwrap())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gap_that_reopens_during_repair_is_repaired_again_not_skipped() {
+        let hub = Hub::new(Arc::new(MemoryBroker::new()));
+        let key = ChatKey::new("w", "c");
+        // The log has 1..=4 when first read; 6 arrives (ahead of 5) while it is read.
+        let log = Arc::new(Log {
+            hub: std::sync::Mutex::new(Arc::downgrade(&hub)),
+            latest: 4,
+            meanwhile: std::sync::Mutex::new(vec![6]),
+        });
+        let backfill: Arc<dyn Backfill> = log.clone();
+        hub.set_backfill(Arc::downgrade(&backfill));
+        let outbox = Arc::new(Outbox::new(1, 1 << 20));
+        hub.begin_watch(&key, &Arc::from("u"), &outbox);
+        hub.finish_watch(&key, 1, Replay { reply: Frame::from("{}"), latest: 0, frames: vec![], truncated: false });
+        // 1 is lost on the way; 3 arrives: a gap at 1..=2.
+        hub.deliver(event(&key, 3));
+        tokio::time::sleep(GAP_WAIT * 2).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        // Repaired 1..=4 from the log; 5 is still on its way, and 6 must wait for it.
+        assert_eq!(pushed_seqs(&outbox), vec![1, 2, 3, 4]);
+        hub.deliver(event(&key, 5));
+        assert_eq!(pushed_seqs(&outbox), vec![5, 6], "5 arrived late and 6 was not skipped past it");
     }
 }

@@ -1,0 +1,365 @@
+//! The `sends` scenario: durable message throughput into one chat. S senders
+//! (each its own user) send K messages each, one at a time per connection as
+//! the protocol wants (the next send waits for the last ack), while one
+//! watcher checks that every event arrives once, in seq order, without gaps
+//! (and, where pushes skipped some, that fetching the gaps gives them all).
+//! `--op join` switches to the join flood in `joins`.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use herald_protocol::EventType;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::client::{Client, ClientError, sources_for};
+use crate::fleet::{self, Failures};
+use crate::latency::Latencies;
+use crate::report::{self, Column, RunArgs, col};
+use crate::server::{Server, TargetArgs};
+use crate::token::Signer;
+
+/// The request rate and burst a started server gets: far above what one
+/// connection can do waiting for each ack, so the limiter is not what is measured.
+pub const RAISED_RATE: u32 = 100_000;
+/// One request gets this long before its sender gives up.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// After the last ack, the watcher gets this long to see the last event.
+const WATCH_GRACE: Duration = Duration::from_secs(30);
+/// Most S*K: keeps one run under a few minutes even at a few hundred sends/s.
+const MAX_SENDS: usize = 200_000;
+
+/// What each sender does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// K messages per sender.
+    Send,
+    /// K distinct users per sender, each joining the chat once.
+    Join,
+}
+
+/// `herald-bench sends`.
+#[derive(Debug, Args, Serialize)]
+pub struct SendsArgs {
+    /// Concurrent senders (connections).
+    #[arg(long)]
+    pub senders: usize,
+    /// Requests per sender.
+    #[arg(long)]
+    pub messages: usize,
+    #[arg(long, value_enum, default_value_t = Op::Send)]
+    pub op: Op,
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+impl SendsArgs {
+    /// Flags that raise a started server's request limits.
+    pub fn server_flags() -> Vec<String> {
+        let r = RAISED_RATE.to_string();
+        vec!["--rate".into(), r.clone(), "--burst".into(), r]
+    }
+}
+
+const COLUMNS: &[Column] = &[
+    col("acked", "acked"),
+    col("failed", "failed"),
+    col("elapsed_s", "seconds"),
+    col("sends_per_s", "sends/s"),
+    col("p50_ms", "p50 ms"),
+    col("p99_ms", "p99 ms"),
+    col("p999_ms", "p99.9 ms"),
+    col("max_ms", "max ms"),
+    col("watcher_messages", "watched"),
+    col("watcher_gaps", "gaps"),
+    col("watcher_skipped", "skipped"),
+    col("all_pushed_in_order", "all pushed in order"),
+    col("all_delivered", "all after fetch"),
+];
+
+/// Runs the scenario `args.run.runs` times and reports.
+pub async fn run(args: SendsArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.senders > 0 && args.messages > 0, "--senders and --messages must be positive");
+    if args.op == Op::Join {
+        return crate::joins::run(args).await;
+    }
+    anyhow::ensure!(args.senders * args.messages <= MAX_SENDS, "at most {MAX_SENDS} sends per run");
+    let mut runs = Vec::new();
+    for r in 0..args.run.runs {
+        let out = run_once(&args, r).await.with_context(|| format!("run {}", r + 1))?;
+        eprintln!("run {}/{} done", r + 1, args.run.runs);
+        runs.push(out);
+    }
+    report::emit("sends", &args, &runs, COLUMNS, args.run.json);
+    Ok(())
+}
+
+/// A chat name no earlier run used, so each run starts at seq 0 even on a running server.
+pub fn fresh_chat(prefix: &str, run: u32) -> String {
+    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    format!("{prefix}-{ms}-{run}")
+}
+
+/// What one sender did.
+#[derive(Default)]
+struct SenderOutcome {
+    latencies: Latencies,
+    acked: u64,
+    failures: Failures,
+    max_seq: u64,
+    last_ack: Option<Instant>,
+}
+
+/// What the watcher saw.
+#[derive(Debug, Default, Clone, Serialize)]
+struct WatchOutcome {
+    /// Event pushes of the chat received.
+    events: u64,
+    /// Of those, messages.
+    messages: u64,
+    /// Places where a push's seq jumped forward by more than one.
+    gaps: u64,
+    /// Events skipped by pushes (the sum of the gaps' widths).
+    skipped: u64,
+    /// Pushes at or below a seq already seen: a broken order.
+    out_of_order: u64,
+    notifies: u64,
+    last_seq: u64,
+    /// Events the watcher then fetched to fill the gaps, as a client must.
+    fetched: u64,
+    fetched_messages: u64,
+    /// Every seq up to the chat's last was seen once, by push or fetch.
+    complete: bool,
+    /// Why the watcher stopped early, if it did.
+    error: Option<String>,
+}
+
+async fn run_once(args: &SendsArgs, run: u32) -> anyhow::Result<Value> {
+    let server = Server::open(&args.target, &SendsArgs::server_flags()).await?;
+    let signer = Signer::new(&server.jwt_secret, &args.target.workspace);
+    let chat = fresh_chat("sends", run);
+    let offset = run * sources_for(args.senders + 1);
+
+    // The watcher comes first, so that it sees every event after its own join.
+    let (mut watchers, f) = fleet::open_clients(&server, &signer, 1, offset, |_| "watcher".into()).await;
+    let mut watcher = watchers.pop().with_context(|| format!("the watcher could not connect: {:?}", f.first))?;
+    watcher.join(&chat).await?;
+    let from = watcher.watch(&chat).await?.seq;
+    let (target_tx, target_rx) = watch::channel(None);
+    let watching = tokio::spawn(watch_chat(watcher, chat.clone(), from, target_rx));
+
+    let (clients, mut failures) =
+        fleet::open_clients(&server, &signer, args.senders, offset, |i| format!("s{i}")).await;
+    let (go_tx, go_rx) = watch::channel(false);
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut tasks = Vec::new();
+    for (i, mut client) in clients.into_iter().enumerate() {
+        let (chat, mut go, ready, k) = (chat.clone(), go_rx.clone(), ready_tx.clone(), args.messages);
+        tasks.push(tokio::spawn(async move {
+            let mut out = SenderOutcome::default();
+            let joined = tokio::time::timeout(REQUEST_TIMEOUT, client.join(&chat)).await;
+            let _ = ready.send(());
+            match joined {
+                Ok(Ok(_)) => {}
+                Ok(Err(f)) => {
+                    out.failures.add_failure(&f);
+                    return out;
+                }
+                Err(_) => {
+                    out.failures.add("timeout", || format!("no join ack in {REQUEST_TIMEOUT:?}"));
+                    return out;
+                }
+            }
+            let _ = go.wait_for(|g| *g).await;
+            for n in 0..k {
+                let body =
+                    RawValue::from_string(format!(r#"{{"text":"bench message {n} from s{i}"}}"#)).expect("valid JSON");
+                let t = Instant::now();
+                match tokio::time::timeout(REQUEST_TIMEOUT, client.send(&chat, &body)).await {
+                    Ok(Ok(ok)) => {
+                        let now = Instant::now();
+                        out.latencies.record(now - t);
+                        out.acked += 1;
+                        out.max_seq = out.max_seq.max(ok.seq);
+                        out.last_ack = Some(now);
+                    }
+                    Ok(Err(f)) => {
+                        out.failures.add_failure(&f);
+                        // A refusal leaves the connection usable; anything else does not.
+                        if !matches!(f.error, ClientError::Refused(_)) {
+                            break;
+                        }
+                    }
+                    Err(_) => {
+                        out.failures.add("timeout", || format!("no ack in {REQUEST_TIMEOUT:?}"));
+                        break;
+                    }
+                }
+            }
+            client.close().await;
+            out
+        }));
+    }
+    drop(ready_tx);
+    // Every sender has joined (or failed to) before any sends: joins are not what this measures.
+    // Each join is bounded by its timeout, so this loop is too.
+    for _ in 0..tasks.len() {
+        if ready_rx.recv().await.is_none() {
+            break;
+        }
+    }
+    let started = Instant::now();
+    let _ = go_tx.send(true);
+    let mut latencies = Latencies::default();
+    let (mut acked, mut max_seq, mut last_ack) = (0, 0, started);
+    for t in tasks {
+        let out = t.await?;
+        latencies.merge(&out.latencies);
+        acked += out.acked;
+        max_seq = max_seq.max(out.max_seq);
+        last_ack = last_ack.max(out.last_ack.unwrap_or(started));
+        failures.merge(&out.failures);
+    }
+    let elapsed = last_ack - started;
+    let chat_seq = match server.api_key {
+        Some(_) => Some(server.chat(&args.target.workspace, &chat).await?.seq),
+        None => None,
+    };
+    let _ = target_tx.send(Some((chat_seq.unwrap_or(max_seq), Instant::now() + WATCH_GRACE)));
+    let seen = watching.await?;
+    let log = server.stop().await?;
+    let expected = (args.senders * args.messages) as u64;
+    let p = latencies.summary();
+    Ok(json!({
+        "sent": expected,
+        "acked": acked,
+        "failed": failures.total,
+        "failures": failures,
+        "elapsed_s": elapsed.as_secs_f64(),
+        "sends_per_s": acked as f64 / elapsed.as_secs_f64().max(1e-9),
+        "p50_ms": p.p50_ms,
+        "p99_ms": p.p99_ms,
+        "p999_ms": p.p999_ms,
+        "max_ms": p.max_ms,
+        "chat_seq": chat_seq,
+        "watcher_messages": seen.messages,
+        "watcher_gaps": seen.gaps,
+        "watcher_skipped": seen.skipped,
+        // Every message arrived, by push in seq order with no gap.
+        "all_pushed_in_order": seen.messages == expected && seen.gaps == 0 && seen.out_of_order == 0 && seen.error.is_none(),
+        // Every message is there once the watcher fetched what pushes skipped.
+        "all_delivered": seen.complete && seen.messages + seen.fetched_messages == expected,
+        "watcher": seen,
+        "server_log": log,
+    }))
+}
+
+/// Reads `chat`'s pushes from seq `from` on, checking order, until the seq the
+/// target names is seen or its deadline passes; then fetches what pushes
+/// skipped, as the protocol tells a client to.
+async fn watch_chat(
+    mut client: Client,
+    chat: String,
+    from: u64,
+    mut target: watch::Receiver<Option<(u64, Instant)>>,
+) -> WatchOutcome {
+    let mut out = WatchOutcome { last_seq: from, ..Default::default() };
+    // Seq ranges (after, before) that pushes skipped.
+    let mut holes: Vec<(u64, u64)> = Vec::new();
+    let mut goal: Option<(u64, Instant)>;
+    loop {
+        goal = *target.borrow_and_update();
+        if let Some((seq, _)) = goal
+            && out.last_seq >= seq
+        {
+            break;
+        }
+        // Before the senders finish there is no deadline yet; the senders' own timeouts bound that phase.
+        let deadline = goal.map(|(_, d)| d).unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            changed = target.changed() => if changed.is_err() { break },
+            _ = tokio::time::sleep_until(deadline.into()) => break,
+            frame = client.next_frame() => match frame {
+                Err(e) => {
+                    out.error = Some(e.to_string());
+                    break;
+                }
+                Ok(f) if f.ev.as_deref() == Some("notify") => out.notifies += 1,
+                Ok(f) if f.ev.as_deref() == Some("event") && f.chat.as_deref() == Some(chat.as_str()) => {
+                    let seq = f.seq.unwrap_or(0);
+                    out.events += 1;
+                    if seq <= out.last_seq {
+                        out.out_of_order += 1;
+                        continue;
+                    }
+                    if seq > out.last_seq + 1 {
+                        out.gaps += 1;
+                        out.skipped += seq - out.last_seq - 1;
+                        holes.push((out.last_seq, seq));
+                    }
+                    out.last_seq = seq;
+                    if f.kind == Some(EventType::Message) {
+                        out.messages += 1;
+                    }
+                }
+                Ok(_) => {}
+            },
+        }
+    }
+    if out.error.is_none() {
+        let end = goal.map_or(out.last_seq, |(seq, _)| seq);
+        if out.last_seq < end {
+            holes.push((out.last_seq, end + 1));
+        }
+        let filled = fill_holes(&mut client, &chat, &holes, &mut out).await;
+        out.complete = filled && out.out_of_order == 0;
+    }
+    client.close().await;
+    out
+}
+
+/// Fetches each hole's events; true if every one came back, in order.
+async fn fill_holes(client: &mut Client, chat: &str, holes: &[(u64, u64)], out: &mut WatchOutcome) -> bool {
+    /// The protocol's largest fetch page.
+    const PAGE: u32 = herald_protocol::limits::FETCH_MAX;
+    for &(after, before) in holes {
+        let mut at = after;
+        while at + 1 < before {
+            let page = match tokio::time::timeout(REQUEST_TIMEOUT, client.fetch(chat, at, PAGE)).await {
+                Ok(Ok(page)) => page,
+                Ok(Err(f)) => {
+                    out.error = Some(f.to_string());
+                    return false;
+                }
+                Err(_) => {
+                    out.error = Some(format!("no fetch reply in {REQUEST_TIMEOUT:?}"));
+                    return false;
+                }
+            };
+            let mut progressed = false;
+            for e in page.events.iter().take_while(|e| e.seq < before) {
+                if e.seq != at + 1 {
+                    out.error = Some(format!("fetch after {at} returned seq {}", e.seq));
+                    return false;
+                }
+                at = e.seq;
+                progressed = true;
+                out.fetched += 1;
+                if e.kind == EventType::Message {
+                    out.fetched_messages += 1;
+                }
+            }
+            if !progressed {
+                out.error = Some(format!("fetch after {at} returned nothing below {before}"));
+                return false;
+            }
+        }
+    }
+    true
+}
