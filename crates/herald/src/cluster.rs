@@ -48,6 +48,8 @@ pub struct Node {
 
 /// This node's view of its cell.
 pub struct Cluster {
+    /// Bumped with the name of each node that joins, for rebalancing.
+    joined: tokio::sync::watch::Sender<Option<String>>,
     me: Mutex<Announce>,
     peers: Mutex<HashMap<String, (Announce, Instant)>>,
     nats: Option<(async_nats::Client, String)>,
@@ -56,7 +58,12 @@ pub struct Cluster {
 impl Cluster {
     /// A cell of one node.
     pub fn single(node: &str, url: &str) -> Arc<Cluster> {
-        Arc::new(Cluster { me: Mutex::new(me(node, url)), peers: Mutex::new(HashMap::new()), nats: None })
+        Arc::new(Cluster {
+            joined: tokio::sync::watch::Sender::new(None),
+            me: Mutex::new(me(node, url)),
+            peers: Mutex::new(HashMap::new()),
+            nats: None,
+        })
     }
 
     /// Joins cell `cell` over `client`; `load` reports this node's connections.
@@ -69,6 +76,7 @@ impl Cluster {
     ) -> Arc<Cluster> {
         let subject = format!("herald.{cell}.nodes");
         let cluster = Arc::new(Cluster {
+            joined: tokio::sync::watch::Sender::new(None),
             me: Mutex::new(me(node, url)),
             peers: Mutex::new(HashMap::new()),
             nats: Some((client.clone(), subject.clone())),
@@ -128,10 +136,14 @@ impl Cluster {
             }
             return;
         }
-        if !peers.contains_key(&a.node) {
-            tracing::info!(node = %a.node, url = %a.url, "node joined the cell");
-        }
+        let new = !peers.contains_key(&a.node);
+        let name = a.node.clone();
         peers.insert(a.node.clone(), (a, Instant::now()));
+        drop(peers);
+        if new {
+            tracing::info!(node = %name, "node joined the cell");
+            self.joined.send_replace(Some(name));
+        }
     }
 
     /// Tells the cell this node is draining, so routing skips it from now on.
@@ -142,6 +154,16 @@ impl Cluster {
             me.clone()
         };
         self.announce(&a).await;
+    }
+
+    /// Names of nodes as they join (the latest one; `changed()` wakes on each).
+    pub fn joins(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.joined.subscribe()
+    }
+
+    /// This node's name.
+    pub fn name(&self) -> String {
+        self.me.lock().expect("me lock").node.clone()
     }
 
     /// Live nodes, this one included unless it is leaving, sorted by name.

@@ -40,6 +40,11 @@ pub struct ServeArgs {
     /// Milliseconds a chat's NATS subscription outlives its last local watcher.
     #[arg(long, env = "HERALD_BROKER_LINGER_MS")]
     pub broker_linger_ms: Option<u64>,
+    /// When a node joins the cell, move this node's clients whose workspace now
+    /// routes to it (spread over the drain window). On by default; with nginx's
+    /// own hashing in front, turn it off (`--rebalance false`).
+    #[arg(long, env = "HERALD_REBALANCE")]
+    pub rebalance: Option<bool>,
     /// The base WebSocket URL clients reach this node at (for `/v1/gateway`), e.g. `ws://10.0.0.5:8080`.
     #[arg(long, env = "HERALD_PUBLIC_URL")]
     pub public_url: Option<String>,
@@ -106,6 +111,8 @@ pub struct Config {
     pub broker_linger: Duration,
     /// Base WebSocket URL of this node; `None` means "as the client reached it".
     pub public_url: Option<String>,
+    /// Move clients to nodes that join.
+    pub rebalance: bool,
     pub jwt_secret: String,
     pub api_key: String,
     /// Neither secret was given: random secrets, a demo page and dev tokens.
@@ -160,6 +167,7 @@ impl ServeArgs {
             cell,
             broker_linger_ms,
             public_url,
+            rebalance,
             jwt_secret,
             api_key,
             jwt_audience,
@@ -190,6 +198,7 @@ impl ServeArgs {
             cell: self.cell.unwrap_or_else(|| "default".into()),
             broker_linger: ms(self.broker_linger_ms.unwrap_or(DEFAULT_BROKER_LINGER_MS)),
             public_url: self.public_url,
+            rebalance: self.rebalance.unwrap_or(true),
             jwt_secret: self.jwt_secret.unwrap_or_else(random_secret),
             api_key: self.api_key.unwrap_or_else(random_secret),
             dev_mode,

@@ -68,10 +68,14 @@ pub struct Gateway {
     tokens: Arc<Tokens>,
     cfg: GatewayConfig,
     next_id: AtomicU64,
-    conns: Mutex<HashMap<ConnId, Arc<Outbox>>>,
+    /// Open connections, with their workspace once they said hello.
+    conns: Mutex<Registry>,
     draining: AtomicBool,
     tasks: TaskTracker,
 }
+
+/// Open connections: each one's queue and, after hello, its workspace.
+type Registry = HashMap<ConnId, (Arc<Outbox>, Option<Arc<str>>)>;
 
 #[derive(serde::Deserialize)]
 pub struct WsQuery {
@@ -104,15 +108,28 @@ impl Gateway {
     /// `window`, then closes it with 4012; refuses new connections from now on.
     pub fn drain(&self, window: Duration, reason: &'static str) {
         self.draining.store(true, Ordering::SeqCst);
-        let conns: Vec<Arc<Outbox>> = self.conns.lock().expect("conns lock").values().cloned().collect();
+        let conns: Vec<Arc<Outbox>> = self.conns.lock().expect("conns lock").values().map(|(o, _)| o.clone()).collect();
         tracing::info!(connections = conns.len(), window_ms = window.as_millis() as u64, "draining connections");
-        let mut rng = rand::rng();
-        let window_ms = window.as_millis() as u64;
-        for outbox in conns {
-            let after_ms = if window_ms == 0 { 0 } else { rng.random_range(0..=window_ms) };
-            outbox.push(Frame::from(reconnect_push(after_ms, reason)));
-            outbox.close(CloseCode::GOING_AWAY_RECONNECT, reason);
+        send_away(&conns, window, reason);
+    }
+
+    /// Moves the connections whose workspace `moves` says should be elsewhere
+    /// now (a node joined), spread over `window`. Returns how many.
+    pub fn rebalance(&self, window: Duration, moves: impl Fn(&str) -> bool) -> usize {
+        let conns: Vec<Arc<Outbox>> = self
+            .conns
+            .lock()
+            .expect("conns lock")
+            .values()
+            .filter(|(_, ws)| ws.as_deref().is_some_and(&moves))
+            .map(|(o, _)| o.clone())
+            .collect();
+        if !conns.is_empty() {
+            tracing::info!(connections = conns.len(), "moving connections to a node that joined");
+            metrics::counter!("herald_rebalanced_total").increment(conns.len() as u64);
         }
+        send_away(&conns, window, "rebalance");
+        conns.len()
     }
 
     /// Waits until every connection task has ended, at most `timeout`.
@@ -128,6 +145,17 @@ impl Gateway {
             .write_buffer_size(self.cfg.write_buffer)
             .max_message_size(self.cfg.frame_limit)
             .max_frame_size(self.cfg.frame_limit)
+    }
+}
+
+/// Asks each connection to reconnect after a delay spread uniformly over `window`, then closes it with 4012.
+fn send_away(conns: &[Arc<Outbox>], window: Duration, reason: &'static str) {
+    let mut rng = rand::rng();
+    let window_ms = window.as_millis() as u64;
+    for outbox in conns {
+        let after_ms = if window_ms == 0 { 0 } else { rng.random_range(0..=window_ms) };
+        outbox.push(Frame::from(reconnect_push(after_ms, reason)));
+        outbox.close(CloseCode::GOING_AWAY_RECONNECT, reason);
     }
 }
 
@@ -189,7 +217,7 @@ enum End {
 async fn serve(gw: Arc<Gateway>, mut ws: WebSocket, route_ws: Option<String>, peer: SocketAddr) {
     let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
     let outbox = Arc::new(Outbox::new(id, gw.cfg.outbox_limit));
-    gw.conns.lock().expect("conns lock").insert(id, outbox.clone());
+    gw.conns.lock().expect("conns lock").insert(id, (outbox.clone(), None));
     metrics::gauge!("herald_connections").increment(1.0);
     metrics::counter!("herald_connections_total").increment(1);
 
@@ -455,8 +483,12 @@ impl Conn<'_> {
         };
         self.outbox.push(Frame::from(ok_reply(id, &ok)));
         metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "ok").increment(1);
+        let ws: Arc<str> = identity.workspace.into();
+        if let Some(entry) = self.gw.conns.lock().expect("conns lock").get_mut(&self.outbox.id()) {
+            entry.1 = Some(ws.clone());
+        }
         self.session = Some(Arc::new(Session {
-            caller: Caller { ws: identity.workspace.into(), user: identity.user.into() },
+            caller: Caller { ws, user: identity.user.into() },
             outbox: self.outbox.clone(),
             watches: Mutex::new(Vec::new()),
         }));

@@ -27,6 +27,8 @@ use crate::store::sqlite::SqliteStore;
 
 /// Most events a `watch` replays before it sends `notify` instead.
 const REPLAY_EVENTS: usize = 5_000;
+/// Delay between hearing of a new node and moving clients to it.
+const REBALANCE_SETTLE: Duration = Duration::from_secs(2);
 /// Time allowed, beyond the drain window, for connections to close at shutdown.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
@@ -43,6 +45,21 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     }
     tracing::info!(shards = shards.len(), "using PostgreSQL shards");
     Ok(Arc::new(Sharded::new(shards)))
+}
+
+/// When a node joins, moves this node's clients whose workspace now routes to
+/// it, spread over `window`: the newcomer takes its share without a storm.
+fn spawn_rebalancer(cluster: Arc<Cluster>, gateway: Arc<Gateway>, window: Duration) {
+    let mut joins = cluster.joins();
+    tokio::spawn(async move {
+        while joins.changed().await.is_ok() {
+            let Some(newcomer) = joins.borrow_and_update().clone() else { continue };
+            // Wait a moment: nodes that join together are rebalanced once.
+            tokio::time::sleep(REBALANCE_SETTLE).await;
+            let moved = gateway.rebalance(window, |ws| cluster.route(ws).is_some_and(|n| n.name == newcomer));
+            tracing::info!(node = %newcomer, moved, "rebalanced toward a new node");
+        }
+    });
 }
 
 /// Serves `listener` with `config` until `shutdown` resolves; then pushes
@@ -100,6 +117,9 @@ pub async fn run(
         }
         None => Cluster::single(&config.node, &public_url),
     };
+    if config.rebalance {
+        spawn_rebalancer(cluster.clone(), gateway.clone(), config.drain_window);
+    }
     let state = AppState {
         cluster: cluster.clone(),
         drain_window: config.drain_window,

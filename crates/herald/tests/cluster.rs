@@ -222,6 +222,56 @@ async fn adding_a_fourth_node_moves_about_a_quarter_of_the_workspaces() {
     assert!((60..=140).contains(&moved), "about a quarter of 400 moved: {moved}");
 }
 
+/// When a node joins, it takes its share: the clients of the workspaces that
+/// now route to it are asked to reconnect (spread over the window), no others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_takes_exactly_its_share_of_clients() {
+    use herald::cluster::{Node, route};
+    let mut cell = Cell::start(3).await;
+    let names = |n: usize| -> Vec<Node> {
+        (0..n).map(|i| Node { name: format!("node-{i}"), url: String::new(), load: 0 }).collect()
+    };
+    // Two workspaces per node that stay and two that will move to node-3: four
+    // clients a node, under the load bound before and after the join.
+    let (mut stay, mut go) = (vec![Vec::new(); 3], vec![Vec::new(); 3]);
+    for i in 0.. {
+        let ws = format!("team-{i}");
+        let owner: usize = route(&ws, &names(3)).unwrap().name[5..].parse().unwrap();
+        let moves = route(&ws, &names(4)).unwrap().name == "node-3";
+        let bucket = if moves { &mut go[owner] } else { &mut stay[owner] };
+        if bucket.len() < 2 {
+            bucket.push(ws);
+        }
+        if stay.iter().chain(&go).all(|b| b.len() == 2) {
+            break;
+        }
+    }
+    let mut clients = Vec::new();
+    for (owner, list) in stay.iter().chain(&go).enumerate() {
+        for ws in list {
+            let node = &cell.nodes[owner % 3];
+            let token = node.token(ws, "u").await;
+            let mut c = Client::connect(&node.ws_url(ws)).await;
+            c.ok(json!({"op": "hello", "token": token})).await;
+            clients.push((ws.clone(), owner >= 3, c));
+        }
+    }
+    cell.add_node().await;
+    cell.wait_members(4).await;
+    // The rebalancer waits 2 s for the cell to settle, then spreads moves over the 200 ms window.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for (ws, should_move, c) in &mut clients {
+        match c.push_within(Duration::from_millis(200)).await {
+            Some(p) => {
+                assert!(*should_move, "{ws} stays on its node but was asked to move: {p}");
+                assert_eq!((p["ev"].clone(), p["reason"].clone()), (json!("reconnect"), json!("rebalance")));
+                assert_eq!(c.closed_with().await, 4012);
+            }
+            None => assert!(!*should_move, "{ws} now belongs to node-3 but its client was not moved"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_a_node_under_load_its_clients_resume_on_the_others_with_nothing_missing() {
     let cell = Cell::start(2).await;
