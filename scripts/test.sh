@@ -68,6 +68,9 @@ wait_http "http://127.0.0.1:$port/healthz"
 scripts/autobahn.sh "ws://127.0.0.1:$port/diag/echo"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; rm -rf "$data"
 
+step "herald-bench smoke run (each scenario, tiny)"
+target/release/herald-bench smoke
+
 if [ -f sdk/ts/package.json ]; then
   step "TypeScript SDK"
   (cd sdk/ts && npm install --no-audit --no-fund --loglevel=error && npm run -s typecheck && npm test --silent && npm run -s build)

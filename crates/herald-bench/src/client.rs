@@ -287,6 +287,19 @@ impl Client {
         }
     }
 
+    /// The next text frame as it came (a scenario that parses pushes itself).
+    pub async fn next_text(&mut self) -> Result<String, ClientError> {
+        loop {
+            match self.ws.next().await {
+                None => return Err(ClientError::Closed(None)),
+                Some(Err(e)) => return Err(ClientError::WebSocket(e)),
+                Some(Ok(Message::Text(t))) => return Ok(t.as_str().to_string()),
+                Some(Ok(Message::Close(c))) => return Err(ClientError::Closed(c)),
+                Some(Ok(_)) => {}
+            }
+        }
+    }
+
     /// Keeps the connection open, reading (and so answering pings) and
     /// dropping pushes, until `stop` turns true or the server ends it.
     pub async fn hold(mut self, mut stop: watch::Receiver<bool>) -> Held {

@@ -19,6 +19,7 @@ use tokio::process::{Child, ChildStdout, Command};
 use crate::client::sources_for;
 use crate::fleet::{ATTEMPT_TIMEOUT, Failures};
 use crate::machine::rss_kib;
+use crate::peer::{Peer, PeerServer};
 use crate::report::{self, Column, RunArgs, col};
 use crate::server::{Server, TargetArgs};
 use crate::worker::{Established, Released, SECRET_ENV, Until};
@@ -35,7 +36,7 @@ const WORKER_SLACK: Duration = Duration::from_secs(10);
 const BETWEEN_RUNS: Duration = Duration::from_secs(3);
 
 /// `herald-bench idle`.
-#[derive(Debug, Args, Serialize)]
+#[derive(Debug, Clone, Args, Serialize)]
 pub struct IdleArgs {
     /// Clients to open.
     #[arg(long)]
@@ -58,6 +59,9 @@ pub struct IdleArgs {
     /// Seconds between the last client opening and the memory sample.
     #[arg(long, default_value_t = 5.0)]
     pub settle_s: f64,
+    /// The server measured: herald or a peer (see `bench/peers`).
+    #[arg(long, value_enum, default_value_t = Peer::Herald)]
+    pub peer: Peer,
     #[command(flatten)]
     pub run: RunArgs,
     #[command(flatten)]
@@ -78,13 +82,8 @@ const COLUMNS: &[Column] = &[
 ];
 
 /// Runs the scenario `args.run.runs` times and reports.
-pub async fn run(args: IdleArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.conns > 0 && args.chats > 0, "--conns and --chats must be positive");
-    let workers = args.workers.unwrap_or(2).max(args.conns.div_ceil(MAX_PER_WORKER));
-    anyhow::ensure!(
-        args.conns.div_ceil(workers) <= MAX_PER_WORKER,
-        "{workers} workers would hold more than {MAX_PER_WORKER} clients each"
-    );
+pub async fn run(args: IdleArgs) -> anyhow::Result<Vec<Value>> {
+    let workers = workers_for(&args)?;
     let mut runs = Vec::new();
     for r in 0..args.run.runs {
         if r > 0 && !args.target.starts_server() {
@@ -103,7 +102,43 @@ pub async fn run(args: IdleArgs) -> anyhow::Result<()> {
              (server: from before the first client; clients: from each worker's start)."
         );
     }
-    Ok(())
+    Ok(runs)
+}
+
+/// Worker processes for `args`, checked.
+pub fn workers_for(args: &IdleArgs) -> anyhow::Result<usize> {
+    anyhow::ensure!(args.conns > 0 && args.chats > 0, "--conns and --chats must be positive");
+    anyhow::ensure!(
+        args.peer == Peer::Herald || args.until == Until::Watch,
+        "--until is for herald only (a peer's clients always join a room)"
+    );
+    let workers = args.workers.unwrap_or(2).max(args.conns.div_ceil(MAX_PER_WORKER));
+    anyhow::ensure!(
+        args.conns.div_ceil(workers) <= MAX_PER_WORKER,
+        "{workers} workers would hold more than {MAX_PER_WORKER} clients each"
+    );
+    Ok(workers)
+}
+
+/// The server of one run: herald or a peer.
+enum Target {
+    Herald(Server),
+    Peer(PeerServer),
+}
+
+impl Target {
+    fn addr(&self) -> std::net::SocketAddr {
+        match self {
+            Target::Herald(s) => s.addr,
+            Target::Peer(p) => p.addr,
+        }
+    }
+    fn rss_kib(&self) -> anyhow::Result<u64> {
+        match self {
+            Target::Herald(s) => s.rss_kib(),
+            Target::Peer(p) => p.rss_kib(),
+        }
+    }
 }
 
 /// A started worker: its process and its stdout lines.
@@ -113,8 +148,16 @@ struct Worker {
     lines: Lines<BufReader<ChildStdout>>,
 }
 
-async fn run_once(args: &IdleArgs, workers: usize, run: u32) -> anyhow::Result<Value> {
-    let server = Server::open(&args.target, &[]).await?;
+/// One run; `run` numbers it among all runs of the process (it picks the source addresses).
+pub async fn run_once(args: &IdleArgs, workers: usize, run: u32) -> anyhow::Result<Value> {
+    let server = match args.peer {
+        Peer::Herald => Target::Herald(Server::open(&args.target, &[]).await?),
+        peer => Target::Peer(PeerServer::start(peer).await?),
+    };
+    let jwt_secret = match &server {
+        Target::Herald(s) => s.jwt_secret.clone(),
+        Target::Peer(_) => "unused".to_string(),
+    };
     tokio::time::sleep(BASELINE_SETTLE).await;
     let rss_before = server.rss_kib()?;
     let path = Server::ws_path(&args.target.workspace);
@@ -134,13 +177,13 @@ async fn run_once(args: &IdleArgs, workers: usize, run: u32) -> anyhow::Result<V
         }
         let mut child = Command::new(&exe)
             .arg("worker")
-            .args(["--server", &server.addr.to_string(), "--path", &path, "--workspace", &args.target.workspace])
+            .args(["--server", &server.addr().to_string(), "--path", &path, "--workspace", &args.target.workspace])
             .args(["--chats", &args.chats.to_string(), "--first", &first.to_string(), "--count", &count.to_string()])
             .args(["--rate", &(args.connect_rate / workers as f64).to_string()])
             .args(["--concurrency", &(args.concurrency / workers).max(1).to_string()])
             .args(["--source-offset", &source_offset.to_string(), "--deadline-s", &deadline_s.to_string()])
-            .args(["--until", args.until.as_str()])
-            .env(SECRET_ENV, &server.jwt_secret)
+            .args(["--until", args.until.as_str(), "--peer", args.peer.as_str()])
+            .env(SECRET_ENV, &jwt_secret)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -168,16 +211,26 @@ async fn run_once(args: &IdleArgs, workers: usize, run: u32) -> anyhow::Result<V
     }
     tokio::time::sleep(Duration::from_secs_f64(args.settle_s)).await;
     let rss_after = server.rss_kib()?;
-    let server_conns = server.connections().await.ok().flatten();
+    let server_conns = match &server {
+        Target::Herald(s) => s.connections().await.ok().flatten(),
+        Target::Peer(_) => None,
+    };
     let client_rss: u64 = pool.iter().filter_map(|w| rss_kib(w.pid)).sum();
 
     let mut dropped = 0;
     for mut w in pool {
         dropped += stop_worker(&mut w).await?.dropped;
     }
-    let log = server.stop().await?;
+    let log = match server {
+        Target::Herald(s) => s.stop().await?,
+        Target::Peer(p) => {
+            p.stop().await?;
+            None
+        }
+    };
     let per_conn = |kib: u64| if established == 0 { Value::Null } else { json!(kib as f64 / established as f64) };
     Ok(json!({
+        "peer": args.peer.as_str(),
         "conns": args.conns,
         "established": established,
         "failed": failures.total,

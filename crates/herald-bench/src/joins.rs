@@ -38,7 +38,7 @@ const COLUMNS: &[Column] = &[
 ];
 
 /// Runs the join flood `args.run.runs` times and reports.
-pub async fn run(args: SendsArgs) -> anyhow::Result<()> {
+pub async fn run(args: SendsArgs) -> anyhow::Result<Vec<Value>> {
     let total = args.senders * args.messages;
     anyhow::ensure!(total <= MAX_JOINS, "at most {MAX_JOINS} joins per run (one open connection each)");
     let mut runs = Vec::new();
@@ -48,7 +48,7 @@ pub async fn run(args: SendsArgs) -> anyhow::Result<()> {
         runs.push(out);
     }
     report::emit("joins", &args, &runs, COLUMNS, args.run.json);
-    Ok(())
+    Ok(runs)
 }
 
 /// What one sender's joins did.

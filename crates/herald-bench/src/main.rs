@@ -1,12 +1,16 @@
 //! `herald-bench`: herald's load generator and benchmark driver. This file
 //! only parses the command line and hands each scenario to its module:
 //! `idle` (memory per idle connection, with `worker` processes holding the
-//! clients) and `sends` (durable send throughput; `--op join` for the join
-//! flood in `joins`). Shared pieces: `client` (one WebSocket client),
+//! clients), `sends` (durable send throughput; `--op join` for the join
+//! flood in `joins`), `fanout` (one chat, many watchers, a rising rate),
+//! `compare` (herald beside its peers, `peer` and `pclient`) and `smoke`
+//! (everything tiny, for the test suite). Shared pieces: `client` (one WebSocket client),
 //! `handshake` (its upgrade), `fleet` (opening many, bounded), `server` (the
 //! server under test), `report`, `latency`, `machine`, `token`, `http`.
 
 mod client;
+mod compare;
+mod fanout;
 mod fleet;
 mod handshake;
 mod http;
@@ -14,9 +18,12 @@ mod idle;
 mod joins;
 mod latency;
 mod machine;
+mod pclient;
+mod peer;
 mod report;
 mod sends;
 mod server;
+mod smoke;
 mod token;
 mod worker;
 
@@ -30,17 +37,23 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser)]
 #[command(name = "herald-bench", version, about = "Load generator and benchmark driver for herald")]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Subcommand)]
-enum Command {
+pub(crate) enum Command {
     /// Memory per idle connection: N clients hello, join and watch one of M chats, then hold.
     Idle(idle::IdleArgs),
     /// Durable sends/s into one chat with a watcher checking order; `--op join` floods joins instead.
     Sends(sends::SendsArgs),
+    /// Fan-out: S watchers of one chat, publishers at a rising rate; highest loss-free rate, latency at half.
+    Fanout(fanout::FanoutArgs),
+    /// herald and its peers (Socket.IO, NATS WebSocket) on one scenario, side by side, with ratios.
+    Compare(compare::CompareArgs),
+    /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
+    Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -52,11 +65,17 @@ fn main() -> anyhow::Result<()> {
     if let Command::Worker(args) = command {
         return worker::run(args);
     }
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async move {
-        match command {
-            Command::Idle(args) => idle::run(args).await,
-            Command::Sends(args) => sends::run(args).await,
-            Command::Worker(_) => unreachable!("handled above"),
-        }
-    })
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(dispatch(command)).map(|_| ())
+}
+
+/// Runs a scenario command; returns its runs (nothing for `compare` and `smoke`).
+pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json::Value>> {
+    match command {
+        Command::Idle(args) => idle::run(args).await,
+        Command::Sends(args) => sends::run(args).await,
+        Command::Fanout(args) => fanout::run(args).await,
+        Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
+        Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
+        Command::Worker(_) => anyhow::bail!("a worker runs on its own"),
+    }
 }

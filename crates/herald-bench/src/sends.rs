@@ -84,7 +84,7 @@ const COLUMNS: &[Column] = &[
 ];
 
 /// Runs the scenario `args.run.runs` times and reports.
-pub async fn run(args: SendsArgs) -> anyhow::Result<()> {
+pub async fn run(args: SendsArgs) -> anyhow::Result<Vec<Value>> {
     anyhow::ensure!(args.senders > 0 && args.messages > 0, "--senders and --messages must be positive");
     if args.op == Op::Join {
         return crate::joins::run(args).await;
@@ -97,7 +97,7 @@ pub async fn run(args: SendsArgs) -> anyhow::Result<()> {
         runs.push(out);
     }
     report::emit("sends", &args, &runs, COLUMNS, args.run.json);
-    Ok(())
+    Ok(runs)
 }
 
 /// A chat name no earlier run used, so each run starts at seq 0 even on a running server.

@@ -20,6 +20,8 @@ use tokio::sync::watch;
 use crate::client::{Client, Failure, Held, connect_tcp, hold_tcp, source_addr};
 use crate::fleet::{self, Failures, Launch};
 use crate::machine::rss_kib;
+use crate::pclient::PeerClient;
+use crate::peer::Peer;
 use crate::token::Signer;
 
 /// The environment variable through which the parent passes the JWT secret,
@@ -61,6 +63,9 @@ pub struct WorkerArgs {
     pub deadline_s: f64,
     #[arg(long, value_enum)]
     pub until: Until,
+    /// The server's kind: herald, or a peer spoken by `pclient`.
+    #[arg(long, value_enum, default_value_t = Peer::Herald)]
+    pub peer: Peer,
 }
 
 /// How far each idle client goes before it holds: `watch` is the real
@@ -133,8 +138,19 @@ async fn serve(args: WorkerArgs, secret: String) -> anyhow::Result<()> {
         let token = signer.token(&user);
         let (path, server, source) = (path.clone(), args.server, source_addr(args.source_offset, global));
         let (stop, dropped) = (stop_rx.clone(), dropped.clone());
-        let until = args.until;
+        let (until, peer) = (args.until, args.peer);
         async move {
+            if peer != Peer::Herald {
+                // A peer's client connects and joins its room (Socket.IO) or subscribes (NATS), then holds.
+                let mut client = PeerClient::connect(peer, server, source).await?;
+                client.join(&chat).await?;
+                tokio::spawn(async move {
+                    if client.hold(stop).await == Held::Dropped {
+                        dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                return Ok(());
+            }
             let token = token.map_err(Failure::signing)?;
             let note = move |held: Held| {
                 if held == Held::Dropped {

@@ -36,6 +36,10 @@ pub struct Announce {
     /// The node is draining: route nobody to it.
     #[serde(default)]
     pub leaving: bool,
+    /// When the node process started (ms since the epoch): tells a restarted
+    /// node (a join) from one whose announcements were delayed (not a join).
+    #[serde(default)]
+    pub started_ms: u64,
 }
 
 /// A live node as routing sees it.
@@ -48,6 +52,8 @@ pub struct Node {
 
 /// This node's view of its cell.
 pub struct Cluster {
+    /// Every node incarnation heard of: name to start time.
+    incarnations: Mutex<HashMap<String, u64>>,
     /// Bumped with the name of each node that joins, for rebalancing.
     joined: tokio::sync::watch::Sender<Option<String>>,
     me: Mutex<Announce>,
@@ -59,6 +65,7 @@ impl Cluster {
     /// A cell of one node.
     pub fn single(node: &str, url: &str) -> Arc<Cluster> {
         Arc::new(Cluster {
+            incarnations: Mutex::new(HashMap::new()),
             joined: tokio::sync::watch::Sender::new(None),
             me: Mutex::new(me(node, url)),
             peers: Mutex::new(HashMap::new()),
@@ -76,6 +83,7 @@ impl Cluster {
     ) -> Arc<Cluster> {
         let subject = format!("herald.{cell}.nodes");
         let cluster = Arc::new(Cluster {
+            incarnations: Mutex::new(HashMap::new()),
             joined: tokio::sync::watch::Sender::new(None),
             me: Mutex::new(me(node, url)),
             peers: Mutex::new(HashMap::new()),
@@ -136,11 +144,13 @@ impl Cluster {
             }
             return;
         }
-        let new = !peers.contains_key(&a.node);
-        let name = a.node.clone();
+        let (name, started) = (a.node.clone(), a.started_ms);
         peers.insert(a.node.clone(), (a, Instant::now()));
         drop(peers);
-        if new {
+        // A join is a node, or a restart of it, not heard of before; a node
+        // whose announcements were late (a NATS blip) is only back in routing.
+        let first = self.incarnations.lock().expect("incarnations lock").insert(name.clone(), started) != Some(started);
+        if first {
             tracing::info!(node = %name, "node joined the cell");
             self.joined.send_replace(Some(name));
         }
@@ -188,7 +198,9 @@ impl Cluster {
 }
 
 fn me(node: &str, url: &str) -> Announce {
-    Announce { node: node.into(), url: url.into(), load: 0, leaving: false }
+    let started_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    Announce { node: node.into(), url: url.into(), load: 0, leaving: false, started_ms }
 }
 
 /// Rendezvous order for `ws`, taking the first node under the load bound.
@@ -239,6 +251,21 @@ mod tests {
         }
         let mean = 1000.0;
         assert!(ns.iter().all(|n| (n.load as f64) <= mean * LOAD_BOUND + 1.0), "{ns:?}");
+    }
+
+    #[tokio::test]
+    async fn a_late_node_is_not_a_join_but_a_restart_is() {
+        let c = Cluster::single("me", "ws://me");
+        let mut joins = c.joins();
+        let b = |started_ms| Announce { node: "b".into(), url: "ws://b".into(), load: 0, leaving: false, started_ms };
+        c.heard(b(1));
+        assert!(joins.has_changed().unwrap(), "first heard: a join");
+        joins.borrow_and_update();
+        c.peers.lock().unwrap().clear(); // its announcements stopped for a while
+        c.heard(b(1));
+        assert!(!joins.has_changed().unwrap(), "back after a blip: no join, no rebalance");
+        c.heard(b(2));
+        assert!(joins.has_changed().unwrap(), "restarted: a join");
     }
 
     #[test]

@@ -238,14 +238,9 @@ async fn serve(gw: Arc<Gateway>, mut ws: WebSocket, route_ws: Option<String>, pe
     }
     if let End::Close(code, reason) = end {
         tracing::debug!(conn = id, %peer, code = code.0, reason, "closing connection");
-        let frame = CloseFrame { code: code.0, reason: Utf8Bytes::from_static(reason) };
-        let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
-            if ws.send(Message::Close(Some(frame))).await.is_ok() {
-                // Read until the peer's close so our socket is not reset under our close frame.
-                while let Some(Ok(_)) = ws.recv().await {}
-            }
-        })
-        .await;
+        // Boxed, like the write path: the close handshake is rare, so the
+        // task of every idle connection should not be sized for it.
+        Box::pin(close(&mut ws, code, reason)).await;
         metrics::counter!("herald_closes_total", "code" => close_label(code)).increment(1);
     }
     if let Some(s) = session {
@@ -254,6 +249,17 @@ async fn serve(gw: Arc<Gateway>, mut ws: WebSocket, route_ws: Option<String>, pe
     }
     gw.conns.lock().expect("conns lock").remove(&id);
     metrics::gauge!("herald_connections").decrement(1.0);
+}
+
+/// Sends a close frame and reads until the peer's, so our socket is not reset under our close frame.
+async fn close(ws: &mut WebSocket, code: CloseCode, reason: &'static str) {
+    let frame = CloseFrame { code: code.0, reason: Utf8Bytes::from_static(reason) };
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+        if ws.send(Message::Close(Some(frame))).await.is_ok() {
+            while let Some(Ok(_)) = ws.recv().await {}
+        }
+    })
+    .await;
 }
 
 fn close_label(code: CloseCode) -> &'static str {
@@ -290,14 +296,16 @@ impl Conn<'_> {
         let mut frames: Vec<Frame> = Vec::new();
         loop {
             // Write first: whatever is queued, then any close that waits behind it.
+            // The write future is boxed: an idle connection's task then carries
+            // only the small waiting state, not the write path's.
             if let Some((code, reason)) = self.outbox.drain(MAX_FRAMES_PER_WRITE, &mut frames) {
-                if !frames.is_empty() && self.write(ws, &mut frames).await.is_err() {
+                if !frames.is_empty() && Box::pin(self.write(ws, &mut frames)).await.is_err() {
                     return End::Drop;
                 }
                 return End::Close(code, reason);
             }
             if !frames.is_empty() {
-                if self.write(ws, &mut frames).await.is_err() {
+                if Box::pin(self.write(ws, &mut frames)).await.is_err() {
                     return End::Drop;
                 }
                 frames = Vec::new();
@@ -468,7 +476,8 @@ impl Conn<'_> {
                 return self.refuse(CloseCode::UNAUTHENTICATED, "bad token");
             }
         };
-        if self.route_ws.as_deref().is_some_and(|ws| ws != identity.workspace) {
+        // Only needed for this check: an idle connection should not keep it.
+        if self.route_ws.take().is_some_and(|ws| ws != identity.workspace) {
             metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "unauthenticated").increment(1);
             self.reply_err(Some(id), ErrorCode::Unauthenticated, "the token is for another workspace than ?ws=");
             return self.refuse(CloseCode::UNAUTHENTICATED, "workspace mismatch");

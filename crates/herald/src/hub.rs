@@ -95,7 +95,10 @@ struct Watcher {
     /// The lowest seq this connection may still be pushed; pushes only go up.
     next: u64,
     /// `Some` while the watch's replay is being read: live events wait here.
-    syncing: Option<Vec<Arc<Published>>>,
+    /// Boxed: every watcher carries this field, few carry a buffer, so a
+    /// pointer (8 bytes) beats an inline `Vec` (24) in every idle watch.
+    #[allow(clippy::box_collection)]
+    syncing: Option<Box<Vec<Arc<Published>>>>,
     /// Live events were dropped from `syncing` for lack of room.
     overflowed: bool,
 }
@@ -156,7 +159,7 @@ impl Hub {
                 outbox: outbox.clone(),
                 user: user.clone(),
                 next: 0,
-                syncing: Some(Vec::new()),
+                syncing: Some(Box::default()),
                 overflowed: false,
             },
         );
@@ -203,7 +206,7 @@ impl Hub {
             w.outbox.push(Frame::from(notify_push(&key.chat, replay.latest)));
             w.next = w.next.max(replay.latest + 1);
         }
-        for ev in w.syncing.take().unwrap_or_default() {
+        for ev in w.syncing.take().map(|b| *b).unwrap_or_default() {
             if ev.seq >= w.next {
                 w.next = ev.seq + 1;
                 w.outbox.push(ev.frame.clone());

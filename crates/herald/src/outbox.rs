@@ -18,9 +18,9 @@ pub type Frame = Utf8Bytes;
 /// Identifies a connection within this node.
 pub type ConnId = u64;
 
-/// Queue capacity kept after a burst drains; larger queues are given back so
-/// an idle connection holds no burst-sized buffer.
-const IDLE_CAPACITY: usize = 8;
+/// Queue capacity kept once the queue drains: none, so an idle connection
+/// holds no queue at all (a deque allocates again on its next push).
+const IDLE_CAPACITY: usize = 0;
 
 /// A connection's bounded outbound queue.
 #[derive(Debug)]

@@ -22,6 +22,16 @@ struct Cell {
 
 impl Cell {
     async fn start(n: usize) -> Cell {
+        let mut cell = Cell::start_with(0).await;
+        for _ in 0..n {
+            cell.add_node().await;
+        }
+        cell.wait_members(n).await;
+        cell
+    }
+
+    /// NATS, PostgreSQL and `n` nodes... of which none yet when `n` is 0.
+    async fn start_with(n: usize) -> Cell {
         let nats = NatsCluster::start().await;
         let (pg, admin) = match std::env::var("HERALD_TEST_PG_URL") {
             Ok(url) => (None, url),
@@ -40,9 +50,16 @@ impl Cell {
         cell
     }
 
+    /// Adds a node. Rebalancing is off (clients here are pinned to nodes on
+    /// purpose) except in the test about it.
     async fn add_node(&mut self) {
+        self.add_node_with(false).await
+    }
+
+    async fn add_node_with(&mut self, rebalance: bool) {
         let (brokers, stores, i) = (self.nats.urls(), self.stores.clone(), self.nodes.len());
         let node = TestServer::start_with(move |c| {
+            c.rebalance = rebalance;
             c.brokers = brokers;
             c.stores = stores;
             c.node = format!("node-{i}");
@@ -227,7 +244,11 @@ async fn adding_a_fourth_node_moves_about_a_quarter_of_the_workspaces() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joining_node_takes_exactly_its_share_of_clients() {
     use herald::cluster::{Node, route};
-    let mut cell = Cell::start(3).await;
+    let mut cell = Cell::start_with(0).await;
+    for _ in 0..3 {
+        cell.add_node_with(true).await;
+    }
+    cell.wait_members(3).await;
     let names = |n: usize| -> Vec<Node> {
         (0..n).map(|i| Node { name: format!("node-{i}"), url: String::new(), load: 0 }).collect()
     };

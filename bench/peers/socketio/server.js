@@ -1,0 +1,35 @@
+// The Socket.IO v4 peer of herald-bench: one Node process, WebSocket transport only,
+// no storage or auth. Events: "join" (room, ack) puts the socket in a room; "pub"
+// (room, payload) emits "msg" with the payload to everyone in the room; clients
+// that are not in the room (the publishers) do not get it. Settings kept at Socket.IO's
+// defaults except: websocket only (herald has no long-polling), no per-message deflate
+// (herald does not compress), and 1 MB max message (herald's bench frames are small).
+// Prints "listening on 127.0.0.1:PORT" once it listens.
+const { Server } = require("socket.io");
+const http = require("http");
+
+const port = Number(process.argv[2] || 0);
+const httpServer = http.createServer();
+const io = new Server(httpServer, {
+  transports: ["websocket"],
+  perMessageDeflate: false,
+  httpCompression: false,
+  maxHttpBufferSize: 1e6,
+  serveClient: false,
+});
+io.on("connection", (socket) => {
+  socket.on("join", (room, ack) => {
+    socket.join(String(room));
+    if (typeof ack === "function") ack(true);
+  });
+  socket.on("pub", (room, payload, ack) => {
+    io.to(String(room)).emit("msg", payload);
+    if (typeof ack === "function") ack(true);
+  });
+});
+httpServer.listen(port, "127.0.0.1", () => {
+  console.log(`listening on 127.0.0.1:${httpServer.address().port}`);
+});
+const stop = () => { io.close(); process.exit(0); };
+process.on("SIGTERM", stop);
+process.on("SIGINT", stop);

@@ -1,0 +1,210 @@
+//! `compare`: herald and its peers on the same scenario in one run, runs
+//! interleaved (run 1 of each, then run 2 of each, ...) so that drift of a
+//! shared machine spreads over all of them; medians per server, and each
+//! figure beside herald's as a ratio (peer ÷ herald).
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use crate::fanout::{self, FanoutArgs};
+use crate::idle::{self, IdleArgs};
+use crate::machine::Machine;
+use crate::peer::Peer;
+use crate::report;
+
+/// `herald-bench compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The servers to run, herald first; each figure is shown as a ratio to herald's.
+    #[arg(long, value_delimiter = ',', default_value = "herald,socketio,nats", global = true)]
+    pub peers: Vec<Peer>,
+    #[command(subcommand)]
+    pub scenario: CompareScenario,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CompareScenario {
+    /// Memory per idle connection (see `idle`); `--peer` is set per server.
+    Idle(IdleArgs),
+    /// Fan-out to one chat at a rising rate (see `fanout`); `--peer` is set per server.
+    Fanout(FanoutArgs),
+}
+
+/// A figure compared: its key in a run object, its label, and which way is better.
+struct Figure {
+    key: &'static str,
+    label: &'static str,
+    lower_is_better: bool,
+}
+
+const fn fig(key: &'static str, label: &'static str, lower_is_better: bool) -> Figure {
+    Figure { key, label, lower_is_better }
+}
+
+const IDLE_FIGURES: &[Figure] = &[
+    fig("established", "connections held", false),
+    fig("failed", "failed connects", true),
+    fig("server_rss_before_kib", "server RSS before, KiB", true),
+    fig("server_rss_after_kib", "server RSS after, KiB", true),
+    fig("server_kb_per_conn", "server KB per connection", true),
+    fig("client_kb_per_conn", "client KB per connection", true),
+    fig("dropped", "dropped while held", true),
+];
+
+const FANOUT_FIGURES: &[Figure] = &[
+    fig("watchers_ok", "watchers", false),
+    fig("steps_passed", "rate steps passed", false),
+    fig("max_deliveries_per_s", "max deliveries/s, no loss", false),
+    fig("max_msgs_per_s", "max msgs/s published", false),
+    fig("server_cores_at_max", "server cores at max", true),
+    fig("server_us_per_delivery", "server CPU us per delivery", true),
+    fig("latency_deliveries_per_s", "deliveries/s at half rate", false),
+    fig("p50_ms", "p50 ms at half rate", true),
+    fig("p99_ms", "p99 ms at half rate", true),
+    fig("p999_ms", "p99.9 ms at half rate", true),
+    fig("latency_lost", "lost at half rate", true),
+];
+
+/// Runs the comparison and prints it; returns each server's median.
+pub async fn run(args: CompareArgs) -> anyhow::Result<Vec<(Peer, Value)>> {
+    anyhow::ensure!(args.peers.first() == Some(&Peer::Herald), "--peers must start with herald");
+    let n = args.peers.len() as u32;
+    let mut per: Vec<Vec<Value>> = vec![Vec::new(); args.peers.len()];
+    let (name, runs, json_out, params, figures) = match &args.scenario {
+        CompareScenario::Idle(a) => {
+            let runs = a.run.runs;
+            for r in 0..runs {
+                for (i, &peer) in args.peers.iter().enumerate() {
+                    let a = IdleArgs { peer, ..a.clone() };
+                    let workers = idle::workers_for(&a)?;
+                    let v = idle::run_once(&a, workers, r * n + i as u32)
+                        .await
+                        .with_context(|| format!("{} run {}", peer.as_str(), r + 1))?;
+                    eprintln!("idle {} run {}/{runs} done", peer.as_str(), r + 1);
+                    per[i].push(v);
+                }
+            }
+            ("idle", runs, a.run.json, serde_json::to_value(a)?, IDLE_FIGURES)
+        }
+        CompareScenario::Fanout(a) => {
+            fanout::check(a)?;
+            let runs = a.run.runs;
+            for r in 0..runs {
+                for (i, &peer) in args.peers.iter().enumerate() {
+                    let a = FanoutArgs { peer, ..a.clone() };
+                    let v = fanout::run_once(&a, r * n + i as u32)
+                        .await
+                        .with_context(|| format!("{} run {}", peer.as_str(), r + 1))?;
+                    eprintln!("fanout {} run {}/{runs} done", peer.as_str(), r + 1);
+                    per[i].push(v);
+                }
+            }
+            ("fanout", runs, a.run.json, serde_json::to_value(a)?, FANOUT_FIGURES)
+        }
+    };
+    let medians: Vec<Value> = per.iter().map(|r| report::median(r)).collect();
+    let machine = Machine::detect();
+    let herald = &medians[0];
+    let ratio = |m: &Value, key: &str| -> Value {
+        match (m.get(key).and_then(Value::as_f64), herald.get(key).and_then(Value::as_f64)) {
+            (Some(p), Some(h)) if h != 0.0 => json!(p / h),
+            _ => Value::Null,
+        }
+    };
+    if json_out {
+        let mut servers = serde_json::Map::new();
+        for (i, peer) in args.peers.iter().enumerate() {
+            let ratios: serde_json::Map<String, Value> =
+                figures.iter().map(|f| (f.key.to_string(), ratio(&medians[i], f.key))).collect();
+            servers
+                .insert(peer.as_str().into(), json!({"runs": per[i], "median": medians[i], "ratio_to_herald": ratios}));
+        }
+        println!(
+            "{}",
+            json!({"scenario": name, "compare": true, "machine": machine, "params": params, "servers": servers})
+        );
+    }
+    // The table goes to stdout, or to stderr beside the JSON.
+    let mut text = String::new();
+    {
+        use std::fmt::Write;
+        macro_rules! println {
+            ($($t:tt)*) => { let _ = writeln!(text, $($t)*); };
+        }
+        println!("herald-bench compare {name}: {}, medians of {runs} run(s) each, interleaved", machine.summary());
+        let mut header = vec!["figure".to_string(), "better".to_string()];
+        for (i, p) in args.peers.iter().enumerate() {
+            header.push(p.as_str().to_string());
+            if i > 0 {
+                header.push(format!("{} ÷ herald", p.as_str()));
+            }
+        }
+        let mut rows = vec![header];
+        for f in figures {
+            let mut row = vec![f.label.to_string(), if f.lower_is_better { "lower" } else { "higher" }.to_string()];
+            for (i, m) in medians.iter().enumerate() {
+                row.push(cell(m.get(f.key)));
+                if i > 0 {
+                    row.push(match ratio(m, f.key).as_f64() {
+                        Some(r) => format!("{r:.2}x"),
+                        None => "-".into(),
+                    });
+                }
+            }
+            rows.push(row);
+        }
+        for line in format_rows(&rows) {
+            println!("{line}");
+        }
+        for (i, p) in args.peers.iter().enumerate() {
+            for (r, v) in per[i].iter().enumerate() {
+                if let Some(f) = v.get("failures").filter(|f| f["total"].as_u64().unwrap_or(0) > 0) {
+                    println!("{} run {}: {} failed; first: {}", p.as_str(), r + 1, f["total"], f["first"]);
+                }
+                if let Some(e) = v.get("first_watcher_error").and_then(Value::as_str) {
+                    println!("{} run {}: a watcher stopped: {e}", p.as_str(), r + 1);
+                }
+                if let Some(e) = v.get("first_fail").and_then(Value::as_str) {
+                    println!("{} run {}: first failing step {e}", p.as_str(), r + 1);
+                }
+            }
+        }
+    }
+    if json_out {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+    }
+    Ok(args.peers.iter().copied().zip(medians).collect())
+}
+
+fn cell(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "-".into(),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(f) if f.fract() != 0.0 => format!("{f:.2}"),
+            _ => n.to_string(),
+        },
+        Some(other) => other.to_string(),
+    }
+}
+
+fn format_rows(rows: &[Vec<String>]) -> Vec<String> {
+    let cols = rows.first().map_or(0, |r| r.len());
+    let widths: Vec<usize> = (0..cols).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    rows.iter()
+        .map(|row| {
+            let line: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(i, (c, w))| {
+                    let pad = w - c.chars().count();
+                    if i == 0 { format!("{c}{}", " ".repeat(pad)) } else { format!("{}{c}", " ".repeat(pad)) }
+                })
+                .collect();
+            line.join("  ")
+        })
+        .collect()
+}

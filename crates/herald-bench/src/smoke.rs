@@ -1,0 +1,113 @@
+//! `smoke`: every herald scenario at a tiny size, one run each, for the test
+//! suite: idle (200 connections), sends, the join flood and fanout (100
+//! watchers, two short steps). Fails (non-zero exit) when a scenario errs or
+//! its own checks say something was lost. `--peers` adds the peers' idle and
+//! fanout at the same size (they must be installed).
+
+use std::time::Instant;
+
+use clap::{Args, Parser};
+use serde_json::Value;
+
+use crate::peer::Peer;
+use crate::report;
+
+/// `herald-bench smoke`.
+#[derive(Debug, Args)]
+pub struct SmokeArgs {
+    /// Also run these peers' idle and fanout at the same size.
+    #[arg(long, value_delimiter = ',')]
+    pub peers: Vec<Peer>,
+    /// Flags passed on to every scenario (e.g. --server-bin=PATH), after `--`.
+    #[arg(last = true)]
+    pub extra: Vec<String>,
+}
+
+/// Runs the smoke set; an error names every scenario that failed.
+pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut cases: Vec<(String, Vec<String>)> = vec![
+        ("idle".into(), words("idle --conns 200 --chats 10 --settle-s 0.5 --connect-rate 5000")),
+        ("sends".into(), words("sends --senders 10 --messages 20")),
+        ("joins".into(), words("sends --op join --senders 10 --messages 10")),
+        (
+            "fanout".into(),
+            words("fanout --watchers 100 --publishers 4 --start 2000 --steps 2 --step-s 0.5 --latency-s 0.5"),
+        ),
+    ];
+    for p in &args.peers {
+        if *p == Peer::Herald {
+            continue;
+        }
+        let peer = format!("--peer={}", p.as_str());
+        let mut idle = words("idle --conns 200 --chats 10 --settle-s 0.5 --connect-rate 5000");
+        idle.push(peer.clone());
+        cases.push((format!("idle {}", p.as_str()), idle));
+        let mut fan = words("fanout --watchers 100 --publishers 4 --start 2000 --steps 2 --step-s 0.5 --latency-s 0.5");
+        fan.push(peer);
+        cases.push((format!("fanout {}", p.as_str()), fan));
+    }
+    let mut failed = Vec::new();
+    for (name, mut argv) in cases {
+        let herald_only = !argv.iter().any(|a| a.starts_with("--peer="));
+        if herald_only {
+            argv.extend(args.extra.iter().cloned());
+        }
+        let t = Instant::now();
+        let result = run_case(argv).await;
+        let verdict = match &result {
+            Ok(runs) => check(&name, &report::median(runs)),
+            Err(e) => Err(format!("{e:#}")),
+        };
+        match verdict {
+            Ok(()) => eprintln!("smoke {name}: ok ({:.1} s)", t.elapsed().as_secs_f64()),
+            Err(why) => {
+                eprintln!("smoke {name}: FAILED: {why}");
+                failed.push(name);
+            }
+        }
+    }
+    eprintln!("smoke: {:.1} s in all", started.elapsed().as_secs_f64());
+    anyhow::ensure!(failed.is_empty(), "smoke failed: {}", failed.join(", "));
+    Ok(())
+}
+
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+}
+
+async fn run_case(argv: Vec<String>) -> anyhow::Result<Vec<Value>> {
+    let cli = crate::Cli::try_parse_from(std::iter::once("herald-bench".to_string()).chain(argv))?;
+    Box::pin(crate::dispatch(cli.command)).await
+}
+
+/// A scenario's own checks, on its (single) run.
+fn check(name: &str, m: &Value) -> Result<(), String> {
+    let num = |k: &str| m.get(k).and_then(Value::as_f64).unwrap_or(-1.0);
+    let yes = |k: &str| m.get(k).and_then(Value::as_bool).unwrap_or(false);
+    if num("failed") != 0.0 {
+        return Err(format!("failed requests: {}", m.get("failures").map_or("-".into(), |f| f.to_string())));
+    }
+    let ok = match name.split(' ').next().unwrap_or(name) {
+        "idle" => num("established") == num("conns") && num("dropped") == 0.0,
+        "sends" => yes("all_delivered") && num("acked") == num("sent"),
+        "joins" => yes("members_match"),
+        "fanout" => num("steps_passed") >= 1.0 && num("latency_lost") == 0.0 && num("watcher_errors") == 0.0,
+        _ => true,
+    };
+    if !ok {
+        let detail = serde_json::to_string(&strip(m)).unwrap_or_default();
+        return Err(format!("its checks failed: {}", detail.chars().take(600).collect::<String>()));
+    }
+    Ok(())
+}
+
+/// A run without its bulky parts (per-step detail), for a failure message.
+fn strip(m: &Value) -> Value {
+    let mut m = m.clone();
+    if let Some(o) = m.as_object_mut() {
+        o.remove("steps");
+        o.remove("server_log");
+    }
+    m
+}
