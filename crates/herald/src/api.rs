@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 
 use crate::auth::{DEFAULT_TTL_S, MAX_TTL_S, Tokens};
 use crate::chat::Chats;
-use crate::cluster::Cluster;
+use crate::cluster::{Cells, Cluster};
 use crate::error::Error;
 use crate::gateway::{self, Gateway};
 use crate::model::ChatKey;
@@ -32,6 +32,7 @@ pub struct AppState {
     pub api_key: Arc<str>,
     pub dev_mode: bool,
     pub cluster: Arc<Cluster>,
+    pub cells: Arc<Cells>,
     /// Window over which an admin drain spreads reconnects.
     pub drain_window: std::time::Duration,
 }
@@ -107,9 +108,13 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     if same { Ok(()) } else { Err(ApiError(Error::Unauthenticated("a valid api key is required".into()))) }
 }
 
-fn chat_key(ws: &str, chat: &str) -> Result<ChatKey, ApiError> {
+/// The key of a chat this node's cell serves.
+fn chat_key(s: &AppState, ws: &str, chat: &str) -> Result<ChatKey, ApiError> {
     if !is_valid_id(ws) || !is_valid_id(chat) {
         return Err(bad("workspace and chat must be 1 to 128 characters of A-Z a-z 0-9 _ . : -"));
+    }
+    if let Some((cell, _)) = s.cells.elsewhere(ws) {
+        return Err(ApiError(Error::Forbidden(format!("workspace {ws} is served by cell {cell}"))));
     }
     Ok(ChatKey::new(ws, chat))
 }
@@ -135,7 +140,7 @@ async fn put_chat(
     body: Bytes,
 ) -> ApiResult<herald_protocol::reply::ChatView> {
     authorize(&s, &headers)?;
-    let key = chat_key(&ws, &chat)?;
+    let key = chat_key(&s, &ws, &chat)?;
     let open = if body.is_empty() { true } else { parse_json::<PutChatBody>(&body)?.open };
     Ok(axum::Json(s.chats.put_chat(key, open).await?))
 }
@@ -146,7 +151,7 @@ async fn get_chat(
     Path((ws, chat)): Path<(String, String)>,
 ) -> ApiResult<herald_protocol::reply::ChatView> {
     authorize(&s, &headers)?;
-    Ok(axum::Json(s.chats.get_chat(chat_key(&ws, &chat)?).await?))
+    Ok(axum::Json(s.chats.get_chat(chat_key(&s, &ws, &chat)?).await?))
 }
 
 async fn add_member(
@@ -155,7 +160,7 @@ async fn add_member(
     Path((ws, chat, user)): Path<(String, String, String)>,
 ) -> ApiResult<herald_protocol::reply::SeqOk> {
     authorize(&s, &headers)?;
-    let key = chat_key(&ws, &chat)?;
+    let key = chat_key(&s, &ws, &chat)?;
     if !is_valid_id(&user) {
         return Err(bad("user must be a valid id"));
     }
@@ -168,7 +173,7 @@ async fn remove_member(
     Path((ws, chat, user)): Path<(String, String, String)>,
 ) -> ApiResult<herald_protocol::reply::SeqOk> {
     authorize(&s, &headers)?;
-    let key = chat_key(&ws, &chat)?;
+    let key = chat_key(&s, &ws, &chat)?;
     if !is_valid_id(&user) {
         return Err(bad("user must be a valid id"));
     }
@@ -191,7 +196,7 @@ async fn post_event(
     body: Bytes,
 ) -> ApiResult<herald_protocol::reply::SeqOk> {
     authorize(&s, &headers)?;
-    let key = chat_key(&ws, &chat)?;
+    let key = chat_key(&s, &ws, &chat)?;
     let req: PostEventBody = parse_json(&body)?;
     let system = match req.kind.as_str() {
         "message" => false,
@@ -227,7 +232,7 @@ async fn get_events(
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<herald_protocol::reply::FetchOk> {
     authorize(&s, &headers)?;
-    let key = chat_key(&ws, &chat)?;
+    let key = chat_key(&s, &ws, &chat)?;
     let Query(q) = query.map_err(|e| bad(format!("bad query: {e}")))?;
     if q.limit == Some(0) {
         return Err(bad("limit must be at least 1"));
@@ -289,6 +294,16 @@ async fn gateway_for(
     Query(q): Query<GatewayQuery>,
 ) -> ApiResult<serde_json::Value> {
     let Some(ws) = q.ws.filter(|w| is_valid_id(w)) else { return Err(bad("ws must be a workspace id")) };
+    if let Some((cell, url)) = s.cells.elsewhere(&ws) {
+        let Some(url) = url else {
+            return Err(ApiError(Error::Forbidden(format!(
+                "workspace {ws} is served by cell {cell}, whose URL this node does not know"
+            ))));
+        };
+        return Ok(axum::Json(
+            serde_json::json!({ "url": format!("{url}/v1/ws?ws={ws}"), "node": format!("cell:{cell}") }),
+        ));
+    }
     let (base, node) = match s.cluster.route(&ws) {
         Some(n) if s.cluster.nodes().len() > 1 => (n.url, n.name),
         _ => {

@@ -276,3 +276,81 @@ mod tests {
         assert_ne!(route("acme", &ns).unwrap().name, owner);
     }
 }
+
+/// The cells of a deployment and which one this node is in. A workspace
+/// belongs to one cell, chosen by rendezvous hashing over the cells' names,
+/// so adding a cell moves only the workspaces it wins. A node serves only
+/// its own cell's workspaces: nothing crosses cells.
+#[derive(Debug, Clone, Default)]
+pub struct Cells {
+    me: String,
+    /// Every cell's name and, when known, the base URL its clients use.
+    all: Vec<(String, Option<String>)>,
+}
+
+impl Cells {
+    /// `specs` are `name` or `name=url`; empty means no cell mapping (this node serves every workspace).
+    pub fn new(me: &str, specs: &[String]) -> anyhow::Result<Cells> {
+        let all: Vec<(String, Option<String>)> = specs
+            .iter()
+            .map(|s| match s.split_once('=') {
+                Some((name, url)) => (name.to_string(), Some(url.trim_end_matches('/').to_string())),
+                None => (s.clone(), None),
+            })
+            .collect();
+        anyhow::ensure!(
+            all.is_empty() || all.iter().any(|(n, _)| n == me),
+            "--cells must include this node's --cell {me}"
+        );
+        Ok(Cells { me: me.to_string(), all })
+    }
+
+    /// The cell workspace `ws` belongs to.
+    pub fn owner(&self, ws: &str) -> &str {
+        match rendezvous(&[ws.as_bytes()], self.all.iter().map(|(n, _)| n.as_str())) {
+            Some(i) => &self.all[i].0,
+            None => &self.me,
+        }
+    }
+
+    /// Whether this node's cell serves `ws`.
+    pub fn serves(&self, ws: &str) -> bool {
+        self.owner(ws) == self.me
+    }
+
+    /// The base URL of the cell that serves `ws`, when it is another cell and its URL is known.
+    pub fn elsewhere(&self, ws: &str) -> Option<(&str, Option<&str>)> {
+        let owner = self.owner(ws);
+        if owner == self.me {
+            return None;
+        }
+        let url = self.all.iter().find(|(n, _)| n == owner).and_then(|(_, u)| u.as_deref());
+        Some((owner, url))
+    }
+}
+
+#[cfg(test)]
+mod cell_tests {
+    use super::*;
+
+    #[test]
+    fn workspaces_split_over_cells_and_a_new_cell_takes_only_its_share() {
+        let two = Cells::new("a", &["a".into(), "b=ws://b:8080".into()]).unwrap();
+        let three = Cells::new("a", &["a".into(), "b".into(), "c".into()]).unwrap();
+        let (mut mine, mut moved) = (0, 0);
+        for i in 0..3000 {
+            let ws = format!("ws-{i}");
+            mine += two.serves(&ws) as usize;
+            if two.owner(&ws) != three.owner(&ws) {
+                assert_eq!(three.owner(&ws), "c");
+                moved += 1;
+            }
+        }
+        assert!((1300..1700).contains(&mine), "{mine}");
+        assert!((800..1200).contains(&moved), "{moved}");
+        let foreign = (0..).map(|i| format!("ws-{i}")).find(|w| !two.serves(w)).unwrap();
+        assert_eq!(two.elsewhere(&foreign), Some(("b", Some("ws://b:8080"))));
+        assert!(Cells::new("z", &["a".into()]).is_err());
+        assert!(Cells::new("a", &[]).unwrap().serves("anything"));
+    }
+}

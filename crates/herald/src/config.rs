@@ -37,6 +37,11 @@ pub struct ServeArgs {
     /// This node's cell: its NATS subjects and node list are the cell's own.
     #[arg(long, env = "HERALD_CELL")]
     pub cell: Option<String>,
+    /// Every cell of the deployment, as `name` or `name=ws://entry`, comma-separated.
+    /// Workspaces map to cells by consistent hash; a node serves only its own
+    /// cell's. Empty: no cells (one cell serving everything).
+    #[arg(long, env = "HERALD_CELLS", value_delimiter = ',')]
+    pub cells: Option<Vec<String>>,
     /// Milliseconds a chat's NATS subscription outlives its last local watcher.
     #[arg(long, env = "HERALD_BROKER_LINGER_MS")]
     pub broker_linger_ms: Option<u64>,
@@ -108,6 +113,8 @@ pub struct Config {
     /// NATS URLs; empty means one node with the in-process broker.
     pub brokers: Vec<String>,
     pub cell: String,
+    /// Every cell, `name` or `name=url`; empty means no cell mapping.
+    pub cells: Vec<String>,
     pub broker_linger: Duration,
     /// Base WebSocket URL of this node; `None` means "as the client reached it".
     pub public_url: Option<String>,
@@ -168,6 +175,7 @@ impl ServeArgs {
             store,
             broker,
             cell,
+            cells,
             broker_linger_ms,
             public_url,
             rebalance,
@@ -199,6 +207,7 @@ impl ServeArgs {
             stores: self.store.unwrap_or_default(),
             brokers: self.broker.unwrap_or_default(),
             cell: self.cell.unwrap_or_else(|| "default".into()),
+            cells: self.cells.unwrap_or_default(),
             broker_linger: ms(self.broker_linger_ms.unwrap_or(DEFAULT_BROKER_LINGER_MS)),
             public_url: self.public_url,
             rebalance: self.rebalance.unwrap_or(true),

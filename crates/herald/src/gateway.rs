@@ -47,6 +47,8 @@ pub struct GatewayConfig {
     pub outbox_limit: usize,
     pub read_buffer: usize,
     pub write_buffer: usize,
+    /// Which workspaces this node's cell serves.
+    pub cells: Arc<crate::cluster::Cells>,
 }
 
 /// Most frames written per flush: enough to amortize the syscall, few enough
@@ -476,6 +478,12 @@ impl Conn<'_> {
                 return self.refuse(CloseCode::UNAUTHENTICATED, "bad token");
             }
         };
+        if let Some((cell, _)) = self.gw.cfg.cells.elsewhere(&identity.workspace) {
+            metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "forbidden").increment(1);
+            let msg = format!("workspace {} is served by cell {cell}; ask /v1/gateway", identity.workspace);
+            self.reply_err(Some(id), ErrorCode::Forbidden, &msg);
+            return self.refuse(CloseCode::GOING_AWAY_RECONNECT, "other cell");
+        }
         // Only needed for this check: an idle connection should not keep it.
         if self.route_ws.take().is_some_and(|ws| ws != identity.workspace) {
             metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "unauthenticated").increment(1);

@@ -16,7 +16,7 @@ use crate::broker::Broker;
 use crate::broker::memory::MemoryBroker;
 use crate::broker::nats::NatsBroker;
 use crate::chat::{ChatLimits, Chats};
-use crate::cluster::Cluster;
+use crate::cluster::{Cells, Cluster};
 use crate::config::Config;
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::hub::Hub;
@@ -89,6 +89,7 @@ pub async fn run(
     let chats = Arc::new(Chats::new(store.clone(), broker, hub.clone(), limits));
     let backfill: Arc<dyn crate::hub::Backfill> = chats.clone();
     hub.set_backfill(Arc::downgrade(&backfill));
+    let cells = Arc::new(Cells::new(&config.cell, &config.cells)?);
     let tokens = Arc::new(Tokens::new(&config.jwt_secret, config.jwt_audience.as_deref()));
     let gateway = Gateway::new(
         chats.clone(),
@@ -104,6 +105,7 @@ pub async fn run(
             outbox_limit: config.outbox_limit,
             read_buffer: config.ws_read_buffer,
             write_buffer: config.ws_write_buffer,
+            cells: cells.clone(),
         },
     );
     let public_url = config
@@ -121,6 +123,7 @@ pub async fn run(
         spawn_rebalancer(cluster.clone(), gateway.clone(), config.drain_window);
     }
     let state = AppState {
+        cells,
         cluster: cluster.clone(),
         drain_window: config.drain_window,
         chats,

@@ -130,3 +130,32 @@ async fn dev_mode_serves_the_demo_and_dev_tokens_only_without_secrets() {
     let mut c = Client::connect(&dev.ws_url("w")).await;
     assert_eq!(c.ok(json!({"op": "hello", "token": v["token"]})).await["user"], "u");
 }
+
+/// Two cells of one node each: a workspace is served by exactly one of them,
+/// the other refuses it and points to it.
+#[tokio::test]
+async fn nothing_crosses_cells() {
+    let a = TestServer::start_with(|c| {
+        c.cell = "a".into();
+        c.cells = vec!["a".into(), "b=ws://cell-b.example:8080".into()];
+    })
+    .await;
+    let cells = herald::cluster::Cells::new("a", &["a".into(), "b".into()]).unwrap();
+    let ours = (0..).map(|i| format!("ws{i}")).find(|w| cells.serves(w)).unwrap();
+    let theirs = (0..).map(|i| format!("ws{i}")).find(|w| !cells.serves(w)).unwrap();
+
+    let mut c = a.client(&ours, "u").await;
+    c.ok(json!({"op": "join", "chat": "c"})).await;
+
+    let token = a.token(&theirs, "u").await;
+    let mut c = Client::connect(&a.ws_url(&theirs)).await;
+    c.err(json!({"op": "hello", "token": token}), "forbidden").await;
+    assert_eq!(c.closed_with().await, 4012);
+    let (st, v) = a.http("PUT", &format!("/v1/workspaces/{theirs}/chats/c"), None).await;
+    assert_eq!((st, v["error"]["code"].clone()), (403, json!("forbidden")));
+    let (_, g) = http(a.addr, "GET", &format!("/v1/gateway?ws={theirs}"), None, None).await;
+    assert_eq!(g["url"], format!("ws://cell-b.example:8080/v1/ws?ws={theirs}"));
+    assert_eq!(g["node"], "cell:b");
+    let (_, g) = http(a.addr, "GET", &format!("/v1/gateway?ws={ours}"), None, None).await;
+    assert_eq!(g["url"], format!("ws://{}/v1/ws?ws={ours}", a.addr));
+}
