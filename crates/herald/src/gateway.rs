@@ -233,11 +233,8 @@ async fn serve(gw: Arc<Gateway>, mut ws: WebSocket, route_ws: Option<String>, pe
         inflight: None,
     };
     let end = conn.run(&mut ws).await;
+    // A request still in flight finishes on its own task; its reply has nowhere to go.
     let session = conn.session.take();
-    if let Some(task) = conn.inflight.take() {
-        // The request finishes on its own; its reply has nowhere to go.
-        drop(task);
-    }
     if let End::Close(code, reason) = end {
         tracing::debug!(conn = id, %peer, code = code.0, reason, "closing connection");
         // Boxed, like the write path: the close handshake is rare, so the

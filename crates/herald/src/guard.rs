@@ -59,6 +59,7 @@ mod tests {
 /// shard cannot take every task of the node with it.
 #[derive(Debug)]
 pub struct Bulkhead {
+    max_in_flight: usize,
     permits: tokio::sync::Semaphore,
     max_waiting: usize,
     waiting: std::sync::atomic::AtomicUsize,
@@ -67,6 +68,7 @@ pub struct Bulkhead {
 impl Bulkhead {
     pub fn new(max_in_flight: usize, max_waiting: usize) -> Self {
         Bulkhead {
+            max_in_flight,
             permits: tokio::sync::Semaphore::new(max_in_flight),
             max_waiting,
             waiting: std::sync::atomic::AtomicUsize::new(0),
@@ -86,6 +88,11 @@ impl Bulkhead {
         let permit = self.permits.acquire().await.ok();
         self.waiting.fetch_sub(1, Ordering::AcqRel);
         permit
+    }
+
+    /// Operations holding a slot now.
+    pub fn in_flight(&self) -> usize {
+        self.max_in_flight - self.permits.available_permits()
     }
 
     /// Operations waiting for a slot now.

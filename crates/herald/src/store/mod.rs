@@ -50,6 +50,8 @@ pub struct ShardStatus {
     pub name: String,
     /// `closed`, `open` or `half_open`.
     pub breaker: &'static str,
+    /// Operations running on the shard now.
+    pub in_flight: usize,
     /// Operations waiting for the shard's bulkhead.
     pub waiting: usize,
 }

@@ -184,6 +184,7 @@ impl Store for Sharded {
             .map(|s| ShardStatus {
                 name: s.name.clone(),
                 breaker: s.breaker.state().as_str(),
+                in_flight: s.bulkhead.in_flight(),
                 waiting: s.bulkhead.waiting(),
             })
             .collect()
