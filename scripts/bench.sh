@@ -5,8 +5,16 @@
 #   scripts/bench.sh compare fanout [herald-bench fanout flags]  # default: --watchers 1000 --runs 3
 #   scripts/bench.sh install                                     # peers into ${HERALD_CACHE:-~/.cache/herald}/peers
 #   scripts/bench.sh smoke                                       # every herald scenario, tiny (the test suite's)
+#   scripts/bench.sh churn [herald-bench churn flags]            # default: --rate 1500 --duration-s 10 --runs 3
+#   BROKER=1 scripts/bench.sh churn [flags]                      # the same, herald with --broker: this script
+#                                                                # starts one nats-server and one PostgreSQL (pg.sh)
+#   scripts/bench.sh churn --peer socketio [flags]               # Socket.IO's room join/leave churn (installed peer)
+#   scripts/bench.sh cross [herald-bench fanout flags]           # cross-node fan-out: two herald nodes over NATS +
+#                                                                # PostgreSQL beside two Socket.IO nodes over Redis
+#                                                                # (@socket.io/redis-adapter); default --watchers 1000 --runs 3
+#                                                                # SIO_ADAPTER=nats: Socket.IO over @mickl/socket.io-nats-adapter
 #
-# Env: PEERS (default herald,socketio,nats), HERALD_CACHE, JSON=1 (one JSON object on stdout,
+# Env: PEERS (default herald,socketio,nats), HERALD_CACHE, BENCH_BIN (prebuilt binaries' folder), JSON=1 (one JSON object on stdout,
 # the table on stderr). Builds release binaries and copies them to a temp folder first, so a
 # rebuild by someone else during the run cannot swap them. Everything runs on loopback; every
 # server and client process is started and stopped by herald-bench, by pid.
@@ -25,11 +33,36 @@ install_peers() {
 }
 
 build() {
+  # BENCH_BIN=DIR: use the herald and herald-bench already copied there (no build).
+  if [ -n "${BENCH_BIN:-}" ]; then BIN="$BENCH_BIN"; return; fi
   cargo build --release -p herald -p herald-bench >&2
-  BIN="$(mktemp -d -t herald-bench-bin-XXXXXX)"
+  BIN="$(mktemp -d -t herald-bench-bin-XXXXXX)"; BIN_TMP="$BIN"
   trap 'rm -rf "$BIN"' EXIT
   local target="${CARGO_TARGET_DIR:-$ROOT/target}"
   cp "$target/release/herald" "$target/release/herald-bench" "$BIN/"
+}
+
+# One nats-server and one PostgreSQL on loopback for a herald node with --broker;
+# sets BROKER_FLAGS and stops both (by pid / pg_ctl) when the script exits.
+start_broker_deps() {
+  local nats dir port=${BENCH_NATS_PORT:-14222} pgport=${BENCH_PG_PORT:-15433}
+  nats=$(command -v nats-server || echo /usr/sbin/nats-server)
+  [ -x "$nats" ] || { echo "nats-server not found: apt-get install nats-server" >&2; exit 1; }
+  DEPS_DIR="$(mktemp -d -t herald-bench-deps-XXXXXX)"
+  "$nats" -a 127.0.0.1 -p "$port" >"$DEPS_DIR/nats.log" 2>&1 &
+  NATS_PID=$!
+  local admin
+  admin=$("$ROOT/scripts/pg.sh" start "$DEPS_DIR/pg" "$pgport")
+  psql -q "$admin" -c "CREATE DATABASE herald_bench" >/dev/null
+  BROKER_FLAGS=(--server-arg=--broker=nats://127.0.0.1:$port --server-arg=--store=${admin%/postgres}/herald_bench)
+  REDIS_PID=
+  if [ "${WITH_REDIS:-0}" = 1 ]; then
+    local rport=${BENCH_REDIS_PORT:-16379}
+    redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no --dir "$DEPS_DIR" >"$DEPS_DIR/redis.log" 2>&1 &
+    REDIS_PID=$!
+    export HERALD_BENCH_REDIS="redis://127.0.0.1:$rport"
+  fi
+  trap 'kill "$NATS_PID" ${REDIS_PID:+"$REDIS_PID"} 2>/dev/null || true; wait "$NATS_PID" ${REDIS_PID:+"$REDIS_PID"} 2>/dev/null || true; "$ROOT/scripts/pg.sh" stop "$DEPS_DIR/pg" || true; rm -rf "$DEPS_DIR" "${BIN_TMP:-}"' EXIT
 }
 
 cmd="${1:-}"
@@ -41,6 +74,35 @@ case "$cmd" in
   smoke)
     build
     "$BIN/herald-bench" smoke "$@"
+    ;;
+  churn)
+    defaults=(--rate 1500 --duration-s 10 --runs 3)
+    [ "$#" -gt 0 ] && defaults=("$@")
+    json=()
+    [ "${JSON:-0}" = 1 ] && json=(--json)
+    build
+    BROKER_FLAGS=()
+    [ "${BROKER:-0}" = 1 ] && start_broker_deps
+    ulimit -n 20000 2>/dev/null || true
+    HERALD_PEERS_DIR="$ROOT/bench/peers" "$BIN/herald-bench" churn "${defaults[@]}" "${BROKER_FLAGS[@]}" "${json[@]}"
+    ;;
+  cross)
+    defaults=(--watchers 1000 --runs 3)
+    [ "$#" -gt 0 ] && defaults=("$@")
+    json=()
+    [ "${JSON:-0}" = 1 ] && json=(--json)
+    PEERS="${PEERS_CROSS:-herald,socketio}"
+    install_peers
+    build
+    WITH_REDIS=1 start_broker_deps
+    # SIO_ADAPTER=nats: the Socket.IO nodes use @mickl/socket.io-nats-adapter on the same nats-server.
+    if [ "${SIO_ADAPTER:-redis}" = nats ]; then
+      unset HERALD_BENCH_REDIS
+      export HERALD_BENCH_SIO_NATS="nats://127.0.0.1:${BENCH_NATS_PORT:-14222}"
+    fi
+    ulimit -n 20000 2>/dev/null || true
+    HERALD_PEERS_DIR="$ROOT/bench/peers" "$BIN/herald-bench" compare --peers "$PEERS" fanout --nodes 2 \
+      "${defaults[@]}" "${BROKER_FLAGS[@]}" "${json[@]}"
     ;;
   compare)
     scenario="${1:?usage: scripts/bench.sh compare idle|fanout [flags]}"
@@ -58,7 +120,7 @@ case "$cmd" in
     HERALD_PEERS_DIR="$ROOT/bench/peers" "$BIN/herald-bench" compare --peers "$PEERS" "$scenario" "${defaults[@]}" "${json[@]}"
     ;;
   *)
-    sed -n '2,11p' "$0" >&2
+    sed -n '2,19p' "$0" >&2
     exit 2
     ;;
 esac

@@ -5,6 +5,9 @@
 // defaults except: websocket only (herald has no long-polling), no per-message deflate
 // (herald does not compress), and 1 MB max message (herald's bench frames are small).
 // Prints "listening on 127.0.0.1:PORT" once it listens.
+// With HERALD_BENCH_REDIS=redis://127.0.0.1:PORT in the environment, nodes share rooms through
+// @socket.io/redis-adapter (pub/sub on that Redis): the cross-node peer of herald's NATS broker.
+// With HERALD_BENCH_SIO_NATS=nats://127.0.0.1:PORT instead, through @mickl/socket.io-nats-adapter.
 const { Server } = require("socket.io");
 const http = require("http");
 
@@ -27,9 +30,29 @@ io.on("connection", (socket) => {
     if (typeof ack === "function") ack(true);
   });
 });
-httpServer.listen(port, "127.0.0.1", () => {
-  console.log(`listening on 127.0.0.1:${httpServer.address().port}`);
-});
+async function adapter() {
+  const natsUrl = process.env.HERALD_BENCH_SIO_NATS;
+  if (natsUrl) {
+    const { connect } = require("nats");
+    const { createAdapter } = require("@mickl/socket.io-nats-adapter");
+    const nc = await connect({ servers: natsUrl.replace(/^nats:\/\//, "") });
+    io.adapter(createAdapter(nc));
+    return;
+  }
+  const url = process.env.HERALD_BENCH_REDIS;
+  if (!url) return;
+  const { createAdapter } = require("@socket.io/redis-adapter");
+  const { createClient } = require("redis");
+  const pub = createClient({ url });
+  const sub = pub.duplicate();
+  await Promise.all([pub.connect(), sub.connect()]);
+  io.adapter(createAdapter(pub, sub));
+}
+adapter().then(() => {
+  httpServer.listen(port, "127.0.0.1", () => {
+    console.log(`listening on 127.0.0.1:${httpServer.address().port}`);
+  });
+}, (e) => { console.error("redis adapter:", e); process.exit(1); });
 const stop = () => { io.close(); process.exit(0); };
 process.on("SIGTERM", stop);
 process.on("SIGINT", stop);

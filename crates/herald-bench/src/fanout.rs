@@ -77,6 +77,9 @@ pub struct FanoutArgs {
     /// The server measured: herald or a peer.
     #[arg(long, value_enum, default_value_t = Peer::Herald)]
     pub peer: Peer,
+    /// Server nodes: 2 puts the publishers on node A and the watchers on node B (cross-node fan-out).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub nodes: u8,
     #[command(flatten)]
     pub run: RunArgs,
     #[command(flatten)]
@@ -206,22 +209,59 @@ impl Target {
 
 /// One run; `run` numbers it among the process's runs (it picks the source addresses).
 pub async fn run_once(args: &FanoutArgs, run: u32) -> anyhow::Result<Value> {
+    // Two nodes: named apart, and no rebalance (the bench pins publishers to A and watchers to B on purpose).
+    let node_flag = |n: &str| {
+        if args.nodes > 1 { vec![format!("--node=bench-{n}-{run}"), "--rebalance=false".into()] } else { Vec::new() }
+    };
     let server = match args.peer {
-        Peer::Herald => Target::Herald(Server::open(&args.target, &SendsArgs::server_flags()).await?),
+        Peer::Herald => {
+            let flags = [SendsArgs::server_flags(), node_flag("a")].concat();
+            Target::Herald(Server::open(&args.target, &flags).await?)
+        }
         peer => Target::Peer(PeerServer::start(peer).await?),
     };
-    let out = measure(args, run, &server).await;
+    let second = if args.nodes > 1 {
+        let started = match (&server, args.peer) {
+            (Target::Herald(a), _) => {
+                let mut t = args.target.clone();
+                t.jwt_secret = Some(a.jwt_secret.clone());
+                t.api_key = a.api_key.clone();
+                let flags = [SendsArgs::server_flags(), node_flag("b")].concat();
+                Server::open(&t, &flags).await.map(Target::Herald)
+            }
+            (_, peer) => PeerServer::start(peer).await.map(Target::Peer),
+        };
+        match started {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let _ = server.stop().await;
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    // Nodes find each other over the broker (herald announces every second).
+    if second.is_some() {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    let out = measure(args, run, &server, second.as_ref()).await;
     let log = server.stop().await?;
+    let log_b = match second {
+        Some(t) => t.stop().await?,
+        None => Value::Null,
+    };
     let mut out = out?;
     out["server_log"] = log;
+    out["server_b_log"] = log_b;
     Ok(out)
 }
 
-async fn measure(args: &FanoutArgs, run: u32, server: &Target) -> anyhow::Result<Value> {
+async fn measure(args: &FanoutArgs, run: u32, server: &Target, second: Option<&Target>) -> anyhow::Result<Value> {
     let chat = fresh_chat("fanout", run);
     let offset = run * sources_for(args.watchers + args.publishers);
     let (s, p) = (args.watchers, args.publishers);
-    let (watchers, publishers, mut failures) = open_all(args, server, &chat, offset).await?;
+    let (watchers, publishers, mut failures) = open_all(args, server, second.unwrap_or(server), &chat, offset).await?;
     anyhow::ensure!(!watchers.is_empty() && publishers.len() == p, "setup failed: {:?}", failures.first);
     let n_watch = watchers.len() as u64;
     let shared = Arc::new(Shared {
@@ -241,7 +281,8 @@ async fn measure(args: &FanoutArgs, run: u32, server: &Target) -> anyhow::Result
         tasks.push(tokio::spawn(watch_loop(w, p, shared.clone(), stop_rx.clone())));
     }
     let mut pubs: Vec<Option<Conn>> = publishers.into_iter().map(Some).collect();
-    let pid = server.pid();
+    let pid: Vec<u32> = std::iter::once(server.pid()).chain(second.map(Target::pid)).collect();
+    let pid = &pid[..];
     let mut counters = vec![0u64; p];
     let chat = args.peer.room(&chat, true);
     let mut steps = Vec::new();
@@ -324,17 +365,30 @@ async fn measure(args: &FanoutArgs, run: u32, server: &Target) -> anyhow::Result
 async fn open_all(
     args: &FanoutArgs,
     server: &Target,
+    watch_server: &Target,
     chat: &str,
     offset: u32,
 ) -> anyhow::Result<(Vec<Conn>, Vec<Conn>, Failures)> {
     let (s, p) = (args.watchers, args.publishers);
     let addr = server.addr();
+    let watch_addr = watch_server.addr();
     let spec = |count| Launch { count, concurrency: 100, rate: None, deadline: Duration::from_secs(120) };
     match server {
         Target::Herald(srv) => {
             let signer = Signer::new(&srv.jwt_secret, &args.target.workspace);
             // Everyone joins first and the watchers watch last, so no join is pushed to a watcher.
-            let (mut all, mut failures) = fleet::open_clients(srv, &signer, s + p, offset, |i| format!("f{i}")).await;
+            let (mut all, mut failures) = match watch_server {
+                Target::Herald(wsrv) if args.nodes > 1 => {
+                    // Watchers on node B, publishers on node A; the same user names as on one node.
+                    let (mut w, mut f) = fleet::open_clients(wsrv, &signer, s, offset, |i| format!("f{i}")).await;
+                    let (mut pb, fp) =
+                        fleet::open_clients(srv, &signer, p, offset + sources_for(s), |j| format!("f{}", s + j)).await;
+                    f.merge(&fp);
+                    w.append(&mut pb);
+                    (w, f)
+                }
+                _ => fleet::open_clients(srv, &signer, s + p, offset, |i| format!("f{i}")).await,
+            };
             anyhow::ensure!(
                 all.len() == s + p,
                 "only {} of {} clients connected: {:?}",
@@ -376,7 +430,7 @@ async fn open_all(
             let w = fleet::launch(spec(s), |i| {
                 let room = room.clone();
                 async move {
-                    let mut c = PeerClient::connect(peer, addr, source_addr(offset, i)).await?;
+                    let mut c = PeerClient::connect(peer, watch_addr, source_addr(offset, i)).await?;
                     c.join(&room).await?;
                     Ok(c)
                 }
@@ -498,9 +552,10 @@ async fn phase(
     secs: f64,
     watchers: u64,
     shared: &Arc<Shared>,
-    pid: u32,
+    pids: &[u32],
 ) -> Value {
-    let cpu0 = cpu_s(pid).unwrap_or(0.0);
+    let cpu_all = || pids.iter().map(|p| cpu_s(*p).unwrap_or(0.0)).sum::<f64>();
+    let cpu0 = cpu_all();
     let own0 = cpu_s(std::process::id()).unwrap_or(0.0);
     let started = Instant::now();
     let first_pub_us = shared.now_us();
@@ -545,7 +600,7 @@ async fn phase(
     }
     let delivered = shared.received[step].load(Ordering::Relaxed);
     let done = Instant::now();
-    let cpu = cpu_s(pid).unwrap_or(0.0) - cpu0;
+    let cpu = cpu_all() - cpu0;
     let own = cpu_s(std::process::id()).unwrap_or(0.0) - own0;
     let last_rx_us = shared.last_rx_us[step].load(Ordering::Relaxed);
     let last_pub_us = (last_pub - shared.base).as_micros() as u64;

@@ -3,11 +3,12 @@
 //! `idle` (memory per idle connection, with `worker` processes holding the
 //! clients), `sends` (durable send throughput; `--op join` for the join
 //! flood in `joins`), `fanout` (one chat, many watchers, a rising rate),
-//! `compare` (herald beside its peers, `peer` and `pclient`) and `smoke`
+//! `churn` (short-lived connections at a set rate), `compare` (herald beside its peers, `peer` and `pclient`) and `smoke`
 //! (everything tiny, for the test suite). Shared pieces: `client` (one WebSocket client),
 //! `handshake` (its upgrade), `fleet` (opening many, bounded), `server` (the
 //! server under test), `report`, `latency`, `machine`, `token`, `http`.
 
+mod churn;
 mod client;
 mod compare;
 mod fanout;
@@ -52,6 +53,8 @@ pub(crate) enum Command {
     Fanout(fanout::FanoutArgs),
     /// herald and its peers (Socket.IO, NATS WebSocket) on one scenario, side by side, with ratios.
     Compare(compare::CompareArgs),
+    /// Short-lived connections at a set rate (connect, hello, join+watch, hold, close); broker subscription ops vs churn.
+    Churn(churn::ChurnArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
@@ -74,6 +77,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Idle(args) => idle::run(args).await,
         Command::Sends(args) => sends::run(args).await,
         Command::Fanout(args) => fanout::run(args).await,
+        Command::Churn(args) => churn::run(args).await,
         Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Worker(_) => anyhow::bail!("a worker runs on its own"),

@@ -112,8 +112,9 @@ impl Server {
         };
         anyhow::ensure!(bin.exists(), "no server binary at {} (build it, or pass --server-bin)", bin.display());
         let data = tempfile::TempDir::with_prefix("herald-bench-")?;
-        let jwt_secret = random_hex();
-        let api_key = random_hex();
+        // A second node of a cluster gets the first one's secrets (fanout --nodes 2).
+        let jwt_secret = target.jwt_secret.clone().unwrap_or_else(random_hex);
+        let api_key = target.api_key.clone().unwrap_or_else(random_hex);
         let mut child = Command::new(&bin)
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(data.path())

@@ -1,6 +1,6 @@
 //! `smoke`: every herald scenario at a tiny size, one run each, for the test
-//! suite: idle (200 connections), sends, the join flood and fanout (100
-//! watchers, two short steps). Fails (non-zero exit) when a scenario errs or
+//! suite: idle (200 connections), sends, the join flood fanout (100
+//! watchers, two short steps) and churn (400 short-lived connections). Fails (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle and
 //! fanout at the same size (they must be installed).
 
@@ -34,6 +34,7 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
             "fanout".into(),
             words("fanout --watchers 100 --publishers 4 --start 2000 --steps 2 --step-s 0.5 --latency-s 0.5"),
         ),
+        ("churn".into(), words("churn --rate 200 --duration-s 2 --hold-ms 100 --chats 10")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
@@ -92,6 +93,7 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
         "idle" => num("established") == num("conns") && num("dropped") == 0.0,
         "sends" => yes("all_delivered") && num("acked") == num("sent"),
         "joins" => yes("members_match"),
+        "churn" => num("completed") == num("planned"),
         "fanout" => num("steps_passed") >= 1.0 && num("latency_lost") == 0.0 && num("watcher_errors") == 0.0,
         _ => true,
     };
