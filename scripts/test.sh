@@ -32,6 +32,7 @@ command -v curl >/dev/null || need+=(curl)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need+=(nats-server)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -76,5 +77,8 @@ if [ -f sdk/ts/package.json ]; then
   (cd sdk/ts && npm install --no-audit --no-fund --loglevel=error && npm run -s typecheck && npm test --silent && npm run -s build)
   (cd sdk/ts && HERALD_BIN=$herald npm run -s test:integration)
 fi
+
+step "demo page: bundle up to date, and two browsers chatting in Chromium"
+(cd web && npm install --no-audit --no-fund --loglevel=error && npm run -s check-dist && HERALD_BIN=$herald npm test)
 
 step "all tests passed"

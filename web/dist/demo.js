@@ -1,1 +1,1357 @@
-// built from web/src/demo.ts by `npm run build` in web/; see web/README.md
+// Generated from web/src/*.ts and sdk/ts/src by `npm run build` in web/. Do not edit; see web/README.md.
+
+// ../sdk/ts/src/backoff.ts
+var DEFAULT_BACKOFF = { baseMs: 500, capMs: 2e4 }, MAX_EXPONENT = 31;
+function backoffCeiling(attempt, opts) {
+  let n = Math.min(Math.max(0, Math.floor(attempt)), MAX_EXPONENT);
+  return Math.min(opts.capMs, opts.baseMs * 2 ** n);
+}
+function fullJitter(attempt, opts, random = Math.random) {
+  let r = Math.min(Math.max(random(), 0), 1);
+  return Math.floor(r * backoffCeiling(attempt, opts));
+}
+var Backoff = class {
+  constructor(opts = DEFAULT_BACKOFF, random = Math.random) {
+    this.opts = opts;
+    this.random = random;
+  }
+  opts;
+  random;
+  attempt = 0;
+  /** The delay before the next retry; each call widens the window for the one after. */
+  next() {
+    let delay = fullJitter(this.attempt, this.opts, this.random);
+    return this.attempt = Math.min(this.attempt + 1, MAX_EXPONENT), delay;
+  }
+  /** How many delays were handed out since the last reset. */
+  get attempts() {
+    return this.attempt;
+  }
+  /** Starts over from the base window, after a connection that worked. */
+  reset() {
+    this.attempt = 0;
+  }
+};
+
+// ../sdk/ts/src/emitter.ts
+var Emitter = class {
+  listeners = /* @__PURE__ */ new Map();
+  /** Adds a listener; returns a function that removes it. */
+  on(name, fn) {
+    let set = this.listeners.get(name);
+    return set === void 0 && (set = /* @__PURE__ */ new Set(), this.listeners.set(name, set)), set.add(fn), () => this.off(name, fn);
+  }
+  /** Adds a listener that runs at most once. */
+  once(name, fn) {
+    let off = this.on(name, (payload) => {
+      off(), fn(payload);
+    });
+    return off;
+  }
+  /** Removes a listener added with `on`. */
+  off(name, fn) {
+    let set = this.listeners.get(name);
+    set !== void 0 && (set.delete(fn), set.size === 0 && this.listeners.delete(name));
+  }
+  /** Removes every listener. */
+  removeAllListeners() {
+    this.listeners.clear();
+  }
+  /** Calls every listener of `name` with `payload`. */
+  emit(name, payload) {
+    let set = this.listeners.get(name);
+    if (set !== void 0)
+      for (let fn of [...set])
+        try {
+          fn(payload);
+        } catch (err) {
+          queueMicrotask(() => {
+            throw err;
+          });
+        }
+  }
+  /** How many listeners `name` has; lets callers skip building a payload nobody reads. */
+  listenerCount(name) {
+    return this.listeners.get(name)?.size ?? 0;
+  }
+};
+
+// ../sdk/ts/src/errors.ts
+var HeraldError = class _HeraldError extends Error {
+  /** The machine-readable code. */
+  code;
+  /** The server's retry hint in milliseconds, when it gave one. */
+  retryAfterMs;
+  /** The request operation that failed, when there was one. */
+  op;
+  /** The close code of the link, when the error is about a closed link. */
+  closeCode;
+  constructor(code, message, init = {}) {
+    super(message, init.cause === void 0 ? void 0 : { cause: init.cause }), this.name = "HeraldError", this.code = code, this.retryAfterMs = init.retryAfterMs, this.op = init.op, this.closeCode = init.closeCode;
+  }
+  /** Builds the error for a reply's `err` object. */
+  static fromWire(err, op) {
+    let code = typeof err.code == "string" ? err.code : "internal", retry = typeof err.retry_after_ms == "number" ? err.retry_after_ms : void 0;
+    return new _HeraldError(code, err.message ?? code, { retryAfterMs: retry, op });
+  }
+};
+
+// ../sdk/ts/src/chat.ts
+var WATCH_TRANSITIONS = {
+  unwatched: ["subscribing", "suspended"],
+  subscribing: ["live", "repairing", "suspended", "unwatched"],
+  live: ["repairing", "suspended", "unwatched"],
+  repairing: ["live", "suspended", "unwatched"],
+  suspended: ["subscribing", "unwatched"]
+}, TRANSIENT = /* @__PURE__ */ new Set(["throttled", "unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS = 1e3, MAX_STALLS = 3, MAX_REPAIR_PAGES = 1e4, Chat = class extends Emitter {
+  /** The chat id. */
+  id;
+  host;
+  watchState = "unwatched";
+  /** The application wants this chat watched (survives link loss; cleared by unwatch/leave/forbidden). */
+  wanted = !1;
+  /** The seq of the last event handed to the application; null before the first watch reply. */
+  last = null;
+  /** The highest seq the server said exists (notify, gaps, fetch replies) that may not be delivered yet. */
+  known = 0;
+  /** Pushes that arrived out of order or while subscribing or repairing, by seq. */
+  buffer = /* @__PURE__ */ new Map();
+  /** Bumped whenever watching restarts or stops, so replies of an older round are ignored. */
+  epoch = 0;
+  cancelRetry = null;
+  /** Repair fetches in a row that made no progress. */
+  stalls = 0;
+  waiters = [];
+  /** @internal Created by `HeraldClient.chat`. */
+  constructor(id, host) {
+    super(), this.id = id, this.host = host;
+  }
+  /** The watch state. */
+  get state() {
+    return this.watchState;
+  }
+  /** The seq of the last event delivered to the application, or null when none is known yet. */
+  get lastSeq() {
+    return this.last;
+  }
+  /** Joins the chat (creating an open chat that does not exist yet). */
+  join() {
+    return this.host.request("join", { chat: this.id });
+  }
+  /** Leaves the chat; the server ends this user's watches of it, and so does this handle. */
+  async leave() {
+    await this.host.request("leave", { chat: this.id }), this.stop(null);
+  }
+  /**
+   * Starts delivering events: those after `opts.after` when given, else those after the chat's seq when
+   * the watch begins. Resolves on the first watch reply; the watch then survives reconnects (resuming
+   * with `after` = the last delivered seq) until `unwatch` or `leave`. Calling it on a watched chat only
+   * waits for the current subscription.
+   */
+  watch(opts = {}) {
+    if (opts.after !== void 0 && (!Number.isInteger(opts.after) || opts.after < 0))
+      return Promise.reject(new TypeError("herald: `after` must be a non-negative integer"));
+    let p = new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
+    return this.wanted ? ((this.watchState === "live" || this.watchState === "repairing") && this.settleWaiters({ chat: this.id, seq: this.last ?? 0 }), p) : (this.wanted = !0, this.last = opts.after ?? null, this.known = 0, this.host.connected ? this.subscribe() : this.setState("suspended"), p);
+  }
+  /** Stops delivering events; a later `watch()` starts from the chat's seq at that time. */
+  async unwatch() {
+    let wasWatching = this.wanted;
+    this.stop(null), wasWatching && this.host.connected && await this.host.request("unwatch", { chat: this.id });
+  }
+  /**
+   * Sends a message. Resolves with its seq once it is durable. The send survives link drops and is
+   * retried with the same `client_id`, so it is stored once; rejects with `queue_full` when too many sends
+   * wait unsent.
+   */
+  send(body, opts = {}) {
+    return this.host.send(this.id, body, opts.clientId);
+  }
+  /** Adds (`on` true, the default) or takes back a reaction to the event `target`. */
+  react(target, emoji, on = !0) {
+    return this.host.request("react", { chat: this.id, target, emoji, on });
+  }
+  /** Moves this member's read position forward to `seq`; resolves with the position now stored. */
+  read(seq) {
+    return this.host.request("read", { chat: this.id, seq });
+  }
+  /** Fetches up to `limit` (at most 500) events after `after`, without touching delivery. */
+  fetch(after, limit) {
+    let args = { chat: this.id, after };
+    return limit !== void 0 && (args.limit = limit), this.host.request("fetch", args);
+  }
+  // ---- called by the client -------------------------------------------------------------------
+  /** @internal A new link is greeted: resume watching. */
+  linkUp() {
+    this.wanted && this.watchState === "suspended" && this.subscribe();
+  }
+  /** @internal The link dropped: keep `last`, forget the rest; the next watch's replay refills it. */
+  linkDown() {
+    this.watchState !== "unwatched" && (this.epoch++, this.cancelTimer(), this.buffer.clear(), this.known = 0, this.stalls = 0, this.setState("suspended"));
+  }
+  /** @internal The client is closed for good. */
+  shutdown(err) {
+    this.stop(err);
+  }
+  /** @internal An `event` push for this chat. */
+  onEventPush(push) {
+    if (this.watchState === "unwatched" || this.watchState === "suspended") return;
+    let ev = toEvent(push);
+    if (!(this.last !== null && ev.seq <= this.last)) {
+      if (this.watchState === "live" && this.last !== null && ev.seq === this.last + 1) {
+        this.deliver(ev), this.drainContiguous();
+        return;
+      }
+      this.hold(ev), this.watchState === "live" && this.repair();
+    }
+  }
+  /** @internal A `notify` push: events up to `seq` exist. */
+  onNotify(push) {
+    this.watchState === "unwatched" || this.watchState === "suspended" || this.last !== null && push.seq <= this.last || (this.known = Math.max(this.known, push.seq), this.watchState === "live" && this.repair());
+  }
+  // ---- the state machine ----------------------------------------------------------------------
+  setState(to) {
+    let from = this.watchState;
+    if (from !== to) {
+      if (!WATCH_TRANSITIONS[from].includes(to))
+        throw new Error(`herald: chat ${this.id}: no transition ${from} -> ${to}`);
+      this.watchState = to, this.emit("state", { chat: this.id, from, to });
+    }
+  }
+  async subscribe() {
+    this.cancelTimer();
+    let epoch = ++this.epoch;
+    this.setState("subscribing");
+    let args = { chat: this.id };
+    this.last !== null && (args.after = this.last);
+    let ok;
+    try {
+      ok = await this.host.request("watch", args);
+    } catch (err) {
+      if (epoch !== this.epoch) return;
+      this.failed(err, () => this.subscribe());
+      return;
+    }
+    epoch === this.epoch && (this.last === null && (this.last = ok.seq), this.settleWaiters(ok), epoch === this.epoch && (this.setState("live"), this.catchUp()));
+  }
+  /** Delivers held events in order, then repairs if a gap or a notify is still open. */
+  catchUp() {
+    this.drainContiguous(), this.watchState === "live" && (this.buffer.size > 0 || this.known > (this.last ?? 0)) && this.repair();
+  }
+  /** Starts a repair from `live`; pushes that arrive meanwhile are held. */
+  repair() {
+    this.watchState === "live" && (this.setState("repairing"), this.runRepair(this.epoch));
+  }
+  /**
+   * Fetches pages after the last delivered seq until nothing is held and nothing announced is missing.
+   * Fetching up to the chat's latest seq (the reply's `seq`, which is what `more` points at) rather
+   * than just to the gap's end costs a few duplicate events, which are dropped, and saves a round trip
+   * per page in a busy chat.
+   */
+  async runRepair(epoch) {
+    for (let pages = 0; pages < MAX_REPAIR_PAGES; pages++) {
+      if (this.drainContiguous(), epoch !== this.epoch) return;
+      let last = this.last ?? 0;
+      if (this.buffer.size === 0 && this.known <= last) break;
+      let page;
+      try {
+        page = await this.host.request("fetch", { chat: this.id, after: last, limit: this.host.fetchPageSize });
+      } catch (err) {
+        if (epoch !== this.epoch) return;
+        this.failed(err, () => {
+          this.runRepair(epoch);
+        });
+        return;
+      }
+      if (epoch !== this.epoch) return;
+      for (let ev of page.events)
+        if (ev.seq === (this.last ?? 0) + 1 && (this.buffer.delete(ev.seq), this.deliver(ev), epoch !== this.epoch))
+          return;
+      if (this.known = Math.max(this.known, page.seq), (this.last ?? 0) > last) {
+        this.stalls = 0;
+        continue;
+      }
+      if (this.stalls < MAX_STALLS) {
+        this.stalls++, this.cancelRetry = this.host.schedule(() => {
+          this.cancelRetry = null, this.runRepair(epoch);
+        }, DEFAULT_RETRY_MS);
+        return;
+      }
+      this.stalls = 0, this.emit(
+        "error",
+        new HeraldError("protocol", `herald: chat ${this.id}: no events after ${last} though seq ${this.known} was announced`)
+      ), this.buffer.clear(), this.known = last;
+      break;
+    }
+    epoch === this.epoch && this.setState("live");
+  }
+  /** Handles a failed watch or fetch: retry transient errors, give up on the rest. */
+  failed(err, retry) {
+    let e = err instanceof HeraldError ? err : new HeraldError("internal", String(err));
+    if (!(e.code === "disconnected" || e.code === "closed")) {
+      if (TRANSIENT.has(e.code)) {
+        this.cancelTimer(), this.cancelRetry = this.host.schedule(() => {
+          this.cancelRetry = null, retry();
+        }, e.retryAfterMs ?? DEFAULT_RETRY_MS);
+        return;
+      }
+      this.emit("error", e), this.stop(e);
+    }
+  }
+  /** Ends watching locally; rejects pending `watch()` promises with `err` when given. */
+  stop(err) {
+    this.wanted = !1, this.epoch++, this.cancelTimer(), this.buffer.clear(), this.last = null, this.known = 0, this.stalls = 0, this.watchState !== "unwatched" && this.setState("unwatched");
+    let waiters = this.waiters;
+    this.waiters = [];
+    let reason = err ?? new HeraldError("closed", `herald: chat ${this.id} is no longer watched`);
+    for (let w of waiters) w.reject(reason);
+  }
+  // ---- delivery -------------------------------------------------------------------------------
+  hold(ev) {
+    if (this.known = Math.max(this.known, ev.seq - 1), this.buffer.size >= this.host.maxBufferedEvents) {
+      this.known = Math.max(this.known, ev.seq), this.buffer.clear();
+      return;
+    }
+    this.buffer.set(ev.seq, ev);
+  }
+  drainContiguous() {
+    if (this.last === null) return;
+    let epoch = this.epoch;
+    for (let next = this.buffer.get(this.last + 1); next !== void 0; next = this.buffer.get(this.last + 1))
+      if (this.buffer.delete(next.seq), this.deliver(next), epoch !== this.epoch) return;
+    this.dropStale();
+  }
+  dropStale() {
+    let last = this.last ?? 0;
+    for (let seq of this.buffer.keys()) seq <= last && this.buffer.delete(seq);
+  }
+  deliver(ev) {
+    this.last = ev.seq;
+    let out = { ...ev, chat: this.id };
+    this.emit("event", out), this.host.delivered(out);
+  }
+  settleWaiters(ok) {
+    let waiters = this.waiters;
+    this.waiters = [];
+    for (let w of waiters) w.resolve(ok);
+  }
+  cancelTimer() {
+    this.cancelRetry !== null && (this.cancelRetry(), this.cancelRetry = null);
+  }
+};
+function toEvent(push) {
+  let { ev: _ev, chat: _chat, ...event } = push;
+  return event;
+}
+
+// ../sdk/ts/src/codes.ts
+var CloseCode = {
+  /** A frame over the server's frame limit. */
+  FrameTooLarge: 1009,
+  /** Frames that are not JSON objects of this protocol. */
+  BadProtocol: 4e3,
+  /** No valid `hello`: bad, expired or missing token, or hello timeout. */
+  Unauthenticated: 4001,
+  /** Slow consumer: the connection's outbound queue passed its limit. */
+  SlowConsumer: 4008,
+  /** Going away: drain or rebalance. */
+  GoingAway: 4012,
+  /** Too many requests for too long. */
+  TooManyRequests: 4029
+};
+function closePolicy(code) {
+  switch (code) {
+    case CloseCode.Unauthenticated:
+      return "refresh_token";
+    case CloseCode.TooManyRequests:
+      return "reconnect_slow";
+    // 4000 means one of us broke the protocol; backoff keeps a buggy loop from hammering the server.
+    // 4008, 4012, 1006 (network), 1009 and anything unknown: the next connection may well be fine.
+    default:
+      return "reconnect";
+  }
+}
+
+// ../sdk/ts/src/options.ts
+var MAX_FETCH_LIMIT = 500, DEFAULT_FRAME_BYTES = 64 * 1024;
+function resolveOptions(opts) {
+  if (typeof opts.url != "string" || opts.url.length === 0) throw new TypeError("herald: `url` is required");
+  if (!/^[A-Za-z0-9_.:-]{1,128}$/.test(opts.workspace ?? ""))
+    throw new TypeError("herald: `workspace` must be 1 to 128 characters of A-Z a-z 0-9 _ . : -");
+  if (typeof opts.token != "string" && typeof opts.token != "function")
+    throw new TypeError("herald: `token` must be a string or a function returning one");
+  let backoff = { ...DEFAULT_BACKOFF, ...opts.backoff }, s = {
+    url: opts.url,
+    workspace: opts.workspace,
+    token: opts.token,
+    WebSocket: opts.WebSocket,
+    requestTimeoutMs: positive("requestTimeoutMs", opts.requestTimeoutMs, 1e4),
+    // Shorter than the server's 60 s idle cut so the client notices a dead link well before then.
+    pingTimeoutMs: positive("pingTimeoutMs", opts.pingTimeoutMs, 1e4),
+    backoff: { baseMs: positive("backoff.baseMs", backoff.baseMs, 500), capMs: positive("backoff.capMs", backoff.capMs, 2e4) },
+    throttledReconnectFloorMs: nonNegative("throttledReconnectFloorMs", opts.throttledReconnectFloorMs, 1e4),
+    maxQueue: positive("maxQueue", opts.maxQueue, 100),
+    sendRetries: nonNegative("sendRetries", opts.sendRetries, 10),
+    tokenRefreshMarginMs: nonNegative("tokenRefreshMarginMs", opts.tokenRefreshMarginMs, 3e4),
+    maxFrameBytes: positive("maxFrameBytes", opts.maxFrameBytes, DEFAULT_FRAME_BYTES),
+    fetchPageSize: Math.min(positive("fetchPageSize", opts.fetchPageSize, MAX_FETCH_LIMIT), MAX_FETCH_LIMIT),
+    maxBufferedEvents: positive("maxBufferedEvents", opts.maxBufferedEvents, 1e3),
+    random: opts.random ?? Math.random
+  };
+  if (s.backoff.capMs < s.backoff.baseMs) throw new TypeError("herald: `backoff.capMs` must be >= `backoff.baseMs`");
+  return s;
+}
+function positive(name, v, dflt) {
+  if (v === void 0) return dflt;
+  if (!Number.isFinite(v) || v <= 0) throw new TypeError(`herald: \`${name}\` must be a positive number`);
+  return v;
+}
+function nonNegative(name, v, dflt) {
+  if (v === void 0) return dflt;
+  if (!Number.isFinite(v) || v < 0) throw new TypeError(`herald: \`${name}\` must be zero or more`);
+  return v;
+}
+
+// ../sdk/ts/src/outbox.ts
+var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS2 = 1e3, MAX_WINDOW = 32, Outbox = class {
+  constructor(host, maxQueue, maxRetries, newClientId3) {
+    this.host = host;
+    this.maxQueue = maxQueue;
+    this.maxRetries = maxRetries;
+    this.newClientId = newClientId3;
+  }
+  host;
+  maxQueue;
+  maxRetries;
+  newClientId;
+  /** Entries not yet written (offline, outside the window, or after a failed try), in enqueue order. */
+  waiting = [];
+  /** Entries written and awaiting their reply. */
+  inflight = /* @__PURE__ */ new Set();
+  /** Entries sleeping until a retry timer fires, with the timer's cancel function. */
+  delayed = /* @__PURE__ */ new Map();
+  nextOrder = 0;
+  closedWith = null;
+  /** How many sends may be in flight now. */
+  window = MAX_WINDOW;
+  /** Set while the server asked us to wait (`throttled`); cancels the timer that lifts it. */
+  cancelPause = null;
+  /** Sends not yet written (the bounded part). */
+  get unsentCount() {
+    return this.waiting.length + this.delayed.size;
+  }
+  /** Every send not yet acknowledged. */
+  get size() {
+    return this.waiting.length + this.inflight.size + this.delayed.size;
+  }
+  /**
+   * Queues a message. Rejects with `queue_full` when `maxQueue` sends already wait unsent: offline, that
+   * bound is all that stops an application from piling up memory it cannot send. Sends in flight do not
+   * count; there are at most 32 of them.
+   */
+  enqueue(chat, body, clientId) {
+    return this.closedWith !== null ? Promise.reject(this.closedWith) : this.unsentCount >= this.maxQueue ? Promise.reject(
+      new HeraldError("queue_full", `herald: ${this.unsentCount} sends already wait to be sent (maxQueue)`, { op: "send" })
+    ) : new Promise((resolve, reject) => {
+      this.waiting.push({
+        order: this.nextOrder++,
+        chat,
+        body,
+        clientId: clientId ?? this.newClientId(),
+        retries: 0,
+        resolve,
+        reject
+      }), this.flush();
+    });
+  }
+  /** Writes waiting sends, in order, while the link is up, the window has room and no throttle holds. */
+  flush() {
+    for (; this.host.connected && this.cancelPause === null && this.inflight.size < this.window && this.waiting.length > 0; )
+      this.dispatch(this.waiting.shift());
+  }
+  /** Rejects everything with `err` and refuses further sends (the client was closed). */
+  close(err) {
+    this.closedWith = err, this.cancelPause?.(), this.cancelPause = null;
+    let all = [...this.waiting, ...this.delayed.keys()];
+    for (let cancel of this.delayed.values()) cancel();
+    this.waiting = [], this.delayed.clear();
+    for (let e of all) e.reject(err);
+  }
+  dispatch(entry) {
+    this.inflight.add(entry), this.host.sendRequest({ chat: entry.chat, body: entry.body, client_id: entry.clientId }).then(
+      (ok) => {
+        this.inflight.delete(entry), this.window = Math.min(MAX_WINDOW, this.window + 1), entry.resolve(ok), this.flush();
+      },
+      (err) => {
+        this.inflight.delete(entry), this.failed(entry, err), this.flush();
+      }
+    );
+  }
+  failed(entry, err) {
+    let e = err instanceof HeraldError ? err : new HeraldError("internal", String(err), { op: "send" });
+    if (this.closedWith !== null) {
+      entry.reject(this.closedWith);
+      return;
+    }
+    if (e.code === "disconnected") {
+      this.requeue(entry);
+      return;
+    }
+    if (e.code === "throttled") {
+      this.window = Math.max(1, Math.floor(this.window / 2)), this.requeue(entry), this.pause(e.retryAfterMs ?? DEFAULT_RETRY_MS2);
+      return;
+    }
+    if (RETRYABLE.has(e.code) && entry.retries < this.maxRetries) {
+      entry.retries++;
+      let cancel = this.host.schedule(() => {
+        this.delayed.delete(entry), this.requeue(entry), this.flush();
+      }, e.retryAfterMs ?? DEFAULT_RETRY_MS2);
+      this.delayed.set(entry, cancel);
+      return;
+    }
+    entry.reject(e);
+  }
+  /** Stops writing for `ms` (a later throttle may extend it). */
+  pause(ms) {
+    this.cancelPause?.(), this.cancelPause = this.host.schedule(() => {
+      this.cancelPause = null, this.flush();
+    }, ms);
+  }
+  /** Puts an entry back at its original place among the waiting ones. */
+  requeue(entry) {
+    let i = this.waiting.length;
+    for (; i > 0 && this.waiting[i - 1].order > entry.order; ) i--;
+    this.waiting.splice(i, 0, entry);
+  }
+};
+function newClientId(random = Math.random) {
+  let bytes = new Uint8Array(16), c = globalThis.crypto;
+  if (c?.getRandomValues !== void 0)
+    c.getRandomValues(bytes);
+  else
+    for (let i = 0; i < bytes.length; i++) bytes[i] = Math.floor(random() * 256);
+  let hex = "";
+  for (let b of bytes) hex += b.toString(16).padStart(2, "0");
+  return `c-${hex}`;
+}
+
+// ../sdk/ts/src/requests.ts
+function overLimit(s, limit) {
+  return s.length * 3 <= limit ? !1 : new TextEncoder().encode(s).length > limit;
+}
+function isObject(v) {
+  return typeof v == "object" && v !== null && !Array.isArray(v);
+}
+var Requests = class {
+  /**
+   * @param maxFrameBytes frames over this are refused locally (`too_large`): the server would close the
+   *   link with 1009, and a retried send would do that again on every link.
+   * @param writeFailed called when a link refuses a frame; the client treats that link as lost.
+   */
+  constructor(maxFrameBytes, writeFailed) {
+    this.maxFrameBytes = maxFrameBytes;
+    this.writeFailed = writeFailed;
+  }
+  maxFrameBytes;
+  writeFailed;
+  /** Ids are unique per client, not per link, so a late reply from an old link can never match. */
+  nextId = 1;
+  pending = /* @__PURE__ */ new Map();
+  parked = [];
+  /** Writes `{"id", "op", ...args}` on `link`; resolves with the reply's `ok`, rejects with its `err`. */
+  call(link, op, args, timeoutMs) {
+    return new Promise((resolve, reject) => {
+      let id = this.nextId++, text = JSON.stringify({ id, op, ...args });
+      if (overLimit(text, this.maxFrameBytes)) {
+        reject(new HeraldError("too_large", `herald: ${op} frame is over ${this.maxFrameBytes} bytes`, { op }));
+        return;
+      }
+      let timer = setTimeout(() => {
+        this.pending.delete(id), reject(new HeraldError("timeout", `herald: no reply to ${op} within ${timeoutMs} ms`, { op }));
+      }, timeoutMs);
+      this.pending.set(id, { op, link, resolve, reject, timer }), link.send(text) || this.writeFailed(link);
+    });
+  }
+  /** Parks a request until `flush` gets a greeted link, or rejects with `timeout` at `deadline`. */
+  park(op, args, deadline) {
+    return new Promise((resolve, reject) => this.parkEntry(op, args, deadline, resolve, reject));
+  }
+  /**
+   * Writes the parked requests on `link`, in the order they were made, each with what is left of its
+   * deadline. `isCurrent` is checked before each: a write can fail and drop the link mid-way, and the
+   * rest then wait for the next link.
+   */
+  flush(link, isCurrent) {
+    let parked = this.parked;
+    this.parked = [];
+    for (let p of parked) {
+      if (clearTimeout(p.timer), !isCurrent()) {
+        this.parkEntry(p.op, p.args, p.deadline, p.resolve, p.reject);
+        continue;
+      }
+      this.call(link, p.op, p.args, Math.max(1, p.deadline - Date.now())).then(p.resolve, p.reject);
+    }
+  }
+  /** Settles the request a reply answers; a reply to nothing (timed out already) is ignored. */
+  settle(msg) {
+    let p = this.pending.get(msg.id);
+    p !== void 0 && (clearTimeout(p.timer), this.pending.delete(msg.id), msg.err !== void 0 ? p.reject(HeraldError.fromWire(isObject(msg.err) ? msg.err : { code: "internal" }, p.op)) : p.resolve(msg.ok ?? {}));
+  }
+  /** Rejects every request written on `link` with `err`'s code: their outcome is unknown. */
+  failLink(link, err) {
+    for (let [id, p] of this.pending)
+      p.link === link && (clearTimeout(p.timer), this.pending.delete(id), p.reject(new HeraldError(err.code, `${err.message} (${p.op} outcome unknown)`, { op: p.op, closeCode: err.closeCode })));
+  }
+  /** Rejects every parked request with `err`'s code (the client stopped or closed). */
+  failParked(err) {
+    let parked = this.parked;
+    this.parked = [];
+    for (let p of parked)
+      clearTimeout(p.timer), p.reject(new HeraldError(err.code, err.message, { op: p.op, closeCode: err.closeCode }));
+  }
+  parkEntry(op, args, deadline, resolve, reject) {
+    let p = {
+      op,
+      args,
+      deadline,
+      resolve,
+      reject,
+      timer: setTimeout(() => {
+        this.parked = this.parked.filter((x) => x !== p), reject(new HeraldError("timeout", `herald: not connected in time for ${op}`, { op }));
+      }, Math.max(0, deadline - Date.now()))
+    };
+    this.parked.push(p);
+  }
+};
+
+// ../sdk/ts/src/token.ts
+function jwtExp(token) {
+  let parts = token.split(".");
+  if (!(parts.length < 2))
+    try {
+      let payload = JSON.parse(base64UrlDecode(parts[1]));
+      if (payload !== null && typeof payload == "object") {
+        let exp = payload.exp;
+        if (typeof exp == "number" && Number.isFinite(exp)) return exp;
+      }
+    } catch {
+    }
+}
+function base64UrlDecode(s) {
+  let b64 = s.replace(/-/g, "+").replace(/_/g, "/"), padded = b64 + "=".repeat((4 - b64.length % 4) % 4), binary = atob(padded), bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+  return new TextDecoder().decode(bytes);
+}
+var TokenSource = class {
+  constructor(source, marginMs, now = () => Date.now()) {
+    this.source = source;
+    this.marginMs = marginMs;
+    this.now = now;
+    typeof source == "string" && (this.cached = source);
+  }
+  source;
+  marginMs;
+  now;
+  cached;
+  /** True when a rejected token can be replaced by asking the provider again. */
+  get canRefresh() {
+    return typeof this.source == "function";
+  }
+  /** The token to use for the next `hello`, calling the provider when the cached one will not do. */
+  async get() {
+    if (typeof this.source == "string") return this.source;
+    if (this.cached !== void 0 && !this.nearExpiry(this.cached)) return this.cached;
+    let token;
+    try {
+      token = await this.source();
+    } catch (cause) {
+      throw new HeraldError("token", "the token provider failed", { cause });
+    }
+    if (typeof token != "string" || token.length === 0)
+      throw new HeraldError("token", "the token provider returned no token");
+    return this.cached = token, token;
+  }
+  /** Forgets the cached token so the next `get` calls the provider (after a 4001). */
+  invalidate() {
+    typeof this.source == "function" && (this.cached = void 0);
+  }
+  nearExpiry(token) {
+    let exp = jwtExp(token);
+    return exp !== void 0 && exp * 1e3 - this.now() <= this.marginMs;
+  }
+};
+
+// ../sdk/ts/src/transport.ts
+function resolveWebSocket(given) {
+  if (given !== void 0) return given;
+  let g = globalThis.WebSocket;
+  if (g === void 0)
+    throw new TypeError(
+      'herald: no global WebSocket in this runtime; pass one in the options, e.g. `WebSocket` from the "ws" package'
+    );
+  return g;
+}
+function endpointUrl(url, workspace) {
+  let u = new URL(url), named = u.searchParams.get("ws");
+  if (named !== null && named !== workspace)
+    throw new TypeError(`herald: url names workspace "${named}" but the options say "${workspace}"`);
+  return u.searchParams.set("ws", workspace), u.toString();
+}
+var Link = class {
+  socket;
+  live = !0;
+  /** Opens a socket to `url`; may throw synchronously for a malformed URL. */
+  constructor(ctor, url, handlers) {
+    this.socket = new ctor(url), this.socket.onopen = () => {
+      this.live && handlers.onOpen();
+    }, this.socket.onmessage = (ev) => {
+      this.live && typeof ev.data == "string" && handlers.onFrame(ev.data);
+    }, this.socket.onclose = (ev) => {
+      this.live && (this.live = !1, handlers.onClose(typeof ev.code == "number" ? ev.code : 1006, ev.reason ?? ""));
+    }, this.socket.onerror = () => {
+    };
+  }
+  /** True while frames can be written. */
+  get open() {
+    return this.live && this.socket.readyState === 1;
+  }
+  /** Writes one text frame; returns false when the socket cannot take it. */
+  send(text) {
+    if (!this.open) return !1;
+    try {
+      return this.socket.send(text), !0;
+    } catch {
+      return !1;
+    }
+  }
+  /**
+   * Stops reporting and closes the socket. Used for every close the client decides on (a dead link, a
+   * drain, `close()`), because a dead link's close handshake may never finish and the client must not
+   * wait for it before reconnecting.
+   */
+  abandon(reason) {
+    if (this.live) {
+      this.live = !1;
+      try {
+        this.socket.close(1e3, reason.slice(0, 120));
+      } catch {
+      }
+    }
+  }
+};
+
+// ../sdk/ts/src/client.ts
+var TRANSITIONS = {
+  disconnected: ["connecting", "closed"],
+  connecting: ["connected", "disconnected", "closed"],
+  connected: ["connecting", "disconnected", "closed"],
+  closed: []
+}, DEFAULT_HEARTBEAT_MS = 25e3, MIN_HEARTBEAT_MS = 1e3, MAX_RECONNECT_AFTER_MS = 5 * 6e4, STABLE_CONNECTION_MS = 1e4;
+function schedule(fn, ms) {
+  let t = setTimeout(fn, ms);
+  return () => clearTimeout(t);
+}
+function isObject2(v) {
+  return typeof v == "object" && v !== null && !Array.isArray(v);
+}
+function isSeq(v) {
+  return typeof v == "number" && Number.isInteger(v) && v >= 0;
+}
+var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitter {
+  s;
+  ctor;
+  endpoint;
+  tokens;
+  backoff;
+  outbox;
+  chats = /* @__PURE__ */ new Map();
+  chatHost;
+  current = "disconnected";
+  /** The link of the current attempt or connection; null while waiting to reconnect or stopped. */
+  link = null;
+  helloOk = null;
+  connectedAt = 0;
+  /** Request ids, replies, timeouts, and requests parked while connecting. */
+  requests;
+  connectWaiters = [];
+  /** Bumped when an attempt starts or the client stops, so a token fetched for an old attempt is dropped. */
+  generation = 0;
+  /** Set after a rejected token was replaced; a second rejection then stops the client. */
+  authRetried = !1;
+  /** When a `reconnect` push asked us to come back (absolute ms), until the next attempt uses it. */
+  reconnectAt = null;
+  cancelReconnect = null;
+  cancelConnectTimeout = null;
+  cancelPing = null;
+  cancelDrain = null;
+  /** Validates the options; throws `TypeError` for unusable ones (no WebSocket, bad workspace, ...). */
+  constructor(options) {
+    super(), this.s = resolveOptions(options), this.ctor = resolveWebSocket(this.s.WebSocket), this.endpoint = endpointUrl(this.s.url, this.s.workspace), this.tokens = new TokenSource(this.s.token, this.s.tokenRefreshMarginMs), this.backoff = new Backoff(this.s.backoff, this.s.random), this.requests = new Requests(this.s.maxFrameBytes, (link) => this.lost(link, 1006, "write failed"));
+    let self = this;
+    this.outbox = new Outbox(
+      {
+        get connected() {
+          return self.isConnected;
+        },
+        sendRequest: (args) => this.sendRequest(args),
+        schedule
+      },
+      this.s.maxQueue,
+      this.s.sendRetries,
+      () => newClientId(this.s.random)
+    ), this.chatHost = {
+      get connected() {
+        return self.isConnected;
+      },
+      request: (op, args) => this.request(op, args),
+      send: (chat, body, clientId) => this.outbox.enqueue(chat, body, clientId),
+      delivered: (ev) => this.emit("event", ev),
+      schedule,
+      fetchPageSize: this.s.fetchPageSize,
+      maxBufferedEvents: this.s.maxBufferedEvents
+    };
+  }
+  /** The current state. */
+  get state() {
+    return this.current;
+  }
+  /** The `hello` reply of the current connection (user, node, session, heartbeat), or null. */
+  get session() {
+    return this.helloOk;
+  }
+  /** Sends not yet acknowledged (waiting, written or sleeping before a retry). */
+  get unacknowledgedSends() {
+    return this.outbox.size;
+  }
+  /**
+   * Starts connecting (if not already) and resolves once connected. It keeps retrying with backoff
+   * through failures; it rejects only when the client stops: a token rejected again after a refresh
+   * (`unauthenticated`), `disconnect()` or `close()`.
+   */
+  connect() {
+    if (this.current === "closed") return Promise.reject(new HeraldError("closed", "herald: the client is closed"));
+    if (this.current === "connected" && this.helloOk !== null) return Promise.resolve(this.helloOk);
+    let p = new Promise((resolve, reject) => this.connectWaiters.push({ resolve, reject }));
+    return this.current === "disconnected" && (this.authRetried = !1, this.backoff.reset(), this.setState("connecting"), this.startAttempt()), p;
+  }
+  /**
+   * Drops the link and stops reconnecting. Watches and unsent messages are kept and resume on the next
+   * `connect()`; requests waiting for the link reject with `disconnected`.
+   */
+  disconnect() {
+    if (this.current === "disconnected" || this.current === "closed") return;
+    let err = new HeraldError("disconnected", "herald: disconnect() was called");
+    this.link !== null && this.detach(this.link, "client disconnect", err), this.stop(1e3, "client disconnect", null);
+  }
+  /** Closes the client for good: every pending promise rejects with `closed`, timers stop. */
+  close() {
+    if (this.current === "closed") return;
+    let err = new HeraldError("closed", "herald: the client was closed");
+    this.link !== null && this.detach(this.link, "client close", err), this.generation++, this.clearTimers(), this.outbox.close(err);
+    for (let chat of this.chats.values()) chat.shutdown(err);
+    this.failWaiting(err), this.setState("closed");
+  }
+  /**
+   * The handle of chat `id`; the same object for the same id, so its listeners and watch survive
+   * reconnects. Handles are kept for the client's lifetime and hold no buffers unless watched.
+   */
+  chat(id) {
+    if (!ID_PATTERN.test(id)) throw new TypeError("herald: chat ids are 1 to 128 characters of A-Z a-z 0-9 _ . : -");
+    let chat = this.chats.get(id);
+    return chat === void 0 && (chat = new Chat(id, this.chatHost), this.chats.set(id, chat)), chat;
+  }
+  // ---- state --------------------------------------------------------------------------------
+  get isConnected() {
+    return this.current === "connected" && this.link !== null;
+  }
+  setState(to) {
+    let from = this.current;
+    if (from !== to) {
+      if (!TRANSITIONS[from].includes(to)) throw new Error(`herald: no transition ${from} -> ${to}`);
+      this.current = to, this.emit("state", { from, to });
+    }
+  }
+  // ---- connecting ---------------------------------------------------------------------------
+  async startAttempt() {
+    let gen = ++this.generation, token;
+    try {
+      token = await this.tokens.get();
+    } catch (err) {
+      if (gen !== this.generation || this.current !== "connecting") return;
+      let e = err instanceof HeraldError ? err : new HeraldError("token", String(err), { cause: err });
+      this.emit("error", e), this.retryLater(1006, "token provider failed", this.backoff.next());
+      return;
+    }
+    if (gen !== this.generation || this.current !== "connecting") return;
+    let link;
+    try {
+      link = new Link(this.ctor, this.endpoint, {
+        onOpen: () => this.onOpen(link, token),
+        onFrame: (text) => this.onFrame(link, text),
+        onClose: (code, reason) => this.lost(link, code, reason)
+      });
+    } catch (err) {
+      this.emit("error", new HeraldError("internal", `herald: cannot open a WebSocket: ${String(err)}`, { cause: err })), this.retryLater(1006, "socket failed to open", this.backoff.next());
+      return;
+    }
+    this.link = link, this.cancelConnectTimeout = schedule(() => {
+      this.cancelConnectTimeout = null, this.lost(link, 1006, "connect timeout");
+    }, this.s.requestTimeoutMs);
+  }
+  onOpen(link, token) {
+    link === this.link && this.requests.call(link, "hello", { token }, this.s.requestTimeoutMs).then(
+      (ok) => this.onHello(link, ok),
+      (err) => {
+        link === this.link && (err.code === "unauthenticated" ? this.lost(link, CloseCode.Unauthenticated, err.message) : this.lost(link, 1006, `hello failed: ${err.code}`));
+      }
+    );
+  }
+  onHello(link, ok) {
+    if (link !== this.link) return;
+    this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.helloOk = ok, this.connectedAt = Date.now(), this.authRetried = !1, this.setState("connected"), this.emit("connected", ok);
+    let waiters = this.connectWaiters;
+    this.connectWaiters = [];
+    for (let w of waiters) w.resolve(ok);
+    let hb = typeof ok.heartbeat_ms == "number" && ok.heartbeat_ms > 0 ? ok.heartbeat_ms : DEFAULT_HEARTBEAT_MS;
+    this.schedulePing(link, Math.max(MIN_HEARTBEAT_MS, hb));
+    for (let chat of this.chats.values()) {
+      if (link !== this.link) return;
+      chat.linkUp();
+    }
+    this.outbox.flush(), this.requests.flush(link, () => link === this.link);
+  }
+  // ---- watchdog -----------------------------------------------------------------------------
+  /**
+   * Browsers hide WebSocket-level pings, so a half-open TCP link (a laptop lid closed, a NAT that
+   * forgot us) looks healthy until the OS gives up, minutes later. A protocol `ping` every heartbeat
+   * with its own short timeout finds such a link within heartbeat + pingTimeout.
+   */
+  schedulePing(link, heartbeatMs) {
+    this.cancelPing = schedule(() => {
+      this.cancelPing = null, link === this.link && this.requests.call(link, "ping", {}, this.s.pingTimeoutMs).then(
+        () => {
+          link === this.link && this.schedulePing(link, heartbeatMs);
+        },
+        (err) => {
+          link === this.link && (err.code === "timeout" ? this.lost(link, 1006, "ping timeout") : this.schedulePing(link, heartbeatMs));
+        }
+      );
+    }, heartbeatMs);
+  }
+  // ---- losing a link ------------------------------------------------------------------------
+  /** Tears a link down: stop its timers, fail the requests written on it, suspend watched chats. */
+  detach(link, reason, err) {
+    if (link === this.link) {
+      this.link = null, this.helloOk = null, link.abandon(reason), this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.cancelPing?.(), this.cancelPing = null, this.cancelDrain?.(), this.cancelDrain = null, this.requests.failLink(link, err);
+      for (let chat of this.chats.values()) chat.linkDown();
+    }
+  }
+  /** The current link closed or was found dead: apply the close code's policy. */
+  lost(link, code, reason) {
+    if (link !== this.link) return;
+    let lived = this.current === "connected" ? Date.now() - this.connectedAt : 0;
+    this.detach(link, reason, new HeraldError("disconnected", `herald: link closed (${code}${reason ? ` ${reason}` : ""})`, { closeCode: code })), lived >= STABLE_CONNECTION_MS && this.backoff.reset();
+    let policy = closePolicy(code);
+    if (policy === "refresh_token") {
+      if (!this.tokens.canRefresh || this.authRetried) {
+        let again = this.tokens.canRefresh ? " again after a refresh" : " (a fixed token cannot be refreshed)";
+        this.stop(code, reason, new HeraldError("unauthenticated", `herald: the server rejected the token${again}`, { closeCode: code }));
+        return;
+      }
+      this.authRetried = !0, this.tokens.invalidate(), this.retryLater(code, reason, this.backoff.next());
+      return;
+    }
+    let delay;
+    this.reconnectAt !== null ? (delay = Math.max(0, this.reconnectAt - Date.now()), this.reconnectAt = null) : policy === "reconnect_slow" ? delay = this.s.throttledReconnectFloorMs + this.backoff.next() : delay = this.backoff.next(), this.retryLater(code, reason, delay);
+  }
+  retryLater(code, reason, delay) {
+    this.emit("disconnected", { code, reason, reconnectInMs: delay }), !(this.current !== "connecting" && this.current !== "connected") && (this.setState("connecting"), this.cancelReconnect?.(), this.cancelReconnect = schedule(() => {
+      this.cancelReconnect = null, this.current === "connecting" && this.startAttempt();
+    }, delay));
+  }
+  /** Stops reconnecting: state `disconnected`, waiting callers rejected. */
+  stop(code, reason, err) {
+    this.generation++, this.clearTimers(), this.emit("disconnected", { code, reason, reconnectInMs: null }), err !== null && this.emit("error", err), !(this.current === "closed" || this.current === "disconnected") && (this.setState("disconnected"), this.failWaiting(err ?? new HeraldError("disconnected", `herald: disconnected (${reason})`, { closeCode: code })));
+  }
+  clearTimers() {
+    this.cancelReconnect?.(), this.cancelReconnect = null, this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.cancelPing?.(), this.cancelPing = null, this.cancelDrain?.(), this.cancelDrain = null, this.reconnectAt = null;
+  }
+  failWaiting(err) {
+    let waiters = this.connectWaiters;
+    this.connectWaiters = [];
+    for (let w of waiters) w.reject(err);
+    this.requests.failParked(err);
+  }
+  // ---- requests -----------------------------------------------------------------------------
+  /**
+   * A request for chat handles: written now when connected, else parked until the link is greeted.
+   * The timeout covers both the wait and the reply.
+   */
+  request(op, args) {
+    return this.current === "closed" ? Promise.reject(new HeraldError("closed", "herald: the client is closed", { op })) : this.current === "disconnected" ? Promise.reject(new HeraldError("disconnected", "herald: not connected; call connect() first", { op })) : this.isConnected ? this.requests.call(this.link, op, args, this.s.requestTimeoutMs) : this.requests.park(op, args, Date.now() + this.s.requestTimeoutMs);
+  }
+  sendRequest(args) {
+    return this.isConnected ? this.requests.call(this.link, "send", args, this.s.requestTimeoutMs) : Promise.reject(new HeraldError("disconnected", "herald: not connected", { op: "send" }));
+  }
+  // ---- frames from the server ---------------------------------------------------------------
+  onFrame(link, text) {
+    if (link !== this.link) return;
+    let msg;
+    try {
+      msg = JSON.parse(text);
+    } catch {
+      this.emit("error", new HeraldError("protocol", "herald: the server sent a frame that is not JSON"));
+      return;
+    }
+    if (!isObject2(msg)) {
+      this.emit("error", new HeraldError("protocol", "herald: the server sent a frame that is not an object"));
+      return;
+    }
+    if (typeof msg.id == "number") {
+      this.requests.settle(msg);
+      return;
+    }
+    this.onPush(link, msg);
+  }
+  onPush(link, push) {
+    switch (push.ev) {
+      case "event":
+      case "notify": {
+        if (typeof push.chat != "string" || !isSeq(push.seq) || push.seq === 0) {
+          this.emit("error", new HeraldError("protocol", `herald: a ${push.ev} push without a chat or seq`));
+          return;
+        }
+        let chat = this.chats.get(push.chat);
+        if (chat === void 0) return;
+        push.ev === "event" ? chat.onEventPush(push) : chat.onNotify(push);
+        return;
+      }
+      case "reconnect": {
+        let after = isSeq(push.after_ms) ? Math.min(push.after_ms, MAX_RECONNECT_AFTER_MS) : 0;
+        this.reconnectAt = Date.now() + after, this.cancelDrain?.(), this.cancelDrain = schedule(() => {
+          this.cancelDrain = null, this.lost(link, CloseCode.GoingAway, push.reason ?? "reconnect requested");
+        }, after);
+        return;
+      }
+      default:
+        return;
+    }
+  }
+};
+
+// src/view.ts
+var REACTIONS = [
+  // Plain symbols rather than emoji pictures, so they draw with the fonts every system has.
+  { emoji: "+1", label: "+1" },
+  { emoji: "heart", label: "♥" },
+  { emoji: "star", label: "★" }
+], MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
+  constructor(els, me, actions) {
+    this.els = els;
+    this.me = me;
+    this.actions = actions;
+    els.messages.replaceChildren(), els.pending.replaceChildren(), els.members.textContent = "-", els.readers.replaceChildren();
+  }
+  els;
+  me;
+  actions;
+  /** Rows by seq: the guard that no event is ever shown twice. */
+  rows = /* @__PURE__ */ new Map();
+  /** Messages by seq, in seq order (Map keeps insertion order and events arrive in order). */
+  shown = /* @__PURE__ */ new Map();
+  /** target seq -> emoji -> users with that reaction on. Sets, so a repeated "on" counts once. */
+  reactions = /* @__PURE__ */ new Map();
+  /** user -> read position. */
+  readPos = /* @__PURE__ */ new Map();
+  /** Sends not yet stored, by client_id. */
+  pendingRows = /* @__PURE__ */ new Map();
+  /** The members count as of `membersAt`; join and leave events after that seq adjust it. */
+  members = null;
+  membersAt = 0;
+  /** The highest seq of a message or system event: what reading the chat up to now means. */
+  latestReadable = 0;
+  /** The seq to report as read when the user has seen everything shown. */
+  get readableSeq() {
+    return this.latestReadable;
+  }
+  /** This user's read position as the server has stored it (from `read` events), 0 when none. */
+  get myReadSeq() {
+    return this.readPos.get(this.me) ?? 0;
+  }
+  /**
+   * The `join` reply's count, true at `seq`. Events replayed from before it are already counted in it;
+   * only join and leave events after it move the count.
+   */
+  setMembers(count, seq) {
+    this.members = count, this.membersAt = seq, this.els.members.textContent = String(count);
+  }
+  /** Folds one delivered event into the page. */
+  apply(ev) {
+    if (!this.rows.has(ev.seq))
+      switch (ev.type) {
+        case "message":
+        case "system":
+          this.addMessage(ev);
+          break;
+        case "join":
+        case "leave":
+          this.addNote(ev, `${ev.user ?? "someone"} ${ev.type === "join" ? "joined" : "left"}`), this.members !== null && ev.seq > this.membersAt && (this.members = Math.max(0, this.members + (ev.type === "join" ? 1 : -1)), this.membersAt = ev.seq, this.els.members.textContent = String(this.members));
+          break;
+        case "reaction":
+          this.applyReaction(ev);
+          break;
+        case "read":
+          this.applyRead(ev);
+          break;
+        default:
+          break;
+      }
+  }
+  /** Shows a send that is queued or in flight. */
+  addPending(clientId, text) {
+    let li = document.createElement("li");
+    li.dataset.clientId = clientId, li.append(span("who", this.me), span("text", text), span("status", "sending…")), this.pendingRows.set(clientId, li), this.els.pending.append(li), this.scrollToEnd(!0);
+  }
+  /** The send was stored as `seq`; its row goes once the event itself is shown. */
+  sent(clientId, seq) {
+    this.rows.has(seq) && this.dropPending(clientId);
+  }
+  /** The send gave up; its row stays, marked, so the user sees what was not stored. */
+  failPending(clientId, reason) {
+    let li = this.pendingRows.get(clientId);
+    if (li === void 0) return;
+    li.dataset.failed = "true";
+    let status = li.querySelector(".status");
+    status !== null && (status.textContent = `not sent: ${reason}`);
+  }
+  // ---- messages ---------------------------------------------------------------------------------
+  addMessage(ev) {
+    let stick = this.atBottom(), user = ev.user ?? "system", li = document.createElement("li");
+    li.className = ev.type === "system" ? "msg system" : user === this.me ? "msg mine" : "msg", li.dataset.seq = String(ev.seq), li.dataset.user = user, ev.client_id !== void 0 && (li.dataset.clientId = ev.client_id);
+    let head = document.createElement("div");
+    head.className = "head";
+    let time = document.createElement("time");
+    time.dateTime = new Date(ev.ts).toISOString(), time.textContent = new Date(ev.ts).toLocaleTimeString(), head.append(span("who", user), span("seq", `#${ev.seq}`), time);
+    let foot = document.createElement("div");
+    foot.className = "foot";
+    let reactionsEl = span("reactions", ""), readsEl = span("reads", "");
+    foot.append(reactionsEl, readsEl), li.append(head, span("text", messageText(ev.body)), foot);
+    let shown = { seq: ev.seq, user, el: li, reactionsEl, readsEl };
+    this.rows.set(ev.seq, li), this.shown.set(ev.seq, shown), this.latestReadable = Math.max(this.latestReadable, ev.seq), this.drawReactions(shown), this.drawReads(shown), this.els.messages.append(li), user === this.me && ev.client_id !== void 0 && this.dropPending(ev.client_id), this.scrollToEnd(stick);
+  }
+  addNote(ev, text) {
+    let stick = this.atBottom(), li = document.createElement("li");
+    li.className = "note", li.dataset.seq = String(ev.seq), li.dataset.type = ev.type, li.textContent = `#${ev.seq} ${text}`, this.rows.set(ev.seq, li), this.els.messages.append(li), this.scrollToEnd(stick);
+  }
+  dropPending(clientId) {
+    this.pendingRows.get(clientId)?.remove(), this.pendingRows.delete(clientId);
+  }
+  // ---- reactions --------------------------------------------------------------------------------
+  applyReaction(ev) {
+    let body = ev.body;
+    if (body === null || typeof body.target != "number" || typeof body.emoji != "string" || ev.user === void 0) return;
+    let byEmoji = this.reactions.get(body.target);
+    byEmoji === void 0 && (byEmoji = /* @__PURE__ */ new Map(), this.reactions.set(body.target, byEmoji));
+    let users = byEmoji.get(body.emoji);
+    users === void 0 && (users = /* @__PURE__ */ new Set(), byEmoji.set(body.emoji, users)), body.on === !1 ? users.delete(ev.user) : users.add(ev.user);
+    let shown = this.shown.get(body.target);
+    shown !== void 0 && this.drawReactions(shown);
+  }
+  /** The offered reactions always, then any other emoji someone used, each with its count. */
+  drawReactions(m) {
+    let byEmoji = this.reactions.get(m.seq), emojis = REACTIONS.map((r) => r.emoji);
+    for (let e of byEmoji?.keys() ?? []) emojis.includes(e) || emojis.push(e);
+    let buttons = emojis.map((emoji) => {
+      let users = byEmoji?.get(emoji), count = users?.size ?? 0, mine = users?.has(this.me) ?? !1, b = document.createElement("button");
+      b.type = "button", b.className = "react", b.dataset.emoji = emoji, b.dataset.count = String(count), b.setAttribute("aria-pressed", String(mine)), b.title = count > 0 ? [...users ?? []].join(", ") : `react with ${emoji}`;
+      let label = REACTIONS.find((r) => r.emoji === emoji)?.label ?? emoji;
+      return b.textContent = count > 0 ? `${label} ${count}` : label, b.addEventListener("click", () => this.actions.react(m.seq, emoji, !mine)), b;
+    });
+    m.reactionsEl.replaceChildren(...buttons);
+  }
+  // ---- read markers -----------------------------------------------------------------------------
+  applyRead(ev) {
+    let body = ev.body;
+    if (body === null || typeof body.seq != "number" || ev.user === void 0) return;
+    let before = this.readPos.get(ev.user) ?? 0;
+    if (!(body.seq <= before)) {
+      this.readPos.set(ev.user, body.seq);
+      for (let m of this.shown.values()) m.seq > before && m.seq <= body.seq && this.drawReads(m);
+      this.drawReaders();
+    }
+  }
+  /** "read by N" under a message: members other than its author who have read at least that far. */
+  drawReads(m) {
+    let readers = [];
+    for (let [user, pos] of this.readPos) user !== m.user && pos >= m.seq && readers.push(user);
+    readers.sort(), m.readsEl.dataset.readCount = String(readers.length), m.readsEl.title = readers.join(", "), readers.length === 0 ? m.readsEl.textContent = "" : readers.length <= MAX_NAMED_READERS ? m.readsEl.textContent = `✓ read by ${readers.join(", ")}` : m.readsEl.textContent = `✓ read by ${readers.length}`;
+  }
+  /** Each member's read position, as chips in the header. */
+  drawReaders() {
+    let chips = [...this.readPos].sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0).map(([user, pos]) => {
+      let chip = span("reader", `${user} ✓#${pos}`);
+      return chip.dataset.user = user, chip.dataset.seq = String(pos), chip;
+    });
+    this.els.readers.replaceChildren(...chips);
+  }
+  // ---- scrolling --------------------------------------------------------------------------------
+  atBottom() {
+    let box = this.els.messages.parentElement;
+    return box === null ? !0 : box.scrollHeight - box.scrollTop - box.clientHeight < STICKY_SCROLL_PX;
+  }
+  /** Follows new rows only when the user was already at the bottom, so reading history is not yanked. */
+  scrollToEnd(stick) {
+    let box = this.els.messages.parentElement;
+    stick && box !== null && (box.scrollTop = box.scrollHeight);
+  }
+};
+function messageText(body) {
+  return typeof body == "object" && body !== null && typeof body.text == "string" ? body.text : JSON.stringify(body);
+}
+function span(className, text) {
+  let s = document.createElement("span");
+  return s.className = className, s.textContent = text, s;
+}
+
+// src/demo.ts
+var ID_PATTERN2 = /^[A-Za-z0-9_.:-]{1,128}$/, HISTORY_EVENTS = 500, READ_DEBOUNCE_MS = 250, params = new URLSearchParams(location.search), WORKSPACE = params.get("ws") ?? "demo";
+function $(id) {
+  let el = document.getElementById(id);
+  if (el === null) throw new Error(`demo.html lacks #${id}`);
+  return el;
+}
+var ui = {
+  joinForm: $("join-form"),
+  name: $("name"),
+  chat: $("chat"),
+  conn: $("conn"),
+  connDetail: $("conn-detail"),
+  watch: $("watch"),
+  members: $("members"),
+  readers: $("readers"),
+  messages: $("messages"),
+  pending: $("pending"),
+  sendForm: $("send-form"),
+  text: $("text"),
+  send: $("send"),
+  notice: $("notice")
+};
+async function devToken(workspace, user) {
+  let res = await fetch("/v1/dev/token", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ workspace, user })
+  });
+  if (!res.ok) throw new Error(`dev token refused: HTTP ${res.status} ${await res.text()}`);
+  let { token } = await res.json();
+  if (typeof token != "string") throw new Error("dev token: the answer has no token");
+  return token;
+}
+function wsUrl() {
+  return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/ws`;
+}
+function newClientId2() {
+  if (typeof crypto.randomUUID == "function") return `demo-${crypto.randomUUID()}`;
+  let bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `demo-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+function notice(text) {
+  ui.notice.textContent = text, ui.notice.hidden = text === "";
+}
+function showConnection(state, detail) {
+  ui.conn.dataset.state = state, ui.conn.textContent = state, ui.connDetail.textContent = detail;
+}
+var Session = class {
+  constructor(user, chatId) {
+    this.user = user;
+    this.client = new HeraldClient({ url: wsUrl(), workspace: WORKSPACE, token: () => devToken(WORKSPACE, user) }), this.chat = this.client.chat(chatId), this.view = new ChatView(
+      { messages: ui.messages, pending: ui.pending, members: ui.members, readers: ui.readers },
+      user,
+      { react: (target, emoji, on) => this.react(target, emoji, on) }
+    ), this.client.on("state", ({ to }) => {
+      showConnection(to, to === "connecting" ? ui.connDetail.textContent ?? "" : ""), to === "connected" && this.scheduleRead();
+    }), this.client.on("disconnected", ({ code, reason, reconnectInMs }) => {
+      let why = `link closed (${code}${reason ? ` ${reason}` : ""})`, next = reconnectInMs === null ? "stopped" : `retrying in ${(reconnectInMs / 1e3).toFixed(1)} s`;
+      showConnection(this.client.state, `${why}, ${next}`);
+    }), this.client.on("error", (e) => notice(`${e.code}: ${e.message}`)), this.chat.on("state", ({ to }) => {
+      ui.watch.dataset.state = to, ui.watch.textContent = to;
+    }), this.chat.on("error", (e) => notice(`${e.code}: ${e.message}`)), this.chat.on("event", (ev) => {
+      this.view.apply(ev), (ev.type === "message" || ev.type === "system") && this.scheduleRead();
+    }), showConnection(this.client.state, "");
+  }
+  user;
+  client;
+  chat;
+  view;
+  ended = !1;
+  readTimer = null;
+  reading = !1;
+  /** Connects, joins, and watches from a little before the join so the chat has some history. */
+  async start() {
+    await this.client.connect();
+    let joined = await this.chat.join();
+    this.ended || (this.view.setMembers(joined.members, joined.seq), await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS) }));
+  }
+  /** Queues a message. The SDK keeps it through link drops and stores it once; the row shows until then. */
+  send(text) {
+    let clientId = newClientId2();
+    this.view.addPending(clientId, text), this.chat.send({ text }, { clientId }).then(
+      ({ seq }) => this.view.sent(clientId, seq),
+      (e) => this.view.failPending(clientId, e instanceof HeraldError ? e.code : String(e))
+    );
+  }
+  end() {
+    this.ended = !0, this.readTimer !== null && clearTimeout(this.readTimer), this.client.close();
+  }
+  react(target, emoji, on) {
+    this.chat.react(target, emoji, on).catch((e) => notice(`reaction failed: ${String(e)}`));
+  }
+  /** Reports the read position soon, if the page is seen and there is something new to report. */
+  scheduleRead() {
+    this.readTimer !== null || this.ended || (this.readTimer = setTimeout(() => {
+      this.readTimer = null, this.readNow();
+    }, READ_DEBOUNCE_MS));
+  }
+  /**
+   * Reads up to the latest message shown. Only while connected (a read parked while offline would just
+   * time out), only while the page is visible (a hidden tab has not read anything), and never up to a
+   * `read` event's own seq, which would make every read cause another.
+   */
+  async readNow() {
+    if (this.ended || this.reading || this.client.state !== "connected" || document.visibilityState !== "visible") return;
+    let target = this.view.readableSeq;
+    if (!(target <= this.view.myReadSeq)) {
+      this.reading = !0;
+      try {
+        await this.chat.read(target);
+      } catch {
+        return;
+      } finally {
+        this.reading = !1;
+      }
+      this.view.readableSeq > target && this.scheduleRead();
+    }
+  }
+}, session = null;
+ui.name.value = params.get("name") ?? `user${Math.floor(Math.random() * 1e4)}`;
+ui.chat.value = params.get("chat") ?? "general";
+showConnection("disconnected", "");
+ui.joinForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  let name = ui.name.value.trim(), chatId = ui.chat.value.trim();
+  if (!ID_PATTERN2.test(name) || !ID_PATTERN2.test(chatId)) {
+    notice("name and chat: 1 to 128 characters of A-Z a-z 0-9 _ . : -");
+    return;
+  }
+  notice(""), session?.end();
+  let s = new Session(name, chatId);
+  session = s, document.title = `${name} in ${chatId} - herald`, ui.send.disabled = !1, s.start().catch((err) => {
+    session === s && notice(`could not enter the chat: ${err instanceof HeraldError ? `${err.code}: ${err.message}` : String(err)}`);
+  });
+});
+ui.sendForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  let text = ui.text.value.trim();
+  session === null || text === "" || (session.send(text), ui.text.value = "");
+});
+document.addEventListener("visibilitychange", () => session?.scheduleRead());

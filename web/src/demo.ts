@@ -1,0 +1,228 @@
+//! The demo page's script, served by herald in development mode at /demo.js: pick a name and a chat,
+//! then chat through `@herald/client`.
+//!
+//! Owns: the page's controls, one session per Join (a `HeraldClient` with a dev token, the chat's join,
+//! watch, sends, reactions and read position) and the connection state shown. Does not own: drawing the
+//! chat (view.ts) or anything about the protocol: reconnects, resuming, gap repair and idempotent sends
+//! are the SDK's, which is the point of the page.
+
+import { HeraldClient, HeraldError, type Chat, type ClientState } from '../../sdk/ts/src/index.ts';
+import { ChatView } from './view.ts';
+
+/** Ids are 1 to 128 of these characters (PROTOCOL.md, "Identity"). */
+const ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+/**
+ * How many events before the join to replay on entering a chat. Enough history for a demo without
+ * replaying a long-lived chat into the DOM; reactions and reads older than this are not counted.
+ */
+const HISTORY_EVENTS = 500;
+
+/**
+ * Reading is reported at most this often: every `read` stores an event that every member receives, so
+ * a burst of incoming messages should cost one read, not one each.
+ */
+const READ_DEBOUNCE_MS = 250;
+
+const params = new URLSearchParams(location.search);
+/** `?ws=` picks the workspace; dev tokens are issued for any. */
+const WORKSPACE = params.get('ws') ?? 'demo';
+
+function $<T extends HTMLElement>(id: string): T {
+  const el = document.getElementById(id);
+  if (el === null) throw new Error(`demo.html lacks #${id}`);
+  return el as T;
+}
+
+const ui = {
+  joinForm: $<HTMLFormElement>('join-form'),
+  name: $<HTMLInputElement>('name'),
+  chat: $<HTMLInputElement>('chat'),
+  conn: $('conn'),
+  connDetail: $('conn-detail'),
+  watch: $('watch'),
+  members: $('members'),
+  readers: $('readers'),
+  messages: $<HTMLOListElement>('messages'),
+  pending: $<HTMLOListElement>('pending'),
+  sendForm: $<HTMLFormElement>('send-form'),
+  text: $<HTMLInputElement>('text'),
+  send: $<HTMLButtonElement>('send'),
+  notice: $('notice'),
+};
+
+/** Asks herald for a development token; only loopback clients of a server without secrets get one. */
+async function devToken(workspace: string, user: string): Promise<string> {
+  const res = await fetch('/v1/dev/token', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ workspace, user }),
+  });
+  if (!res.ok) throw new Error(`dev token refused: HTTP ${res.status} ${await res.text()}`);
+  const { token } = (await res.json()) as { token?: unknown };
+  if (typeof token !== 'string') throw new Error('dev token: the answer has no token');
+  return token;
+}
+
+/** The WebSocket endpoint on the host that served this page. */
+function wsUrl(): string {
+  return `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/v1/ws`;
+}
+
+/** A client_id for a send; `crypto.randomUUID` exists only in secure contexts (loopback is one). */
+function newClientId(): string {
+  if (typeof crypto.randomUUID === 'function') return `demo-${crypto.randomUUID()}`;
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `demo-${Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')}`;
+}
+
+function notice(text: string): void {
+  ui.notice.textContent = text;
+  ui.notice.hidden = text === '';
+}
+
+function showConnection(state: ClientState, detail: string): void {
+  ui.conn.dataset.state = state;
+  ui.conn.textContent = state;
+  ui.connDetail.textContent = detail;
+}
+
+/** One user in one chat, from Join until the next Join. */
+class Session {
+  readonly client: HeraldClient;
+  readonly chat: Chat;
+  readonly view: ChatView;
+  private ended = false;
+  private readTimer: ReturnType<typeof setTimeout> | null = null;
+  private reading = false;
+
+  constructor(
+    readonly user: string,
+    chatId: string,
+  ) {
+    this.client = new HeraldClient({ url: wsUrl(), workspace: WORKSPACE, token: () => devToken(WORKSPACE, user) });
+    this.chat = this.client.chat(chatId);
+    this.view = new ChatView(
+      { messages: ui.messages, pending: ui.pending, members: ui.members, readers: ui.readers },
+      user,
+      { react: (target, emoji, on) => this.react(target, emoji, on) },
+    );
+
+    this.client.on('state', ({ to }) => {
+      // Keep why the last link ended on screen while reconnecting; the SDK tells it just before this.
+      showConnection(to, to === 'connecting' ? ui.connDetail.textContent ?? '' : '');
+      if (to === 'connected') this.scheduleRead();
+    });
+    this.client.on('disconnected', ({ code, reason, reconnectInMs }) => {
+      const why = `link closed (${code}${reason ? ` ${reason}` : ''})`;
+      const next = reconnectInMs === null ? 'stopped' : `retrying in ${(reconnectInMs / 1000).toFixed(1)} s`;
+      showConnection(this.client.state, `${why}, ${next}`);
+    });
+    this.client.on('error', (e) => notice(`${e.code}: ${e.message}`));
+    this.chat.on('state', ({ to }) => {
+      ui.watch.dataset.state = to;
+      ui.watch.textContent = to;
+    });
+    this.chat.on('error', (e) => notice(`${e.code}: ${e.message}`));
+    this.chat.on('event', (ev) => {
+      this.view.apply(ev);
+      if (ev.type === 'message' || ev.type === 'system') this.scheduleRead();
+    });
+    showConnection(this.client.state, '');
+  }
+
+  /** Connects, joins, and watches from a little before the join so the chat has some history. */
+  async start(): Promise<void> {
+    await this.client.connect();
+    const joined = await this.chat.join();
+    if (this.ended) return;
+    this.view.setMembers(joined.members, joined.seq);
+    await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS) });
+  }
+
+  /** Queues a message. The SDK keeps it through link drops and stores it once; the row shows until then. */
+  send(text: string): void {
+    const clientId = newClientId();
+    this.view.addPending(clientId, text);
+    this.chat.send({ text }, { clientId }).then(
+      ({ seq }) => this.view.sent(clientId, seq),
+      (e: unknown) => this.view.failPending(clientId, e instanceof HeraldError ? e.code : String(e)),
+    );
+  }
+
+  end(): void {
+    this.ended = true;
+    if (this.readTimer !== null) clearTimeout(this.readTimer);
+    this.client.close();
+  }
+
+  private react(target: number, emoji: string, on: boolean): void {
+    this.chat.react(target, emoji, on).catch((e: unknown) => notice(`reaction failed: ${String(e)}`));
+  }
+
+  /** Reports the read position soon, if the page is seen and there is something new to report. */
+  scheduleRead(): void {
+    if (this.readTimer !== null || this.ended) return;
+    this.readTimer = setTimeout(() => {
+      this.readTimer = null;
+      void this.readNow();
+    }, READ_DEBOUNCE_MS);
+  }
+
+  /**
+   * Reads up to the latest message shown. Only while connected (a read parked while offline would just
+   * time out), only while the page is visible (a hidden tab has not read anything), and never up to a
+   * `read` event's own seq, which would make every read cause another.
+   */
+  private async readNow(): Promise<void> {
+    if (this.ended || this.reading || this.client.state !== 'connected' || document.visibilityState !== 'visible') return;
+    const target = this.view.readableSeq;
+    if (target <= this.view.myReadSeq) return;
+    this.reading = true;
+    try {
+      await this.chat.read(target);
+    } catch {
+      // Retried on the next message or reconnect; a read position is not worth a notice.
+      return;
+    } finally {
+      this.reading = false;
+    }
+    // More may have arrived while this read was in flight.
+    if (this.view.readableSeq > target) this.scheduleRead();
+  }
+}
+
+let session: Session | null = null;
+
+ui.name.value = params.get('name') ?? `user${Math.floor(Math.random() * 10_000)}`;
+ui.chat.value = params.get('chat') ?? 'general';
+showConnection('disconnected', '');
+
+ui.joinForm.addEventListener('submit', (e) => {
+  e.preventDefault();
+  const name = ui.name.value.trim();
+  const chatId = ui.chat.value.trim();
+  if (!ID_PATTERN.test(name) || !ID_PATTERN.test(chatId)) {
+    notice('name and chat: 1 to 128 characters of A-Z a-z 0-9 _ . : -');
+    return;
+  }
+  notice('');
+  session?.end();
+  const s = new Session(name, chatId);
+  session = s;
+  document.title = `${name} in ${chatId} - herald`;
+  ui.send.disabled = false;
+  s.start().catch((err: unknown) => {
+    if (session === s) notice(`could not enter the chat: ${err instanceof HeraldError ? `${err.code}: ${err.message}` : String(err)}`);
+  });
+});
+
+ui.sendForm.addEventListener('submit', (e) => {
+  e.preventDefault();
+  const text = ui.text.value.trim();
+  if (session === null || text === '') return;
+  session.send(text);
+  ui.text.value = '';
+});
+
+document.addEventListener('visibilitychange', () => session?.scheduleRead());

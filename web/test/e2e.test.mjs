@@ -1,0 +1,359 @@
+//! End-to-end test of the demo page: a real herald in development mode, Debian's Chromium driven by
+//! playwright-core, two people (two browser contexts) in one chat.
+//!
+//! Owns: starting and stopping herald and the browser for this test, and what a user of the page must
+//! see: each other's messages, reactions and read markers, and after one of them drops off the network
+//! and comes back, every message exactly once and in order. Leaves web/test-artifacts/e2e.png (both
+//! pages side by side), herald.log and the pages' console.log behind, also when it fails.
+//!
+//!     HERALD_BIN=/path/to/herald npm test     default: ../target/release/herald from web/
+//!     CHROMIUM_BIN=/path/to/chromium          default: /usr/bin/chromium (Debian's package)
+//!
+//! Why Debian's Chromium: Playwright's browser download cannot be fetched here, and playwright-core
+//! drives any Chromium over CDP.
+
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const webDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const HERALD_BIN = resolve(webDir, process.env.HERALD_BIN ?? '../target/release/herald');
+const CHROMIUM_BIN = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
+const ARTIFACTS = join(webDir, 'test-artifacts');
+
+/** Flags for a quiet, hermetic Chromium: no sandbox (containers), no GPU, no background traffic. */
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+/**
+ * The server's heartbeat for this run. The SDK pings at the server's heartbeat and gives a ping 10 s,
+ * so a link the browser black-holes (rather than closes) when offline is found dead within ~11 s
+ * instead of ~35 s with the default 25 s heartbeat.
+ */
+const HEARTBEAT_MS = 1000;
+
+// Bounds on every wait, so a broken build fails in minutes with a message, never hangs.
+const START_TIMEOUT_MS = 20_000;
+const UI_TIMEOUT_MS = 20_000;
+/** Going offline is noticed at once (socket closed) or by the ping watchdog (heartbeat + 10 s). */
+const OFFLINE_NOTICED_MS = 30_000;
+/** Coming back waits out the reconnect backoff, which grows while offline (full jitter, cap 20 s). */
+const RECONNECT_TIMEOUT_MS = 45_000;
+const STOP_TIMEOUT_MS = 10_000;
+const TEST_TIMEOUT_MS = 150_000;
+
+const CHAT = 'general';
+
+/** Resolves with `p`, or rejects after `ms` saying what took too long. */
+function within(ms, what, p) {
+  let timer;
+  const t = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no result within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+}
+
+/** Polls `check` (sync or async) until it returns true; fails with `describe()` after `ms`. */
+async function until(ms, what, check, describeState = async () => '') {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`${what}: not true within ${ms} ms. ${await describeState()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+// ---- herald ---------------------------------------------------------------------------------------
+
+/**
+ * Starts herald in development mode (no secrets) on 127.0.0.1:0 with a fresh data dir and resolves with
+ * its base URL, read from the "herald listening on" line, so no port is guessed and none can collide.
+ */
+async function startHerald(log) {
+  if (!existsSync(HERALD_BIN)) {
+    throw new Error(`herald binary not found at ${HERALD_BIN}: run \`cargo build --release -p herald\` or set HERALD_BIN`);
+  }
+  const data = mkdtempSync(join(tmpdir(), 'herald-e2e-'));
+  // Development mode needs no secrets set; drop every HERALD_* setting a surrounding script may export
+  // (a store, a secret), so this run is exactly "serve --listen --data".
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HERALD_')));
+  const proc = spawn(HERALD_BIN, ['serve', '--listen', '127.0.0.1:0', '--data', data, '--heartbeat-ms', String(HEARTBEAT_MS)], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const exited = new Promise((r) => proc.once('exit', (code, signal) => r({ code, signal })));
+  let out = '';
+  const addr = new Promise((resolveAddr, reject) => {
+    proc.stdout.setEncoding('utf8');
+    proc.stdout.on('data', (chunk) => {
+      log.push(chunk);
+      out += chunk;
+      const m = /herald listening on (\S+)/.exec(out);
+      if (m) resolveAddr(m[1]);
+    });
+    proc.stderr.setEncoding('utf8');
+    proc.stderr.on('data', (chunk) => log.push(chunk));
+    proc.once('error', reject);
+    exited.then(({ code, signal }) => reject(new Error(`herald exited early (code ${code}, signal ${signal}); see herald.log`)));
+  });
+  const stop = async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGTERM');
+      try {
+        await within(STOP_TIMEOUT_MS, 'herald stopping after SIGTERM', exited);
+      } catch {
+        proc.kill('SIGKILL');
+        await exited;
+      }
+    }
+    rmSync(data, { recursive: true, force: true });
+  };
+  try {
+    const base = `http://${await within(START_TIMEOUT_MS, 'herald printing its address', addr)}`;
+    await until(START_TIMEOUT_MS, 'herald answering /healthz', async () => {
+      try {
+        return (await fetch(`${base}/healthz`)).ok;
+      } catch {
+        return false;
+      }
+    });
+    return { base, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+// ---- the page -------------------------------------------------------------------------------------
+
+/** Opens the demo in its own browser context and joins `CHAT` as `name`. */
+async function openAs(browser, base, name, pageErrors, consoleLog) {
+  const context = await browser.newContext({ viewport: { width: 760, height: 1100 } });
+  const page = await context.newPage();
+  page.setDefaultTimeout(UI_TIMEOUT_MS);
+  page.on('pageerror', (e) => pageErrors.push(`${name}: ${e.message}`));
+  // Console output is kept for reading after a failure, not asserted on: an offline browser rightly logs
+  // failed WebSocket connects as errors.
+  page.on('console', (m) => consoleLog.push(`${new Date().toISOString()} ${name} ${m.type()}: ${m.text()}`));
+  await page.goto(`${base}/`);
+  await page.fill('#name', name);
+  await page.fill('#chat', CHAT);
+  await page.click('#join');
+  await page.waitForSelector('#conn[data-state="connected"]');
+  await page.waitForSelector('#watch[data-state="live"]');
+  return { name, context, page };
+}
+
+/** The messages a page shows, in page order. */
+function messages(page) {
+  return page.$$eval('#messages li.msg', (els) =>
+    els.map((el) => ({ seq: Number(el.dataset.seq), user: el.dataset.user, text: el.querySelector('.text')?.textContent })),
+  );
+}
+
+/** Every row's seq, messages and join/leave lines alike. */
+function rowSeqs(page) {
+  return page.$$eval('#messages > li[data-seq]', (els) => els.map((el) => Number(el.dataset.seq)));
+}
+
+async function send(who, text) {
+  await who.page.fill('#text', text);
+  await who.page.press('#text', 'Enter');
+}
+
+/** Waits until `who` shows exactly these message texts, in this order. */
+async function waitForTexts(who, texts, ms = UI_TIMEOUT_MS) {
+  await until(
+    ms,
+    `${who.name} shows ${JSON.stringify(texts)}`,
+    async () => JSON.stringify((await messages(who.page)).map((m) => m.text)) === JSON.stringify(texts),
+    async () => `It shows ${JSON.stringify((await messages(who.page)).map((m) => m.text))}; connection ${await connState(who)}.`,
+  );
+}
+
+function connState(who) {
+  return who.page.getAttribute('#conn', 'data-state');
+}
+
+function seqOf(list, text) {
+  const m = list.find((x) => x.text === text);
+  assert.ok(m, `no message "${text}"`);
+  return m.seq;
+}
+
+/** Screenshots of both pages, side by side on one image, so one artifact shows what each person saw. */
+async function screenshotBoth(browser, people, file) {
+  const shots = [];
+  for (const p of people) {
+    shots.push({ name: p.name, png: (await within(UI_TIMEOUT_MS, `screenshot of ${p.name}`, p.page.screenshot())).toString('base64') });
+  }
+  const context = await browser.newContext({ viewport: { width: 760 * shots.length + 40, height: 1140 } });
+  try {
+    const page = await context.newPage();
+    const cells = shots
+      .map((s) => `<figure><figcaption>${s.name}</figcaption><img src="data:image/png;base64,${s.png}"></figure>`)
+      .join('');
+    await page.setContent(
+      `<body style="margin:0;display:flex;gap:8px;padding:8px;background:#888;font:14px sans-serif">${cells}</body>` +
+        '<style>figure{margin:0;background:#fff}figcaption{padding:4px 8px;font-weight:bold}img{display:block}</style>',
+    );
+    await page.screenshot({ path: file, fullPage: true });
+  } finally {
+    await context.close();
+  }
+}
+
+// ---- the test -------------------------------------------------------------------------------------
+
+describe('demo page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
+  const heraldLog = [];
+  const pageErrors = [];
+  const consoleLog = [];
+  let herald = null;
+  let server = null;
+  let browser = null;
+  let alice = null;
+  let bob = null;
+
+  before(async () => {
+    if (!existsSync(CHROMIUM_BIN)) {
+      throw new Error(
+        `Chromium not found at ${CHROMIUM_BIN}. This test drives Debian's Chromium (Playwright's browser download is not used): ` +
+          'install it as root with `apt-get update && apt-get install -y chromium`, or set CHROMIUM_BIN.',
+      );
+    }
+    mkdirSync(ARTIFACTS, { recursive: true });
+    herald = await startHerald(heraldLog);
+    // A browser server rather than launch(): it hands back the process, so cleanup can kill it by pid if
+    // closing hangs. Playwright gives it a fresh temporary user-data-dir and deletes it on close.
+    server = await chromium.launchServer({ executablePath: CHROMIUM_BIN, args: CHROMIUM_ARGS, timeout: START_TIMEOUT_MS });
+    browser = await chromium.connect(server.wsEndpoint(), { timeout: START_TIMEOUT_MS });
+    alice = await openAs(browser, herald.base, 'alice', pageErrors, consoleLog);
+    bob = await openAs(browser, herald.base, 'bob', pageErrors, consoleLog);
+  });
+
+  after(async () => {
+    try {
+      if (browser !== null && alice !== null && bob !== null) {
+        await screenshotBoth(browser, [alice, bob], join(ARTIFACTS, 'e2e.png')).catch((e) => console.error(`screenshot failed: ${e.message}`));
+      }
+    } finally {
+      if (browser !== null) await within(STOP_TIMEOUT_MS, 'closing the browser', browser.close()).catch(() => {});
+      if (server !== null) {
+        const pid = server.process().pid;
+        await within(STOP_TIMEOUT_MS, 'stopping the browser', server.close()).catch(() => {
+          console.error(`browser did not close; killing pid ${pid}`);
+          server.kill();
+        });
+      }
+      if (herald !== null) await herald.stop();
+      if (existsSync(ARTIFACTS)) {
+        writeFileSync(join(ARTIFACTS, 'herald.log'), heraldLog.join(''));
+        writeFileSync(join(ARTIFACTS, 'console.log'), consoleLog.map((l) => `${l}\n`).join(''));
+      }
+    }
+  });
+
+  test('two people see each other: members, messages, reactions, read markers', { timeout: TEST_TIMEOUT_MS }, async () => {
+    for (const who of [alice, bob]) {
+      await until(UI_TIMEOUT_MS, `${who.name} sees 2 members`, async () => (await who.page.textContent('#members')) === '2');
+    }
+
+    await send(alice, 'hello bob');
+    await waitForTexts(bob, ['hello bob']);
+    await send(bob, 'hi alice');
+    await waitForTexts(alice, ['hello bob', 'hi alice']);
+    await waitForTexts(bob, ['hello bob', 'hi alice']);
+
+    // Reactions: bob +1s alice's message; alice adds hers and takes it back (the button toggles).
+    const hello = seqOf(await messages(alice.page), 'hello bob');
+    const plusOne = (who) => who.page.locator(`#messages li[data-seq="${hello}"] button.react[data-emoji="+1"]`);
+    await plusOne(bob).click();
+    await until(UI_TIMEOUT_MS, 'alice sees a +1 from bob', async () => (await plusOne(alice).getAttribute('data-count')) === '1');
+    await plusOne(alice).click();
+    await until(UI_TIMEOUT_MS, 'both see two +1s', async () =>
+      (await plusOne(alice).getAttribute('data-count')) === '2' && (await plusOne(bob).getAttribute('data-count')) === '2',
+    );
+    assert.equal(await plusOne(alice).getAttribute('aria-pressed'), 'true');
+    await plusOne(alice).click();
+    await until(UI_TIMEOUT_MS, 'alice takes her +1 back', async () =>
+      (await plusOne(alice).getAttribute('data-count')) === '1' && (await plusOne(bob).getAttribute('data-count')) === '1',
+    );
+    assert.equal(await plusOne(alice).getAttribute('aria-pressed'), 'false');
+    assert.equal(await plusOne(bob).getAttribute('aria-pressed'), 'true');
+
+    // Read markers: each page reads what it shows, so each one's message is marked read by the other.
+    const reads = (who, seq) => who.page.getAttribute(`#messages li[data-seq="${seq}"] .reads`, 'data-read-count');
+    const hi = seqOf(await messages(bob.page), 'hi alice');
+    await until(UI_TIMEOUT_MS, "alice sees bob read alice's message", async () => (await reads(alice, hello)) === '1');
+    await until(UI_TIMEOUT_MS, "bob sees alice read bob's message", async () => (await reads(bob, hi)) === '1');
+    await until(UI_TIMEOUT_MS, "alice sees bob's read position", async () => Number(await alice.page.getAttribute('#readers [data-user="bob"]', 'data-seq')) >= hi);
+  });
+
+  test('a member who goes offline and comes back sees every message once, in order', { timeout: TEST_TIMEOUT_MS }, async (t) => {
+    const before = (await messages(alice.page)).map((m) => m.text);
+
+    await bob.context.setOffline(true);
+    const cutAt = Date.now();
+    await until(OFFLINE_NOTICED_MS, "bob's page notices it is offline", async () => (await connState(bob)) !== 'connected');
+    // Chromium's offline emulation may close the socket or black-hole it (then the ping watchdog finds
+    // it); either is fine, and which one happened is worth seeing in the output.
+    t.diagnostic(`bob noticed after ${Date.now() - cutAt} ms: ${await bob.page.textContent('#conn-detail')}`);
+
+    // Bob writes while offline: the SDK queues it, the page shows it as pending.
+    await send(bob, 'written offline');
+    await bob.page.waitForSelector('#pending li[data-client-id]');
+
+    const missed = ['missed 1', 'missed 2', 'missed 3', 'missed 4', 'missed 5'];
+    for (const [i, text] of missed.entries()) {
+      await send(alice, text);
+      await waitForTexts(alice, [...before, ...missed.slice(0, i + 1)]);
+    }
+    // Bob really was cut off: none of it reached him.
+    assert.deepEqual((await messages(bob.page)).map((m) => m.text), before);
+    assert.notEqual(await connState(bob), 'connected');
+
+    await bob.context.setOffline(false);
+    await bob.page.waitForSelector('#conn[data-state="connected"]', { timeout: RECONNECT_TIMEOUT_MS });
+
+    const all = [...before, ...missed, 'written offline'];
+    await waitForTexts(bob, all, RECONNECT_TIMEOUT_MS);
+    await waitForTexts(alice, all);
+    await until(UI_TIMEOUT_MS, "bob's pending send is gone", async () => (await bob.page.$$('#pending li')).length === 0);
+
+    // Once each, in seq order, and the same events with the same seqs on both pages.
+    const bobs = await messages(bob.page);
+    const alices = await messages(alice.page);
+    assert.deepEqual(bobs, alices);
+    for (const who of [alice, bob]) {
+      const seqs = await rowSeqs(who.page);
+      assert.equal(new Set(seqs).size, seqs.length, `${who.name} shows a seq twice: ${seqs}`);
+      assert.deepEqual([...seqs].sort((a, b) => a - b), seqs, `${who.name}'s rows are out of seq order: ${seqs}`);
+    }
+    assert.equal(bobs.find((m) => m.text === 'written offline')?.user, 'bob');
+
+    // Back online, bob's page reports what it has now shown as read, and alice sees it.
+    const lastSeq = bobs[bobs.length - 1].seq;
+    await until(UI_TIMEOUT_MS, `alice sees bob's read position reach #${lastSeq}`, async () =>
+      Number(await alice.page.getAttribute('#readers [data-user="bob"]', 'data-seq')) >= lastSeq,
+    );
+    const missedSeq = seqOf(alices, 'missed 5');
+    await until(UI_TIMEOUT_MS, "alice sees bob read what he missed", async () =>
+      (await alice.page.getAttribute(`#messages li[data-seq="${missedSeq}"] .reads`, 'data-read-count')) === '1',
+    );
+    assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
+  });
+});
