@@ -421,6 +421,11 @@ async fn nginx_keeps_a_workspace_on_one_node_and_spreads_workspaces() {
     a.ok(json!({"op": "send", "chat": "c", "body": "through nginx"})).await;
     assert_eq!(a.push().await["body"], "through nginx");
 
-    let _ = nginx.kill();
-    let _ = nginx.wait();
+    // SIGTERM, not SIGKILL: the master must stop its workers, or they outlive the test.
+    let _ = std::process::Command::new("kill").args(["-TERM", &nginx.id().to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while nginx.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "nginx did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
