@@ -61,6 +61,21 @@ pub(crate) trait Tx {
 /// What one write decided: a client's answer, or a backend failure that fails the batch.
 pub(crate) type Outcome = Result<Written, StoreError>;
 
+/// Where a writer answers one write.
+pub(crate) type Reply = tokio::sync::oneshot::Sender<Outcome>;
+
+/// After a batch committed: records it in the metrics and answers each write
+/// with its outcome. Shared by every backend's writer.
+pub(crate) fn answer_committed(batch: &mut Vec<(Write, Reply)>, outcomes: Vec<Outcome>, started: std::time::Instant) {
+    metrics::histogram!("herald_store_commit_seconds").record(started.elapsed().as_secs_f64());
+    metrics::histogram!("herald_store_batch_writes").record(batch.len() as f64);
+    let stored = outcomes.iter().filter(|r| matches!(r, Ok(w) if w.event.is_some())).count();
+    metrics::counter!("herald_events_stored_total").increment(stored as u64);
+    for ((_, reply), outcome) in batch.drain(..).zip(outcomes) {
+        let _ = reply.send(outcome);
+    }
+}
+
 /// Applies `writes` in `tx`. The caller commits on `Ok`, rolls back on `Err`.
 pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Outcome>, T::Error> {
     let mut keys: Vec<&ChatKey> = writes.iter().map(|w| w.key()).collect();

@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{OnceCell, mpsc, oneshot};
 use tokio_postgres::NoTls;
 
-use super::apply::{self, ChatRow, Tx};
+use super::apply::{self, ChatRow, Reply, Tx};
 use super::{BoxFuture, Fetched, Store, StoreError, Write, Written};
 use crate::model::{ChatInfo, ChatKey};
 
@@ -31,8 +31,6 @@ const READ_POOL: usize = 8;
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// A batch that takes longer is abandoned (its connection dropped, which rolls it back).
 const BATCH_TIMEOUT: Duration = Duration::from_secs(5);
-
-type Reply = oneshot::Sender<Result<Written, StoreError>>;
 
 /// A PostgreSQL shard.
 pub struct PgShard {
@@ -253,15 +251,7 @@ impl Writer {
                 Err(_) => Err(format!("batch of {} writes timed out", writes.len())),
             };
             match result {
-                Ok(outcomes) => {
-                    metrics::histogram!("herald_store_commit_seconds").record(started.elapsed().as_secs_f64());
-                    metrics::histogram!("herald_store_batch_writes").record(batch.len() as f64);
-                    let stored = outcomes.iter().filter(|r| matches!(r, Ok(w) if w.event.is_some())).count();
-                    metrics::counter!("herald_events_stored_total").increment(stored as u64);
-                    for ((_, reply), outcome) in batch.drain(..).zip(outcomes) {
-                        let _ = reply.send(outcome);
-                    }
-                }
+                Ok(outcomes) => apply::answer_committed(&mut batch, outcomes, started),
                 Err(e) => {
                     // The connection may be broken or mid-transaction: start over with a fresh one.
                     self.conn = None;

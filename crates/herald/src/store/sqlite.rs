@@ -20,7 +20,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
 
-use super::apply::{self, ChatRow, Outcome, Tx};
+use super::apply::{self, ChatRow, Outcome, Reply, Tx};
 use super::{BoxFuture, Fetched, Store, StoreError, Write, Written};
 use crate::model::{ChatInfo, ChatKey};
 
@@ -69,8 +69,6 @@ const MAX_BATCH: usize = 1024;
 const WRITE_QUEUE: usize = 16 * 1024;
 /// Concurrent reads; each holds one read-only connection.
 const READERS: usize = 4;
-
-type Reply = oneshot::Sender<Result<Written, StoreError>>;
 
 enum Job {
     Write(Write, Reply),
@@ -303,15 +301,7 @@ impl Writer {
         let started = Instant::now();
         let writes: Vec<&Write> = batch.iter().map(|(w, _)| w).collect();
         match self.apply(&writes) {
-            Ok(results) => {
-                metrics::histogram!("herald_store_commit_seconds").record(started.elapsed().as_secs_f64());
-                metrics::histogram!("herald_store_batch_writes").record(batch.len() as f64);
-                let stored = results.iter().filter(|r| matches!(r, Ok(w) if w.event.is_some())).count();
-                metrics::counter!("herald_events_stored_total").increment(stored as u64);
-                for ((_, reply), result) in batch.drain(..).zip(results) {
-                    let _ = reply.send(result);
-                }
-            }
+            Ok(outcomes) => apply::answer_committed(batch, outcomes, started),
             Err(e) => {
                 metrics::counter!("herald_store_errors_total", "kind" => "commit").increment(1);
                 if batch.len() == 1 {
