@@ -195,6 +195,15 @@ impl Cluster {
     pub fn route(&self, ws: &str) -> Option<Node> {
         route(ws, &self.nodes())
     }
+
+    /// The node that owns `ws` by rendezvous alone, whatever the loads: what
+    /// rebalancing asks. Loads are a second old and move as clients come and
+    /// go; a workspace's owner changes only when a node joins or leaves, and
+    /// not even then unless that node is the one it prefers.
+    pub fn owner(&self, ws: &str) -> Option<String> {
+        let nodes = self.nodes();
+        rendezvous(&[ws.as_bytes()], nodes.iter().map(|n| n.name.as_str())).map(|i| nodes[i].name.clone())
+    }
 }
 
 fn me(node: &str, url: &str) -> Announce {

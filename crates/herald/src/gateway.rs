@@ -23,6 +23,7 @@ use herald_protocol::ids::is_valid_id;
 use herald_protocol::reply::{EmptyOk, HelloOk, WatchOk};
 use herald_protocol::{BadFrame, CloseCode, ErrorCode, Op, Request, request::parse_frame};
 use rand::RngExt;
+use rand::seq::SliceRandom;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant as TokioInstant, sleep_until};
 use tokio_util::task::TaskTracker;
@@ -150,12 +151,19 @@ impl Gateway {
     }
 }
 
-/// Asks each connection to reconnect after a delay spread uniformly over `window`, then closes it with 4012.
+/// Asks each connection to reconnect after a delay spread evenly over
+/// `window`, then closes it with 4012. Each connection gets a random slot of
+/// its own (the window cut into as many slots as connections) and a random
+/// point in it: clients come back at a steady rate, never a bunch at once,
+/// and no client can tell its place from its connection order.
 fn send_away(conns: &[Arc<Outbox>], window: Duration, reason: &'static str) {
     let mut rng = rand::rng();
-    let window_ms = window.as_millis() as u64;
-    for outbox in conns {
-        let after_ms = if window_ms == 0 { 0 } else { rng.random_range(0..=window_ms) };
+    let window_ms = window.as_millis() as f64;
+    let mut slots: Vec<usize> = (0..conns.len()).collect();
+    slots.shuffle(&mut rng);
+    let slot_ms = window_ms / conns.len().max(1) as f64;
+    for (outbox, slot) in conns.iter().zip(slots) {
+        let after_ms = ((slot as f64 + rng.random::<f64>()) * slot_ms).min(window_ms) as u64;
         outbox.push(Frame::from(reconnect_push(after_ms, reason)));
         outbox.close(CloseCode::GOING_AWAY_RECONNECT, reason);
     }

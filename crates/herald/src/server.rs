@@ -47,8 +47,10 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     Ok(Arc::new(Sharded::new(shards)))
 }
 
-/// When a node joins, moves this node's clients whose workspace now routes to
-/// it, spread over `window`: the newcomer takes its share without a storm.
+/// When a node joins, moves this node's clients whose workspace it now owns
+/// (rendezvous alone: a decision on a second-old load figure would move
+/// workspaces that stay), spread over `window`: the newcomer takes its share
+/// without a storm.
 fn spawn_rebalancer(cluster: Arc<Cluster>, gateway: Arc<Gateway>, window: Duration) {
     let mut joins = cluster.joins();
     tokio::spawn(async move {
@@ -56,7 +58,7 @@ fn spawn_rebalancer(cluster: Arc<Cluster>, gateway: Arc<Gateway>, window: Durati
             let Some(newcomer) = joins.borrow_and_update().clone() else { continue };
             // Wait a moment: nodes that join together are rebalanced once.
             tokio::time::sleep(REBALANCE_SETTLE).await;
-            let moved = gateway.rebalance(window, |ws| cluster.route(ws).is_some_and(|n| n.name == newcomer));
+            let moved = gateway.rebalance(window, |ws| cluster.owner(ws).is_some_and(|n| n == newcomer));
             tracing::info!(node = %newcomer, moved, "rebalanced toward a new node");
         }
     });

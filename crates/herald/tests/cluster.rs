@@ -159,7 +159,7 @@ async fn restarting_a_nats_server_under_load_loses_nothing() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     cell.nats.servers[0].restart();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    cell.nats.wait_routed().await;
+    cell.nats.wait_formed().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
     let mut last = 0;

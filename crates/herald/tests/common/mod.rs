@@ -346,8 +346,34 @@ impl Drop for BinServer {
     }
 }
 
+/// A loopback port for a server a test starts itself. Picked below Linux's
+/// ephemeral range (32768 and up), so the source port of some other test's
+/// outgoing connection cannot take it between the pick and the server's bind,
+/// and never handed out twice in one test process.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let mut given = GIVEN.lock().unwrap();
+    let given = given.get_or_insert_with(HashSet::new);
+    // Test binaries run side by side in CI only one at a time, but a seed from
+    // the process id and clock keeps two of them apart anyway.
+    let mut x = std::process::id() as u64
+        ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    for _ in 0..10_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let port = 20_000 + (x % 12_000) as u16;
+        if given.contains(&port) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port between 20000 and 32000")
 }
 
 /// A data directory that outlives server restarts within a test, removed when dropped.

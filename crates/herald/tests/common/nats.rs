@@ -11,11 +11,13 @@ pub struct NatsServer {
     cluster_port: u16,
     monitor_port: u16,
     routes: String,
+    log: std::path::PathBuf,
     child: Option<Child>,
 }
 
 pub struct NatsCluster {
     pub servers: Vec<NatsServer>,
+    _logs: tempfile::TempDir,
 }
 
 fn binary() -> &'static str {
@@ -34,7 +36,7 @@ impl NatsServer {
             .args(["--cluster_name", "herald", "--cluster", &format!("nats://127.0.0.1:{}", self.cluster_port)])
             .args(["--routes", &self.routes])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("nats log"))
             .spawn()
             .expect("start nats-server");
         self.child = Some(child);
@@ -70,11 +72,37 @@ impl NatsServer {
 }
 
 impl NatsCluster {
+    /// Starts three routed servers. A cluster that has not formed in 15 s is
+    /// stopped and started again on fresh ports (at most three tries); the
+    /// servers' own logs are printed when it never forms.
     pub async fn start() -> NatsCluster {
+        let mut logs = String::new();
+        for attempt in 1..=3 {
+            let c = NatsCluster::spawn();
+            if c.wait_routed(Duration::from_secs(15)).await {
+                return c;
+            }
+            for (i, s) in c.servers.iter().enumerate() {
+                let text = std::fs::read_to_string(&s.log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                logs.push_str(&format!("--- try {attempt}, server {i} (port {}):\n", s.port));
+                for line in tail.into_iter().rev() {
+                    logs.push_str(line);
+                    logs.push('\n');
+                }
+            }
+            eprintln!("NATS cluster did not form on try {attempt}; starting it again on fresh ports");
+        }
+        panic!("NATS cluster did not form in three tries; server logs:\n{logs}");
+    }
+
+    fn spawn() -> NatsCluster {
+        let logs = tempfile::tempdir().expect("tempdir");
         let ports: Vec<(u16, u16, u16)> = (0..3).map(|_| (free_port(), free_port(), free_port())).collect();
         let mut servers: Vec<NatsServer> = ports
             .iter()
-            .map(|&(port, cluster_port, monitor_port)| NatsServer {
+            .enumerate()
+            .map(|(i, &(port, cluster_port, monitor_port))| NatsServer {
                 port,
                 cluster_port,
                 monitor_port,
@@ -84,29 +112,34 @@ impl NatsCluster {
                     .map(|p| format!("nats://127.0.0.1:{}", p.1))
                     .collect::<Vec<_>>()
                     .join(","),
+                log: logs.path().join(format!("nats-{i}.log")),
                 child: None,
             })
             .collect();
         for s in &mut servers {
             s.spawn();
         }
-        let c = NatsCluster { servers };
-        c.wait_routed().await;
-        c
+        NatsCluster { servers, _logs: logs }
     }
 
-    /// Waits until every server routes to both others.
-    pub async fn wait_routed(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+    /// Waits until every server routes to both others (after a restart, say).
+    pub async fn wait_formed(&self) {
+        assert!(self.wait_routed(Duration::from_secs(20)).await, "NATS cluster did not form again");
+    }
+
+    async fn wait_routed(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
         loop {
             let mut all = true;
             for s in &self.servers {
                 all &= s.routes().await >= 2;
             }
             if all {
-                return;
+                return true;
             }
-            assert!(Instant::now() < deadline, "NATS cluster did not form");
+            if Instant::now() >= deadline {
+                return false;
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
