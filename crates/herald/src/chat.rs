@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 
 use crate::broker::Broker;
 use crate::error::Error;
+use crate::guard::JoinThrottle;
 use crate::hub::{Backfill, Hub, Replay};
 use crate::model::{ChatKey, Published};
 use crate::outbox::{Frame, Outbox};
@@ -33,6 +34,8 @@ pub struct ChatLimits {
     pub replay_events: usize,
     /// Most bytes one `watch` replays; keeps a replay well inside the outbound queue.
     pub replay_bytes: usize,
+    /// Client joins per second into one chat on this node; 0 means no cap.
+    pub join_rate: u32,
 }
 
 /// A user acting over a connection: identity comes only from the token.
@@ -53,12 +56,14 @@ pub struct Chats {
     store: Arc<dyn Store>,
     broker: Arc<dyn Broker>,
     hub: Arc<Hub>,
+    join_throttle: Option<JoinThrottle>,
     limits: ChatLimits,
 }
 
 impl Chats {
     pub fn new(store: Arc<dyn Store>, broker: Arc<dyn Broker>, hub: Arc<Hub>, limits: ChatLimits) -> Self {
-        Chats { store, broker, hub, limits }
+        let join_throttle = (limits.join_rate > 0).then(|| JoinThrottle::new(limits.join_rate));
+        Chats { store, broker, hub, join_throttle, limits }
     }
 
     /// The hub's view of the log: events encoded as pushes. `None` when the store fails.
@@ -112,8 +117,18 @@ impl Chats {
         Ok(())
     }
 
+    /// Joins `chat`, unless this node has admitted its cap of joins into the
+    /// chat this second: then `throttled`, before the store sees anything.
+    /// Joins through the server API are trusted and not counted.
     pub async fn join(&self, c: &Caller, chat: &str) -> Result<JoinOk, Error> {
-        let w = self.write(Write::Join { key: c.key(chat), user: c.user.clone(), actor: Actor::Client }).await?;
+        let key = c.key(chat);
+        if let Some(throttle) = &self.join_throttle
+            && let Err(retry_after_ms) = throttle.admit(&key, Instant::now())
+        {
+            metrics::counter!("herald_joins_throttled_total").increment(1);
+            return Err(Error::Throttled { message: "joins to this chat are throttled".into(), retry_after_ms });
+        }
+        let w = self.write(Write::Join { key, user: c.user.clone(), actor: Actor::Client }).await?;
         Ok(JoinOk { chat: chat.to_string(), seq: w.seq, members: w.info.members })
     }
 

@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// Requests per connection allowed at once above the rate.
     #[arg(long, env = "HERALD_BURST")]
     pub burst: Option<u32>,
+    /// Joins per second into one chat that this node admits from clients
+    /// (0: no cap); the rest are told `throttled` with a time to retry.
+    #[arg(long, env = "HERALD_CHAT_JOIN_RATE")]
+    pub chat_join_rate: Option<u32>,
     /// Bytes a connection's outbound queue may hold before it is closed with 4008.
     #[arg(long, env = "HERALD_OUTBOX_LIMIT")]
     pub outbox_limit: Option<usize>,
@@ -133,6 +137,8 @@ pub struct Config {
     pub idle_timeout: Duration,
     pub rate: u32,
     pub burst: u32,
+    /// Client joins per second per chat on this node; 0 means no cap.
+    pub chat_join_rate: u32,
     pub outbox_limit: usize,
     pub ws_read_buffer: usize,
     pub ws_write_buffer: usize,
@@ -152,6 +158,12 @@ pub const DEFAULT_OUTBOX_LIMIT: usize = 1024 * 1024;
 pub const DEFAULT_WS_READ_BUFFER: usize = 512;
 /// Frames are buffered up to this much before a write; a batch is flushed anyway.
 pub const DEFAULT_WS_WRITE_BUFFER: usize = 64 * 1024;
+/// Default cap on client joins into one chat per second on one node: the
+/// seed's flood (2,000 joins/s into one chat) passes at full speed on one
+/// node, a flood many times that is told to come back, and the shard behind
+/// the chat (about 5,000 durable joins/s into one chat on PostgreSQL here)
+/// keeps room for everything else.
+pub const DEFAULT_CHAT_JOIN_RATE: u32 = 2_000;
 /// Default linger of a chat's broker subscription: longer than a reconnect
 /// storm's return, so the storm causes no subject churn.
 pub const DEFAULT_BROKER_LINGER_MS: u64 = 5_000;
@@ -190,6 +202,7 @@ impl ServeArgs {
             idle_timeout_ms,
             rate,
             burst,
+            chat_join_rate,
             outbox_limit,
             ws_read_buffer,
             drain_window_ms,
@@ -223,6 +236,7 @@ impl ServeArgs {
             idle_timeout: ms(self.idle_timeout_ms.unwrap_or(limits::IDLE_TIMEOUT_MS)),
             rate: self.rate.unwrap_or(limits::REQUEST_RATE),
             burst: self.burst.unwrap_or(limits::REQUEST_BURST),
+            chat_join_rate: self.chat_join_rate.unwrap_or(DEFAULT_CHAT_JOIN_RATE),
             outbox_limit: self.outbox_limit.unwrap_or(DEFAULT_OUTBOX_LIMIT),
             ws_read_buffer: self.ws_read_buffer.unwrap_or(DEFAULT_WS_READ_BUFFER),
             ws_write_buffer: DEFAULT_WS_WRITE_BUFFER,

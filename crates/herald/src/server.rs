@@ -87,6 +87,7 @@ pub async fn run(
         body_bytes: config.body_limit,
         replay_events: REPLAY_EVENTS,
         replay_bytes: config.outbox_limit / 2,
+        join_rate: config.chat_join_rate,
     };
     let chats = Arc::new(Chats::new(store.clone(), broker, hub.clone(), limits));
     let backfill: Arc<dyn crate::hub::Backfill> = chats.clone();

@@ -280,4 +280,75 @@ async fn requests_over_the_rate_are_throttled_then_cut_with_4029() {
     assert_eq!(a.closed_with().await, 4029);
 }
 
+/// Seed 3's final join throttle: a flood of joins into one chat is capped per
+/// second on the node; the rest hear `throttled` with a time to retry, and
+/// get in when they do. Another chat is not slowed meanwhile.
+#[tokio::test]
+async fn a_join_flood_into_one_chat_is_throttled_and_the_refused_get_in_on_retry() {
+    const CAP: u32 = 40;
+    const USERS: usize = 160;
+    let s = TestServer::start_with(|c| c.chat_join_rate = CAP).await;
+    let mut clients = Vec::new();
+    for i in 0..USERS {
+        clients.push(s.client("w", &format!("u{i}")).await);
+    }
+    // Every user asks at once, well inside two one-second windows.
+    let started = std::time::Instant::now();
+    let mut ids = Vec::new();
+    for c in &mut clients {
+        ids.push(c.send(json!({"op": "join", "chat": "hot"})).await);
+    }
+    let mut refused = Vec::new();
+    for (i, (c, id)) in clients.iter_mut().zip(ids).enumerate() {
+        let r = c.reply(id).await;
+        if let Some(err) = r.get("err") {
+            assert_eq!(err["code"], "throttled", "{r}");
+            assert_eq!(err["message"], "joins to this chat are throttled");
+            let wait = err["retry_after_ms"].as_u64().unwrap();
+            assert!((1..=2000).contains(&wait), "retry_after_ms {wait}");
+            refused.push((i, wait));
+        } else {
+            assert!(r["ok"]["members"].as_u64().unwrap() <= 2 * CAP as u64, "{r}");
+        }
+    }
+    let admitted = USERS - refused.len();
+    assert!(started.elapsed() < Duration::from_secs(1), "the flood took too long to say anything");
+    assert!((CAP as usize..=2 * CAP as usize).contains(&admitted), "{admitted} of {USERS} admitted at {CAP}/s");
+    let (_, chat) = s.http("GET", "/v1/workspaces/w/chats/hot", None).await;
+    assert_eq!(chat["members"], admitted as u64, "a refused join stored nothing");
+    // Another chat joins at once meanwhile.
+    let mut other = s.client("w", "quiet").await;
+    other.ok(json!({"op": "join", "chat": "quiet"})).await;
+    // The refused come back when told (retries spread over the next window,
+    // not all at its first millisecond), and get in.
+    let waits: Vec<u64> = refused.iter().map(|r| r.1).collect();
+    let spread = waits.iter().max().unwrap() - waits.iter().min().unwrap();
+    assert!(spread >= 500, "retries spread over the next window: {spread} ms");
+    let told = tokio::time::Instant::now();
+    let mut due: Vec<(tokio::time::Instant, usize)> =
+        refused.iter().map(|&(i, wait)| (told + Duration::from_millis(wait), i)).collect();
+    let deadline = told + Duration::from_secs(15);
+    while !due.is_empty() {
+        due.sort();
+        let (at, i) = due.remove(0);
+        assert!(at < deadline, "{} never got in", due.len() + 1);
+        tokio::time::sleep_until(at).await;
+        let r = clients[i].request(json!({"op": "join", "chat": "hot"})).await;
+        match r.get("err") {
+            Some(err) => {
+                assert_eq!(err["code"], "throttled", "{r}");
+                due.push((
+                    tokio::time::Instant::now() + Duration::from_millis(err["retry_after_ms"].as_u64().unwrap()),
+                    i,
+                ));
+            }
+            None => assert!(r["ok"]["seq"].as_u64().unwrap() > 0),
+        }
+    }
+    let (_, chat) = s.http("GET", "/v1/workspaces/w/chats/hot", None).await;
+    assert_eq!(chat["members"], USERS as u64, "everyone got in, once");
+    let (_, text) = http_raw(s.addr, "GET", "/metrics", None, None).await;
+    assert!(text.contains("herald_joins_throttled_total"), "counted in /metrics");
+}
+
 use futures_util::SinkExt;
