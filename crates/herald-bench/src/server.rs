@@ -122,6 +122,10 @@ impl Server {
             .args(&target.server_args)
             .env("HERALD_JWT_SECRET", &jwt_secret)
             .env("HERALD_API_KEY", &api_key)
+            // The per-chat join cap (2,000/s by default) off, so join floods
+            // measure the store, not the cap; `--server-arg
+            // --chat-join-rate=N` measures the cap instead (a flag wins over env).
+            .env("HERALD_CHAT_JOIN_RATE", "0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
