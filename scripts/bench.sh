@@ -3,6 +3,10 @@
 #
 #   scripts/bench.sh compare idle   [herald-bench idle flags]    # default: --conns 15000 --chats 100 --runs 3
 #   scripts/bench.sh compare fanout [herald-bench fanout flags]  # default: --watchers 1000 --runs 3
+#   scripts/bench.sh compare joinflood [flags]                   # default: --runs 3 (ladder 500/s x2, 8 steps);
+#                                                                # peers default to herald,socketio,sockudo
+#   scripts/bench.sh compare churn [herald-bench churn flags]    # default: --rate 2000 --duration-s 10 --runs 3;
+#                                                                # peers default to herald,socketio,sockudo
 #   scripts/bench.sh install                                     # peers into ${HERALD_CACHE:-~/.cache/herald}/peers
 #   scripts/bench.sh smoke                                       # every herald scenario, tiny (the test suite's)
 #   scripts/bench.sh churn [herald-bench churn flags]            # default: --rate 1500 --duration-s 10 --runs 3
@@ -21,6 +25,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
+PEERS_SET="${PEERS:-}"
 PEERS="${PEERS:-herald,socketio,nats}"
 
 install_peers() {
@@ -105,22 +110,26 @@ case "$cmd" in
       "${defaults[@]}" "${BROKER_FLAGS[@]}" "${json[@]}"
     ;;
   compare)
-    scenario="${1:?usage: scripts/bench.sh compare idle|fanout [flags]}"
+    scenario="${1:?usage: scripts/bench.sh compare idle|fanout|joinflood|churn [flags]}"
     shift
     case "$scenario" in
       idle) defaults=(--conns 15000 --chats 100 --runs 3) ;;
       fanout) defaults=(--watchers 1000 --runs 3) ;;
-      *) echo "unknown scenario $scenario (idle, fanout)" >&2; exit 2 ;;
+      joinflood) defaults=(--runs 3); PEERS="${PEERS_SET:-herald,socketio,sockudo}" ;;
+      churn) defaults=(--rate 2000 --duration-s 10 --runs 3); PEERS="${PEERS_SET:-herald,socketio,sockudo}" ;;
+      *) echo "unknown scenario $scenario (idle, fanout, joinflood, churn)" >&2; exit 2 ;;
     esac
     [ "$#" -gt 0 ] && defaults=("$@")
     json=()
     [ "${JSON:-0}" = 1 ] && json=(--json)
     install_peers
     build
+    # every joiner and churning socket holds a file: the process may hold up to 20,000
+    ulimit -n 20000 2>/dev/null || true
     HERALD_PEERS_DIR="$ROOT/bench/peers" "$BIN/herald-bench" compare --peers "$PEERS" "$scenario" "${defaults[@]}" "${json[@]}"
     ;;
   *)
-    sed -n '2,19p' "$0" >&2
+    sed -n '2,23p' "$0" >&2
     exit 2
     ;;
 esac

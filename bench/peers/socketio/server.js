@@ -1,5 +1,6 @@
 // The Socket.IO v4 peer of herald-bench: one Node process, WebSocket transport only,
-// no storage or auth. Events: "join" (room, ack) puts the socket in a room; "pub"
+// no storage or auth. Events: "join" (room, user?, ack) puts the socket in a room (and
+// with a user, counts it in the room's in-memory member set); "pub"
 // (room, payload) emits "msg" with the payload to everyone in the room; clients
 // that are not in the room (the publishers) do not get it. Settings kept at Socket.IO's
 // defaults except: websocket only (herald has no long-polling), no per-message deflate
@@ -20,10 +21,23 @@ const io = new Server(httpServer, {
   maxHttpBufferSize: 1e6,
   serveClient: false,
 });
+// room -> Set of member user ids (joinflood's members; not durable, gone with the process).
+const members = new Map();
 io.on("connection", (socket) => {
-  socket.on("join", (room, ack) => {
-    socket.join(String(room));
-    if (typeof ack === "function") ack(true);
+  // ["join", room] or ["join", room, user]: with a user, the room's member set (in memory,
+  // kept after the socket leaves, as a chat's members are) counts it, and the ack carries the count.
+  socket.on("join", (room, ...rest) => {
+    const ack = typeof rest[rest.length - 1] === "function" ? rest.pop() : null;
+    room = String(room);
+    socket.join(room);
+    let count = true;
+    if (rest.length > 0) {
+      let set = members.get(room);
+      if (!set) members.set(room, (set = new Set()));
+      set.add(String(rest[0]));
+      count = set.size;
+    }
+    if (ack) ack(count);
   });
   socket.on("pub", (room, payload, ack) => {
     io.to(String(room)).emit("msg", payload);

@@ -11,32 +11,31 @@
 //! With per-node interest and `--broker-linger-ms`, a node subscribes to a
 //! chat's subject once, however many of its watchers come and go.
 
-use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::client::{CONNS_PER_SOURCE, Client};
+use crate::client::{fresh_sources, source_addr};
+use crate::conn::{Conn, Dial};
 use crate::fleet::{self, Launch};
 use crate::http;
 use crate::latency::Latencies;
-use crate::pclient::PeerClient;
-use crate::peer::{Peer, PeerServer, cpu_s};
+use crate::peer::{Peer, cpu_s};
 use crate::report::{self, Column, RunArgs, col};
 use crate::server::{Server, TargetArgs};
-use crate::token::Signer;
+use crate::target::Target;
 
 /// Connections per run at most (they come and go, so open files stay at
 /// rate x hold; this bounds source addresses and the run's length).
 const MAX_CONNS: usize = 200_000;
 /// Connections in flight at once at most: well under 20,000 open files.
 const MAX_IN_FLIGHT: usize = 8_000;
-/// First loopback source is 127.0.0.2; each run takes a fresh block of sources.
-const FIRST_SOURCE: u32 = 0x7f00_0002;
+/// Source addresses a run may use: 5,000 connections each, so up to 240,000 connections.
+const SOURCES_PER_RUN: u32 = 48;
 
 /// `herald-bench churn`.
 #[derive(Debug, Clone, Args, Serialize)]
@@ -69,6 +68,7 @@ const COLUMNS: &[Column] = &[
     col("p50_ms", "setup p50 ms"),
     col("p99_ms", "setup p99 ms"),
     col("server_cores", "server cores"),
+    col("server_cpu_us_per_socket", "server us/socket"),
     col("broker_sub_ops_per_s", "broker sub ops/s"),
     col("sub_ops_per_socket", "sub ops per socket"),
     col("broker_subjects", "subjects"),
@@ -76,13 +76,7 @@ const COLUMNS: &[Column] = &[
 
 /// Runs churn `args.run.runs` times and reports.
 pub async fn run(args: ChurnArgs) -> anyhow::Result<Vec<Value>> {
-    anyhow::ensure!(
-        args.rate > 0.0 && args.duration_s > 0.0 && args.chats > 0,
-        "positive --rate, --duration-s, --chats"
-    );
-    let count = (args.rate * args.duration_s).round() as usize;
-    anyhow::ensure!((1..=MAX_CONNS).contains(&count), "rate x duration must be 1..={MAX_CONNS}");
-    anyhow::ensure!(args.duration_s <= 300.0, "--duration-s at most 300");
+    check(&args)?;
     let mut runs = Vec::new();
     for r in 0..args.run.runs {
         let out = run_once(&args, r).await.with_context(|| format!("run {}", r + 1))?;
@@ -91,6 +85,17 @@ pub async fn run(args: ChurnArgs) -> anyhow::Result<Vec<Value>> {
     }
     report::emit("churn", &args, &runs, COLUMNS, args.run.json);
     Ok(runs)
+}
+
+pub fn check(args: &ChurnArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.rate > 0.0 && args.duration_s > 0.0 && args.chats > 0,
+        "positive --rate, --duration-s, --chats"
+    );
+    let count = (args.rate * args.duration_s).round() as usize;
+    anyhow::ensure!((1..=MAX_CONNS).contains(&count), "rate x duration must be 1..={MAX_CONNS}");
+    anyhow::ensure!(args.duration_s <= 300.0, "--duration-s at most 300");
+    Ok(())
 }
 
 /// Broker counters of a herald node, from its /metrics (absent without --broker).
@@ -123,30 +128,37 @@ fn parse_counters(body: &str) -> BrokerCounters {
     c
 }
 
-/// A fresh block of loopback sources for each run and each invocation (the
-/// last run's sockets may sit in TIME_WAIT): 16 sources a second of wall time.
-fn source_base(run: u32) -> u32 {
-    let s = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    ((s % 200_000) as u32 * 64) + run * 48
+/// One run; `run` numbers it among the process's runs (it picks the source addresses).
+pub async fn run_once(args: &ChurnArgs, run: u32) -> anyhow::Result<Value> {
+    let server = Target::start(args.peer, &args.target, &[]).await?;
+    let out = measure(args, run, &server).await;
+    let log = server.stop().await?;
+    let mut out = out?;
+    out["server_log"] = log;
+    Ok(out)
 }
 
-async fn run_once(args: &ChurnArgs, run: u32) -> anyhow::Result<Value> {
-    if args.peer != Peer::Herald {
-        return run_peer(args, run).await;
-    }
-    let server = Server::open(&args.target, &[]).await?;
-    let signer = Arc::new(Signer::new(&server.jwt_secret, &args.target.workspace));
-    let path: Arc<str> = Server::ws_path(&args.target.workspace).into();
+/// One run against a started server: herald's clients hello, join and watch;
+/// a peer's connect and join a room (Sockudo: subscribe to a public channel).
+async fn measure(args: &ChurnArgs, run: u32, server: &Target) -> anyhow::Result<Value> {
+    let dial = Arc::new(Dial::to(server, &args.target.workspace));
     let prefix = crate::sends::fresh_chat("churn", run);
-    let chats: Arc<Vec<String>> = Arc::new((0..args.chats).map(|c| format!("{prefix}-{c}")).collect());
+    let rooms: Arc<Vec<String>> =
+        Arc::new((0..args.chats).map(|c| args.peer.room(&format!("{prefix}-{c}"), false)).collect());
     let count = (args.rate * args.duration_s).round() as usize;
-    let base = source_base(run);
+    let base = fresh_sources(run, SOURCES_PER_RUN);
     let hold = Duration::from_millis(args.hold_ms);
-    let addr = server.addr;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let before = broker_counters(&server).await;
-    let cpu0 = cpu_s(server.pid).unwrap_or(0.0);
+    let herald = match server {
+        Target::Herald(s) => Some(s),
+        Target::Peer(_) => None,
+    };
+    let before = match herald {
+        Some(s) => broker_counters(s).await,
+        None => BrokerCounters::default(),
+    };
+    let cpu0 = cpu_s(server.pid()).unwrap_or(0.0);
     let t0 = Instant::now();
     let spec = Launch {
         count,
@@ -155,16 +167,11 @@ async fn run_once(args: &ChurnArgs, run: u32) -> anyhow::Result<Value> {
         deadline: Duration::from_secs_f64(args.duration_s * 1.5 + 5.0),
     };
     let out = fleet::launch(spec, |i| {
-        let (signer, path, chats) = (signer.clone(), path.clone(), chats.clone());
+        let (dial, rooms) = (dial.clone(), rooms.clone());
         async move {
             let started = Instant::now();
-            let token = signer.token(&format!("c{i}")).map_err(crate::client::Failure::signing)?;
-            let source = Ipv4Addr::from(FIRST_SOURCE + base + (i / CONNS_PER_SOURCE) as u32);
-            let mut c = Client::connect(addr, &path, source).await?;
-            c.hello(&token).await?;
-            let chat = &chats[i % chats.len()];
-            c.join(chat).await?;
-            c.watch(chat).await?;
+            let mut c = Conn::open(&dial, &format!("c{i}"), source_addr(base, i)).await?;
+            c.enter(&rooms[i % rooms.len()]).await?;
             let setup = started.elapsed();
             let done = Instant::now();
             tokio::time::sleep(hold).await;
@@ -176,15 +183,17 @@ async fn run_once(args: &ChurnArgs, run: u32) -> anyhow::Result<Value> {
     // The window: from the first start to the last watch acked.
     let last = out.ok.iter().map(|(_, (_, d))| *d).max().unwrap_or(t0);
     let window = (last - t0).as_secs_f64().max(1e-9);
-    let cpu = cpu_s(server.pid).unwrap_or(0.0) - cpu0;
+    let cpu = cpu_s(server.pid()).unwrap_or(0.0) - cpu0;
     let cpu_window = out.elapsed.as_secs_f64().max(1e-9);
-    let after = broker_counters(&server).await;
+    let after = match herald {
+        Some(s) => broker_counters(s).await,
+        None => BrokerCounters::default(),
+    };
     let mut latencies = Latencies::default();
     for (_, (setup, _)) in &out.ok {
         latencies.record(*setup);
     }
     let completed = out.ok.len();
-    let connects_per_s = completed as f64 / window;
     // Subscription ops over the whole launch (starts to last close), against its socket churn.
     let (sub_ops, sub_ops_per_s, per_socket) = if before.present || after.present {
         let ops = (after.subscribes - before.subscribes) + (after.unsubscribes - before.unsubscribes);
@@ -192,86 +201,26 @@ async fn run_once(args: &ChurnArgs, run: u32) -> anyhow::Result<Value> {
     } else {
         (None, None, None)
     };
-    let log = server.stop().await?;
     let p = latencies.summary();
     Ok(json!({
+        "peer": args.peer.as_str(),
         "planned": count,
         "completed": completed,
         "failed": out.failures.total,
         "failures": out.failures,
         "window_s": window,
-        "connects_per_s": connects_per_s,
+        "connects_per_s": completed as f64 / window,
         "p50_ms": p.p50_ms,
         "p99_ms": p.p99_ms,
         "server_cpu_s": cpu,
         "server_cores": cpu / cpu_window,
+        "server_cpu_us_per_socket": cpu * 1e6 / completed.max(1) as f64,
         "broker_subscribes": after.present.then_some(after.subscribes - before.subscribes),
         "broker_unsubscribes": after.present.then_some(after.unsubscribes - before.unsubscribes),
         "broker_sub_ops": sub_ops,
         "broker_sub_ops_per_s": sub_ops_per_s,
         "sub_ops_per_socket": per_socket,
         "broker_subjects": after.present.then_some(after.subjects),
-        "server_log": log,
-    }))
-}
-
-/// Churn against a peer: connect, join one of M rooms, hold, close. No broker counters.
-async fn run_peer(args: &ChurnArgs, run: u32) -> anyhow::Result<Value> {
-    let peer = args.peer;
-    let server = PeerServer::start(peer).await?;
-    let prefix = crate::sends::fresh_chat("churn", run);
-    let rooms: Arc<Vec<String>> =
-        Arc::new((0..args.chats).map(|c| peer.room(&format!("{prefix}-{c}"), false)).collect());
-    let count = (args.rate * args.duration_s).round() as usize;
-    let base = source_base(run);
-    let hold = Duration::from_millis(args.hold_ms);
-    let addr = server.addr;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let cpu0 = cpu_s(server.pid).unwrap_or(0.0);
-    let t0 = Instant::now();
-    let spec = Launch {
-        count,
-        concurrency: MAX_IN_FLIGHT,
-        rate: Some(args.rate),
-        deadline: Duration::from_secs_f64(args.duration_s * 1.5 + 5.0),
-    };
-    let out = fleet::launch(spec, |i| {
-        let rooms = rooms.clone();
-        async move {
-            let started = Instant::now();
-            let source = Ipv4Addr::from(FIRST_SOURCE + base + (i / CONNS_PER_SOURCE) as u32);
-            let mut c = PeerClient::connect(peer, addr, source).await?;
-            c.join(&rooms[i % rooms.len()]).await?;
-            let setup = started.elapsed();
-            let done = Instant::now();
-            tokio::time::sleep(hold).await;
-            c.close().await;
-            Ok((setup, done))
-        }
-    })
-    .await;
-    let last = out.ok.iter().map(|(_, (_, d))| *d).max().unwrap_or(t0);
-    let window = (last - t0).as_secs_f64().max(1e-9);
-    let cpu = cpu_s(server.pid).unwrap_or(0.0) - cpu0;
-    let cpu_window = out.elapsed.as_secs_f64().max(1e-9);
-    let mut latencies = Latencies::default();
-    for (_, (setup, _)) in &out.ok {
-        latencies.record(*setup);
-    }
-    server.stop().await?;
-    let p = latencies.summary();
-    Ok(json!({
-        "peer": peer.as_str(),
-        "planned": count,
-        "completed": out.ok.len(),
-        "failed": out.failures.total,
-        "failures": out.failures,
-        "window_s": window,
-        "connects_per_s": out.ok.len() as f64 / window,
-        "p50_ms": p.p50_ms,
-        "p99_ms": p.p99_ms,
-        "server_cpu_s": cpu,
-        "server_cores": cpu / cpu_window,
     }))
 }
 

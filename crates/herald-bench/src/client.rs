@@ -9,6 +9,7 @@
 
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures_util::{SinkExt, StreamExt};
 use herald_protocol::EventType;
@@ -42,6 +43,15 @@ const FIRST_SOURCE: u32 = 0x7f00_0002;
 /// running out of ephemeral ports towards the single server address.
 pub fn source_addr(offset: u32, index: usize) -> Ipv4Addr {
     Ipv4Addr::from(FIRST_SOURCE + offset + (index / CONNS_PER_SOURCE) as u32)
+}
+
+/// A block of source addresses (an offset for [`source_addr`]) that no recent
+/// invocation used: it moves on by 64 addresses a second of wall time, and run
+/// `run` of this invocation starts `run * per_run` after that (the sockets of
+/// an earlier run may still sit in TIME_WAIT on the old ones).
+pub fn fresh_sources(run: u32, per_run: u32) -> u32 {
+    let s = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    ((s % 200_000) as u32 * 64) + run * per_run
 }
 
 /// Source addresses that `count` clients use.
@@ -123,6 +133,14 @@ impl fmt::Display for Failure {
 impl std::error::Error for Failure {}
 
 impl Failure {
+    /// A request that got no answer in time.
+    pub fn timeout(message: String) -> Failure {
+        Failure {
+            stage: Stage::Timeout,
+            error: ClientError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, message)),
+        }
+    }
+
     /// A token that could not be signed: the client never got to say hello.
     pub fn signing(e: impl fmt::Display) -> Failure {
         Failure { stage: Stage::Hello, error: ClientError::BadFrame(format!("signing a token: {e}")) }
@@ -303,6 +321,11 @@ impl Client {
     /// Keeps the connection open, reading (and so answering pings) and
     /// dropping pushes, until `stop` turns true or the server ends it.
     pub async fn hold(mut self, mut stop: watch::Receiver<bool>) -> Held {
+        self.drain_until(&mut stop).await
+    }
+
+    /// Reads and drops what the server pushes until `stop` turns true or the server ends it.
+    pub async fn drain_until(&mut self, stop: &mut watch::Receiver<bool>) -> Held {
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return Held::Stopped,

@@ -7,8 +7,10 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
+use crate::churn::{self, ChurnArgs};
 use crate::fanout::{self, FanoutArgs};
 use crate::idle::{self, IdleArgs};
+use crate::joinflood::{self, JoinfloodArgs};
 use crate::machine::Machine;
 use crate::peer::Peer;
 use crate::report;
@@ -29,6 +31,10 @@ pub enum CompareScenario {
     Idle(IdleArgs),
     /// Fan-out to one chat at a rising rate (see `fanout`); `--peer` is set per server.
     Fanout(FanoutArgs),
+    /// Joins into one chat at a rising rate (see `joinflood`); herald, socketio, sockudo.
+    Joinflood(JoinfloodArgs),
+    /// Short-lived connections at a set rate (see `churn`); `--peer` is set per server.
+    Churn(ChurnArgs),
 }
 
 /// A figure compared: its key in a run object, its label, and which way is better.
@@ -66,41 +72,75 @@ const FANOUT_FIGURES: &[Figure] = &[
     fig("latency_lost", "lost at half rate", true),
 ];
 
+const JOINFLOOD_FIGURES: &[Figure] = &[
+    fig("steps_passed", "rate steps passed", false),
+    fig("top_offered_per_s", "top joins/s offered, kept up", false),
+    fig("top_acked_per_s", "joins/s acked there", false),
+    fig("top_p50_ms", "join p50 ms there", true),
+    fig("top_p99_ms", "join p99 ms there", true),
+    fig("top_quiet_p50_ms", "quiet chat p50 ms there", true),
+    fig("top_quiet_p99_ms", "quiet chat p99 ms there", true),
+    fig("top_server_cores", "server cores there", true),
+    fig("seed_p99_ms", "join p99 ms at 2,000/s", true),
+    fig("seed_quiet_p99_ms", "quiet chat p99 ms at 2,000/s", true),
+    fig("joins_acked", "joins acked in all", false),
+    fig("failed", "failed", true),
+];
+
+const CHURN_FIGURES: &[Figure] = &[
+    fig("completed", "connections completed", false),
+    fig("failed", "failed", true),
+    fig("connects_per_s", "completed/s", false),
+    fig("p50_ms", "setup p50 ms", true),
+    fig("p99_ms", "setup p99 ms", true),
+    fig("server_cores", "server cores", true),
+    fig("server_cpu_us_per_socket", "server CPU us per socket", true),
+];
+
 /// Runs the comparison and prints it; returns each server's median.
 pub async fn run(args: CompareArgs) -> anyhow::Result<Vec<(Peer, Value)>> {
     anyhow::ensure!(args.peers.first() == Some(&Peer::Herald), "--peers must start with herald");
-    let n = args.peers.len() as u32;
     let mut per: Vec<Vec<Value>> = vec![Vec::new(); args.peers.len()];
+    let peers = &args.peers;
     let (name, runs, json_out, params, figures) = match &args.scenario {
         CompareScenario::Idle(a) => {
-            let runs = a.run.runs;
-            for r in 0..runs {
-                for (i, &peer) in args.peers.iter().enumerate() {
-                    let a = IdleArgs { peer, ..a.clone() };
-                    let workers = idle::workers_for(&a)?;
-                    let v = idle::run_once(&a, workers, r * n + i as u32)
-                        .await
-                        .with_context(|| format!("{} run {}", peer.as_str(), r + 1))?;
-                    eprintln!("idle {} run {}/{runs} done", peer.as_str(), r + 1);
-                    per[i].push(v);
-                }
-            }
-            ("idle", runs, a.run.json, serde_json::to_value(a)?, IDLE_FIGURES)
+            let per_run = interleave(peers, a.run.runs, "idle", &mut per, |peer, r| {
+                let a = IdleArgs { peer, ..a.clone() };
+                async move { idle::run_once(&a, idle::workers_for(&a)?, r).await }
+            });
+            per_run.await?;
+            ("idle", a.run.runs, a.run.json, serde_json::to_value(a)?, IDLE_FIGURES)
         }
         CompareScenario::Fanout(a) => {
             fanout::check(a)?;
-            let runs = a.run.runs;
-            for r in 0..runs {
-                for (i, &peer) in args.peers.iter().enumerate() {
-                    let a = FanoutArgs { peer, ..a.clone() };
-                    let v = fanout::run_once(&a, r * n + i as u32)
-                        .await
-                        .with_context(|| format!("{} run {}", peer.as_str(), r + 1))?;
-                    eprintln!("fanout {} run {}/{runs} done", peer.as_str(), r + 1);
-                    per[i].push(v);
-                }
-            }
-            ("fanout", runs, a.run.json, serde_json::to_value(a)?, FANOUT_FIGURES)
+            let per_run = interleave(peers, a.run.runs, "fanout", &mut per, |peer, r| {
+                let a = FanoutArgs { peer, ..a.clone() };
+                async move { fanout::run_once(&a, r).await }
+            });
+            per_run.await?;
+            ("fanout", a.run.runs, a.run.json, serde_json::to_value(a)?, FANOUT_FIGURES)
+        }
+        CompareScenario::Joinflood(a) => {
+            anyhow::ensure!(
+                !peers.contains(&Peer::Nats),
+                "NATS has no members: compare joinflood with herald,socketio,sockudo"
+            );
+            joinflood::check(a)?;
+            let per_run = interleave(peers, a.run.runs, "joinflood", &mut per, |peer, r| {
+                let a = JoinfloodArgs { peer, ..a.clone() };
+                async move { joinflood::run_once(&a, r).await }
+            });
+            per_run.await?;
+            ("joinflood", a.run.runs, a.run.json, serde_json::to_value(a)?, JOINFLOOD_FIGURES)
+        }
+        CompareScenario::Churn(a) => {
+            churn::check(a)?;
+            let per_run = interleave(peers, a.run.runs, "churn", &mut per, |peer, r| {
+                let a = ChurnArgs { peer, ..a.clone() };
+                async move { churn::run_once(&a, r).await }
+            });
+            per_run.await?;
+            ("churn", a.run.runs, a.run.json, serde_json::to_value(a)?, CHURN_FIGURES)
         }
     };
     let medians: Vec<Value> = per.iter().map(|r| report::median(r)).collect();
@@ -177,6 +217,31 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<Vec<(Peer, Value)>> {
         print!("{text}");
     }
     Ok(args.peers.iter().copied().zip(medians).collect())
+}
+
+/// Runs `once(peer, run_number)` for run 1 of every server, then run 2 of each, ...;
+/// `per[i]` gets server i's runs. The run number is distinct across the whole comparison
+/// (it picks fresh source addresses and chat names).
+async fn interleave<F, Fut>(
+    peers: &[Peer],
+    runs: u32,
+    name: &str,
+    per: &mut [Vec<Value>],
+    once: F,
+) -> anyhow::Result<()>
+where
+    F: Fn(Peer, u32) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Value>>,
+{
+    let n = peers.len() as u32;
+    for r in 0..runs {
+        for (i, &peer) in peers.iter().enumerate() {
+            let v = once(peer, r * n + i as u32).await.with_context(|| format!("{} run {}", peer.as_str(), r + 1))?;
+            eprintln!("{name} {} run {}/{runs} done", peer.as_str(), r + 1);
+            per[i].push(v);
+        }
+    }
+    Ok(())
 }
 
 fn cell(v: Option<&Value>) -> String {

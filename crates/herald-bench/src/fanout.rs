@@ -18,13 +18,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use herald_protocol::EventType;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::client::{Client, ClientError, Failure, source_addr, sources_for};
+use crate::client::{ClientError, Failure, source_addr, sources_for};
+use crate::conn::{Conn, Received};
 use crate::fleet::{self, Failures, Launch};
 use crate::latency::Latencies;
 use crate::pclient::PeerClient;
@@ -32,6 +31,7 @@ use crate::peer::{Peer, PeerServer, cpu_s};
 use crate::report::{self, Column, RunArgs, col};
 use crate::sends::{REQUEST_TIMEOUT, SendsArgs, fresh_chat};
 use crate::server::{Server, TargetArgs};
+use crate::target::Target;
 use crate::token::Signer;
 
 /// Most rate steps; the latency phase counts as one more.
@@ -137,16 +137,6 @@ struct Payload {
     s: usize,
 }
 
-/// A herald push, as much as this scenario reads.
-#[derive(Deserialize)]
-struct HeraldPush {
-    ev: Option<String>,
-    seq: Option<u64>,
-    #[serde(rename = "type")]
-    kind: Option<EventType>,
-    body: Option<Payload>,
-}
-
 /// What every watcher adds to.
 struct Shared {
     base: Instant,
@@ -171,55 +161,13 @@ impl Shared {
     }
 }
 
-/// A client of whichever server is measured.
-enum Conn {
-    Herald(Client),
-    Peer(PeerClient),
-}
-
-/// One run's server.
-enum Target {
-    Herald(Server),
-    Peer(PeerServer),
-}
-
-impl Target {
-    fn pid(&self) -> u32 {
-        match self {
-            Target::Herald(s) => s.pid,
-            Target::Peer(p) => p.pid,
-        }
-    }
-    fn addr(&self) -> std::net::SocketAddr {
-        match self {
-            Target::Herald(s) => s.addr,
-            Target::Peer(p) => p.addr,
-        }
-    }
-    async fn stop(self) -> anyhow::Result<Value> {
-        Ok(match self {
-            Target::Herald(s) => json!(s.stop().await?),
-            Target::Peer(p) => {
-                p.stop().await?;
-                Value::Null
-            }
-        })
-    }
-}
-
 /// One run; `run` numbers it among the process's runs (it picks the source addresses).
 pub async fn run_once(args: &FanoutArgs, run: u32) -> anyhow::Result<Value> {
     // Two nodes: named apart, and no rebalance (the bench pins publishers to A and watchers to B on purpose).
     let node_flag = |n: &str| {
         if args.nodes > 1 { vec![format!("--node=bench-{n}-{run}"), "--rebalance=false".into()] } else { Vec::new() }
     };
-    let server = match args.peer {
-        Peer::Herald => {
-            let flags = [SendsArgs::server_flags(), node_flag("a")].concat();
-            Target::Herald(Server::open(&args.target, &flags).await?)
-        }
-        peer => Target::Peer(PeerServer::start(peer).await?),
-    };
+    let server = Target::start(args.peer, &args.target, &[SendsArgs::server_flags(), node_flag("a")].concat()).await?;
     let second = if args.nodes > 1 {
         let started = match (&server, args.peer) {
             (Target::Herald(a), _) => {
@@ -314,7 +262,7 @@ async fn measure(args: &FanoutArgs, run: u32, server: &Target, second: Option<&T
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
     for c in pubs.into_iter().flatten() {
-        close(c).await;
+        c.close().await;
     }
     let pct = shared.latency.lock().expect("lock").summary();
     let ff = |k: &str| first_fail.get(k).cloned().unwrap_or(Value::Null);
@@ -459,13 +407,6 @@ async fn open_all(
     }
 }
 
-async fn close(c: Conn) {
-    match c {
-        Conn::Herald(c) => c.close().await,
-        Conn::Peer(c) => c.close().await,
-    }
-}
-
 /// One watcher: reads until told to stop, counting each message under its step.
 async fn watch_loop(mut conn: Conn, publishers: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut last_n = vec![None::<u64>; publishers];
@@ -473,36 +414,20 @@ async fn watch_loop(mut conn: Conn, publishers: usize, shared: Arc<Shared>, mut 
     let mut latencies = Latencies::default();
     loop {
         let next = async {
-            match &mut conn {
-                Conn::Herald(c) => {
-                    let t = c.next_text().await?;
-                    let push: HeraldPush =
-                        serde_json::from_str(&t).map_err(|e| ClientError::BadFrame(e.to_string()))?;
-                    match push.ev.as_deref() {
-                        Some("notify") => {
-                            shared.notifies.fetch_add(1, Ordering::Relaxed);
-                            Ok(None)
-                        }
-                        Some("event") => {
-                            if let Some(seq) = push.seq {
-                                if let Some(last) = last_seq {
-                                    if seq <= last {
-                                        shared.out_of_order.fetch_add(1, Ordering::Relaxed);
-                                    } else if seq > last + 1 {
-                                        shared.gaps.fetch_add(1, Ordering::Relaxed);
-                                    }
-                                }
-                                last_seq = Some(seq);
-                            }
-                            Ok(if push.kind == Some(EventType::Message) { push.body } else { None })
-                        }
-                        _ => Ok(None),
-                    }
+            match conn.next_received::<Payload>().await? {
+                Received::Notify => {
+                    shared.notifies.fetch_add(1, Ordering::Relaxed);
+                    Ok(None)
                 }
-                Conn::Peer(c) => {
-                    let m = c.next_msg().await?;
-                    serde_json::from_slice::<Payload>(&m).map(Some).map_err(|e| ClientError::BadFrame(e.to_string()))
+                Received::Msg { seq, body } => {
+                    check_seq(seq, &mut last_seq, &shared);
+                    Ok(Some(body))
                 }
+                Received::Event { seq } => {
+                    check_seq(Some(seq), &mut last_seq, &shared);
+                    Ok(None)
+                }
+                Received::Other => Ok(None),
             }
         };
         let got: Result<Option<Payload>, ClientError> = tokio::select! {
@@ -534,10 +459,20 @@ async fn watch_loop(mut conn: Conn, publishers: usize, shared: Arc<Shared>, mut 
         }
     }
     shared.latency.lock().expect("lock").merge(&latencies);
-    match conn {
-        Conn::Herald(c) => c.close().await,
-        Conn::Peer(c) => c.close().await,
+    conn.close().await;
+}
+
+/// herald: a push's seq must be the last + 1 (a larger one is a gap, a smaller one out of order).
+fn check_seq(seq: Option<u64>, last_seq: &mut Option<u64>, shared: &Shared) {
+    let Some(seq) = seq else { return };
+    if let Some(last) = *last_seq {
+        if seq <= last {
+            shared.out_of_order.fetch_add(1, Ordering::Relaxed);
+        } else if seq > last + 1 {
+            shared.gaps.fetch_add(1, Ordering::Relaxed);
+        }
     }
+    *last_seq = Some(seq);
 }
 
 /// Publishes at `msgs_per_s` (all publishers together) for `secs`, then waits
@@ -652,18 +587,9 @@ async fn publish_loop(
             break;
         }
         let payload = format!(r#"{{"t":{},"p":{p},"n":{},"s":{step}}}"#, shared.now_us(), start_n + sent + 1);
-        let r: Result<(), Failure> = match &mut conn {
-            Conn::Herald(c) => {
-                let body = RawValue::from_string(payload).expect("valid JSON");
-                match tokio::time::timeout(REQUEST_TIMEOUT, c.send(chat, &body)).await {
-                    Ok(r) => r.map(|_| ()),
-                    Err(_) => return (conn, sent, Some("no send ack in time".into()), last),
-                }
-            }
-            Conn::Peer(c) => match tokio::time::timeout(REQUEST_TIMEOUT, c.publish(chat, &payload)).await {
-                Ok(r) => r,
-                Err(_) => return (conn, sent, Some("no publish ack in time".into()), last),
-            },
+        let r: Result<(), Failure> = match tokio::time::timeout(REQUEST_TIMEOUT, conn.publish(chat, payload)).await {
+            Ok(r) => r,
+            Err(_) => return (conn, sent, Some("no publish ack in time".into()), last),
         };
         if let Err(e) = r {
             return (conn, sent, Some(e.to_string()), last);

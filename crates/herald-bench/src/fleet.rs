@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::MissedTickBehavior;
 
-use crate::client::{Client, ClientError, Failure, Stage, source_addr};
+use crate::client::{Client, Failure, source_addr};
+use crate::conn::{Conn, Dial};
+use crate::peer::Peer;
 use crate::server::Server;
 use crate::token::Signer;
 
@@ -104,10 +106,9 @@ where
         let fut = attempt(i);
         let tx = tx.clone();
         tokio::spawn(async move {
-            let r = tokio::time::timeout(ATTEMPT_TIMEOUT, fut).await.unwrap_or_else(|_| {
-                let e = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer in {ATTEMPT_TIMEOUT:?}"));
-                Err(Failure { stage: Stage::Timeout, error: ClientError::Io(e) })
-            });
+            let r = tokio::time::timeout(ATTEMPT_TIMEOUT, fut)
+                .await
+                .unwrap_or_else(|_| Err(Failure::timeout(format!("no answer in {ATTEMPT_TIMEOUT:?}"))));
             drop(permit);
             let _ = tx.send((i, r));
         });
@@ -136,7 +137,7 @@ where
     Launched { ok, failures, elapsed: started.elapsed() }
 }
 
-/// Opens `count` clients that said hello as `user(i)` (setup, not measured).
+/// Opens `count` herald clients that said hello as `user(i)` (setup, not measured).
 pub async fn open_clients(
     server: &Server,
     signer: &Signer,
@@ -144,18 +145,30 @@ pub async fn open_clients(
     source_offset: u32,
     user: impl Fn(usize) -> String,
 ) -> (Vec<Client>, Failures) {
-    let path: Arc<str> = Server::ws_path(signer.workspace()).into();
+    let dial = Dial { peer: Peer::Herald, addr: server.addr, signer: Some(signer.clone()) };
+    let (conns, failures) = open_conns(&dial, count, source_offset, user).await;
+    let clients = conns
+        .into_iter()
+        .filter_map(|c| match c {
+            Conn::Herald(c) => Some(c),
+            Conn::Peer(_) => None,
+        })
+        .collect();
+    (clients, failures)
+}
+
+/// Opens `count` clients of the server `dial` names (herald: after `hello` as
+/// `user(i)`), from the sources at `source_offset` (setup, not measured).
+pub async fn open_conns(
+    dial: &Dial,
+    count: usize,
+    source_offset: u32,
+    user: impl Fn(usize) -> String,
+) -> (Vec<Conn>, Failures) {
     let spec = Launch { count, concurrency: SETUP_CONCURRENCY, rate: None, deadline: SETUP_DEADLINE };
-    let addr = server.addr;
     let out = launch(spec, |i| {
-        let token = signer.token(&user(i));
-        let path = path.clone();
-        async move {
-            let token = token.map_err(Failure::signing)?;
-            let mut c = Client::connect(addr, &path, source_addr(source_offset, i)).await?;
-            c.hello(&token).await?;
-            Ok(c)
-        }
+        let (dial, user) = (dial.clone(), user(i));
+        async move { Conn::open(&dial, &user, source_addr(source_offset, i)).await }
     })
     .await;
     (out.ok.into_iter().map(|(_, c)| c).collect(), out.failures)
@@ -164,6 +177,7 @@ pub async fn open_clients(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::{ClientError, Stage};
 
     #[tokio::test]
     async fn counts_successes_and_failures() {

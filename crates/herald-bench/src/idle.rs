@@ -19,9 +19,10 @@ use tokio::process::{Child, ChildStdout, Command};
 use crate::client::sources_for;
 use crate::fleet::{ATTEMPT_TIMEOUT, Failures};
 use crate::machine::rss_kib;
-use crate::peer::{Peer, PeerServer};
+use crate::peer::Peer;
 use crate::report::{self, Column, RunArgs, col};
 use crate::server::{Server, TargetArgs};
+use crate::target::Target;
 use crate::worker::{Established, Released, SECRET_ENV, Until};
 
 /// Most clients one worker holds: well under the 20,000 open files per process.
@@ -120,27 +121,6 @@ pub fn workers_for(args: &IdleArgs) -> anyhow::Result<usize> {
     Ok(workers)
 }
 
-/// The server of one run: herald or a peer.
-enum Target {
-    Herald(Server),
-    Peer(PeerServer),
-}
-
-impl Target {
-    fn addr(&self) -> std::net::SocketAddr {
-        match self {
-            Target::Herald(s) => s.addr,
-            Target::Peer(p) => p.addr,
-        }
-    }
-    fn rss_kib(&self) -> anyhow::Result<u64> {
-        match self {
-            Target::Herald(s) => s.rss_kib(),
-            Target::Peer(p) => p.rss_kib(),
-        }
-    }
-}
-
 /// A started worker: its process and its stdout lines.
 struct Worker {
     child: Child,
@@ -150,14 +130,8 @@ struct Worker {
 
 /// One run; `run` numbers it among all runs of the process (it picks the source addresses).
 pub async fn run_once(args: &IdleArgs, workers: usize, run: u32) -> anyhow::Result<Value> {
-    let server = match args.peer {
-        Peer::Herald => Target::Herald(Server::open(&args.target, &[]).await?),
-        peer => Target::Peer(PeerServer::start(peer).await?),
-    };
-    let jwt_secret = match &server {
-        Target::Herald(s) => s.jwt_secret.clone(),
-        Target::Peer(_) => "unused".to_string(),
-    };
+    let server = Target::start(args.peer, &args.target, &[]).await?;
+    let jwt_secret = server.jwt_secret();
     tokio::time::sleep(BASELINE_SETTLE).await;
     let rss_before = server.rss_kib()?;
     let path = Server::ws_path(&args.target.workspace);
@@ -221,13 +195,7 @@ pub async fn run_once(args: &IdleArgs, workers: usize, run: u32) -> anyhow::Resu
     for mut w in pool {
         dropped += stop_worker(&mut w).await?.dropped;
     }
-    let log = match server {
-        Target::Herald(s) => s.stop().await?,
-        Target::Peer(p) => {
-            p.stop().await?;
-            None
-        }
-    };
+    let log = server.stop().await?;
     let per_conn = |kib: u64| if established == 0 { Value::Null } else { json!(kib as f64 / established as f64) };
     Ok(json!({
         "peer": args.peer.as_str(),

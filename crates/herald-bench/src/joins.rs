@@ -1,8 +1,10 @@
-//! The join flood (`sends --op join`): S*K distinct users each join the same
+//! The closed-loop join flood (`sends --op join`): S*K distinct users each join the same
 //! chat once, from S senders working through K users each, one join at a time
 //! per sender. Clients connect and say hello before the clock starts, so the
 //! figure is the chat's join rate, not connection setup. The chat's member
-//! count through the HTTP API must then equal the joins acked.
+//! count through the HTTP API must then equal the joins acked. What a join is
+//! and how joins are counted ([`JoinTally`], [`timed_join`]) is shared with
+//! the open-loop, rising-rate `joinflood`.
 
 use std::time::Instant;
 
@@ -10,7 +12,8 @@ use anyhow::Context;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::client::{Client, sources_for};
+use crate::client::{Failure, sources_for};
+use crate::conn::Conn;
 use crate::fleet;
 use crate::fleet::Failures;
 use crate::latency::Latencies;
@@ -51,15 +54,56 @@ pub async fn run(args: SendsArgs) -> anyhow::Result<Vec<Value>> {
     Ok(runs)
 }
 
-/// What one sender's joins did.
+/// What a set of timed joins did; both join floods (this one and `joinflood`) count with it.
 #[derive(Default)]
-struct JoinOutcome {
-    latencies: Latencies,
-    acked: u64,
-    failures: Failures,
-    last_ack: Option<Instant>,
-    /// Kept open until every sender is done, so closes do not overlap the flood.
-    clients: Vec<Client>,
+pub struct JoinTally {
+    pub latencies: Latencies,
+    pub acked: u64,
+    pub failures: Failures,
+    /// When the last ack came.
+    pub last_ack: Option<Instant>,
+    /// The largest member count an answer gave.
+    pub members_seen: u64,
+}
+
+impl JoinTally {
+    /// Counts one join that started at `started`, with its outcome.
+    pub fn record(&mut self, started: Instant, outcome: Result<Option<u64>, Failure>) {
+        match outcome {
+            Ok(members) => {
+                let now = Instant::now();
+                self.latencies.record(now - started);
+                self.acked += 1;
+                self.last_ack = Some(self.last_ack.map_or(now, |l| l.max(now)));
+                self.members_seen = self.members_seen.max(members.unwrap_or(0));
+            }
+            Err(f) => self.failures.add_failure(&f),
+        }
+    }
+
+    pub fn merge(&mut self, other: &JoinTally) {
+        self.latencies.merge(&other.latencies);
+        self.acked += other.acked;
+        self.failures.merge(&other.failures);
+        self.last_ack = self.last_ack.max(other.last_ack);
+        self.members_seen = self.members_seen.max(other.members_seen);
+    }
+}
+
+/// `conn` joins `room` as `user`, bounded by [`REQUEST_TIMEOUT`]; the member count the answer gave.
+pub async fn timed_join(conn: &mut Conn, room: &str, user: &str) -> Result<Option<u64>, Failure> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, conn.join_as(room, user)).await {
+        Ok(r) => r,
+        Err(_) => Err(Failure::timeout(format!("no join ack in {REQUEST_TIMEOUT:?}"))),
+    }
+}
+
+/// The member count of `chat` through herald's HTTP API (None without an api key).
+pub async fn herald_members(server: &Server, workspace: &str, chat: &str) -> anyhow::Result<Option<u64>> {
+    Ok(match server.api_key {
+        Some(_) => Some(server.chat(workspace, chat).await?.members),
+        None => None,
+    })
 }
 
 async fn run_once(args: &SendsArgs, run: u32) -> anyhow::Result<Value> {
@@ -75,51 +119,39 @@ async fn run_once(args: &SendsArgs, run: u32) -> anyhow::Result<Value> {
     // Sender i works through its own slice of users.
     let (go_tx, go_rx) = watch::channel(false);
     let mut tasks = Vec::new();
-    let mut clients = clients.into_iter();
-    for _ in 0..args.senders {
-        let mine: Vec<Client> = clients.by_ref().take(args.messages).collect();
+    let mut clients = clients.into_iter().map(Conn::Herald);
+    for s in 0..args.senders {
+        let mine: Vec<Conn> = clients.by_ref().take(args.messages).collect();
         let (chat, mut go) = (chat.clone(), go_rx.clone());
         tasks.push(tokio::spawn(async move {
-            let mut out = JoinOutcome::default();
+            let mut tally = JoinTally::default();
+            // Kept open until every sender is done, so closes do not overlap the flood.
+            let mut held = Vec::new();
             let _ = go.wait_for(|g| *g).await;
-            for mut client in mine {
+            for (k, mut conn) in mine.into_iter().enumerate() {
                 let t = Instant::now();
-                match tokio::time::timeout(REQUEST_TIMEOUT, client.join(&chat)).await {
-                    Ok(Ok(_)) => {
-                        let now = Instant::now();
-                        out.latencies.record(now - t);
-                        out.acked += 1;
-                        out.last_ack = Some(now);
-                    }
-                    Ok(Err(f)) => out.failures.add_failure(&f),
-                    Err(_) => out.failures.add("timeout", || format!("no join ack in {REQUEST_TIMEOUT:?}")),
-                }
-                out.clients.push(client);
+                tally.record(t, timed_join(&mut conn, &chat, &format!("j{s}-{k}")).await);
+                held.push(conn);
             }
-            out
+            (tally, held)
         }));
     }
     let started = Instant::now();
     let _ = go_tx.send(true);
-    let mut latencies = Latencies::default();
-    let (mut acked, mut last_ack) = (0, started);
+    let mut tally = JoinTally::default();
     let mut held = Vec::new();
     for t in tasks {
-        let mut out = t.await?;
-        latencies.merge(&out.latencies);
-        acked += out.acked;
-        last_ack = last_ack.max(out.last_ack.unwrap_or(started));
-        failures.merge(&out.failures);
-        held.append(&mut out.clients);
+        let (out, mut conns) = t.await?;
+        tally.merge(&out);
+        held.append(&mut conns);
     }
-    let elapsed = last_ack - started;
-    let members = match server.api_key {
-        Some(_) => Some(server.chat(&args.target.workspace, &chat).await?.members),
-        None => None,
-    };
+    failures.merge(&tally.failures);
+    let acked = tally.acked;
+    let elapsed = tally.last_ack.unwrap_or(started) - started;
+    let members = herald_members(&server, &args.target.workspace, &chat).await?;
     drop(held);
     let log = server.stop().await?;
-    let p = latencies.summary();
+    let p = tally.latencies.summary();
     Ok(json!({
         "joins": total,
         "acked": acked,

@@ -11,20 +11,24 @@
 mod churn;
 mod client;
 mod compare;
+mod conn;
 mod fanout;
 mod fleet;
 mod handshake;
 mod http;
 mod idle;
+mod joinflood;
 mod joins;
 mod latency;
 mod machine;
 mod pclient;
 mod peer;
+mod quiet;
 mod report;
 mod sends;
 mod server;
 mod smoke;
+mod target;
 mod token;
 mod worker;
 
@@ -53,6 +57,8 @@ pub(crate) enum Command {
     Fanout(fanout::FanoutArgs),
     /// herald and its peers (Socket.IO, NATS WebSocket) on one scenario, side by side, with ratios.
     Compare(compare::CompareArgs),
+    /// Joins into one chat at a rising rate, each a distinct user on its own connection; a quiet chat's latency meanwhile.
+    Joinflood(joinflood::JoinfloodArgs),
     /// Short-lived connections at a set rate (connect, hello, join+watch, hold, close); broker subscription ops vs churn.
     Churn(churn::ChurnArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
@@ -78,6 +84,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Sends(args) => sends::run(args).await,
         Command::Fanout(args) => fanout::run(args).await,
         Command::Churn(args) => churn::run(args).await,
+        Command::Joinflood(args) => joinflood::run(args).await,
         Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Worker(_) => anyhow::bail!("a worker runs on its own"),

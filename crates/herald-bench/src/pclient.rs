@@ -73,11 +73,15 @@ fn pusher_data(raw: &serde_json::value::RawValue) -> Vec<u8> {
     }
 }
 
-/// Pusher private channel auth: `KEY:hex(HMAC-SHA256(secret, "socket_id:channel"))`.
-fn pusher_auth(socket_id: &str, channel: &str) -> String {
+/// Pusher channel auth: `KEY:hex(HMAC-SHA256(secret, "socket_id:channel"))` for a private
+/// channel, with `:channel_data` appended to the signed string for a presence channel.
+fn pusher_auth(socket_id: &str, channel: &str, channel_data: Option<&str>) -> String {
     use hmac::{Hmac, Mac};
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SOCKUDO_SECRET.as_bytes()).expect("any key length");
-    mac.update(format!("{socket_id}:{channel}").as_bytes());
+    match channel_data {
+        Some(d) => mac.update(format!("{socket_id}:{channel}:{d}").as_bytes()),
+        None => mac.update(format!("{socket_id}:{channel}").as_bytes()),
+    }
     let sig: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
     format!("{SOCKUDO_KEY}:{sig}")
 }
@@ -174,17 +178,30 @@ impl PeerClient {
 
     /// Joins `room` (Socket.IO room, NATS subject) and waits until the server confirms it.
     pub async fn join(&mut self, room: &str) -> Result<(), Failure> {
+        self.join_as(room, None).await.map(|_| ())
+    }
+
+    /// Joins `room` as member `user` where the peer has members: Socket.IO's `join`
+    /// event with a user (the server counts it in the room's member set), Sockudo's
+    /// presence channel (`presence-...`, user in the signed channel data). Returns the
+    /// member count the server's answer gives, if it gives one.
+    pub async fn join_as(&mut self, room: &str, user: Option<&str>) -> Result<Option<u64>, Failure> {
         let r = async {
             match self.peer {
                 Peer::Socketio => {
                     let id = self.next_ack;
                     self.next_ack += 1;
-                    self.send_text(format!("42{id}[\"join\",{}]", json_str(room))).await?;
+                    let frame = match user {
+                        Some(u) => format!("42{id}[\"join\",{},{}]", json_str(room), json_str(u)),
+                        None => format!("42{id}[\"join\",{}]", json_str(room)),
+                    };
+                    self.send_text(frame).await?;
                     let want = format!("43{id}");
                     loop {
                         let t = self.next_text().await?;
-                        if t.starts_with(&want) {
-                            return Ok(());
+                        if let Some(rest) = t.strip_prefix(&want) {
+                            // 43N[count] for a member join, 43N[true] otherwise.
+                            return Ok(rest.trim_matches(|c| c == '[' || c == ']').parse().ok());
                         }
                     }
                 }
@@ -192,11 +209,16 @@ impl PeerClient {
                     let sid = self.next_sid;
                     self.next_sid += 1;
                     self.send_bin(format!("SUB {room} {sid}\r\nPING\r\n").into_bytes()).await?;
-                    self.until_pong().await
+                    self.until_pong().await.map(|_| None)
                 }
                 Peer::Sockudo => {
-                    let data = if room.starts_with("private-") {
-                        serde_json::json!({"channel": room, "auth": pusher_auth(&self.socket_id, room)})
+                    let data = if room.starts_with("presence-") {
+                        let u = user.ok_or_else(|| bad("a presence channel needs a user"))?;
+                        let channel_data = serde_json::json!({"user_id": u}).to_string();
+                        let auth = pusher_auth(&self.socket_id, room, Some(&channel_data));
+                        serde_json::json!({"channel": room, "auth": auth, "channel_data": channel_data})
+                    } else if room.starts_with("private-") {
+                        serde_json::json!({"channel": room, "auth": pusher_auth(&self.socket_id, room, None)})
                     } else {
                         serde_json::json!({"channel": room})
                     };
@@ -205,7 +227,7 @@ impl PeerClient {
                         let f = self.next_pusher().await?;
                         match f.event.as_str() {
                             "pusher_internal:subscription_succeeded" if f.channel.as_deref() == Some(room) => {
-                                return Ok(());
+                                return Ok(f.data.as_deref().and_then(presence_count));
                             }
                             "pusher:error" | "pusher:subscription_error" => {
                                 return Err(bad(format!("{}: {:?}", f.event, f.data.map(|d| d.get().to_string()))));
@@ -252,15 +274,6 @@ impl PeerClient {
         r.await.map_err(at(Stage::Send))
     }
 
-    /// The next published message this client receives; answers pings on the way.
-    pub async fn next_msg(&mut self) -> Result<Vec<u8>, ClientError> {
-        loop {
-            if let Push::Msg(m) = self.next_push().await? {
-                return Ok(m);
-            }
-        }
-    }
-
     /// The next push: a message, or `Other` after handling protocol chatter.
     pub async fn next_push(&mut self) -> Result<Push, ClientError> {
         match self.peer {
@@ -294,6 +307,11 @@ impl PeerClient {
 
     /// Keeps the connection open, answering pings, until `stop` or the server ends it.
     pub async fn hold(mut self, mut stop: watch::Receiver<bool>) -> Held {
+        self.drain_until(&mut stop).await
+    }
+
+    /// Reads and drops what the server pushes (answering pings) until `stop` or the server ends it.
+    pub async fn drain_until(&mut self, stop: &mut watch::Receiver<bool>) -> Held {
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return Held::Stopped,
@@ -406,6 +424,16 @@ impl PeerClient {
     }
 }
 
+/// The member count of a presence channel's `subscription_succeeded` data, a JSON
+/// string holding `{"presence":{"ids":[...],"hash":{...},"count":N}}`. Read from
+/// the end without parsing the member list (which holds every member).
+fn presence_count(raw: &serde_json::value::RawValue) -> Option<u64> {
+    let t = raw.get();
+    let at = t.rfind("count")? + "count".len();
+    let digits: String = t[at..].chars().skip_while(|c| !c.is_ascii_digit()).take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
 /// `s` as a JSON string literal.
 fn json_str(s: &str) -> String {
     serde_json::to_string(s).expect("strings serialize")
@@ -424,7 +452,19 @@ mod tests {
         mac.update(b"1234.1234:private-foobar");
         let sig: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(sig, "58df8b0c36d6982b82c3ecf6b4662e34fe8c25bba48f5369f135bf843651c3a4");
-        assert!(pusher_auth("1.2", "private-c").starts_with("bench-key:"));
+        assert!(pusher_auth("1.2", "private-c", None).starts_with("bench-key:"));
+        assert_ne!(pusher_auth("1.2", "presence-c", Some("{}")), pusher_auth("1.2", "presence-c", None));
+    }
+
+    #[test]
+    fn presence_counts() {
+        let raw = serde_json::value::RawValue::from_string(
+            r#""{\"presence\":{\"ids\":[\"count\"],\"hash\":{\"count\":null},\"count\":12}}""#.into(),
+        )
+        .unwrap();
+        assert_eq!(presence_count(&raw), Some(12));
+        let none = serde_json::value::RawValue::from_string(r#""{}""#.into()).unwrap();
+        assert_eq!(presence_count(&none), None);
     }
 
     #[test]

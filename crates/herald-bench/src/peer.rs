@@ -50,6 +50,12 @@ impl Peer {
     pub fn room(self, chat: &str, publishing: bool) -> String {
         if self == Peer::Sockudo && publishing { format!("private-{chat}") } else { chat.to_string() }
     }
+
+    /// The room a chat's members join: Sockudo keeps a member list only for a
+    /// presence channel, so its nearest equivalent of a member join is subscribing to one.
+    pub fn member_room(self, chat: &str) -> String {
+        if self == Peer::Sockudo { format!("presence-{chat}") } else { chat.to_string() }
+    }
 }
 
 /// Where `bench/peers` is: `$HERALD_PEERS_DIR`, else the first `bench/peers`
@@ -75,6 +81,7 @@ pub fn peers_dir() -> anyhow::Result<PathBuf> {
 
 /// A started peer server.
 pub struct PeerServer {
+    pub peer: Peer,
     pub pid: u32,
     pub addr: SocketAddr,
     child: Child,
@@ -102,7 +109,7 @@ impl PeerServer {
             .spawn()
             .with_context(|| format!("starting {}", script.display()))?;
         let pid = child.id().context("the peer exited at once")?;
-        let mut server = PeerServer { pid, addr, child, log };
+        let mut server = PeerServer { peer, pid, addr, child, log };
         let started = Instant::now();
         loop {
             if tokio::net::TcpStream::connect(addr).await.is_ok() {
