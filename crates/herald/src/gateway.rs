@@ -184,8 +184,15 @@ pub async fn ws_route(
     {
         return (StatusCode::BAD_REQUEST, "ws must be a workspace id").into_response();
     }
+    tracing::trace!(%peer, "upgrading to a WebSocket");
     let tasks = gw.tasks.clone();
-    gw.configure(upgrade).on_upgrade(move |socket| tasks.track_future(serve(gw, socket, q.ws, peer)))
+    // The connection runs on a task of its own, not inside axum's upgrade
+    // task: that one also keeps the upgrade's own state (config, protocol,
+    // callback) for as long as its callback runs, and ends at once this way.
+    gw.configure(upgrade).on_upgrade(move |socket| {
+        tokio::spawn(tasks.track_future(serve(gw, socket, q.ws.map(String::into_boxed_str))));
+        std::future::ready(())
+    })
 }
 
 /// `GET /diag/echo`: echoes every message with the gateway's buffers, for the
@@ -224,38 +231,45 @@ enum End {
     Drop,
 }
 
-async fn serve(gw: Arc<Gateway>, mut ws: WebSocket, route_ws: Option<String>, peer: SocketAddr) {
-    let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
-    let outbox = Arc::new(Outbox::new(id, gw.cfg.outbox_limit));
-    gw.conns.lock().expect("conns lock").insert(id, (outbox.clone(), None));
-    metrics::gauge!("herald_connections").increment(1.0);
-    metrics::counter!("herald_connections_total").increment(1);
+/// One connection, from upgrade to close. Its future is most of an idle
+/// connection's memory, so it is written to stay small: an `async move`
+/// block, not an `async fn`, because an `async fn` keeps its arguments twice
+/// (once as arguments, once as the locals they move into), and the socket
+/// alone is 368 bytes.
+fn serve(gw: Arc<Gateway>, mut ws: WebSocket, route_ws: Option<Box<str>>) -> impl Future<Output = ()> + Send + 'static {
+    async move {
+        let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
+        let outbox = Arc::new(Outbox::new(id, gw.cfg.outbox_limit));
+        gw.conns.lock().expect("conns lock").insert(id, (outbox.clone(), None));
+        metrics::gauge!("herald_connections").increment(1.0);
+        metrics::counter!("herald_connections_total").increment(1);
 
-    let mut conn = Conn {
-        gw: &gw,
-        outbox: &outbox,
-        route_ws,
-        session: None,
-        bucket: TokenBucket::new(gw.cfg.rate, gw.cfg.burst, Instant::now()),
-        throttled_in_a_row: 0,
-        inflight: None,
-    };
-    let end = conn.run(&mut ws).await;
-    // A request still in flight finishes on its own task; its reply has nowhere to go.
-    let session = conn.session.take();
-    if let End::Close(code, reason) = end {
-        tracing::debug!(conn = id, %peer, code = code.0, reason, "closing connection");
-        // Boxed, like the write path: the close handshake is rare, so the
-        // task of every idle connection should not be sized for it.
-        Box::pin(close(&mut ws, code, reason)).await;
-        metrics::counter!("herald_closes_total", "code" => close_label(code)).increment(1);
+        let mut conn = Conn {
+            gw: &gw,
+            outbox: &outbox,
+            route_ws,
+            session: None,
+            bucket: TokenBucket::new(gw.cfg.rate, gw.cfg.burst, Instant::now()),
+            throttled_in_a_row: 0,
+            inflight: None,
+        };
+        let end = conn.run(&mut ws).await;
+        // A request still in flight finishes on its own task; its reply has nowhere to go.
+        let session = conn.session.take();
+        if let End::Close(code, reason) = end {
+            tracing::debug!(conn = id, code = code.0, reason, "closing connection");
+            // Boxed, like the write path: the close handshake is rare, so the
+            // task of every idle connection should not be sized for it.
+            Box::pin(close(&mut ws, code, reason)).await;
+            metrics::counter!("herald_closes_total", "code" => close_label(code)).increment(1);
+        }
+        if let Some(s) = session {
+            let keys = std::mem::take(&mut *s.watches.lock().expect("watches lock"));
+            gw.chats.unwatch_all(&s.outbox, &keys);
+        }
+        gw.conns.lock().expect("conns lock").remove(&id);
+        metrics::gauge!("herald_connections").decrement(1.0);
     }
-    if let Some(s) = session {
-        let keys = std::mem::take(&mut *s.watches.lock().expect("watches lock"));
-        gw.chats.unwatch_all(&s.outbox, &keys);
-    }
-    gw.conns.lock().expect("conns lock").remove(&id);
-    metrics::gauge!("herald_connections").decrement(1.0);
 }
 
 /// Sends a close frame and reads until the peer's, so our socket is not reset under our close frame.
@@ -286,7 +300,7 @@ fn close_label(code: CloseCode) -> &'static str {
 struct Conn<'a> {
     gw: &'a Arc<Gateway>,
     outbox: &'a Arc<Outbox>,
-    route_ws: Option<String>,
+    route_ws: Option<Box<str>>,
     session: Option<Arc<Session>>,
     bucket: TokenBucket,
     throttled_in_a_row: u32,
@@ -301,6 +315,10 @@ impl Conn<'_> {
         let mut last_rx = started;
         let mut next_ping = started + cfg.heartbeat;
         let mut frames: Vec<Frame> = Vec::new();
+        // One timer for the connection's life, moved as its deadline moves:
+        // boxed, because an idle connection's task is mostly this loop's
+        // state, and a timer is 112 bytes of it.
+        let mut timer = Box::pin(sleep_until(started + cfg.hello_timeout));
         loop {
             // Write first: whatever is queued, then any close that waits behind it.
             // The write future is boxed: an idle connection's task then carries
@@ -323,6 +341,9 @@ impl Conn<'_> {
             } else {
                 next_ping.min(last_rx + cfg.idle_timeout)
             };
+            if timer.deadline() != deadline {
+                timer.as_mut().reset(deadline);
+            }
             let reading = self.inflight.is_none();
             tokio::select! {
                 _ = self.outbox.changed() => {}
@@ -347,7 +368,7 @@ impl Conn<'_> {
                         Some(Ok(Message::Close(_))) => return End::Drop,
                     }
                 }
-                _ = sleep_until(deadline) => {
+                _ = &mut timer => {
                     let now = TokioInstant::now();
                     if self.session.is_none() {
                         self.reply_err(None, ErrorCode::Unauthenticated, "no hello in time");
@@ -360,7 +381,7 @@ impl Conn<'_> {
                     }
                     if now >= next_ping {
                         next_ping = now + cfg.heartbeat;
-                        if ws.send(Message::Ping(Default::default())).await.is_err() {
+                        if Box::pin(ws.send(Message::Ping(Default::default()))).await.is_err() {
                             return End::Drop;
                         }
                     }
@@ -490,7 +511,7 @@ impl Conn<'_> {
             return self.refuse(CloseCode::GOING_AWAY_RECONNECT, "other cell");
         }
         // Only needed for this check: an idle connection should not keep it.
-        if self.route_ws.take().is_some_and(|ws| ws != identity.workspace) {
+        if self.route_ws.take().is_some_and(|ws| *ws != *identity.workspace) {
             metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "unauthenticated").increment(1);
             self.reply_err(Some(id), ErrorCode::Unauthenticated, "the token is for another workspace than ?ws=");
             return self.refuse(CloseCode::UNAUTHENTICATED, "workspace mismatch");
