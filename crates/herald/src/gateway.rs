@@ -236,6 +236,7 @@ enum End {
 /// block, not an `async fn`, because an `async fn` keeps its arguments twice
 /// (once as arguments, once as the locals they move into), and the socket
 /// alone is 368 bytes.
+#[allow(clippy::manual_async_fn)] // on purpose: see above
 fn serve(gw: Arc<Gateway>, mut ws: WebSocket, route_ws: Option<Box<str>>) -> impl Future<Output = ()> + Send + 'static {
     async move {
         let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
