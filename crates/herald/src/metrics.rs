@@ -7,6 +7,10 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// How often histograms fold their recorded samples into buckets. Without
+/// it, samples pile up between scrapes, and forever on a node nobody scrapes.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Latency buckets in seconds: from a cached read to a stalled disk.
 const SECONDS_BUCKETS: &[f64] =
     &[0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
@@ -28,6 +32,20 @@ pub fn handle() -> &'static PrometheusHandle {
         describe();
         handle
     })
+}
+
+/// Folds histogram samples into their buckets every few seconds, for as long
+/// as the runtime it is spawned on runs (one per server; more do no harm).
+pub fn spawn_upkeep() {
+    let handle = handle();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            handle.run_upkeep();
+        }
+    });
 }
 
 fn describe() {

@@ -71,7 +71,7 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    crate::metrics::handle();
+    crate::metrics::spawn_upkeep();
     let store = open_store(&config)?;
     let nats = if config.brokers.is_empty() {
         None
