@@ -81,6 +81,7 @@ const JOINFLOOD_FIGURES: &[Figure] = &[
     fig("top_quiet_p50_ms", "quiet chat p50 ms there", true),
     fig("top_quiet_p99_ms", "quiet chat p99 ms there", true),
     fig("top_server_cores", "server cores there", true),
+    fig("top_bench_cores", "bench (client) cores there", true),
     fig("seed_p99_ms", "join p99 ms at 2,000/s", true),
     fig("seed_quiet_p99_ms", "quiet chat p99 ms at 2,000/s", true),
     fig("joins_acked", "joins acked in all", false),

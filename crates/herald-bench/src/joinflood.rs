@@ -96,6 +96,7 @@ const COLUMNS: &[Column] = &[
     col("top_quiet_p50_ms", "quiet p50 ms"),
     col("top_quiet_p99_ms", "quiet p99 ms"),
     col("top_server_cores", "srv cores"),
+    col("top_bench_cores", "bench cores"),
     col("seed_p99_ms", "p99 ms at 2k/s"),
     col("joins_acked", "joins acked"),
     col("failed", "failed"),
@@ -166,10 +167,10 @@ async fn measure(args: &JoinfloodArgs, run: u32, server: &Target) -> anyhow::Res
         totals.merge(&tally);
         let pass = r["pass"].as_bool().unwrap_or(false);
         eprintln!(
-            "joinflood {} run {} step {}: {rate:.0}/s offered, {n} joins: acked {} at {:.0}/s, p99 {} ms, quiet p99 {} ms, failed {}, dropped {}: {}",
+            "joinflood {} step {}/{}: {rate:.0}/s offered, {n} joins: acked {} at {:.0}/s, p99 {} ms, quiet p99 {} ms, failed {}, dropped {}: {}",
             peer.as_str(),
-            run + 1,
             k + 1,
+            args.steps,
             r["acked"],
             r["acked_per_s"].as_f64().unwrap_or(0.0),
             r["p99_ms"],
@@ -228,6 +229,7 @@ async fn measure(args: &JoinfloodArgs, run: u32, server: &Target) -> anyhow::Res
         "top_quiet_p50_ms": t("/quiet/p50_ms"),
         "top_quiet_p99_ms": t("/quiet/p99_ms"),
         "top_server_cores": t("/server_cores"),
+        "top_bench_cores": t("/bench_cores"),
         "seed_acked_per_s": sd("/acked_per_s"),
         "seed_p99_ms": sd("/p99_ms"),
         "seed_quiet_p99_ms": sd("/quiet/p99_ms"),
@@ -272,6 +274,7 @@ async fn step(
     };
     quiet.begin(k);
     let cpu0 = cpu_s(server.pid()).unwrap_or(0.0);
+    let own0 = cpu_s(std::process::id()).unwrap_or(0.0);
     let t0 = Instant::now();
     let out = fleet::launch(spec, |i| {
         let (slots, room, mut stop) = (slots.clone(), room.clone(), stop_rx.clone());
@@ -292,6 +295,8 @@ async fn step(
     })
     .await;
     let cpu = cpu_s(server.pid()).unwrap_or(0.0) - cpu0;
+    // The bench shares the machine: when it is near a full core, the step measures the bench too.
+    let own = cpu_s(std::process::id()).unwrap_or(0.0) - own0;
     let quiet_step = quiet.end(k).await;
     let mut tally = JoinTally::default();
     let mut last_start = t0;
@@ -344,6 +349,7 @@ async fn step(
         "dropped": dropped,
         "members_seen": tally.members_seen,
         "server_cores": cpu / window,
+        "bench_cores": own / window,
         "quiet": quiet_step,
         "pass": pass,
     });
