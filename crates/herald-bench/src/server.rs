@@ -126,6 +126,9 @@ impl Server {
             // measure the store, not the cap; `--server-arg
             // --chat-join-rate=N` measures the cap instead (a flag wins over env).
             .env("HERALD_CHAT_JOIN_RATE", "0")
+            // Hot-chat coalescing off too: fan-out measures the push path,
+            // every event pushed and checked by seq.
+            .env("HERALD_HOT_CHAT_DELIVERIES", "0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

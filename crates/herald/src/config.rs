@@ -90,6 +90,12 @@ pub struct ServeArgs {
     /// (0: no cap); the rest are told `throttled` with a time to retry.
     #[arg(long, env = "HERALD_CHAT_JOIN_RATE")]
     pub chat_join_rate: Option<u32>,
+    /// Deliveries per second into one chat's watchers on this node (events
+    /// times watchers) at which the chat turns hot: its watchers then get a
+    /// `notify` with the latest seq every 250 ms instead of each event, and
+    /// fetch (0: never).
+    #[arg(long, env = "HERALD_HOT_CHAT_DELIVERIES")]
+    pub hot_chat_deliveries: Option<u64>,
     /// Bytes a connection's outbound queue may hold before it is closed with 4008.
     #[arg(long, env = "HERALD_OUTBOX_LIMIT")]
     pub outbox_limit: Option<usize>,
@@ -139,6 +145,8 @@ pub struct Config {
     pub burst: u32,
     /// Client joins per second per chat on this node; 0 means no cap.
     pub chat_join_rate: u32,
+    /// Deliveries per second at which a chat turns hot; 0 means never.
+    pub hot_chat_deliveries: u64,
     pub outbox_limit: usize,
     pub ws_read_buffer: usize,
     pub ws_write_buffer: usize,
@@ -164,6 +172,12 @@ pub const DEFAULT_WS_WRITE_BUFFER: usize = 64 * 1024;
 /// the chat (about 5,000 durable joins/s into one chat on PostgreSQL here)
 /// keeps room for everything else.
 pub const DEFAULT_CHAT_JOIN_RATE: u32 = 2_000;
+/// Default heat at which a chat switches to coalesced `notify` pushes:
+/// 200,000 deliveries a second on one node, e.g. 200 events/s to 1,000
+/// watchers, or 20/s to 10,000. Above it a chat's pushes would take most of
+/// a core (about 1 us each here) and crowd out every other chat; below it,
+/// pushing each event costs less than the fetches a `notify` causes.
+pub const DEFAULT_HOT_CHAT_DELIVERIES: u64 = 200_000;
 /// Default linger of a chat's broker subscription: longer than a reconnect
 /// storm's return, so the storm causes no subject churn.
 pub const DEFAULT_BROKER_LINGER_MS: u64 = 5_000;
@@ -203,6 +217,7 @@ impl ServeArgs {
             rate,
             burst,
             chat_join_rate,
+            hot_chat_deliveries,
             outbox_limit,
             ws_read_buffer,
             drain_window_ms,
@@ -237,6 +252,7 @@ impl ServeArgs {
             rate: self.rate.unwrap_or(limits::REQUEST_RATE),
             burst: self.burst.unwrap_or(limits::REQUEST_BURST),
             chat_join_rate: self.chat_join_rate.unwrap_or(DEFAULT_CHAT_JOIN_RATE),
+            hot_chat_deliveries: self.hot_chat_deliveries.unwrap_or(DEFAULT_HOT_CHAT_DELIVERIES),
             outbox_limit: self.outbox_limit.unwrap_or(DEFAULT_OUTBOX_LIMIT),
             ws_read_buffer: self.ws_read_buffer.unwrap_or(DEFAULT_WS_READ_BUFFER),
             ws_write_buffer: DEFAULT_WS_WRITE_BUFFER,

@@ -22,6 +22,13 @@
 //! buffered events with seq above the replay. Anything published before the
 //! registration was stored before it, hence before the read.
 //!
+//! A hot chat (events times local watchers past `--hot-chat-deliveries`
+//! within a second) stops pushing each event: every [`HOT_NOTIFY_EVERY`] its
+//! watchers get one shared `notify` with the latest seq and fetch what they
+//! lack, so one chat cannot take the node's fan-out from all the others. It
+//! cools after a whole second under half the threshold. `leave` events are
+//! still pushed, since they end watches.
+//!
 //! Lock order: shard map, then a chat's state, then an outbox. The hub knows
 //! a connection only as its [`Outbox`].
 
@@ -49,6 +56,8 @@ const MAX_HELD: usize = 1024;
 const MAX_SYNC_BUFFER: usize = 1024;
 /// Shards of the chat map: enough that watch churn on many cores rarely contends.
 const SHARDS: usize = 64;
+/// How often a hot chat's watchers hear of its latest seq.
+pub const HOT_NOTIFY_EVERY: Duration = Duration::from_millis(250);
 /// Events read per backfill page, and pages per catch-up before giving up on replaying.
 const BACKFILL_PAGE: u32 = 500;
 const BACKFILL_PAGES: usize = 10;
@@ -67,6 +76,10 @@ pub struct Hub {
     hasher: std::hash::RandomState,
     broker: Arc<dyn Broker>,
     backfill: OnceLock<Weak<dyn Backfill>>,
+    /// Deliveries per second into one chat's local watchers at which it
+    /// turns hot; 0: never.
+    hot_deliveries: u64,
+    started: tokio::time::Instant,
 }
 
 /// Part of the chat map.
@@ -87,6 +100,15 @@ struct ChatState {
     /// Whether a gap timer is running.
     gap_timer: bool,
     watchers: HashMap<ConnId, Watcher>,
+    /// The second (since the hub started) whose events `window_events` counts.
+    window: u64,
+    window_events: u32,
+    /// Hot: watchers get a coalesced `notify` now and then, not each event.
+    hot: bool,
+    /// While hot: the latest seq not yet announced.
+    unannounced: Option<u64>,
+    /// Whether the timer that announces it is running.
+    notify_timer: bool,
 }
 
 struct Watcher {
@@ -116,13 +138,16 @@ pub struct Replay {
 }
 
 impl Hub {
-    pub fn new(broker: Arc<dyn Broker>) -> Arc<Hub> {
+    /// A hub whose chats turn hot at `hot_deliveries` deliveries per second (0: never).
+    pub fn new(broker: Arc<dyn Broker>, hot_deliveries: u64) -> Arc<Hub> {
         let hub = Arc::new_cyclic(|me| Hub {
             me: me.clone(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: std::hash::RandomState::new(),
             broker: broker.clone(),
             backfill: OnceLock::new(),
+            hot_deliveries,
+            started: tokio::time::Instant::now(),
         });
         let sink: Arc<dyn Sink> = hub.clone();
         broker.attach(Arc::downgrade(&sink));
@@ -187,7 +212,7 @@ impl Hub {
         }
         if state.next.is_none() {
             state.next = Some(replay.latest + 1);
-            watched.release_held(&mut state);
+            self.release_held(&watched, &mut state);
             self.arm_gap_timer(&watched, &mut state);
         }
         let chat_next = state.next.unwrap_or(replay.latest + 1);
@@ -292,7 +317,7 @@ impl Hub {
         tracing::warn!(chat = %watched.key, missing, "gap not repaired: the log could not be read; watchers will fetch it");
         metrics::counter!("herald_hub_gaps_skipped_total").increment(1);
         state.next = Some(first);
-        let emptied = watched.release_held(&mut state);
+        let emptied = self.release_held(watched, &mut state);
         self.arm_gap_timer(watched, &mut state);
         drop(state);
         if emptied {
@@ -359,9 +384,9 @@ impl Sink for Hub {
         let mut state = watched.state.lock().expect("hub chat lock");
         let emptied = match state.next {
             Some(next) if event.seq == next => {
-                let mut emptied = watched.fan_out(&mut state, &event);
+                let mut emptied = self.fan_out(&watched, &mut state, &event);
                 state.next = Some(next + 1);
-                emptied |= watched.release_held(&mut state);
+                emptied |= self.release_held(&watched, &mut state);
                 emptied
             }
             Some(next) if event.seq < next => false,
@@ -375,7 +400,7 @@ impl Sink for Hub {
                 } else if state.held.len() > MAX_HELD {
                     let first = *state.held.keys().next().expect("not empty");
                     state.next = Some(first);
-                    watched.release_held(&mut state)
+                    self.release_held(&watched, &mut state)
                 } else {
                     self.arm_gap_timer(&watched, &mut state);
                     false
@@ -389,10 +414,25 @@ impl Sink for Hub {
     }
 }
 
-impl Watched {
-    /// Pushes `event` to every live watcher and buffers it for syncing ones.
+impl Hub {
+    /// Pushes `event` to every live watcher and buffers it for syncing ones;
+    /// in a hot chat, only notes it for the next coalesced `notify`.
     /// Returns true if a `leave` removed the last watcher.
-    fn fan_out(&self, state: &mut ChatState, event: &Arc<Published>) -> bool {
+    fn fan_out(&self, watched: &Arc<Watched>, state: &mut ChatState, event: &Arc<Published>) -> bool {
+        if self.count_for_heat(watched, state) && event.kind != EventType::Leave {
+            for w in state.watchers.values_mut() {
+                if let Some(buf) = &mut w.syncing {
+                    if buf.len() < MAX_SYNC_BUFFER {
+                        buf.push(event.clone());
+                    } else {
+                        w.overflowed = true;
+                    }
+                }
+            }
+            state.unannounced = Some(event.seq);
+            self.arm_notify_timer(watched, state);
+            return false;
+        }
         let mut pushed = 0u64;
         for w in state.watchers.values_mut() {
             if let Some(buf) = &mut w.syncing {
@@ -424,8 +464,72 @@ impl Watched {
         false
     }
 
+    /// Counts one event of `watched` toward its heat and says whether the
+    /// chat is hot now. A chat turns hot when its events times its local
+    /// watchers pass [`Hub`]'s threshold within a second, and cools after a
+    /// whole second under half of it.
+    fn count_for_heat(&self, watched: &Watched, state: &mut ChatState) -> bool {
+        if self.hot_deliveries == 0 {
+            return false;
+        }
+        let window = self.started.elapsed().as_secs();
+        let watchers = state.watchers.len() as u64;
+        if state.window != window {
+            let last = if window == state.window + 1 { u64::from(state.window_events) } else { 0 };
+            if state.hot && last * watchers < self.hot_deliveries / 2 {
+                state.hot = false;
+                tracing::info!(chat = %watched.key, watchers, "chat cooled down: pushing events again");
+                metrics::counter!("herald_hub_hot_switches_total", "to" => "events").increment(1);
+            }
+            state.window = window;
+            state.window_events = 0;
+        }
+        state.window_events = state.window_events.saturating_add(1);
+        if !state.hot && u64::from(state.window_events) * watchers >= self.hot_deliveries {
+            state.hot = true;
+            tracing::info!(chat = %watched.key, watchers, events_this_second = state.window_events,
+                "chat is hot: pushing a coalesced notify instead of each event");
+            metrics::counter!("herald_hub_hot_switches_total", "to" => "notify").increment(1);
+        }
+        state.hot
+    }
+
+    /// Starts the timer that announces a hot chat's latest seq, unless one runs.
+    fn arm_notify_timer(&self, watched: &Arc<Watched>, state: &mut ChatState) {
+        if state.notify_timer {
+            return;
+        }
+        state.notify_timer = true;
+        let (hub, watched) = (self.me.clone(), watched.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(HOT_NOTIFY_EVERY).await;
+            if let Some(hub) = hub.upgrade() {
+                hub.announce(&watched);
+            }
+        });
+    }
+
+    /// Pushes one shared `notify` with a hot chat's latest seq to each live
+    /// watcher that has not been pushed that far; they fetch the rest.
+    fn announce(&self, watched: &Watched) {
+        let mut state = watched.state.lock().expect("hub chat lock");
+        state.notify_timer = false;
+        let Some(seq) = state.unannounced.take() else { return };
+        let frame = Frame::from(notify_push(&watched.key.chat, seq));
+        let mut pushed = 0u64;
+        for w in state.watchers.values_mut() {
+            if w.syncing.is_none() && w.next <= seq {
+                w.next = seq + 1;
+                if w.outbox.push(frame.clone()) {
+                    pushed += 1;
+                }
+            }
+        }
+        metrics::counter!("herald_hub_notifies_total").increment(pushed);
+    }
+
     /// Fans out held events from `state.next` on while they are contiguous.
-    fn release_held(&self, state: &mut ChatState) -> bool {
+    fn release_held(&self, watched: &Arc<Watched>, state: &mut ChatState) -> bool {
         let mut emptied = false;
         while let Some(entry) = state.held.first_entry() {
             let next = state.next.expect("released only once started");
@@ -437,7 +541,7 @@ impl Watched {
                 break;
             }
             let event = entry.remove();
-            emptied |= self.fan_out(state, &event);
+            emptied |= self.fan_out(watched, state, &event);
             state.next = Some(next + 1);
         }
         emptied
@@ -487,9 +591,59 @@ mod tests {
             .collect()
     }
 
+    fn pushed(outbox: &Outbox) -> Vec<String> {
+        let mut frames = Vec::new();
+        outbox.drain(usize::MAX, &mut frames);
+        frames
+            .iter()
+            .map(|f| serde_json::from_str::<serde_json::Value>(f.as_str()).unwrap())
+            .map(|v| format!("{} {}", v["ev"].as_str().unwrap_or("reply"), v["seq"]))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hot_chat_gets_coalesced_notifies_then_events_again_once_it_cools() {
+        // Hot at 100 deliveries a second: with two watchers, the 50th event of a second.
+        let hub = Hub::new(Arc::new(MemoryBroker::new()), 100);
+        let key = ChatKey::new("w", "c");
+        let outboxes: Vec<Arc<Outbox>> = (1..=2).map(|i| Arc::new(Outbox::new(i, 1 << 20))).collect();
+        for o in &outboxes {
+            hub.begin_watch(&key, &Arc::from("u"), o);
+            hub.finish_watch(
+                &key,
+                o.id(),
+                Replay { reply: Frame::from("{}"), latest: 0, frames: vec![], truncated: false },
+            );
+            pushed(o);
+        }
+        for seq in 1..=200 {
+            hub.deliver(event(&key, seq));
+        }
+        tokio::time::sleep(HOT_NOTIFY_EVERY + Duration::from_millis(50)).await;
+        let mut want: Vec<String> = (1..=49).map(|s| format!("event {s}")).collect();
+        want.push("notify 200".into());
+        for o in &outboxes {
+            assert_eq!(pushed(o), want, "49 events, then one notify for the other 151");
+        }
+        // The next second is still hot: the last one was far above half the threshold.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        hub.deliver(event(&key, 201));
+        tokio::time::sleep(HOT_NOTIFY_EVERY + Duration::from_millis(50)).await;
+        for o in &outboxes {
+            assert_eq!(pushed(o), vec!["notify 201".to_string()]);
+        }
+        // A quiet second later, events are pushed one by one again.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        hub.deliver(event(&key, 202));
+        hub.deliver(event(&key, 203));
+        for o in &outboxes {
+            assert_eq!(pushed(o), vec!["event 202".to_string(), "event 203".to_string()]);
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_gap_that_reopens_during_repair_is_repaired_again_not_skipped() {
-        let hub = Hub::new(Arc::new(MemoryBroker::new()));
+        let hub = Hub::new(Arc::new(MemoryBroker::new()), 0);
         let key = ChatKey::new("w", "c");
         // The log has 1..=4 when first read; 6 arrives (ahead of 5) while it is read.
         let log = Arc::new(Log {

@@ -82,7 +82,7 @@ pub async fn run(
         Some(n) => n.clone(),
         None => Arc::new(MemoryBroker::new()),
     };
-    let hub = Hub::new(broker.clone());
+    let hub = Hub::new(broker.clone(), config.hot_chat_deliveries);
     let limits = ChatLimits {
         body_bytes: config.body_limit,
         replay_events: REPLAY_EVENTS,

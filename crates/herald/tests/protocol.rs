@@ -351,4 +351,89 @@ async fn a_join_flood_into_one_chat_is_throttled_and_the_refused_get_in_on_retry
     assert!(text.contains("herald_joins_throttled_total"), "counted in /metrics");
 }
 
+/// A hot chat (events times watchers past the threshold within a second)
+/// stops pushing each event and pushes a `notify` with the latest seq every
+/// 250 ms; pushes plus a fetch still give every watcher every event, once,
+/// in order. A quiet second later it pushes events again.
+#[tokio::test]
+async fn a_hot_chat_pushes_coalesced_notifies_and_fetch_fills_in_every_event() {
+    const SENDS: u64 = 120;
+    // Two watchers: hot at the 20th event of a second.
+    let s = TestServer::start_with(|c| c.hot_chat_deliveries = 40).await;
+    let mut sender = s.client("w", "sender").await;
+    sender.ok(json!({"op": "join", "chat": "hot"})).await;
+    let mut watchers = Vec::new();
+    for u in ["a", "b"] {
+        let mut c = s.client("w", u).await;
+        c.ok(json!({"op": "join", "chat": "hot"})).await;
+        let start = c.ok(json!({"op": "watch", "chat": "hot"})).await["seq"].as_u64().unwrap();
+        watchers.push((c, start));
+    }
+    let mut last = 0;
+    for i in 0..SENDS {
+        last = sender.ok(json!({"op": "send", "chat": "hot", "body": {"n": i}})).await["seq"].as_u64().unwrap();
+    }
+    for (c, start) in &mut watchers {
+        let (mut events, mut notified, mut have) = (0, 0u64, *start);
+        let mut got: Vec<u64> = Vec::new();
+        while have < last {
+            let p = c.push().await;
+            match p["ev"].as_str().unwrap() {
+                "event" => {
+                    let seq = p["seq"].as_u64().unwrap();
+                    assert!(seq > have, "event pushes only go up: {seq} after {have}");
+                    if seq > have + 1 {
+                        // A gap: fetch it, as the protocol tells clients to.
+                        got.extend(fetch_range(c, have, seq - 1).await);
+                    }
+                    got.push(seq);
+                    have = seq;
+                    events += 1;
+                }
+                "notify" => {
+                    let seq = p["seq"].as_u64().unwrap();
+                    notified += 1;
+                    if seq > have {
+                        got.extend(fetch_range(c, have, seq).await);
+                        have = seq;
+                    }
+                }
+                other => panic!("unexpected push {other}: {p}"),
+            }
+        }
+        let want: Vec<u64> = (*start + 1..=last).collect();
+        assert_eq!(got, want, "every event once, in order, by push or fetch");
+        assert!(notified >= 1, "the hot chat sent a notify");
+        assert!(events < SENDS, "not every event was pushed: {events} of {SENDS}");
+    }
+    // Quiet for two seconds: cooled, and a new event is pushed as an event.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let seq = sender.ok(json!({"op": "send", "chat": "hot", "body": "calm"})).await["seq"].as_u64().unwrap();
+    for (c, _) in &mut watchers {
+        let p = c.push().await;
+        assert_eq!((p["ev"].as_str().unwrap(), p["seq"].as_u64().unwrap()), ("event", seq), "{p}");
+    }
+    let (_, text) = http_raw(s.addr, "GET", "/metrics", None, None).await;
+    assert!(text.contains("herald_hub_notifies_total"), "counted in /metrics");
+}
+
+/// Fetches the seqs in `(after, upto]`, page by page.
+async fn fetch_range(c: &mut Client, mut after: u64, upto: u64) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    while after < upto {
+        let f = c.ok(json!({"op": "fetch", "chat": "hot", "after": after, "limit": 500})).await;
+        for e in f["events"].as_array().unwrap() {
+            let seq = e["seq"].as_u64().unwrap();
+            if seq <= upto {
+                seqs.push(seq);
+            }
+            after = after.max(seq);
+        }
+        if !f["more"].as_bool().unwrap() {
+            break;
+        }
+    }
+    seqs
+}
+
 use futures_util::SinkExt;
