@@ -32,7 +32,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::client::{Failure, Held, fresh_sources, sources_for};
+use crate::client::{Failure, Held, fresh_sources, source_addr, sources_for};
 use crate::conn::{Conn, Dial};
 use crate::fleet::{self, Failures, Launch};
 use crate::joins::{JoinTally, herald_members, timed_join};
@@ -201,9 +201,9 @@ async fn measure(args: &JoinfloodArgs, run: u32, server: &Target) -> anyhow::Res
             (m, Some(totals.acked), m == Some(totals.acked))
         }
         Target::Peer(_) if peer == Peer::Sockudo => {
-            let ok = steps.iter().all(|s| s["members_seen"] == s["acked"]);
+            let ok = steps.iter().all(|s| s["members"] == s["acked"]);
             let largest = steps.iter().filter_map(|s| s["acked"].as_u64()).max();
-            (Some(totals.members_seen), largest, ok)
+            (steps.iter().filter_map(|s| s["members"].as_u64()).max(), largest, ok)
         }
         Target::Peer(_) => (Some(totals.members_seen), Some(totals.acked), totals.members_seen == totals.acked),
     };
@@ -308,6 +308,7 @@ async fn step(
     }
     tally.failures.merge(&out.failures);
     let window = (tally.last_ack.unwrap_or(t0) - t0).as_secs_f64().max(1e-9);
+    let members = members_now(dial, &room, k, source_addr(offset, n)).await;
     // Release the members and close their connections, bounded.
     let _ = stop_tx.send(true);
     let closing = async {
@@ -348,10 +349,25 @@ async fn step(
         "failures": failures,
         "dropped": dropped,
         "members_seen": tally.members_seen,
+        "members": members,
         "server_cores": cpu / window,
         "bench_cores": own / window,
         "quiet": quiet_step,
         "pass": pass,
     });
     (r, tally)
+}
+
+/// Sockudo: the presence channel's member count once every join of step `k` is answered, as one more
+/// subscriber's answer gives it (less that subscriber). The joins' own answers cannot tell: two
+/// concurrent subscriptions may each be answered before the other is counted. None for the others
+/// (herald's count comes from its HTTP API, Socket.IO's from its acks, whose set is updated in order).
+async fn members_now(dial: &Dial, room: &str, k: usize, source: std::net::Ipv4Addr) -> Option<u64> {
+    if dial.peer != Peer::Sockudo {
+        return None;
+    }
+    let mut c = Conn::open(dial, "counter", source).await.ok()?;
+    let count = timed_join(&mut c, room, &format!("counter-{k}")).await.ok().flatten();
+    c.close().await;
+    count.map(|n| n.saturating_sub(1))
 }

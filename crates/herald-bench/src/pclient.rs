@@ -429,7 +429,9 @@ impl PeerClient {
 /// the end without parsing the member list (which holds every member).
 fn presence_count(raw: &serde_json::value::RawValue) -> Option<u64> {
     let t = raw.get();
-    let at = t.rfind("count")? + "count".len();
+    // The key, quoted (escaped, inside the string): a member id may hold the word itself.
+    let key = ["count\\\":", "count\":"].iter().find_map(|k| t.rfind(k).map(|at| at + k.len()));
+    let at = key?;
     let digits: String = t[at..].chars().skip_while(|c| !c.is_ascii_digit()).take_while(char::is_ascii_digit).collect();
     digits.parse().ok()
 }
@@ -459,7 +461,7 @@ mod tests {
     #[test]
     fn presence_counts() {
         let raw = serde_json::value::RawValue::from_string(
-            r#""{\"presence\":{\"ids\":[\"count\"],\"hash\":{\"count\":null},\"count\":12}}""#.into(),
+            r#""{\"presence\":{\"count\":12,\"ids\":[\"count-1\"],\"hash\":{\"count-1\":null}}}""#.into(),
         )
         .unwrap();
         assert_eq!(presence_count(&raw), Some(12));
