@@ -10,6 +10,10 @@
 //! GET /metrics over the same window) beside the socket churn per second.
 //! With per-node interest and `--broker-linger-ms`, a node subscribes to a
 //! chat's subject once, however many of its watchers come and go.
+//!
+//! `--peer` measures a peer instead: its clients connect, join a room
+//! (Socket.IO), subscribe to a subject (NATS) or to a public channel
+//! (Sockudo), hold and close; there are no broker counters then.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,12 +1,16 @@
 //! `herald-bench`: herald's load generator and benchmark driver. This file
 //! only parses the command line and hands each scenario to its module:
 //! `idle` (memory per idle connection, with `worker` processes holding the
-//! clients), `sends` (durable send throughput; `--op join` for the join
-//! flood in `joins`), `fanout` (one chat, many watchers, a rising rate),
-//! `churn` (short-lived connections at a set rate), `compare` (herald beside its peers, `peer` and `pclient`) and `smoke`
-//! (everything tiny, for the test suite). Shared pieces: `client` (one WebSocket client),
-//! `handshake` (its upgrade), `fleet` (opening many, bounded), `server` (the
-//! server under test), `report`, `latency`, `machine`, `token`, `http`.
+//! clients), `sends` (durable send throughput; `--op join` for the
+//! closed-loop join flood in `joins`), `joinflood` (joins into one chat at a
+//! rising rate, with a `quiet` chat beside), `fanout` (one chat, many
+//! watchers, a rising rate), `churn` (short-lived connections at a set rate),
+//! `compare` (herald beside its peers, `peer` and `pclient`) and `smoke`
+//! (everything tiny, for the test suite). Shared pieces: `client` (one herald
+//! WebSocket client), `conn` (a client of herald or a peer), `target` (the
+//! run's server, herald or a peer), `handshake` (the upgrade), `fleet`
+//! (opening many, bounded), `server` (herald under test), `report`,
+//! `latency`, `machine`, `token`, `http`.
 
 mod churn;
 mod client;
@@ -55,7 +59,7 @@ pub(crate) enum Command {
     Sends(sends::SendsArgs),
     /// Fan-out: S watchers of one chat, publishers at a rising rate; highest loss-free rate, latency at half.
     Fanout(fanout::FanoutArgs),
-    /// herald and its peers (Socket.IO, NATS WebSocket) on one scenario, side by side, with ratios.
+    /// herald and its peers (Socket.IO, NATS WebSocket, Sockudo) on one scenario, side by side, with ratios.
     Compare(compare::CompareArgs),
     /// Joins into one chat at a rising rate, each a distinct user on its own connection; a quiet chat's latency meanwhile.
     Joinflood(joinflood::JoinfloodArgs),
