@@ -56,6 +56,15 @@ pub(crate) trait Tx {
     async fn insert_event(&mut self, chat: i64, event: &Event) -> Result<(), Self::Error>;
     /// Writes back a row's seq, member count and open flag.
     async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error>;
+    /// Reads ahead, in few round trips, what the batch's writes on the chats
+    /// in `rows` will ask; for backends where a round trip costs more than a lookup.
+    async fn prefetch(&mut self, _writes: &[&Write], _rows: &HashMap<ChatKey, ChatRow>) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    /// Sends whatever the transaction held back (bulk inserts) before its chats are saved.
+    async fn finish(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 /// What one write decided: a client's answer, or a backend failure that fails the batch.
@@ -87,10 +96,12 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
             batch.rows.insert(key.clone(), row);
         }
     }
+    tx.prefetch(writes, &batch.rows).await?;
     let mut outcomes = Vec::with_capacity(writes.len());
     for w in writes {
         outcomes.push(batch.apply_one(tx, w).await?);
     }
+    tx.finish().await?;
     batch.dirty.sort();
     batch.dirty.dedup();
     for key in &batch.dirty {
