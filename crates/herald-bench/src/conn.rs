@@ -46,8 +46,8 @@ pub enum Received<T> {
     Msg { seq: Option<u64>, body: T },
     /// herald: another event of the chat (a join, say).
     Event { seq: u64 },
-    /// herald: `notify` (pushes skipped events).
-    Notify,
+    /// herald: `notify` (pushes skipped events up to `seq`).
+    Notify { seq: Option<u64> },
     /// Anything else, already handled.
     Other,
 }
@@ -121,7 +121,7 @@ impl Conn {
                 let bad = |e: serde_json::Error| ClientError::BadFrame(e.to_string());
                 let push: HeraldPush = serde_json::from_str(&t).map_err(bad)?;
                 Ok(match (push.ev, push.seq) {
-                    (Some("notify"), _) => Received::Notify,
+                    (Some("notify"), seq) => Received::Notify { seq },
                     (Some("event"), seq) if push.kind == Some(EventType::Message) => match push.body {
                         Some(body) => Received::Msg { seq, body: serde_json::from_str(body.get()).map_err(bad)? },
                         None => Received::Other,
@@ -146,6 +146,34 @@ impl Conn {
             Conn::Herald(c) => c.drain_until(stop).await,
             Conn::Peer(c) => c.drain_until(stop).await,
         }
+    }
+
+    /// herald: the message events of `chat` after seq `after`, up to `upto`,
+    /// fetched page by page, with each one's seq and body parsed as `T` (other
+    /// events are passed over). A peer has nothing to fetch.
+    pub async fn fetch_messages<T: DeserializeOwned>(
+        &mut self,
+        chat: &str,
+        mut after: u64,
+        upto: u64,
+    ) -> Result<Vec<(u64, T)>, Failure> {
+        let Conn::Herald(c) = self else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        while after < upto {
+            let page = c.fetch(chat, after, herald_protocol::limits::FETCH_MAX).await?;
+            for e in page.events.iter().filter(|e| e.seq <= upto) {
+                if e.kind == EventType::Message
+                    && let Ok(body) = serde_json::from_str(e.body.get())
+                {
+                    out.push((e.seq, body));
+                }
+            }
+            match page.events.last() {
+                Some(e) if page.more || e.seq < upto.min(page.seq) => after = e.seq,
+                _ => break,
+            }
+        }
+        Ok(out)
     }
 
     pub async fn close(self) {

@@ -77,6 +77,12 @@ pub struct FanoutArgs {
     /// The server measured: herald or a peer.
     #[arg(long, value_enum, default_value_t = Peer::Herald)]
     pub peer: Peer,
+    /// herald: a watcher that gets `notify`, or sees a gap, fetches the
+    /// events it lacks and counts them as delivered. For runs with hot-chat
+    /// coalescing on (`--server-arg=--hot-chat-deliveries=N`); without it a
+    /// gap counts as loss.
+    #[arg(long)]
+    pub fetch_on_notify: bool,
     /// Server nodes: 2 puts the publishers on node A and the watchers on node B (cross-node fan-out).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub nodes: u8,
@@ -146,6 +152,8 @@ struct Shared {
     out_of_order: AtomicU64,
     gaps: AtomicU64,
     notifies: AtomicU64,
+    /// Messages a watcher fetched rather than had pushed.
+    fetched: AtomicU64,
     errors: AtomicU64,
     first_error: Mutex<Option<String>>,
     latency: Mutex<Latencies>,
@@ -219,14 +227,16 @@ async fn measure(args: &FanoutArgs, run: u32, server: &Target, second: Option<&T
         out_of_order: AtomicU64::new(0),
         gaps: AtomicU64::new(0),
         notifies: AtomicU64::new(0),
+        fetched: AtomicU64::new(0),
         errors: AtomicU64::new(0),
         first_error: Mutex::new(None),
         latency: Mutex::new(Latencies::default()),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
+    let fetch: Option<Arc<str>> = (args.fetch_on_notify && args.peer == Peer::Herald).then(|| chat.as_str().into());
     for w in watchers {
-        tasks.push(tokio::spawn(watch_loop(w, p, shared.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(watch_loop(w, p, fetch.clone(), shared.clone(), stop_rx.clone())));
     }
     let mut pubs: Vec<Option<Conn>> = publishers.into_iter().map(Some).collect();
     let pid: Vec<u32> = std::iter::once(server.pid()).chain(second.map(Target::pid)).collect();
@@ -302,6 +312,7 @@ async fn measure(args: &FanoutArgs, run: u32, server: &Target, second: Option<&T
         "out_of_order": shared.out_of_order.load(Ordering::Relaxed),
         "gaps": shared.gaps.load(Ordering::Relaxed),
         "notifies": shared.notifies.load(Ordering::Relaxed),
+        "fetched": shared.fetched.load(Ordering::Relaxed),
         "watcher_errors": shared.errors.load(Ordering::Relaxed),
         "first_watcher_error": shared.first_error.lock().expect("lock").clone(),
         "steps": steps,
@@ -407,51 +418,57 @@ async fn open_all(
     }
 }
 
-/// One watcher: reads until told to stop, counting each message under its step.
-async fn watch_loop(mut conn: Conn, publishers: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+/// One watcher: reads until told to stop, counting each message under its
+/// step; with `fetch` (a chat name), fetches what a `notify` or a gap says it lacks.
+async fn watch_loop(
+    mut conn: Conn,
+    publishers: usize,
+    fetch: Option<Arc<str>>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut last_n = vec![None::<u64>; publishers];
     let mut last_seq: Option<u64> = None;
     let mut latencies = Latencies::default();
     loop {
-        let next = async {
-            match conn.next_received::<Payload>().await? {
-                Received::Notify => {
-                    shared.notifies.fetch_add(1, Ordering::Relaxed);
-                    Ok(None)
-                }
-                Received::Msg { seq, body } => {
-                    check_seq(seq, &mut last_seq, &shared);
-                    Ok(Some(body))
-                }
-                Received::Event { seq } => {
-                    check_seq(Some(seq), &mut last_seq, &shared);
-                    Ok(None)
-                }
-                Received::Other => Ok(None),
-            }
-        };
-        let got: Result<Option<Payload>, ClientError> = tokio::select! {
+        let got: Result<Received<Payload>, ClientError> = tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
-            r = next => r,
+            r = conn.next_received::<Payload>() => r,
         };
-        match got {
-            Ok(Some(m)) => {
-                let now = shared.now_us();
-                if m.s <= MAX_STEPS {
-                    shared.received[m.s].fetch_add(1, Ordering::Relaxed);
-                    shared.last_rx_us[m.s].fetch_max(now, Ordering::Relaxed);
-                }
-                if let Some(slot) = last_n.get_mut(m.p) {
-                    if slot.is_some_and(|l| m.n <= l) {
-                        shared.out_of_order.fetch_add(1, Ordering::Relaxed);
+        // With `fetch`: where the pushes fall short (a notify past what we
+        // hold, or a gap before this push), fetch the rest first.
+        let behind_to = match (&got, last_seq) {
+            (Ok(Received::Notify { seq: Some(s) }), Some(last)) if *s > last => Some(*s),
+            (Ok(Received::Msg { seq: Some(s), .. } | Received::Event { seq: s }), Some(last)) if *s > last + 1 => {
+                Some(*s - 1)
+            }
+            _ => None,
+        };
+        if let (Some(chat), Some(upto), Some(last)) = (&fetch, behind_to, last_seq) {
+            match conn.fetch_messages::<Payload>(chat, last, upto).await {
+                Ok(msgs) => {
+                    shared.fetched.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+                    for (_, m) in msgs {
+                        record(m, &shared, &mut last_n, &mut latencies);
                     }
-                    *slot = Some(m.n);
+                    last_seq = Some(upto);
                 }
-                if m.s == LATENCY_STEP {
-                    latencies.record(Duration::from_micros(now.saturating_sub(m.t)));
+                Err(e) => {
+                    shared.error(e.to_string());
+                    break;
                 }
             }
-            Ok(None) => {}
+        }
+        match got {
+            Ok(Received::Notify { .. }) => {
+                shared.notifies.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(Received::Msg { seq, body }) => {
+                check_seq(seq, &mut last_seq, &shared);
+                record(body, &shared, &mut last_n, &mut latencies);
+            }
+            Ok(Received::Event { seq }) => check_seq(Some(seq), &mut last_seq, &shared),
+            Ok(Received::Other) => {}
             Err(e) => {
                 shared.error(e.to_string());
                 break;
@@ -460,6 +477,24 @@ async fn watch_loop(mut conn: Conn, publishers: usize, shared: Arc<Shared>, mut 
     }
     shared.latency.lock().expect("lock").merge(&latencies);
     conn.close().await;
+}
+
+/// Counts one delivered message under its step, checks its publisher's order, and times it.
+fn record(m: Payload, shared: &Shared, last_n: &mut [Option<u64>], latencies: &mut Latencies) {
+    let now = shared.now_us();
+    if m.s <= MAX_STEPS {
+        shared.received[m.s].fetch_add(1, Ordering::Relaxed);
+        shared.last_rx_us[m.s].fetch_max(now, Ordering::Relaxed);
+    }
+    if let Some(slot) = last_n.get_mut(m.p) {
+        if slot.is_some_and(|l| m.n <= l) {
+            shared.out_of_order.fetch_add(1, Ordering::Relaxed);
+        }
+        *slot = Some(m.n);
+    }
+    if m.s == LATENCY_STEP {
+        latencies.record(Duration::from_micros(now.saturating_sub(m.t)));
+    }
 }
 
 /// herald: a push's seq must be the last + 1 (a larger one is a gap, a smaller one out of order).

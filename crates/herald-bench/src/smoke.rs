@@ -1,6 +1,8 @@
 //! `smoke`: every herald scenario at a tiny size, one run each, for the test
 //! suite: idle (200 connections), sends, the join flood, fanout (100
-//! watchers, two short steps), churn (400 short-lived connections) and
+//! watchers, two short steps; then again with hot-chat coalescing on and the
+//! watchers fetching what each `notify` tells them of), churn (400
+//! short-lived connections) and
 //! joinflood (two short steps: 100 joins at 200/s, 200 at 400/s, a quiet chat beside). Fails (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
@@ -34,6 +36,14 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         (
             "fanout".into(),
             words("fanout --watchers 100 --publishers 4 --start 2000 --steps 2 --step-s 0.5 --latency-s 0.5"),
+        ),
+        // The hub's hot-chat coalescing, with watchers fetching what each notify tells them of.
+        (
+            "fanout coalesced".into(),
+            words(
+                "fanout --watchers 100 --publishers 4 --start 2000 --steps 2 --step-s 0.5 --latency-s 0.5 \
+                 --drain-ms 1000 --fetch-on-notify --server-arg=--hot-chat-deliveries=1000",
+            ),
         ),
         ("churn".into(), words("churn --rate 200 --duration-s 2 --hold-ms 100 --chats 10")),
         ("joinflood".into(), words("joinflood --start 200 --steps 2 --step-s 0.5 --quiet-rate 20")),
@@ -112,7 +122,12 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
                 && num("steps_run") >= 1.0
                 && m.get("quiet_error").is_none_or(Value::is_null)
         }
-        "fanout" => num("steps_passed") >= 1.0 && num("latency_lost") == 0.0 && num("watcher_errors") == 0.0,
+        "fanout" => {
+            num("steps_passed") >= 1.0
+                && num("latency_lost") == 0.0
+                && num("watcher_errors") == 0.0
+                && (name != "fanout coalesced" || (num("fetched") > 0.0 && num("notifies") > 0.0))
+        }
         _ => true,
     };
     if !ok {

@@ -23,11 +23,13 @@
 //! registration was stored before it, hence before the read.
 //!
 //! A hot chat (events times local watchers past `--hot-chat-deliveries`
-//! within a second) stops pushing each event: every [`HOT_NOTIFY_EVERY`] its
-//! watchers get one shared `notify` with the latest seq and fetch what they
-//! lack, so one chat cannot take the node's fan-out from all the others. It
-//! cools after a whole second under half the threshold. `leave` events are
-//! still pushed, since they end watches.
+//! within a second; off by default) stops pushing each event: every
+//! [`HOT_NOTIFY_EVERY`] its watchers get one shared `notify` with the latest
+//! seq and fetch what they lack, so a client gets a few frames a second from
+//! it whatever its rate. It cools after a whole second under half the
+//! threshold. `leave` events are still pushed, since they end watches. It
+//! saves the clients frames, not the server work, when they fetch it all
+//! (measured: docs/benchmarks.md), hence off unless an operator asks.
 //!
 //! Lock order: shard map, then a chat's state, then an outbox. The hub knows
 //! a connection only as its [`Outbox`].
