@@ -18,7 +18,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -81,12 +80,7 @@ const COLUMNS: &[Column] = &[
 /// Runs churn `args.run.runs` times and reports.
 pub async fn run(args: ChurnArgs) -> anyhow::Result<Vec<Value>> {
     check(&args)?;
-    let mut runs = Vec::new();
-    for r in 0..args.run.runs {
-        let out = run_once(&args, r).await.with_context(|| format!("run {}", r + 1))?;
-        eprintln!("run {}/{} done", r + 1, args.run.runs);
-        runs.push(out);
-    }
+    let runs = report::repeat(&args.run, |r| run_once(&args, r)).await?;
     report::emit("churn", &args, &runs, COLUMNS, args.run.json);
     Ok(runs)
 }

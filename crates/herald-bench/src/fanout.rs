@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -111,12 +110,7 @@ const COLUMNS: &[Column] = &[
 /// Runs the scenario `args.run.runs` times and reports.
 pub async fn run(args: FanoutArgs) -> anyhow::Result<Vec<Value>> {
     check(&args)?;
-    let mut runs = Vec::new();
-    for r in 0..args.run.runs {
-        let out = run_once(&args, r).await.with_context(|| format!("run {}", r + 1))?;
-        eprintln!("run {}/{} done", r + 1, args.run.runs);
-        runs.push(out);
-    }
+    let runs = report::repeat(&args.run, |r| run_once(&args, r)).await?;
     report::emit("fanout", &args, &runs, COLUMNS, args.run.json);
     Ok(runs)
 }

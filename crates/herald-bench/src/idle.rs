@@ -85,15 +85,16 @@ const COLUMNS: &[Column] = &[
 /// Runs the scenario `args.run.runs` times and reports.
 pub async fn run(args: IdleArgs) -> anyhow::Result<Vec<Value>> {
     let workers = workers_for(&args)?;
-    let mut runs = Vec::new();
-    for r in 0..args.run.runs {
-        if r > 0 && !args.target.starts_server() {
-            tokio::time::sleep(BETWEEN_RUNS).await;
+    let runs = report::repeat(&args.run, |r| {
+        let args = &args;
+        async move {
+            if r > 0 && !args.target.starts_server() {
+                tokio::time::sleep(BETWEEN_RUNS).await;
+            }
+            run_once(args, workers, r).await
         }
-        let out = run_once(&args, workers, r).await.with_context(|| format!("run {}", r + 1))?;
-        eprintln!("run {}/{} done", r + 1, args.run.runs);
-        runs.push(out);
-    }
+    })
+    .await?;
     let mut params = serde_json::to_value(&args)?;
     params["workers"] = json!(workers);
     report::emit("idle", &params, &runs, COLUMNS, args.run.json);

@@ -26,7 +26,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -107,12 +106,7 @@ const COLUMNS: &[Column] = &[
 /// Runs the ladder `args.run.runs` times and reports.
 pub async fn run(args: JoinfloodArgs) -> anyhow::Result<Vec<Value>> {
     check(&args)?;
-    let mut runs = Vec::new();
-    for r in 0..args.run.runs {
-        let out = run_once(&args, r).await.with_context(|| format!("run {}", r + 1))?;
-        eprintln!("run {}/{} done", r + 1, args.run.runs);
-        runs.push(out);
-    }
+    let runs = report::repeat(&args.run, |r| run_once(&args, r)).await?;
     report::emit("joinflood", &args, &runs, COLUMNS, args.run.json);
     Ok(runs)
 }

@@ -8,7 +8,6 @@
 
 use std::time::Instant;
 
-use anyhow::Context;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -44,12 +43,7 @@ const COLUMNS: &[Column] = &[
 pub async fn run(args: SendsArgs) -> anyhow::Result<Vec<Value>> {
     let total = args.senders * args.messages;
     anyhow::ensure!(total <= MAX_JOINS, "at most {MAX_JOINS} joins per run (one open connection each)");
-    let mut runs = Vec::new();
-    for r in 0..args.run.runs {
-        let out = run_once(&args, r).await.with_context(|| format!("run {}", r + 1))?;
-        eprintln!("run {}/{} done", r + 1, args.run.runs);
-        runs.push(out);
-    }
+    let runs = report::repeat(&args.run, |r| run_once(&args, r)).await?;
     report::emit("joins", &args, &runs, COLUMNS, args.run.json);
     Ok(runs)
 }

@@ -21,6 +21,22 @@ pub struct RunArgs {
     pub json: bool,
 }
 
+/// Runs a scenario's measurement `run.runs` times (`once(r)`, r from 0),
+/// saying when each is done; the runs, for [`emit`].
+pub async fn repeat<Fut>(run: &RunArgs, mut once: impl FnMut(u32) -> Fut) -> anyhow::Result<Vec<Value>>
+where
+    Fut: std::future::Future<Output = anyhow::Result<Value>>,
+{
+    use anyhow::Context;
+    let mut runs = Vec::new();
+    for r in 0..run.runs {
+        let out = once(r).await.with_context(|| format!("run {}", r + 1))?;
+        eprintln!("run {}/{} done", r + 1, run.runs);
+        runs.push(out);
+    }
+    Ok(runs)
+}
+
 /// A column of the human table: the run object's key and its header.
 pub struct Column {
     pub key: &'static str,

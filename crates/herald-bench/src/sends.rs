@@ -90,12 +90,7 @@ pub async fn run(args: SendsArgs) -> anyhow::Result<Vec<Value>> {
         return crate::joins::run(args).await;
     }
     anyhow::ensure!(args.senders * args.messages <= MAX_SENDS, "at most {MAX_SENDS} sends per run");
-    let mut runs = Vec::new();
-    for r in 0..args.run.runs {
-        let out = run_once(&args, r).await.with_context(|| format!("run {}", r + 1))?;
-        eprintln!("run {}/{} done", r + 1, args.run.runs);
-        runs.push(out);
-    }
+    let runs = report::repeat(&args.run, |r| run_once(&args, r)).await?;
     report::emit("sends", &args, &runs, COLUMNS, args.run.json);
     Ok(runs)
 }

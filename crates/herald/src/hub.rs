@@ -127,6 +127,20 @@ struct Watcher {
     overflowed: bool,
 }
 
+impl Watcher {
+    /// While the watch's replay is read, keeps `event` for after it (or notes
+    /// that there was no room). Returns whether the watcher is still syncing.
+    fn buffer_if_syncing(&mut self, event: &Arc<Published>) -> bool {
+        let Some(buf) = &mut self.syncing else { return false };
+        if buf.len() < MAX_SYNC_BUFFER {
+            buf.push(event.clone());
+        } else {
+            self.overflowed = true;
+        }
+        true
+    }
+}
+
 /// What the chat layer read for a watch, to be pushed by [`Hub::finish_watch`].
 pub struct Replay {
     /// The `watch` reply.
@@ -287,19 +301,28 @@ impl Hub {
         }
     }
 
+    /// Runs `then` with this hub and `watched` after `delay`, unless the hub is gone by then.
+    fn later<F, Fut>(&self, delay: Duration, watched: &Arc<Watched>, then: F)
+    where
+        F: FnOnce(Arc<Hub>, Arc<Watched>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let (hub, watched) = (self.me.clone(), watched.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(hub) = hub.upgrade() {
+                then(hub, watched).await;
+            }
+        });
+    }
+
     /// Starts the timer that repairs `watched`'s gap, unless one runs or there is no gap.
     fn arm_gap_timer(&self, watched: &Arc<Watched>, state: &mut ChatState) {
         if state.gap_timer || state.next.is_none() || state.held.is_empty() {
             return;
         }
         state.gap_timer = true;
-        let (hub, watched) = (self.me.clone(), watched.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep(GAP_WAIT).await;
-            if let Some(hub) = hub.upgrade() {
-                hub.repair(&watched).await;
-            }
-        });
+        self.later(GAP_WAIT, watched, |hub, watched| async move { hub.repair(&watched).await });
     }
 
     /// Fills `watched`'s gap from the log. A gap left after a successful read
@@ -423,13 +446,7 @@ impl Hub {
     fn fan_out(&self, watched: &Arc<Watched>, state: &mut ChatState, event: &Arc<Published>) -> bool {
         if self.count_for_heat(watched, state) && event.kind != EventType::Leave {
             for w in state.watchers.values_mut() {
-                if let Some(buf) = &mut w.syncing {
-                    if buf.len() < MAX_SYNC_BUFFER {
-                        buf.push(event.clone());
-                    } else {
-                        w.overflowed = true;
-                    }
-                }
+                w.buffer_if_syncing(event);
             }
             state.unannounced = Some(event.seq);
             self.arm_notify_timer(watched, state);
@@ -437,15 +454,7 @@ impl Hub {
         }
         let mut pushed = 0u64;
         for w in state.watchers.values_mut() {
-            if let Some(buf) = &mut w.syncing {
-                if buf.len() < MAX_SYNC_BUFFER {
-                    buf.push(event.clone());
-                } else {
-                    w.overflowed = true;
-                }
-                continue;
-            }
-            if event.seq < w.next {
+            if w.buffer_if_syncing(event) || event.seq < w.next {
                 continue;
             }
             w.next = event.seq + 1;
@@ -502,13 +511,7 @@ impl Hub {
             return;
         }
         state.notify_timer = true;
-        let (hub, watched) = (self.me.clone(), watched.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep(HOT_NOTIFY_EVERY).await;
-            if let Some(hub) = hub.upgrade() {
-                hub.announce(&watched);
-            }
-        });
+        self.later(HOT_NOTIFY_EVERY, watched, |hub, watched| async move { hub.announce(&watched) });
     }
 
     /// Pushes one shared `notify` with a hot chat's latest seq to each live
