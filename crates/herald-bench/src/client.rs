@@ -318,12 +318,6 @@ impl Client {
         }
     }
 
-    /// Keeps the connection open, reading (and so answering pings) and
-    /// dropping pushes, until `stop` turns true or the server ends it.
-    pub async fn hold(mut self, mut stop: watch::Receiver<bool>) -> Held {
-        self.drain_until(&mut stop).await
-    }
-
     /// Reads and drops what the server pushes until `stop` turns true or the server ends it.
     pub async fn drain_until(&mut self, stop: &mut watch::Receiver<bool>) -> Held {
         loop {

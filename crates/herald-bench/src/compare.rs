@@ -185,7 +185,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<Vec<(Peer, Value)>> {
         for f in figures {
             let mut row = vec![f.label.to_string(), if f.lower_is_better { "lower" } else { "higher" }.to_string()];
             for (i, m) in medians.iter().enumerate() {
-                row.push(cell(m.get(f.key)));
+                row.push(report::cell(m.get(f.key)));
                 if i > 0 {
                     row.push(match ratio(m, f.key).as_f64() {
                         Some(r) => format!("{r:.2}x"),
@@ -243,17 +243,6 @@ where
         }
     }
     Ok(())
-}
-
-fn cell(v: Option<&Value>) -> String {
-    match v {
-        None | Some(Value::Null) => "-".into(),
-        Some(Value::Number(n)) => match n.as_f64() {
-            Some(f) if f.fract() != 0.0 => format!("{f:.2}"),
-            _ => n.to_string(),
-        },
-        Some(other) => other.to_string(),
-    }
 }
 
 fn format_rows(rows: &[Vec<String>]) -> Vec<String> {

@@ -305,11 +305,6 @@ impl PeerClient {
         }
     }
 
-    /// Keeps the connection open, answering pings, until `stop` or the server ends it.
-    pub async fn hold(mut self, mut stop: watch::Receiver<bool>) -> Held {
-        self.drain_until(&mut stop).await
-    }
-
     /// Reads and drops what the server pushes (answering pings) until `stop` or the server ends it.
     pub async fn drain_until(&mut self, stop: &mut watch::Receiver<bool>) -> Held {
         loop {

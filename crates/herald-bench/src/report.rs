@@ -113,7 +113,8 @@ fn notes(run: usize, v: &Value) {
     }
 }
 
-fn cell(v: Option<&Value>) -> String {
+/// One value as a table cell: numbers with two decimals when they have any, strings bare.
+pub fn cell(v: Option<&Value>) -> String {
     match v {
         None | Some(Value::Null) => "-".into(),
         Some(Value::Number(n)) => match n.as_f64() {

@@ -144,8 +144,9 @@ async fn serve(args: WorkerArgs, secret: String) -> anyhow::Result<()> {
                 // A peer's client connects and joins its room (Socket.IO) or subscribes (NATS), then holds.
                 let mut client = PeerClient::connect(peer, server, source).await?;
                 client.join(&chat).await?;
+                let mut stop = stop;
                 tokio::spawn(async move {
-                    if client.hold(stop).await == Held::Dropped {
+                    if client.drain_until(&mut stop).await == Held::Dropped {
                         dropped.fetch_add(1, Ordering::Relaxed);
                     }
                 });
@@ -171,7 +172,8 @@ async fn serve(args: WorkerArgs, secret: String) -> anyhow::Result<()> {
                 client.join(&chat).await?;
                 client.watch(&chat).await?;
             }
-            tokio::spawn(async move { note(client.hold(stop).await) });
+            let mut stop = stop;
+            tokio::spawn(async move { note(client.drain_until(&mut stop).await) });
             Ok(())
         }
     })
