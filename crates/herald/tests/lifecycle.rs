@@ -168,7 +168,9 @@ async fn a_stalled_reader_is_cut_while_senders_keep_their_pace() {
     assert!(received < 1000, "the stalled reader did not get everything queued for it");
     assert!(matches!(code, Some(4008) | Some(1006)), "cut with 4008 or dropped: {code:?}");
     let (_, text) = http_raw(s.addr, "GET", "/metrics", None, None).await;
-    assert!(text.contains("herald_slow_consumer_closes_total"), "slow consumer close is counted");
+    if code == Some(4008) {
+        assert!(metric(&text, "herald_slow_consumer_closes_total") >= 1.0, "slow consumer close is counted");
+    }
 }
 
 /// seed 3's join flood: thousands of joins into one chat, each stored once,

@@ -376,6 +376,14 @@ pub fn free_port() -> u16 {
     panic!("no free loopback port between 20000 and 32000")
 }
 
+/// The sum of metric `name`'s samples (all label sets) in `/metrics` text; 0 when absent.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{')))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// A data directory that outlives server restarts within a test, removed when dropped.
 pub fn data_dir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
