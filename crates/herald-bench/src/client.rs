@@ -204,6 +204,19 @@ pub async fn connect_tcp(server: SocketAddr, source: Ipv4Addr) -> Result<TcpStre
     connect.await.map_err(ClientError::Io).map_err(at(Stage::Connect))
 }
 
+/// A client WebSocket to `server` from `source`, upgraded at `path`, with the
+/// bench's small buffers: what every client of every server starts from.
+pub async fn open_ws(server: SocketAddr, path: &str, source: Ipv4Addr) -> Result<WebSocketStream<TcpStream>, Failure> {
+    let mut stream = connect_tcp(server, source).await?;
+    let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE));
+    let tail = handshake::upgrade(&mut stream, &server.to_string(), path).await.map_err(at(Stage::Handshake))?;
+    Ok(WebSocketStream::from_partially_read(stream, tail, Role::Client, Some(config)).await)
+}
+
 /// Keeps a bare TCP connection open until `stop` turns true or the server closes it.
 pub async fn hold_tcp(mut stream: TcpStream, mut stop: watch::Receiver<bool>) -> Held {
     use tokio::io::AsyncReadExt;
@@ -226,15 +239,7 @@ impl Client {
     /// Connects to `server` from `source` (any loopback address, port chosen
     /// by the kernel) and upgrades at `path` (such as `/v1/ws?ws=bench`).
     pub async fn connect(server: SocketAddr, path: &str, source: Ipv4Addr) -> Result<Client, Failure> {
-        let mut stream = connect_tcp(server, source).await?;
-        let config = WebSocketConfig::default()
-            .read_buffer_size(READ_BUFFER)
-            .write_buffer_size(0)
-            .max_message_size(Some(MAX_MESSAGE))
-            .max_frame_size(Some(MAX_MESSAGE));
-        let tail = handshake::upgrade(&mut stream, &server.to_string(), path).await.map_err(at(Stage::Handshake))?;
-        let ws = WebSocketStream::from_partially_read(stream, tail, Role::Client, Some(config)).await;
-        Ok(Client { ws, next_id: 1 })
+        Ok(Client { ws: open_ws(server, path, source).await?, next_id: 1 })
     }
 
     /// `hello` with `token`.

@@ -22,14 +22,9 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
-use crate::client::{ClientError, Failure, Held, Stage, connect_tcp};
-use crate::handshake;
+use crate::client::{ClientError, Failure, Held, Stage};
 use crate::peer::Peer;
-
-const READ_BUFFER: usize = 1024;
-const MAX_MESSAGE: usize = 1024 * 1024;
 
 /// Something a peer pushed that a scenario cares about.
 pub enum Push {
@@ -104,14 +99,7 @@ impl PeerClient {
             Peer::Sockudo => sockudo_path.as_str(),
             Peer::Herald => return Err(at(Stage::Connect)(bad("herald is spoken by client.rs"))),
         };
-        let mut stream = connect_tcp(server, source).await?;
-        let config = WebSocketConfig::default()
-            .read_buffer_size(READ_BUFFER)
-            .write_buffer_size(0)
-            .max_message_size(Some(MAX_MESSAGE))
-            .max_frame_size(Some(MAX_MESSAGE));
-        let tail = handshake::upgrade(&mut stream, &server.to_string(), path).await.map_err(at(Stage::Handshake))?;
-        let ws = WebSocketStream::from_partially_read(stream, tail, Role::Client, Some(config)).await;
+        let ws = crate::client::open_ws(server, path, source).await?;
         let mut c = PeerClient { ws, peer, buf: Vec::new(), next_ack: 1, next_sid: 1, socket_id: String::new() };
         c.open().await.map_err(at(Stage::Hello))?;
         Ok(c)

@@ -586,14 +586,7 @@ mod tests {
     }
 
     fn pushed_seqs(outbox: &Outbox) -> Vec<u64> {
-        let mut frames = Vec::new();
-        outbox.drain(usize::MAX, &mut frames);
-        frames
-            .iter()
-            .filter_map(|f| serde_json::from_str::<serde_json::Value>(f.as_str()).ok())
-            .filter(|v| v["ev"] == "event")
-            .map(|v| v["seq"].as_u64().unwrap())
-            .collect()
+        pushed(outbox).iter().filter_map(|p| p.strip_prefix("event ")?.parse().ok()).collect()
     }
 
     fn pushed(outbox: &Outbox) -> Vec<String> {
