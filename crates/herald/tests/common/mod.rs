@@ -3,6 +3,7 @@
 //! replies and pushes apart.
 #![allow(dead_code)]
 
+pub mod chaos;
 pub mod nats;
 pub mod pg;
 
@@ -111,22 +112,57 @@ pub async fn http_raw(
     api_key: Option<&str>,
     body: Option<String>,
 ) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).await.expect("connect");
+    try_http_raw(addr, method, path, api_key, body, WAIT).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`http`] for servers that may be down: `None` when it cannot connect or
+/// has no whole answer within `within`.
+pub async fn try_http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    within: Duration,
+) -> Option<(u16, Value)> {
+    let (status, text) =
+        try_http_raw(addr, method, path, Some(API_KEY), body.map(|b| b.to_string()), within).await.ok()?;
+    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Some((status, value))
+}
+
+/// [`http_raw`] that says what went wrong instead of panicking.
+pub async fn try_http_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    api_key: Option<&str>,
+    body: Option<String>,
+    within: Duration,
+) -> Result<(u16, String), String> {
+    let mut s = match tokio::time::timeout(within, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("connect: {e}")),
+        Err(_) => return Err("connect: timed out".into()),
+    };
     let body = body.unwrap_or_default();
     let auth = api_key.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    s.write_all(req.as_bytes()).await.unwrap();
+    s.write_all(req.as_bytes()).await.map_err(|e| format!("write: {e}"))?;
     let mut buf = Vec::new();
-    tokio::time::timeout(WAIT, s.read_to_end(&mut buf)).await.expect("http answer in time").unwrap();
+    match tokio::time::timeout(within, s.read_to_end(&mut buf)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(format!("read: {e}")),
+        Err(_) => return Err("http answer in time".into()),
+    }
     let text = String::from_utf8_lossy(&buf).to_string();
-    let status: u16 = text.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status line");
+    let status: u16 = text.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or("status line")?;
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let body =
         if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
-    (status, body)
+    Ok((status, body))
 }
 
 fn dechunk(mut s: &str) -> String {

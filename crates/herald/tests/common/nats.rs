@@ -127,6 +127,11 @@ impl NatsCluster {
         assert!(self.wait_routed(Duration::from_secs(20)).await, "NATS cluster did not form again");
     }
 
+    /// Whether every server routes to both others within `within` (no panic when not).
+    pub async fn formed_within(&self, within: Duration) -> bool {
+        self.wait_routed(within).await
+    }
+
     async fn wait_routed(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         loop {

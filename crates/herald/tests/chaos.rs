@@ -1,0 +1,1524 @@
+//! Chaos, with real servers: three nats-servers, two PostgreSQL shards and
+//! three herald binaries, while a seeded bouncer kills a node with SIGKILL,
+//! restarts a NATS server or stops a PostgreSQL shard every 1 to 3 seconds,
+//! and clients behave as the protocol says: patient on `throttled` and
+//! `unavailable`, reconnecting and resuming each chat with `watch` `after`
+//! the last seq held, fetching on a gap and on `notify`, and resending with
+//! the same `client_id` until the send is acknowledged.
+//!
+//! The auditor then checks what a user would see:
+//! - every acknowledged send is stored exactly once, at the seq it was acknowledged with;
+//! - each chat's seqs are 1, 2, 3, ... without a gap;
+//! - every watcher holds every event of its chats, in order, as stored, and was never pushed a seq twice;
+//! - within 10 s after the load stops, every watcher holds its chats' latest seq, through pushes and the
+//!   fetches the protocol prescribes (a gap, a `notify`), never an unconditional final fetch;
+//! - a quiet chat (a burst of sends, then silence while the faults go on) reaches all its watchers within
+//!   10 s of its last acknowledged send: a lost hint must not wait for a next event that never comes.
+//!
+//! `HERALD_CHAOS_SEED` replays a seed (the bouncer's choices and timings and the clients' choices; real
+//! timing stays the machine's). `HERALD_CHAOS_SECS` sets the length of the load (default 30 s). The run
+//! prints its seed and figures; `cargo test -p herald --test chaos -- --nocapture` shows them when it passes.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::chaos::Cell;
+use common::try_http;
+use futures_util::{SinkExt, StreamExt};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::Message;
+
+const NODES: usize = 3;
+const WORKSPACES: [&str; 2] = ["w0", "w1"];
+/// Chats with steady traffic, per workspace.
+const BUSY_CHATS: usize = 3;
+/// Quiet chats per workspace: bursts of sends, then silence.
+const QUIET_CHATS: usize = 2;
+/// Watchers per workspace; each watches every chat of its workspace.
+const WATCHERS: usize = 4;
+/// Senders per workspace; each sends to the busy chats of its workspace.
+const SENDERS: usize = 3;
+/// The auditor's bound on convergence.
+const CONVERGE: Duration = Duration::from_secs(10);
+/// A quiet chat's silence after each burst: longer than [`CONVERGE`], so
+/// nothing but the protocol can bring its last events to its watchers.
+const QUIET_SILENCE: Duration = Duration::from_secs(12);
+/// A burst starts only this long before the load stops, or sooner: room for the burst and its silence.
+const QUIET_ROOM: Duration = Duration::from_secs(15);
+/// How long a client waits for a reply before it takes the connection for dead.
+const REPLY_WAIT: Duration = Duration::from_secs(10);
+/// After the load stops, senders keep resending a pending send this long, then give it up.
+const SEND_GIVE_UP: Duration = Duration::from_secs(10);
+/// Events per `fetch` (the protocol's most).
+const FETCH_LIMIT: u64 = 500;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// Senders send, the bouncer deals faults.
+    Load,
+    /// Senders finish what they have in flight; watchers run on.
+    Drain,
+    /// Everyone stops.
+    Done,
+}
+
+/// One chat of the run.
+struct ChatSpec {
+    ws: usize,
+    name: String,
+    quiet: bool,
+    shard: usize,
+}
+
+/// What the whole run shares: the cell, the phase, the timeline and the failures.
+struct Run {
+    t0: Instant,
+    load_ends: Instant,
+    cell: Arc<Cell>,
+    chats: Vec<ChatSpec>,
+    phase: watch::Receiver<Phase>,
+    /// Set when the load stops: pending sends are given up after it.
+    give_up: Mutex<Option<Instant>>,
+    timeline: Mutex<Vec<(Duration, String)>>,
+    failures: Mutex<Vec<String>>,
+}
+
+impl Run {
+    fn secs(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    fn at(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.t0).as_secs_f64()
+    }
+
+    fn note(&self, what: String) {
+        self.timeline.lock().unwrap().push((self.t0.elapsed(), what));
+    }
+
+    fn fail(&self, what: String) {
+        let line = format!("t={:.2}s {what}", self.secs());
+        self.note(format!("FAILURE {what}"));
+        self.failures.lock().unwrap().push(line);
+    }
+
+    fn phase(&self) -> Phase {
+        *self.phase.borrow()
+    }
+
+    fn done(&self) -> bool {
+        self.phase() == Phase::Done
+    }
+
+    fn gave_up(&self) -> bool {
+        self.give_up.lock().unwrap().is_some_and(|t| Instant::now() >= t)
+    }
+
+    fn chat_label(&self, k: usize) -> String {
+        let c = &self.chats[k];
+        format!("{}/{}", WORKSPACES[c.ws], c.name)
+    }
+
+    /// Sleeps `d`, or less if the run is done meanwhile.
+    async fn sleep(&self, d: Duration) {
+        let mut phase = self.phase.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = phase.wait_for(|p| *p == Phase::Done) => {}
+        }
+    }
+}
+
+/// A stable fingerprint of an event as stored: type, user, client_id, body.
+fn ident(e: &Value) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    e["type"].to_string().hash(&mut h);
+    e["user"].to_string().hash(&mut h);
+    e["client_id"].to_string().hash(&mut h);
+    e["body"].to_string().hash(&mut h);
+    h.finish()
+}
+
+fn seq_of(e: &Value) -> Option<u64> {
+    e["seq"].as_u64()
+}
+
+/// Full jitter: a random wait below `min(cap, base * 2^attempt)`.
+fn backoff(rng: &mut StdRng, attempt: u32) -> Duration {
+    let ceiling = (50u64 << attempt.min(5)).min(1_000);
+    Duration::from_millis(rng.random_range(10..=ceiling))
+}
+
+/// `retry_after_ms` of an error reply, with a little jitter of the client's own.
+fn retry_after(rng: &mut StdRng, err: &Value) -> Duration {
+    let ms = err["retry_after_ms"].as_u64().unwrap_or(100);
+    Duration::from_millis(ms + rng.random_range(0..=50))
+}
+
+// ---------------------------------------------------------------- connection
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Why a connection ended.
+#[derive(Debug)]
+enum End {
+    /// The server closed (code, reason); `after_ms` of a `reconnect` push before it, if any.
+    Closed(u16, String, Option<u64>),
+    /// No reply in time.
+    Timeout,
+    /// The socket failed (a killed node, mostly).
+    Broken(String),
+    /// The run is over.
+    Done,
+}
+
+impl std::fmt::Display for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            End::Closed(code, reason, Some(ms)) => write!(f, "closed {code} {reason:?} after reconnect in {ms} ms"),
+            End::Closed(code, reason, None) => write!(f, "closed {code} {reason:?}"),
+            End::Timeout => write!(f, "no reply in {} s", REPLY_WAIT.as_secs()),
+            End::Broken(e) => write!(f, "broken: {e}"),
+            End::Done => write!(f, "run over"),
+        }
+    }
+}
+
+/// One WebSocket: one request in flight at a time, pushes queued aside.
+struct Conn {
+    ws: Ws,
+    node: usize,
+    next_id: i64,
+    replies: HashMap<i64, Value>,
+    pushes: VecDeque<Value>,
+    reconnect_after: Option<u64>,
+}
+
+impl Conn {
+    /// Connects to `node` for workspace `ws` and says hello.
+    async fn open(run: &Run, node: usize, ws: &str, token: &str) -> Result<Conn, String> {
+        let url = format!("ws://{}/v1/ws?ws={ws}", run.cell.addrs[node]);
+        let ws = match tokio::time::timeout(Duration::from_secs(2), tokio_tungstenite::connect_async(url)).await {
+            Ok(Ok((ws, _))) => ws,
+            Ok(Err(e)) => return Err(format!("connect: {e}")),
+            Err(_) => return Err("connect: timed out".into()),
+        };
+        let mut c =
+            Conn { ws, node, next_id: 1, replies: HashMap::new(), pushes: VecDeque::new(), reconnect_after: None };
+        match c.request(json!({"op": "hello", "token": token}), Duration::from_secs(5)).await {
+            Ok(r) if r.get("ok").is_some() => Ok(c),
+            Ok(r) => Err(format!("hello refused: {r}")),
+            Err(e) => Err(format!("hello: {e}")),
+        }
+    }
+
+    /// Sends `req` with a fresh id and waits at most `within` for its reply.
+    async fn request(&mut self, mut req: Value, within: Duration) -> Result<Value, End> {
+        let id = self.next_id;
+        self.next_id += 1;
+        req["id"] = json!(id);
+        if let Err(e) = self.ws.send(Message::Text(req.to_string().into())).await {
+            return Err(End::Broken(format!("send: {e}")));
+        }
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(r) = self.replies.remove(&id) {
+                return Ok(r);
+            }
+            if !self.read(deadline).await? {
+                return Err(End::Timeout);
+            }
+        }
+    }
+
+    /// The next push, waiting until `deadline`; `None` if none came.
+    async fn push_until(&mut self, deadline: tokio::time::Instant) -> Result<Option<Value>, End> {
+        loop {
+            if let Some(p) = self.pushes.pop_front() {
+                return Ok(Some(p));
+            }
+            if !self.read(deadline).await? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Reads one frame; false when `deadline` passed first.
+    async fn read(&mut self, deadline: tokio::time::Instant) -> Result<bool, End> {
+        let msg = match tokio::time::timeout_at(deadline, self.ws.next()).await {
+            Err(_) => return Ok(false),
+            Ok(None) => return Err(End::Broken("end of stream".into())),
+            Ok(Some(Err(e))) => return Err(End::Broken(e.to_string())),
+            Ok(Some(Ok(m))) => m,
+        };
+        match msg {
+            Message::Text(t) => {
+                let v: Value = match serde_json::from_str(t.as_str()) {
+                    Ok(v) => v,
+                    Err(e) => return Err(End::Broken(format!("a frame that is not JSON ({e}): {t}"))),
+                };
+                if v.get("ev").is_some() {
+                    if v["ev"] == "reconnect" {
+                        self.reconnect_after = v["after_ms"].as_u64();
+                    } else {
+                        self.pushes.push_back(v);
+                    }
+                } else if let Some(id) = v.get("id").and_then(Value::as_i64) {
+                    self.replies.insert(id, v);
+                } else {
+                    return Err(End::Broken(format!("a reply without an id: {v}")));
+                }
+            }
+            Message::Close(frame) => {
+                let (code, reason) =
+                    frame.map(|f| (u16::from(f.code), f.reason.to_string())).unwrap_or((1005, String::new()));
+                return Err(End::Closed(code, reason, self.reconnect_after));
+            }
+            _ => {}
+        }
+        Ok(true)
+    }
+}
+
+/// Where a client goes next: half the time the node `/v1/gateway` (asked of a
+/// random node) names, otherwise a random node, not `avoid` if it can help it.
+async fn pick_node(run: &Run, rng: &mut StdRng, ws: &str, avoid: Option<usize>) -> usize {
+    if rng.random_bool(0.5) {
+        let via = rng.random_range(0..NODES);
+        let path = format!("/v1/gateway?ws={ws}");
+        if let Some((200, v)) = try_http(run.cell.addrs[via], "GET", &path, None, Duration::from_secs(1)).await
+            && let Some(url) = v["url"].as_str()
+            && let Some(i) = run.cell.addrs.iter().position(|a| url.contains(&a.to_string()))
+            && Some(i) != avoid
+        {
+            return i;
+        }
+    }
+    let mut i = rng.random_range(0..NODES);
+    if Some(i) == avoid {
+        i = (i + rng.random_range(1..NODES)) % NODES;
+    }
+    i
+}
+
+// ------------------------------------------------------------------ watchers
+
+/// A watcher as the auditor sees it.
+struct WatcherView {
+    name: String,
+    /// The run's chat indices this watcher watches.
+    chats: Vec<usize>,
+    /// Per watched chat: every event held, in order: (seq, fingerprint, ms since the start when it came).
+    held: Vec<Vec<(u64, u64, u64)>>,
+    /// The node it is connected to now.
+    node: Option<usize>,
+    stats: WatcherStats,
+}
+
+#[derive(Default, Clone, Copy)]
+struct WatcherStats {
+    pushes: u64,
+    duplicate_pushes: u64,
+    gap_fetches: u64,
+    notifies: u64,
+    fetches: u64,
+    reconnects: u64,
+    refusals: u64,
+}
+
+impl WatcherView {
+    fn last(&self, slot: usize) -> u64 {
+        self.held[slot].last().map_or(0, |e| e.0)
+    }
+}
+
+/// A watched chat's state on one connection.
+#[derive(Default)]
+struct ChatConn {
+    watching: bool,
+    /// The highest seq pushed for this chat on this connection.
+    last_pushed: u64,
+    /// Pushed events beyond a gap: seq to fingerprint.
+    ahead: BTreeMap<u64, u64>,
+    /// A seq a `notify` named: fetch up to it.
+    want: u64,
+    /// No request for this chat before then (after `throttled` or `unavailable`).
+    not_before: Option<Instant>,
+}
+
+impl ChatConn {
+    fn target(&self) -> u64 {
+        self.want.max(self.ahead.keys().next().map_or(0, |s| s - 1))
+    }
+}
+
+struct Watcher {
+    run: Arc<Run>,
+    view: Arc<Mutex<WatcherView>>,
+    ws: &'static str,
+    token: String,
+    rng: StdRng,
+}
+
+impl Watcher {
+    async fn run(mut self, first: usize) {
+        let mut node = first;
+        let mut attempt = 0u32;
+        let mut first_conn = true;
+        loop {
+            if self.run.done() {
+                return;
+            }
+            let name = self.view.lock().unwrap().name.clone();
+            let mut conn = match Conn::open(&self.run, node, self.ws, &self.token).await {
+                Ok(c) => c,
+                Err(e) => {
+                    attempt += 1;
+                    self.run.note(format!("{name}: cannot connect to node-{node}: {e}"));
+                    let wait = backoff(&mut self.rng, attempt);
+                    self.run.sleep(wait).await;
+                    node = pick_node(&self.run, &mut self.rng, self.ws, Some(node)).await;
+                    continue;
+                }
+            };
+            attempt = 0;
+            {
+                let mut v = self.view.lock().unwrap();
+                v.node = Some(node);
+                if !first_conn {
+                    v.stats.reconnects += 1;
+                }
+            }
+            first_conn = false;
+            let end = self.serve(&mut conn).await;
+            self.view.lock().unwrap().node = None;
+            let wait = match &end {
+                End::Done => return,
+                End::Closed(_, _, Some(after_ms)) => Duration::from_millis(*after_ms),
+                _ => backoff(&mut self.rng, 0),
+            };
+            self.run.note(format!("{name}: left node-{node} ({end}), back in {} ms", wait.as_millis()));
+            self.run.sleep(wait).await;
+            let avoid = matches!(end, End::Broken(_) | End::Timeout).then_some(node);
+            node = pick_node(&self.run, &mut self.rng, self.ws, avoid).await;
+        }
+    }
+
+    /// One connection: watch every chat after the last seq held, then follow pushes, fetching gaps and notifies.
+    async fn serve(&mut self, conn: &mut Conn) -> End {
+        let n = self.view.lock().unwrap().chats.len();
+        let mut st: Vec<ChatConn> = (0..n).map(|_| ChatConn::default()).collect();
+        loop {
+            if self.run.done() {
+                return End::Done;
+            }
+            // Requests that are due: watches not yet in place, gaps and notifies to fetch.
+            let now = Instant::now();
+            for slot in 0..n {
+                if st[slot].not_before.is_some_and(|t| t > now) {
+                    continue;
+                }
+                st[slot].not_before = None;
+                let result = if !st[slot].watching {
+                    self.watch(conn, &mut st, slot).await
+                } else if st[slot].target() > self.view.lock().unwrap().last(slot) {
+                    self.fetch(conn, &mut st, slot).await
+                } else {
+                    Ok(())
+                };
+                if let Err(end) = result {
+                    return end;
+                }
+            }
+            // Pushes that came meanwhile, then wait for the next one.
+            while let Some(p) = conn.pushes.pop_front() {
+                self.on_push(&mut st, conn.node, p);
+            }
+            let last: Vec<u64> = {
+                let v = self.view.lock().unwrap();
+                (0..n).map(|s| v.last(s)).collect()
+            };
+            let busy = (0..n).any(|s| st[s].not_before.is_none() && (!st[s].watching || st[s].target() > last[s]));
+            let now = Instant::now();
+            let deadline = if busy {
+                now
+            } else {
+                let cap = now + Duration::from_millis(250);
+                st.iter().filter_map(|c| c.not_before).min().map_or(cap, |t| t.min(cap)).max(now)
+            };
+            match conn.push_until(deadline.into()).await {
+                Ok(Some(p)) => self.on_push(&mut st, conn.node, p),
+                Ok(None) => {}
+                Err(end) => return end,
+            }
+        }
+    }
+
+    async fn watch(&mut self, conn: &mut Conn, st: &mut [ChatConn], slot: usize) -> Result<(), End> {
+        let (k, after) = {
+            let v = self.view.lock().unwrap();
+            (v.chats[slot], v.last(slot))
+        };
+        let chat = self.run.chats[k].name.clone();
+        let r = conn.request(json!({"op": "watch", "chat": chat, "after": after}), REPLY_WAIT).await?;
+        if r.get("ok").is_some() {
+            st[slot] = ChatConn { watching: true, ..ChatConn::default() };
+        } else {
+            self.refused(st, slot, "watch", &r);
+        }
+        Ok(())
+    }
+
+    /// One page of the chat's log after the last seq held.
+    async fn fetch(&mut self, conn: &mut Conn, st: &mut [ChatConn], slot: usize) -> Result<(), End> {
+        let (k, after, name) = {
+            let v = self.view.lock().unwrap();
+            (v.chats[slot], v.last(slot), v.name.clone())
+        };
+        let chat = self.run.chats[k].name.clone();
+        let target = st[slot].target();
+        {
+            let mut v = self.view.lock().unwrap();
+            v.stats.fetches += 1;
+            if !st[slot].ahead.is_empty() {
+                v.stats.gap_fetches += 1;
+            }
+        }
+        let r = conn
+            .request(json!({"op": "fetch", "chat": chat, "after": after, "limit": FETCH_LIMIT}), REPLY_WAIT)
+            .await?;
+        let Some(ok) = r.get("ok") else {
+            self.refused(st, slot, "fetch", &r);
+            return Ok(());
+        };
+        let events = ok["events"].as_array().cloned().unwrap_or_default();
+        let mut expect = after + 1;
+        for e in &events {
+            let Some(seq) = seq_of(e) else { continue };
+            if seq != expect {
+                self.run.fail(format!(
+                    "{name} on node-{}: fetch of {} after {after} returned seq {seq} where {expect} was due",
+                    conn.node,
+                    self.run.chat_label(k)
+                ));
+                break;
+            }
+            self.hold(slot, seq, ident(e));
+            expect += 1;
+        }
+        self.release_ahead(st, slot);
+        let now_last = self.view.lock().unwrap().last(slot);
+        if ok["more"] != true && now_last < target {
+            self.run.fail(format!(
+                "{name} on node-{}: {} was pushed or notified up to seq {target}, but fetch after {after} ends at {now_last} (chat's latest {})",
+                conn.node,
+                self.run.chat_label(k),
+                ok["seq"]
+            ));
+            // Drop what cannot be had; the audit will show what is missing.
+            st[slot].want = 0;
+            st[slot].ahead.clear();
+        }
+        Ok(())
+    }
+
+    fn refused(&mut self, st: &mut [ChatConn], slot: usize, op: &str, r: &Value) {
+        let err = &r["err"];
+        let code = err["code"].as_str().unwrap_or("?");
+        self.view.lock().unwrap().stats.refusals += 1;
+        if code != "throttled" && code != "unavailable" {
+            let (name, k) = {
+                let v = self.view.lock().unwrap();
+                (v.name.clone(), v.chats[slot])
+            };
+            self.run.fail(format!("{name}: {op} of {} refused: {r}", self.run.chat_label(k)));
+            st[slot].not_before = Some(Instant::now() + Duration::from_secs(1));
+            return;
+        }
+        st[slot].not_before = Some(Instant::now() + retry_after(&mut self.rng, err));
+    }
+
+    fn on_push(&mut self, st: &mut [ChatConn], node: usize, p: Value) {
+        let ev = p["ev"].as_str().unwrap_or("");
+        if ev != "event" && ev != "notify" {
+            return;
+        }
+        let (slot, name) = {
+            let v = self.view.lock().unwrap();
+            let slot = v.chats.iter().position(|&k| Some(self.run.chats[k].name.as_str()) == p["chat"].as_str());
+            (slot, v.name.clone())
+        };
+        let Some(slot) = slot else {
+            self.run.fail(format!("{name} on node-{node}: a push for a chat it does not watch: {p}"));
+            return;
+        };
+        let k = self.view.lock().unwrap().chats[slot];
+        let Some(seq) = seq_of(&p) else {
+            self.run.fail(format!("{name} on node-{node}: a push without a seq: {p}"));
+            return;
+        };
+        if ev == "notify" {
+            self.view.lock().unwrap().stats.notifies += 1;
+            st[slot].want = st[slot].want.max(seq);
+            return;
+        }
+        let c = &mut st[slot];
+        if seq <= c.last_pushed {
+            self.view.lock().unwrap().stats.duplicate_pushes += 1;
+            self.run.fail(format!(
+                "{name} on node-{node}: {} pushed seq {seq} after seq {} on the same connection (a duplicate or out of order)",
+                self.run.chat_label(k),
+                c.last_pushed
+            ));
+            return;
+        }
+        c.last_pushed = seq;
+        self.view.lock().unwrap().stats.pushes += 1;
+        let fp = ident(&p);
+        let last = self.view.lock().unwrap().last(slot);
+        if seq == last + 1 {
+            self.hold(slot, seq, fp);
+            self.release_ahead(st, slot);
+        } else if seq > last + 1 {
+            st[slot].ahead.insert(seq, fp);
+        } else {
+            self.check_held(slot, seq, fp, node, "push");
+        }
+    }
+
+    /// Appends `seq` to what the watcher holds (the caller checked it is next).
+    fn hold(&self, slot: usize, seq: u64, fp: u64) {
+        let ms = self.run.t0.elapsed().as_millis() as u64;
+        let mut v = self.view.lock().unwrap();
+        if v.last(slot) + 1 == seq {
+            v.held[slot].push((seq, fp, ms));
+        } else {
+            drop(v);
+            self.check_held(slot, seq, fp, usize::MAX, "fetch");
+        }
+    }
+
+    /// An event the watcher already holds came again (by push after a fetch): it must be the same event.
+    fn check_held(&self, slot: usize, seq: u64, fp: u64, node: usize, how: &str) {
+        let v = self.view.lock().unwrap();
+        let Some(&(_, held_fp, _)) = v.held[slot].get(seq as usize - 1) else { return };
+        if held_fp != fp {
+            let (name, k) = (v.name.clone(), v.chats[slot]);
+            drop(v);
+            self.run.fail(format!(
+                "{name} (node-{node}): {} seq {seq} by {how} differs from the event held at that seq",
+                self.run.chat_label(k)
+            ));
+        }
+    }
+
+    /// Moves pushed events that are next now from `ahead` into what the watcher holds.
+    fn release_ahead(&self, st: &mut [ChatConn], slot: usize) {
+        loop {
+            let last = self.view.lock().unwrap().last(slot);
+            let Some((&seq, &fp)) = st[slot].ahead.first_key_value() else { return };
+            if seq > last + 1 {
+                return;
+            }
+            st[slot].ahead.remove(&seq);
+            if seq == last + 1 {
+                self.hold(slot, seq, fp);
+            } else {
+                self.check_held(slot, seq, fp, usize::MAX, "push");
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------- senders
+
+/// Every send of the run, for the audit.
+#[derive(Default)]
+struct Ledger {
+    /// client_id to chat, for every send tried.
+    tried: HashMap<String, usize>,
+    /// client_id to (chat, seq, when acknowledged).
+    acked: HashMap<String, (usize, u64, Instant)>,
+    /// Sends never acknowledged (given up when the run ended).
+    abandoned: HashSet<String>,
+    resends: u64,
+    idempotent_checks: u64,
+    throttled: u64,
+    unavailable: u64,
+    timeouts: u64,
+    disconnects: u64,
+}
+
+struct Sender {
+    run: Arc<Run>,
+    ledger: Arc<Mutex<Ledger>>,
+    name: String,
+    ws: &'static str,
+    token: String,
+    rng: StdRng,
+    conn: Option<Conn>,
+    node: usize,
+    /// The node it is connected to now (`usize::MAX`: none), for the bouncer's aim.
+    at_node: Arc<AtomicUsize>,
+}
+
+/// A quiet chat's sender as the bouncer sees it: whether it waits for its
+/// next burst, and where it is connected, so that a fault can be aimed at a
+/// burst in flight or dealt right before one.
+struct QuietCtl {
+    chat: usize,
+    shard: usize,
+    idle: AtomicBool,
+    go: tokio::sync::Notify,
+    /// Notified (to whoever waits) as the burst's last send goes out.
+    last: tokio::sync::Notify,
+    node: Arc<AtomicUsize>,
+}
+
+impl Sender {
+    /// Sends until acknowledged, resending with the same `client_id` through
+    /// refusals, timeouts and reconnects; `None` once the run gives it up.
+    async fn send(&mut self, k: usize, client_id: &str, body: &Value) -> Option<u64> {
+        let chat = self.run.chats[k].name.clone();
+        let mut attempt = 0u32;
+        let mut sent = false;
+        loop {
+            if self.run.gave_up() || self.run.done() {
+                return None;
+            }
+            if self.conn.is_none() {
+                match Conn::open(&self.run, self.node, self.ws, &self.token).await {
+                    Ok(c) => {
+                        self.conn = Some(c);
+                        self.at_node.store(self.node, Ordering::SeqCst);
+                        attempt = 0;
+                    }
+                    Err(e) => {
+                        attempt += 1;
+                        self.run.note(format!("{}: cannot connect to node-{}: {e}", self.name, self.node));
+                        self.run.sleep(backoff(&mut self.rng, attempt)).await;
+                        self.node = pick_node(&self.run, &mut self.rng, self.ws, Some(self.node)).await;
+                    }
+                }
+                continue;
+            }
+            let conn = self.conn.as_mut().expect("connected above");
+            if sent {
+                self.ledger.lock().unwrap().resends += 1;
+            }
+            sent = true;
+            let req = json!({"op": "send", "chat": chat, "body": body, "client_id": client_id});
+            match conn.request(req, REPLY_WAIT).await {
+                Ok(r) => {
+                    if let Some(seq) = r["ok"]["seq"].as_u64() {
+                        return Some(seq);
+                    }
+                    let err = &r["err"];
+                    match err["code"].as_str() {
+                        Some("throttled") => self.ledger.lock().unwrap().throttled += 1,
+                        Some("unavailable") => self.ledger.lock().unwrap().unavailable += 1,
+                        _ => {
+                            self.run.fail(format!(
+                                "{} on node-{}: send {client_id} to {} refused: {r}",
+                                self.name,
+                                conn.node,
+                                self.run.chat_label(k)
+                            ));
+                            return None;
+                        }
+                    }
+                    let wait = retry_after(&mut self.rng, err);
+                    self.run.sleep(wait).await;
+                }
+                Err(end) => {
+                    let node = conn.node;
+                    self.conn = None;
+                    self.at_node.store(usize::MAX, Ordering::SeqCst);
+                    let wait = match &end {
+                        End::Timeout => {
+                            self.ledger.lock().unwrap().timeouts += 1;
+                            backoff(&mut self.rng, 0)
+                        }
+                        End::Closed(_, _, Some(ms)) => Duration::from_millis(*ms),
+                        _ => {
+                            self.ledger.lock().unwrap().disconnects += 1;
+                            backoff(&mut self.rng, 0)
+                        }
+                    };
+                    self.run.note(format!(
+                        "{}: lost node-{node} sending {client_id} ({end}); resending in {} ms",
+                        self.name,
+                        wait.as_millis()
+                    ));
+                    self.run.sleep(wait).await;
+                    let avoid = matches!(end, End::Broken(_) | End::Timeout).then_some(node);
+                    self.node = pick_node(&self.run, &mut self.rng, self.ws, avoid).await;
+                }
+            }
+        }
+    }
+
+    /// One send, recorded in the ledger; now and then sent again with the
+    /// same `client_id` to check that it answers the first seq.
+    async fn send_one(&mut self, k: usize, i: u64) -> Option<u64> {
+        let client_id = format!("{}-{i}", self.name);
+        let pad = "x".repeat(self.rng.random_range(0..48));
+        let body = json!({"from": self.name, "i": i, "pad": pad});
+        self.ledger.lock().unwrap().tried.insert(client_id.clone(), k);
+        let Some(seq) = self.send(k, &client_id, &body).await else {
+            self.ledger.lock().unwrap().abandoned.insert(client_id);
+            return None;
+        };
+        self.ledger.lock().unwrap().acked.insert(client_id.clone(), (k, seq, Instant::now()));
+        if self.rng.random_bool(0.03)
+            && let Some(again) = self.send(k, &client_id, &body).await
+        {
+            self.ledger.lock().unwrap().idempotent_checks += 1;
+            if again != seq {
+                self.run.fail(format!(
+                    "{}: {client_id} to {} was acknowledged with seq {seq}, and sent again with seq {again}",
+                    self.name,
+                    self.run.chat_label(k)
+                ));
+            }
+        }
+        Some(seq)
+    }
+
+    /// Sends to a random one of `chats` until the load stops.
+    async fn busy(mut self, chats: Vec<usize>) {
+        let mut i = 0u64;
+        while self.run.phase() == Phase::Load {
+            let k = chats[self.rng.random_range(0..chats.len())];
+            self.send_one(k, i).await;
+            i += 1;
+            let pause = Duration::from_millis(self.rng.random_range(5..60));
+            self.run.sleep(pause).await;
+        }
+    }
+
+    /// Bursts of a few sends to its quiet chat, each followed by a silence in
+    /// which the burst's last event must reach every watcher of the chat. A
+    /// burst starts when the bouncer asks (to aim a fault at it) or, failing
+    /// that, on a timer of its own.
+    async fn quiet(
+        mut self,
+        ctl: Arc<QuietCtl>,
+        watchers: Vec<Arc<Mutex<WatcherView>>>,
+        lags: Arc<Mutex<Vec<Duration>>>,
+    ) {
+        let k = ctl.chat;
+        let label = self.run.chat_label(k);
+        let mut fallback = self.run.t0 + Duration::from_millis(self.rng.random_range(3_000..8_000));
+        let mut i = 0u64;
+        // Each burst needs its whole silence inside the load, where the faults go on.
+        while Instant::now() + QUIET_ROOM < self.run.load_ends {
+            ctl.idle.store(true, Ordering::SeqCst);
+            let mut phase = self.run.phase.clone();
+            let mut aimed = tokio::select! {
+                _ = ctl.go.notified() => true,
+                _ = tokio::time::sleep_until(fallback.into()) => false,
+                _ = phase.wait_for(|p| *p != Phase::Load) => return,
+            };
+            if !aimed && !ctl.idle.swap(false, Ordering::SeqCst) {
+                // The bouncer took this burst just as the timer fired: its call is on the way.
+                ctl.go.notified().await;
+                aimed = true;
+            }
+            ctl.idle.store(false, Ordering::SeqCst);
+            let n = self.rng.random_range(3..=8);
+            let mut last_seq = 0;
+            self.run
+                .note(format!("{label}: burst of {n} sends{}", if aimed { " (a fault is aimed at it)" } else { "" }));
+            for j in 0..n {
+                if j + 1 == n {
+                    ctl.last.notify_waiters();
+                }
+                match self.send_one(k, i).await {
+                    Some(seq) => last_seq = last_seq.max(seq),
+                    None => return,
+                }
+                i += 1;
+            }
+            let acked = Instant::now();
+            let silence_ends = acked + QUIET_SILENCE;
+            self.run.note(format!("{label}: burst acknowledged up to seq {last_seq}; silence"));
+            match converge(&watchers, k, last_seq, acked + CONVERGE).await {
+                Ok(slowest) => lags.lock().unwrap().push(slowest),
+                Err(behind) => {
+                    // How long it takes after all, if the silence brings it at all.
+                    let late = converge(&watchers, k, last_seq, silence_ends).await;
+                    let after = match late {
+                        Ok(_) => format!("all held it {:.1} s after the last ack", acked.elapsed().as_secs_f64()),
+                        Err(_) => format!("still not after {} s of silence", QUIET_SILENCE.as_secs()),
+                    };
+                    self.run.fail(format!(
+                        "quiet chat {label}: 10 s after its last acknowledged send (seq {last_seq}, at t={:.2}s) watchers were behind: {behind}; {after}",
+                        self.run.at(acked)
+                    ));
+                }
+            }
+            self.run.sleep(silence_ends.saturating_duration_since(Instant::now())).await;
+            fallback = Instant::now() + Duration::from_millis(self.rng.random_range(2_000..8_000));
+        }
+    }
+}
+
+/// Waits until every watcher of chat `k` holds `seq`, at most until `deadline`.
+/// Ok: how long after the call the slowest got it. Err: who is behind, with what.
+async fn converge(
+    watchers: &[Arc<Mutex<WatcherView>>],
+    k: usize,
+    seq: u64,
+    deadline: Instant,
+) -> Result<Duration, String> {
+    let start = Instant::now();
+    loop {
+        let mut behind = Vec::new();
+        for w in watchers {
+            let v = w.lock().unwrap();
+            if let Some(slot) = v.chats.iter().position(|&c| c == k)
+                && v.last(slot) < seq
+            {
+                let node = v.node.map_or("none".to_string(), |n| format!("node-{n}"));
+                behind.push(format!("{} holds up to {} (connected to {node})", v.name, v.last(slot)));
+            }
+        }
+        if behind.is_empty() {
+            return Ok(start.elapsed());
+        }
+        if Instant::now() >= deadline {
+            return Err(behind.join(", "));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// ------------------------------------------------------------------- bouncer
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    KillNode,
+    RestartNats,
+    StopShard,
+}
+
+const FAULTS: [Fault; 3] = [Fault::KillNode, Fault::RestartNats, Fault::StopShard];
+
+/// Deals a fault every 1 to 3 s until the load stops, never two of one kind
+/// at once (so one node, one NATS server, one shard at most is down), and
+/// waits until every fault has been undone. Most faults are aimed at a quiet
+/// chat: its burst starts just before the fault (a send in flight on the
+/// killed node or the stopped shard) or right as the fault is mended.
+async fn bouncer(run: Arc<Run>, quiet: Vec<Arc<QuietCtl>>, mut rng: StdRng) -> HashMap<&'static str, u64> {
+    let down: Arc<[AtomicBool; 3]> = Arc::new(Default::default());
+    let mut dealt: HashMap<&'static str, u64> = HashMap::new();
+    let mut tasks = Vec::new();
+    loop {
+        let pause = Duration::from_millis(rng.random_range(1_000..=3_000));
+        if Instant::now() + pause >= run.load_ends {
+            break;
+        }
+        tokio::time::sleep(pause).await;
+        // Every choice is drawn whether it is used or not, so a seed replays the same choices.
+        let kind_pick: usize = rng.random_range(0..FAULTS.len());
+        let node = rng.random_range(0..NODES);
+        let nats = rng.random_range(0..3);
+        let shard = rng.random_range(0..2);
+        let outage = [rng.random_range(500..2_000), rng.random_range(200..2_000), rng.random_range(500..3_000)];
+        let (aim, aim_at_mend, lead, quiet_pick) =
+            (rng.random_bool(0.7), rng.random_bool(0.3), rng.random_range(0..20), rng.random::<u64>() as usize);
+        let free: Vec<usize> = (0..FAULTS.len()).filter(|&i| !down[i].load(Ordering::SeqCst)).collect();
+        if free.is_empty() {
+            run.note("bouncer: one of each kind is down already; skipped".into());
+            continue;
+        }
+        let kind = free[kind_pick % free.len()];
+        let fault = FAULTS[kind];
+        let target = match fault {
+            Fault::KillNode => node,
+            Fault::RestartNats => nats,
+            Fault::StopShard => shard,
+        };
+        // The quiet chat to aim at: one whose sender is on the node, or whose chat is on the shard, if any waits.
+        let mut target_chat = None;
+        if aim && Instant::now() + QUIET_ROOM < run.load_ends {
+            let idle: Vec<&Arc<QuietCtl>> = quiet.iter().filter(|q| q.idle.load(Ordering::SeqCst)).collect();
+            let fits: Vec<&Arc<QuietCtl>> = idle
+                .iter()
+                .copied()
+                .filter(|q| match fault {
+                    Fault::KillNode => q.node.load(Ordering::SeqCst) == target,
+                    Fault::StopShard => q.shard == target,
+                    Fault::RestartNats => true,
+                })
+                .collect();
+            let pool = if fits.is_empty() { idle } else { fits };
+            if !pool.is_empty() {
+                let q = pool[quiet_pick % pool.len()];
+                if q.idle.compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                    target_chat = Some(q.clone());
+                }
+            }
+        }
+        down[kind].store(true, Ordering::SeqCst);
+        *dealt.entry(fault_name(fault)).or_default() += 1;
+        let mut at_mend = None;
+        if let Some(q) = target_chat {
+            let label = run.chat_label(q.chat);
+            if aim_at_mend {
+                run.note(format!("bouncer: {label}'s burst will start as the next fault is mended"));
+                at_mend = Some(q);
+            } else {
+                // The fault lands while the burst's last send is in flight: the tail of the burst.
+                let last = q.last.notified();
+                tokio::pin!(last);
+                last.as_mut().enable();
+                q.go.notify_one();
+                let sent = tokio::time::timeout(Duration::from_secs(5), last).await.is_ok();
+                tokio::time::sleep(Duration::from_millis(lead)).await;
+                run.note(format!(
+                    "bouncer: {label}'s last send {}; the fault comes {lead} ms later",
+                    if sent { "went out" } else { "did not go out in 5 s" }
+                ));
+            }
+        }
+        let (run2, down2) = (run.clone(), down.clone());
+        tasks.push(tokio::spawn(async move {
+            deal(&run2, fault, target, Duration::from_millis(outage[kind]), at_mend).await;
+            down2[kind].store(false, Ordering::SeqCst);
+        }));
+    }
+    for t in tasks {
+        t.await.expect("fault task");
+    }
+    dealt
+}
+
+fn fault_name(f: Fault) -> &'static str {
+    match f {
+        Fault::KillNode => "node SIGKILL",
+        Fault::RestartNats => "NATS server restart",
+        Fault::StopShard => "PostgreSQL shard stop",
+    }
+}
+
+/// One fault: break, wait `outage`, mend (starting `at_mend`'s burst right
+/// then), and wait until it is mended.
+async fn deal(run: &Run, fault: Fault, i: usize, outage: Duration, at_mend: Option<Arc<QuietCtl>>) {
+    let cell = &run.cell;
+    let ms = outage.as_millis();
+    let mended = || {
+        if let Some(q) = &at_mend {
+            q.go.notify_one();
+        }
+    };
+    match fault {
+        Fault::KillNode => {
+            run.note(format!("FAULT kill -9 node-{i} for {ms} ms"));
+            cell.kill_node(i, &format!("SIGKILL at t={:.2}s", run.secs()));
+            tokio::time::sleep(outage).await;
+            cell.restart_node(i, &format!("started again at t={:.2}s", run.secs()));
+            mended();
+            let started = Instant::now();
+            if cell.wait_serving(i, Duration::from_secs(20)).await {
+                run.note(format!("MENDED node-{i} serving after {} ms", started.elapsed().as_millis()));
+            } else {
+                run.fail(format!("node-{i} did not serve HTTP within 20 s of its restart"));
+            }
+        }
+        Fault::RestartNats => {
+            run.note(format!("FAULT NATS server {i} down for {ms} ms"));
+            cell.kill_nats(i).await;
+            tokio::time::sleep(outage).await;
+            cell.start_nats(i).await;
+            mended();
+            let started = Instant::now();
+            if cell.nats_formed(Duration::from_secs(20)).await {
+                run.note(format!("MENDED NATS cluster whole again after {} ms", started.elapsed().as_millis()));
+            } else {
+                run.note(format!("NATS cluster not whole 20 s after server {i} restarted"));
+            }
+        }
+        Fault::StopShard => {
+            run.note(format!("FAULT stop PostgreSQL shard {i} for {ms} ms"));
+            cell.stop_shard(i).await;
+            run.note(format!("shard {i} stopped"));
+            tokio::time::sleep(outage).await;
+            cell.start_shard(i).await;
+            mended();
+            run.note(format!("MENDED shard {i} started again"));
+        }
+    }
+}
+
+// ------------------------------------------------------------------- auditor
+
+/// Reads the whole log of chat `k` over the HTTP API, paging, from whichever node answers.
+async fn read_log(run: &Run, k: usize) -> Result<Vec<Value>, String> {
+    let c = &run.chats[k];
+    let ws = WORKSPACES[c.ws];
+    let mut events: Vec<Value> = Vec::new();
+    let mut after = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut node = 0;
+    loop {
+        let path = format!("/v1/workspaces/{ws}/chats/{}/events?after={after}&limit=500", c.name);
+        match try_http(run.cell.addrs[node], "GET", &path, None, Duration::from_secs(5)).await {
+            Some((200, v)) => {
+                let page = v["events"].as_array().cloned().unwrap_or_default();
+                if let Some(last) = page.last().and_then(seq_of) {
+                    after = last;
+                }
+                let more = v["more"] == true && !page.is_empty();
+                events.extend(page);
+                if !more {
+                    return Ok(events);
+                }
+            }
+            other => {
+                if Instant::now() >= deadline {
+                    return Err(format!("reading {} after {after}: {other:?}", run.chat_label(k)));
+                }
+                node = (node + 1) % NODES;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// The chat's latest seq, from whichever node answers.
+async fn latest(run: &Run, k: usize) -> Result<u64, String> {
+    let c = &run.chats[k];
+    let path = format!("/v1/workspaces/{}/chats/{}", WORKSPACES[c.ws], c.name);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut node = 0;
+    loop {
+        match try_http(run.cell.addrs[node], "GET", &path, None, Duration::from_secs(5)).await {
+            Some((200, v)) if v["seq"].as_u64().is_some() => return Ok(v["seq"].as_u64().unwrap()),
+            other => {
+                if Instant::now() >= deadline {
+                    return Err(format!("reading {}: {other:?}", run.chat_label(k)));
+                }
+                node = (node + 1) % NODES;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// Chat names of one workspace: `BUSY_CHATS` busy ones and `QUIET_CHATS` quiet ones, each kind over both shards.
+fn pick_chats(shard_names: &[String], ws: usize) -> Vec<ChatSpec> {
+    let shard_of = |name: &str| {
+        herald::hashing::rendezvous(
+            &[WORKSPACES[ws].as_bytes(), name.as_bytes()],
+            shard_names.iter().map(String::as_str),
+        )
+        .unwrap()
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    for j in 0..BUSY_CHATS {
+        let want = (j + ws) % 2;
+        loop {
+            let name = format!("busy{i}");
+            i += 1;
+            if shard_of(&name) == want {
+                out.push(ChatSpec { ws, name, quiet: false, shard: want });
+                break;
+            }
+        }
+    }
+    for j in 0..QUIET_CHATS {
+        let want = (j + ws) % 2;
+        loop {
+            let name = format!("quiet{i}");
+            i += 1;
+            if shard_of(&name) == want {
+                out.push(ChatSpec { ws, name, quiet: true, shard: want });
+                break;
+            }
+        }
+    }
+    out
+}
+
+async fn admin(run: &Run, method: &str, path: &str, body: Option<Value>) -> Value {
+    let (status, v) = try_http(run.cell.addrs[0], method, path, body, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| panic!("{method} {path}: no answer"));
+    assert_eq!(status, 200, "{method} {path}: {v}");
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once_and_reaches_every_watcher_in_order() {
+    let seed: u64 = match std::env::var("HERALD_CHAOS_SEED") {
+        Ok(s) => s.trim().parse().expect("HERALD_CHAOS_SEED is a u64"),
+        Err(_) => rand::random(),
+    };
+    let secs: u64 = std::env::var("HERALD_CHAOS_SECS").map_or(30, |s| s.trim().parse().expect("HERALD_CHAOS_SECS"));
+    eprintln!("chaos: seed {seed} (replay with HERALD_CHAOS_SEED={seed}), {secs} s of load");
+    let started = Instant::now();
+    let cell = Arc::new(Cell::start(NODES).await);
+    eprintln!("chaos: cell up in {:.1} s; logs in {}", started.elapsed().as_secs_f64(), cell.dir.display());
+
+    let mut chats = Vec::new();
+    for ws in 0..WORKSPACES.len() {
+        chats.extend(pick_chats(&cell.shard_names, ws));
+    }
+    let (phase_tx, phase_rx) = watch::channel(Phase::Load);
+    let t0 = Instant::now();
+    let mut run = Run {
+        t0,
+        load_ends: t0 + Duration::from_secs(secs),
+        cell: cell.clone(),
+        chats,
+        phase: phase_rx,
+        give_up: Mutex::new(None),
+        timeline: Mutex::new(Vec::new()),
+        failures: Mutex::new(Vec::new()),
+    };
+
+    // Chats, members and tokens, through the server API.
+    let mut tokens: HashMap<String, String> = HashMap::new();
+    let user_names = |ws: usize| -> Vec<String> {
+        (0..WATCHERS)
+            .map(|i| format!("watcher{ws}-{i}"))
+            .chain((0..SENDERS).map(|i| format!("sender{ws}-{i}")))
+            .chain((0..QUIET_CHATS).map(|i| format!("quiet{ws}-{i}")))
+            .collect()
+    };
+    for (k, c) in run.chats.iter().enumerate() {
+        let ws = WORKSPACES[c.ws];
+        admin(&run, "PUT", &format!("/v1/workspaces/{ws}/chats/{}", c.name), Some(json!({"open": true}))).await;
+        for u in user_names(c.ws) {
+            admin(&run, "PUT", &format!("/v1/workspaces/{ws}/chats/{}/members/{u}", c.name), None).await;
+        }
+        eprintln!("chaos: chat {} on shard {}{}", run.chat_label(k), c.shard, if c.quiet { " (quiet)" } else { "" });
+    }
+    for ws in 0..WORKSPACES.len() {
+        for u in user_names(ws) {
+            let ttl = secs + 3_600;
+            let v =
+                admin(&run, "POST", "/v1/tokens", Some(json!({"workspace": WORKSPACES[ws], "user": u, "ttl_s": ttl})))
+                    .await;
+            tokens.insert(u, v["token"].as_str().unwrap().to_string());
+        }
+    }
+    // The clock of the run starts now that the cell is set up.
+    let t0 = Instant::now();
+    run.t0 = t0;
+    run.load_ends = t0 + Duration::from_secs(secs);
+    let run = Arc::new(run);
+    let mut seeds = StdRng::seed_from_u64(seed);
+
+    // Watchers first, so that they hold every chat from its first event.
+    let mut views: Vec<(usize, Arc<Mutex<WatcherView>>)> = Vec::new();
+    let mut watcher_tasks = Vec::new();
+    for ws in 0..WORKSPACES.len() {
+        let chats: Vec<usize> = (0..run.chats.len()).filter(|&k| run.chats[k].ws == ws).collect();
+        for i in 0..WATCHERS {
+            let name = format!("watcher{ws}-{i}");
+            let view = Arc::new(Mutex::new(WatcherView {
+                name: name.clone(),
+                chats: chats.clone(),
+                held: vec![Vec::new(); chats.len()],
+                node: None,
+                stats: WatcherStats::default(),
+            }));
+            views.push((ws, view.clone()));
+            let w = Watcher {
+                run: run.clone(),
+                view,
+                ws: WORKSPACES[ws],
+                token: tokens[&name].clone(),
+                rng: StdRng::seed_from_u64(seeds.random()),
+            };
+            watcher_tasks.push(tokio::spawn(w.run((i + ws) % NODES)));
+        }
+    }
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let quiet_lags = Arc::new(Mutex::new(Vec::new()));
+    let mut sender_tasks = Vec::new();
+    let mut quiet_ctls = Vec::new();
+    for ws in 0..WORKSPACES.len() {
+        let busy: Vec<usize> = (0..run.chats.len()).filter(|&k| run.chats[k].ws == ws && !run.chats[k].quiet).collect();
+        let quiet: Vec<usize> = (0..run.chats.len()).filter(|&k| run.chats[k].ws == ws && run.chats[k].quiet).collect();
+        let sender = |name: String, node: usize, rng: StdRng| Sender {
+            run: run.clone(),
+            ledger: ledger.clone(),
+            token: tokens[&name].clone(),
+            name,
+            ws: WORKSPACES[ws],
+            rng,
+            conn: None,
+            node,
+            at_node: Arc::new(AtomicUsize::new(usize::MAX)),
+        };
+        for i in 0..SENDERS {
+            let s = sender(format!("sender{ws}-{i}"), (i + ws + 1) % NODES, StdRng::seed_from_u64(seeds.random()));
+            sender_tasks.push(tokio::spawn(s.busy(busy.clone())));
+        }
+        for (i, k) in quiet.into_iter().enumerate() {
+            let s = sender(format!("quiet{ws}-{i}"), (ws + i + 2) % NODES, StdRng::seed_from_u64(seeds.random()));
+            let watchers: Vec<_> = views.iter().filter(|(w, _)| *w == ws).map(|(_, v)| v.clone()).collect();
+            let ctl = Arc::new(QuietCtl {
+                chat: k,
+                shard: run.chats[k].shard,
+                idle: AtomicBool::new(false),
+                go: tokio::sync::Notify::new(),
+                last: tokio::sync::Notify::new(),
+                node: s.at_node.clone(),
+            });
+            quiet_ctls.push(ctl.clone());
+            sender_tasks.push(tokio::spawn(s.quiet(ctl, watchers, quiet_lags.clone())));
+        }
+    }
+    let bouncer_task = tokio::spawn(bouncer(run.clone(), quiet_ctls, StdRng::seed_from_u64(seeds.random())));
+
+    // The load runs its time; then pending sends get their last chance and every fault is mended.
+    tokio::time::sleep_until(run.load_ends.into()).await;
+    let stopped = Instant::now();
+    *run.give_up.lock().unwrap() = Some(stopped + SEND_GIVE_UP);
+    phase_tx.send(Phase::Drain).unwrap();
+    run.note("LOAD STOPPED".into());
+    for t in sender_tasks {
+        t.await.expect("sender");
+    }
+    let faults = bouncer_task.await.expect("bouncer");
+    run.note("every fault mended; senders done".into());
+
+    // Convergence: every watcher reaches each chat's latest seq within 10 s of the
+    // load stopping (or of the chat's last ack, if that came later), by itself.
+    let mut targets = Vec::new();
+    for k in 0..run.chats.len() {
+        match latest(&run, k).await {
+            Ok(seq) => targets.push(seq),
+            Err(e) => {
+                run.fail(format!("the auditor cannot read {}: {e}", run.chat_label(k)));
+                targets.push(0);
+            }
+        }
+    }
+    let last_ack: Vec<Instant> = (0..run.chats.len())
+        .map(|k| {
+            let l = ledger.lock().unwrap();
+            l.acked.values().filter(|a| a.0 == k).map(|a| a.2).max().unwrap_or(stopped).max(stopped)
+        })
+        .collect();
+    let mut slowest: Option<(Duration, String)> = None;
+    for (_, view) in &views {
+        let chats = view.lock().unwrap().chats.clone();
+        for (slot, &k) in chats.iter().enumerate() {
+            let deadline = last_ack[k] + CONVERGE;
+            let reached = converge(std::slice::from_ref(view), k, targets[k], deadline).await;
+            let v = view.lock().unwrap();
+            match reached {
+                Ok(_) => {
+                    let at_ms = v.held[slot].get(targets[k] as usize - 1).map_or(0, |e| e.2);
+                    let at = run.t0 + Duration::from_millis(at_ms);
+                    let lag = at.saturating_duration_since(last_ack[k]);
+                    if slowest.as_ref().is_none_or(|(d, _)| lag > *d) {
+                        slowest = Some((lag, format!("{} in {}", v.name, run.chat_label(k))));
+                    }
+                }
+                Err(behind) => {
+                    let missing: Vec<u64> = (v.last(slot) + 1..=targets[k]).take(20).collect();
+                    run.fail(format!(
+                        "{}: 10 s after the load stopped (last ack t={:.2}s) {behind}; latest is {}; missing {:?}{}",
+                        run.chat_label(k),
+                        run.at(last_ack[k]),
+                        targets[k],
+                        missing,
+                        if targets[k] - v.last(slot) > 20 { " ..." } else { "" }
+                    ));
+                }
+            }
+        }
+    }
+    phase_tx.send(Phase::Done).unwrap();
+    for t in watcher_tasks {
+        t.await.expect("watcher");
+    }
+
+    // The audit of the logs.
+    let ledger = Arc::try_unwrap(ledger).ok().expect("senders are done").into_inner().unwrap();
+    let mut stored = 0u64;
+    let mut lost = 0u64;
+    let mut duplicates = 0u64;
+    let mut stored_unacked = 0u64;
+    let mut acked_by_chat: HashMap<usize, Vec<(&String, u64)>> = HashMap::new();
+    for (cid, &(k, seq, _)) in &ledger.acked {
+        acked_by_chat.entry(k).or_default().push((cid, seq));
+    }
+    for k in 0..run.chats.len() {
+        let label = run.chat_label(k);
+        let log = match read_log(&run, k).await {
+            Ok(log) => log,
+            Err(e) => {
+                run.fail(format!("the auditor cannot read the log of {label}: {e}"));
+                continue;
+            }
+        };
+        stored += log.len() as u64;
+        // Seqs 1..latest, no gap.
+        for (i, e) in log.iter().enumerate() {
+            if seq_of(e) != Some(i as u64 + 1) {
+                run.fail(format!(
+                    "{label}: the log's event #{} has seq {:?}: seqs are not 1, 2, 3, ...",
+                    i + 1,
+                    e["seq"]
+                ));
+                break;
+            }
+        }
+        if (log.len() as u64) < targets[k] {
+            run.fail(format!(
+                "{label}: the log holds {} events, but the chat's latest seq was {}",
+                log.len(),
+                targets[k]
+            ));
+        }
+        if (log.len() as u64) > targets[k] {
+            run.note(format!(
+                "{label}: {} events stored after the auditor read its latest seq {}",
+                log.len() as u64 - targets[k],
+                targets[k]
+            ));
+        }
+        // Each client_id once, at its acknowledged seq.
+        let mut by_cid: HashMap<&str, Vec<u64>> = HashMap::new();
+        for e in &log {
+            if let (Some(cid), Some(seq)) = (e["client_id"].as_str(), seq_of(e)) {
+                by_cid.entry(cid).or_default().push(seq);
+            }
+        }
+        for (cid, seqs) in &by_cid {
+            if seqs.len() > 1 {
+                duplicates += seqs.len() as u64 - 1;
+                run.fail(format!("{label}: client_id {cid} is stored {} times, at seqs {seqs:?}", seqs.len()));
+            }
+            match ledger.tried.get(*cid) {
+                None => run.fail(format!("{label}: client_id {cid} is stored, but no client sent it")),
+                Some(&kk) if kk != k => {
+                    run.fail(format!("{label}: client_id {cid} is stored here, but was sent to {}", run.chat_label(kk)))
+                }
+                _ => {}
+            }
+            if ledger.abandoned.contains(*cid) {
+                stored_unacked += 1;
+            }
+        }
+        for (cid, seq) in acked_by_chat.get(&k).map(Vec::as_slice).unwrap_or(&[]) {
+            match by_cid.get(cid.as_str()) {
+                None => {
+                    lost += 1;
+                    run.fail(format!("{label}: {cid} was acknowledged with seq {seq} but is not stored"));
+                }
+                Some(seqs) if !seqs.contains(seq) => {
+                    lost += 1;
+                    run.fail(format!("{label}: {cid} was acknowledged with seq {seq} but is stored at {seqs:?}"));
+                }
+                _ => {}
+            }
+        }
+        // Every watcher holds the log, event for event.
+        let want: Vec<(u64, u64)> = log.iter().filter_map(|e| Some((seq_of(e)?, ident(e)))).collect();
+        for (_, view) in &views {
+            let v = view.lock().unwrap();
+            let Some(slot) = v.chats.iter().position(|&c| c == k) else { continue };
+            let held: Vec<(u64, u64)> = v.held[slot].iter().map(|e| (e.0, e.1)).collect();
+            // Fewer than the log is a convergence failure, reported above.
+            if let Some(i) = (0..want.len().min(held.len())).find(|&i| want[i] != held[i]) {
+                run.fail(format!(
+                    "{label}: {} holds seq {} unlike the log's event at that place (seq {})",
+                    v.name, held[i].0, want[i].0
+                ));
+            } else if held.len() > want.len() {
+                run.fail(format!("{label}: {} holds {} events, the log {}", v.name, held.len(), want.len()));
+            }
+        }
+    }
+
+    // Figures.
+    let acked = ledger.acked.len();
+    let mut ws_stats = WatcherStats::default();
+    for (_, view) in &views {
+        let s = view.lock().unwrap().stats;
+        ws_stats.pushes += s.pushes;
+        ws_stats.duplicate_pushes += s.duplicate_pushes;
+        ws_stats.gap_fetches += s.gap_fetches;
+        ws_stats.notifies += s.notifies;
+        ws_stats.fetches += s.fetches;
+        ws_stats.reconnects += s.reconnects;
+        ws_stats.refusals += s.refusals;
+    }
+    let quiet = quiet_lags.lock().unwrap().clone();
+    let mut faults: Vec<_> = faults.into_iter().collect();
+    faults.sort();
+    let slowest = slowest.map_or("none".into(), |(d, who)| format!("{} ms ({who})", d.as_millis()));
+    let report = format!(
+        "chaos seed {seed}: {secs} s of load on {NODES} nodes, 3 NATS servers, 2 PostgreSQL shards\n\
+         \x20 sends acknowledged {acked}; given up at the end {} (of them stored {stored_unacked}); events stored {stored}\n\
+         \x20 resends {}, idempotent resends checked {}; throttled {}, unavailable {}, timeouts {}, disconnects {}\n\
+         \x20 faults: {}\n\
+         \x20 lost {lost}; stored twice {duplicates}; duplicate pushes {}\n\
+         \x20 watchers: {} pushes, {} fetches ({} for gaps), {} notifies, {} reconnects, {} refusals\n\
+         \x20 slowest convergence after the load stopped: {slowest}\n\
+         \x20 quiet-chat bursts {}, slowest {} ms\n\
+         \x20 failures: {}",
+        ledger.abandoned.len(),
+        ledger.resends,
+        ledger.idempotent_checks,
+        ledger.throttled,
+        ledger.unavailable,
+        ledger.timeouts,
+        ledger.disconnects,
+        faults.iter().map(|(k, n)| format!("{n} x {k}")).collect::<Vec<_>>().join(", "),
+        ws_stats.duplicate_pushes,
+        ws_stats.pushes,
+        ws_stats.fetches,
+        ws_stats.gap_fetches,
+        ws_stats.notifies,
+        ws_stats.reconnects,
+        ws_stats.refusals,
+        quiet.len(),
+        quiet.iter().max().map_or(0, |d| d.as_millis()),
+        run.failures.lock().unwrap().len(),
+    );
+    eprintln!("{report}");
+    let timeline: String =
+        run.timeline.lock().unwrap().iter().map(|(t, s)| format!("{:8.3} {s}\n", t.as_secs_f64())).collect();
+    let _ = std::fs::write(cell.dir.join("timeline.txt"), &timeline);
+    let failures = run.failures.lock().unwrap().clone();
+    if failures.is_empty() {
+        if std::env::var_os("HERALD_CHAOS_KEEP").is_none() {
+            cell.remove_dir();
+        }
+        return;
+    }
+    let faults_only: String = timeline
+        .lines()
+        .filter(|l| l.contains("FAULT") || l.contains("MENDED") || l.contains("LOAD STOPPED") || l.contains("burst"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let shown: Vec<&String> = failures.iter().take(60).collect();
+    panic!(
+        "chaos seed {seed} failed ({} failures; replay with HERALD_CHAOS_SEED={seed} HERALD_CHAOS_SECS={secs}):\n{}\n\n\
+         faults:\n{faults_only}\nfull timeline: {}/timeline.txt; node logs kept in {}\n{}",
+        failures.len(),
+        shown.iter().map(|s| format!("  {s}")).collect::<Vec<_>>().join("\n"),
+        cell.dir.display(),
+        cell.dir.display(),
+        cell.log_tails(15),
+    );
+}
