@@ -472,7 +472,7 @@ impl Watcher {
         if r.get("ok").is_some() {
             st[slot] = ChatConn { watching: true, ..ChatConn::default() };
         } else {
-            self.refused(st, slot, "watch", &r);
+            self.refused(st, slot, conn.node, "watch", &r);
         }
         Ok(())
     }
@@ -496,7 +496,7 @@ impl Watcher {
             .request(json!({"op": "fetch", "chat": chat, "after": after, "limit": FETCH_LIMIT}), REPLY_WAIT)
             .await?;
         let Some(ok) = r.get("ok") else {
-            self.refused(st, slot, "fetch", &r);
+            self.refused(st, slot, conn.node, "fetch", &r);
             return Ok(());
         };
         let events = ok["events"].as_array().cloned().unwrap_or_default();
@@ -530,20 +530,27 @@ impl Watcher {
         Ok(())
     }
 
-    fn refused(&mut self, st: &mut [ChatConn], slot: usize, op: &str, r: &Value) {
+    fn refused(&mut self, st: &mut [ChatConn], slot: usize, node: usize, op: &str, r: &Value) {
         let err = &r["err"];
         let code = err["code"].as_str().unwrap_or("?");
-        self.view.lock().unwrap().stats.refusals += 1;
+        let (name, k) = {
+            let mut v = self.view.lock().unwrap();
+            v.stats.refusals += 1;
+            (v.name.clone(), v.chats[slot])
+        };
         if code != "throttled" && code != "unavailable" {
-            let (name, k) = {
-                let v = self.view.lock().unwrap();
-                (v.name.clone(), v.chats[slot])
-            };
-            self.run.fail(format!("{name}: {op} of {} refused: {r}", self.run.chat_label(k)));
+            self.run.fail(format!("{name} on node-{node}: {op} of {} refused: {r}", self.run.chat_label(k)));
             st[slot].not_before = Some(Instant::now() + Duration::from_secs(1));
             return;
         }
-        st[slot].not_before = Some(Instant::now() + retry_after(&mut self.rng, err));
+        let wait = retry_after(&mut self.rng, err);
+        self.run.note(format!(
+            "{name} on node-{node}: {op} of {} refused ({code}, retry_after_ms {}); again in {} ms",
+            self.run.chat_label(k),
+            err["retry_after_ms"],
+            wait.as_millis()
+        ));
+        st[slot].not_before = Some(Instant::now() + wait);
     }
 
     fn on_push(&mut self, st: &mut [ChatConn], node: usize, p: Value) {
@@ -649,6 +656,8 @@ struct Ledger {
     acked: HashMap<String, (usize, u64, Instant)>,
     /// Sends never acknowledged (given up when the run ended).
     abandoned: HashSet<String>,
+    /// Sends acknowledged on a resend: client_id to when (ms since the epoch) the last attempt went out.
+    last_attempt_ms: HashMap<String, u64>,
     resends: u64,
     idempotent_checks: u64,
     throttled: u64,
@@ -668,6 +677,8 @@ struct Sender {
     node: usize,
     /// The node it is connected to now (`usize::MAX`: none), for the bouncer's aim.
     at_node: Arc<AtomicUsize>,
+    /// When the latest resend of the send in progress went out (ms since the epoch).
+    resent_at_ms: Option<u64>,
 }
 
 /// A quiet chat's sender as the bouncer sees it: whether it waits for its
@@ -680,6 +691,8 @@ struct QuietCtl {
     go: tokio::sync::Notify,
     /// Notified (to whoever waits) as the burst's last send goes out.
     last: tokio::sync::Notify,
+    /// How long the quickest of the burst's sends before the last took (µs): the bouncer aims inside it.
+    rtt_us: AtomicUsize,
     node: Arc<AtomicUsize>,
 }
 
@@ -690,6 +703,7 @@ impl Sender {
         let chat = self.run.chats[k].name.clone();
         let mut attempt = 0u32;
         let mut sent = false;
+        self.resent_at_ms = None;
         loop {
             if self.run.gave_up() || self.run.done() {
                 return None;
@@ -713,6 +727,8 @@ impl Sender {
             let conn = self.conn.as_mut().expect("connected above");
             if sent {
                 self.ledger.lock().unwrap().resends += 1;
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+                self.resent_at_ms = Some(now.as_millis() as u64);
             }
             sent = true;
             let req = json!({"op": "send", "chat": chat, "body": body, "client_id": client_id});
@@ -736,6 +752,14 @@ impl Sender {
                         }
                     }
                     let wait = retry_after(&mut self.rng, err);
+                    self.run.note(format!(
+                        "{} on node-{}: send {client_id} refused ({}, retry_after_ms {}); again in {} ms",
+                        self.name,
+                        conn.node,
+                        err["code"],
+                        err["retry_after_ms"],
+                        wait.as_millis()
+                    ));
                     self.run.sleep(wait).await;
                 }
                 Err(end) => {
@@ -777,7 +801,13 @@ impl Sender {
             self.ledger.lock().unwrap().abandoned.insert(client_id);
             return None;
         };
-        self.ledger.lock().unwrap().acked.insert(client_id.clone(), (k, seq, Instant::now()));
+        {
+            let mut l = self.ledger.lock().unwrap();
+            l.acked.insert(client_id.clone(), (k, seq, Instant::now()));
+            if let Some(ms) = self.resent_at_ms {
+                l.last_attempt_ms.insert(client_id.clone(), ms);
+            }
+        }
         if self.rng.random_bool(0.03)
             && let Some(again) = self.send(k, &client_id, &body).await
         {
@@ -838,21 +868,31 @@ impl Sender {
             let mut last_seq = 0;
             self.run
                 .note(format!("{label}: burst of {n} sends{}", if aimed { " (a fault is aimed at it)" } else { "" }));
+            ctl.rtt_us.store(usize::MAX, Ordering::SeqCst);
             for j in 0..n {
                 if j + 1 == n {
                     ctl.last.notify_waiters();
                 }
+                let sent = Instant::now();
                 match self.send_one(k, i).await {
                     Some(seq) => last_seq = last_seq.max(seq),
                     None => return,
                 }
+                ctl.rtt_us.fetch_min(sent.elapsed().as_micros() as usize, Ordering::SeqCst);
                 i += 1;
             }
             let acked = Instant::now();
             let silence_ends = acked + QUIET_SILENCE;
             self.run.note(format!("{label}: burst acknowledged up to seq {last_seq}; silence"));
             match converge(&watchers, k, last_seq, acked + CONVERGE).await {
-                Ok(slowest) => lags.lock().unwrap().push(slowest),
+                Ok(slowest) => {
+                    let late = late_watchers(&self.run, &watchers, k, last_seq, acked);
+                    self.run.note(format!(
+                        "{label}: every watcher holds seq {last_seq} {} ms after its ack{late}",
+                        slowest.as_millis()
+                    ));
+                    lags.lock().unwrap().push(slowest);
+                }
                 Err(behind) => {
                     // How long it takes after all, if the silence brings it at all.
                     let late = converge(&watchers, k, last_seq, silence_ends).await;
@@ -870,6 +910,23 @@ impl Sender {
             fallback = Instant::now() + Duration::from_millis(self.rng.random_range(2_000..8_000));
         }
     }
+}
+
+/// The watchers of chat `k` that got `seq` more than a second after `acked`, with when and where they are now.
+fn late_watchers(run: &Run, watchers: &[Arc<Mutex<WatcherView>>], k: usize, seq: u64, acked: Instant) -> String {
+    let acked_ms = acked.saturating_duration_since(run.t0).as_millis() as u64;
+    let mut late = Vec::new();
+    for w in watchers {
+        let v = w.lock().unwrap();
+        let Some(slot) = v.chats.iter().position(|&c| c == k) else { continue };
+        if let Some(&(_, _, at)) = v.held[slot].get(seq as usize - 1)
+            && at > acked_ms + 1_000
+        {
+            let node = v.node.map_or("none".to_string(), |n| format!("node-{n}"));
+            late.push(format!("{} after {} ms (now on {node})", v.name, at - acked_ms));
+        }
+    }
+    if late.is_empty() { String::new() } else { format!("; late: {}", late.join(", ")) }
 }
 
 /// Waits until every watcher of chat `k` holds `seq`, at most until `deadline`.
@@ -935,7 +992,7 @@ async fn bouncer(run: Arc<Run>, quiet: Vec<Arc<QuietCtl>>, mut rng: StdRng) -> H
         let shard = rng.random_range(0..2);
         let outage = [rng.random_range(500..2_000), rng.random_range(200..2_000), rng.random_range(500..3_000)];
         let (aim, aim_at_mend, lead, quiet_pick) =
-            (rng.random_bool(0.7), rng.random_bool(0.3), rng.random_range(0..20), rng.random::<u64>() as usize);
+            (rng.random_bool(0.7), rng.random_bool(0.3), rng.random::<f64>(), rng.random::<u64>() as usize);
         let free: Vec<usize> = (0..FAULTS.len()).filter(|&i| !down[i].load(Ordering::SeqCst)).collect();
         if free.is_empty() {
             run.note("bouncer: one of each kind is down already; skipped".into());
@@ -969,6 +1026,22 @@ async fn bouncer(run: Arc<Run>, quiet: Vec<Arc<QuietCtl>>, mut rng: StdRng) -> H
                 }
             }
         }
+        // A fault aimed at a burst takes down what its last send goes through: its sender's
+        // node, the NATS server that node publishes through, or its chat's shard.
+        let mut target = target;
+        if let Some(q) = &target_chat {
+            let node = q.node.load(Ordering::SeqCst);
+            match fault {
+                Fault::KillNode if node != usize::MAX => target = node,
+                Fault::RestartNats if node != usize::MAX => {
+                    if let Some(server) = run.cell.nats_server_of_node(node).await {
+                        target = server;
+                    }
+                }
+                Fault::StopShard => target = q.shard,
+                _ => {}
+            }
+        }
         down[kind].store(true, Ordering::SeqCst);
         *dealt.entry(fault_name(fault)).or_default() += 1;
         let mut at_mend = None;
@@ -978,22 +1051,31 @@ async fn bouncer(run: Arc<Run>, quiet: Vec<Arc<QuietCtl>>, mut rng: StdRng) -> H
                 run.note(format!("bouncer: {label}'s burst will start as the next fault is mended"));
                 at_mend = Some(q);
             } else {
-                // The fault lands while the burst's last send is in flight: the tail of the burst.
-                let last = q.last.notified();
-                tokio::pin!(last);
-                last.as_mut().enable();
+                // The fault lands on the tail of the burst: somewhere in the last send's round trip
+                // (as long as the quickest send before it took) or just after it, when the node has
+                // stored it (a write that commits as its node dies or its shard stops may never be
+                // announced) or published it (a message inside a NATS server that dies is lost).
+                let sent = q.last.notified();
+                tokio::pin!(sent);
+                sent.as_mut().enable();
                 q.go.notify_one();
-                let sent = tokio::time::timeout(Duration::from_secs(5), last).await.is_ok();
-                tokio::time::sleep(Duration::from_millis(lead)).await;
+                let came = tokio::time::timeout(Duration::from_secs(10), sent).await.is_ok();
+                let window_us = q.rtt_us.load(Ordering::SeqCst).clamp(500, 50_000) + 2_000;
+                let lead = (lead * window_us as f64) as u64;
+                tokio::time::sleep(Duration::from_micros(lead)).await;
+                let on = q.node.load(Ordering::SeqCst);
                 run.note(format!(
-                    "bouncer: {label}'s last send {}; the fault comes {lead} ms later",
-                    if sent { "went out" } else { "did not go out in 5 s" }
+                    "bouncer: {label}'s last send {} (its sender on {}); the fault comes {lead} µs later",
+                    if came { "went out" } else { "did not go out in 10 s" },
+                    if on == usize::MAX { "no node".to_string() } else { format!("node-{on}") }
                 ));
             }
         }
+        let outage = Duration::from_millis(outage[kind]);
+        strike(&run, fault, target, outage).await;
         let (run2, down2) = (run.clone(), down.clone());
         tasks.push(tokio::spawn(async move {
-            deal(&run2, fault, target, Duration::from_millis(outage[kind]), at_mend).await;
+            mend(&run2, fault, target, outage, at_mend).await;
             down2[kind].store(false, Ordering::SeqCst);
         }));
     }
@@ -1011,11 +1093,32 @@ fn fault_name(f: Fault) -> &'static str {
     }
 }
 
-/// One fault: break, wait `outage`, mend (starting `at_mend`'s burst right
-/// then), and wait until it is mended.
-async fn deal(run: &Run, fault: Fault, i: usize, outage: Duration, at_mend: Option<Arc<QuietCtl>>) {
+/// The breaking half of a fault, done at once (the bouncer may have aimed it
+/// at a send in flight): SIGKILL a node, kill a NATS server, or signal a
+/// shard's fast shutdown.
+async fn strike(run: &Run, fault: Fault, i: usize, outage: Duration) {
     let cell = &run.cell;
     let ms = outage.as_millis();
+    match fault {
+        Fault::KillNode => {
+            cell.kill_node(i, &format!("SIGKILL at t={:.3}s", run.secs()));
+            run.note(format!("FAULT kill -9 node-{i} for {ms} ms"));
+        }
+        Fault::RestartNats => {
+            cell.kill_nats(i).await;
+            run.note(format!("FAULT NATS server {i} down for {ms} ms"));
+        }
+        Fault::StopShard => {
+            cell.signal_shard_stop(i);
+            run.note(format!("FAULT stop PostgreSQL shard {i} for {ms} ms"));
+        }
+    }
+}
+
+/// The rest of a fault: wait `outage`, mend (starting `at_mend`'s burst right
+/// then), and wait until it is mended.
+async fn mend(run: &Run, fault: Fault, i: usize, outage: Duration, at_mend: Option<Arc<QuietCtl>>) {
+    let cell = &run.cell;
     let mended = || {
         if let Some(q) = &at_mend {
             q.go.notify_one();
@@ -1023,10 +1126,8 @@ async fn deal(run: &Run, fault: Fault, i: usize, outage: Duration, at_mend: Opti
     };
     match fault {
         Fault::KillNode => {
-            run.note(format!("FAULT kill -9 node-{i} for {ms} ms"));
-            cell.kill_node(i, &format!("SIGKILL at t={:.2}s", run.secs()));
             tokio::time::sleep(outage).await;
-            cell.restart_node(i, &format!("started again at t={:.2}s", run.secs()));
+            cell.restart_node(i, &format!("started again at t={:.3}s", run.secs()));
             mended();
             let started = Instant::now();
             if cell.wait_serving(i, Duration::from_secs(20)).await {
@@ -1036,8 +1137,6 @@ async fn deal(run: &Run, fault: Fault, i: usize, outage: Duration, at_mend: Opti
             }
         }
         Fault::RestartNats => {
-            run.note(format!("FAULT NATS server {i} down for {ms} ms"));
-            cell.kill_nats(i).await;
             tokio::time::sleep(outage).await;
             cell.start_nats(i).await;
             mended();
@@ -1049,7 +1148,6 @@ async fn deal(run: &Run, fault: Fault, i: usize, outage: Duration, at_mend: Opti
             }
         }
         Fault::StopShard => {
-            run.note(format!("FAULT stop PostgreSQL shard {i} for {ms} ms"));
             cell.stop_shard(i).await;
             run.note(format!("shard {i} stopped"));
             tokio::time::sleep(outage).await;
@@ -1205,12 +1303,11 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
         }
         eprintln!("chaos: chat {} on shard {}{}", run.chat_label(k), c.shard, if c.quiet { " (quiet)" } else { "" });
     }
-    for ws in 0..WORKSPACES.len() {
+    for (ws, ws_name) in WORKSPACES.iter().enumerate() {
         for u in user_names(ws) {
             let ttl = secs + 3_600;
             let v =
-                admin(&run, "POST", "/v1/tokens", Some(json!({"workspace": WORKSPACES[ws], "user": u, "ttl_s": ttl})))
-                    .await;
+                admin(&run, "POST", "/v1/tokens", Some(json!({"workspace": ws_name, "user": u, "ttl_s": ttl}))).await;
             tokens.insert(u, v["token"].as_str().unwrap().to_string());
         }
     }
@@ -1224,7 +1321,7 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
     // Watchers first, so that they hold every chat from its first event.
     let mut views: Vec<(usize, Arc<Mutex<WatcherView>>)> = Vec::new();
     let mut watcher_tasks = Vec::new();
-    for ws in 0..WORKSPACES.len() {
+    for (ws, &ws_name) in WORKSPACES.iter().enumerate() {
         let chats: Vec<usize> = (0..run.chats.len()).filter(|&k| run.chats[k].ws == ws).collect();
         for i in 0..WATCHERS {
             let name = format!("watcher{ws}-{i}");
@@ -1239,7 +1336,7 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
             let w = Watcher {
                 run: run.clone(),
                 view,
-                ws: WORKSPACES[ws],
+                ws: ws_name,
                 token: tokens[&name].clone(),
                 rng: StdRng::seed_from_u64(seeds.random()),
             };
@@ -1250,7 +1347,7 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
     let quiet_lags = Arc::new(Mutex::new(Vec::new()));
     let mut sender_tasks = Vec::new();
     let mut quiet_ctls = Vec::new();
-    for ws in 0..WORKSPACES.len() {
+    for (ws, &ws_name) in WORKSPACES.iter().enumerate() {
         let busy: Vec<usize> = (0..run.chats.len()).filter(|&k| run.chats[k].ws == ws && !run.chats[k].quiet).collect();
         let quiet: Vec<usize> = (0..run.chats.len()).filter(|&k| run.chats[k].ws == ws && run.chats[k].quiet).collect();
         let sender = |name: String, node: usize, rng: StdRng| Sender {
@@ -1258,11 +1355,12 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
             ledger: ledger.clone(),
             token: tokens[&name].clone(),
             name,
-            ws: WORKSPACES[ws],
+            ws: ws_name,
             rng,
             conn: None,
             node,
             at_node: Arc::new(AtomicUsize::new(usize::MAX)),
+            resent_at_ms: None,
         };
         for i in 0..SENDERS {
             let s = sender(format!("sender{ws}-{i}"), (i + ws + 1) % NODES, StdRng::seed_from_u64(seeds.random()));
@@ -1277,6 +1375,7 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
                 idle: AtomicBool::new(false),
                 go: tokio::sync::Notify::new(),
                 last: tokio::sync::Notify::new(),
+                rtt_us: AtomicUsize::new(usize::MAX),
                 node: s.at_node.clone(),
             });
             quiet_ctls.push(ctl.clone());
@@ -1356,11 +1455,12 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
     let mut lost = 0u64;
     let mut duplicates = 0u64;
     let mut stored_unacked = 0u64;
+    let mut earlier_store = 0u64;
     let mut acked_by_chat: HashMap<usize, Vec<(&String, u64)>> = HashMap::new();
     for (cid, &(k, seq, _)) in &ledger.acked {
         acked_by_chat.entry(k).or_default().push((cid, seq));
     }
-    for k in 0..run.chats.len() {
+    for (k, &target) in targets.iter().enumerate() {
         let label = run.chat_label(k);
         let log = match read_log(&run, k).await {
             Ok(log) => log,
@@ -1381,18 +1481,14 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
                 break;
             }
         }
-        if (log.len() as u64) < targets[k] {
-            run.fail(format!(
-                "{label}: the log holds {} events, but the chat's latest seq was {}",
-                log.len(),
-                targets[k]
-            ));
+        if (log.len() as u64) < target {
+            run.fail(format!("{label}: the log holds {} events, but the chat's latest seq was {}", log.len(), target));
         }
-        if (log.len() as u64) > targets[k] {
+        if (log.len() as u64) > target {
             run.note(format!(
                 "{label}: {} events stored after the auditor read its latest seq {}",
-                log.len() as u64 - targets[k],
-                targets[k]
+                log.len() as u64 - target,
+                target
             ));
         }
         // Each client_id once, at its acknowledged seq.
@@ -1416,6 +1512,19 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
             }
             if ledger.abandoned.contains(*cid) {
                 stored_unacked += 1;
+            }
+        }
+        // Resends answered with the seq an earlier attempt stored (the server kept the write, the client lost the answer).
+        for e in &log {
+            if let (Some(cid), Some(ts)) = (e["client_id"].as_str(), e["ts"].as_u64())
+                && ledger.acked.contains_key(cid)
+                && ledger.last_attempt_ms.get(cid).is_some_and(|&last| ts + 1 < last)
+            {
+                earlier_store += 1;
+                run.note(format!(
+                    "{label}: {cid} (seq {}) was stored by an attempt before the one acknowledged",
+                    e["seq"]
+                ));
             }
         }
         for (cid, seq) in acked_by_chat.get(&k).map(Vec::as_slice).unwrap_or(&[]) {
@@ -1469,7 +1578,7 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
     let report = format!(
         "chaos seed {seed}: {secs} s of load on {NODES} nodes, 3 NATS servers, 2 PostgreSQL shards\n\
          \x20 sends acknowledged {acked}; given up at the end {} (of them stored {stored_unacked}); events stored {stored}\n\
-         \x20 resends {}, idempotent resends checked {}; throttled {}, unavailable {}, timeouts {}, disconnects {}\n\
+         \x20 resends {}, of which answered with an earlier attempt's stored seq {earlier_store}; idempotent resends checked {}; throttled {}, unavailable {}, timeouts {}, disconnects {}\n\
          \x20 faults: {}\n\
          \x20 lost {lost}; stored twice {duplicates}; duplicate pushes {}\n\
          \x20 watchers: {} pushes, {} fetches ({} for gaps), {} notifies, {} reconnects, {} refusals\n\

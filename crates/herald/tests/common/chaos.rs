@@ -47,6 +47,10 @@ impl Node {
             .env("HERALD_NODE", &self.name)
             .env("HERALD_BROKER", self.brokers.join(","))
             .env("HERALD_DRAIN_WINDOW_MS", DRAIN_WINDOW_MS.to_string())
+            // Clients are spread over the nodes on purpose, so that events cross NATS; a rebalance
+            // would herd them back to their workspace's node at every restart (and, by the
+            // reconnect and replay, mend for them what the broker lost).
+            .env("HERALD_REBALANCE", "false")
             .env("NO_COLOR", "1")
             .env_remove("RUST_LOG")
             .stdout(log.try_clone().expect("node log"))
@@ -215,10 +219,48 @@ impl Cell {
         self.nats.lock().await.formed_within(within).await
     }
 
-    /// Stops shard `i` (fast shutdown: its connections are cut).
+    /// Stops shard `i` (fast shutdown: its connections are cut). The signal
+    /// goes to the postmaster at once, so the stop lands when the caller
+    /// aimed it; then `pg.sh stop` waits until the server is down.
     pub async fn stop_shard(&self, i: usize) {
+        self.signal_shard_stop(i);
         let shard = self.shards[i].clone();
         tokio::task::spawn_blocking(move || shard.stop()).await.expect("pg.sh stop");
+    }
+
+    /// The NATS server node `i` is connected to now, if it is: found by the
+    /// remote ports of the node process's established TCP sockets (Linux `/proc`).
+    pub async fn nats_server_of_node(&self, i: usize) -> Option<usize> {
+        let pid = self.nodes[i].lock().unwrap().child.as_ref()?.id();
+        let ports: Vec<u16> = self.nats.lock().await.servers.iter().map(|s| s.port).collect();
+        let mut inodes = std::collections::HashSet::new();
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.flatten() {
+            if let Ok(link) = std::fs::read_link(fd.path())
+                && let Some(inode) = link.to_str().and_then(|l| l.strip_prefix("socket:[")?.strip_suffix(']'))
+            {
+                inodes.insert(inode.to_string());
+            }
+        }
+        let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+        for line in table.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl, local, remote, state, ..., inode (the 10th field); state 01 is ESTABLISHED.
+            if f.len() < 10 || f[3] != "01" || !inodes.contains(f[9]) {
+                continue;
+            }
+            let port = f[2].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+            if let Some(server) = port.and_then(|p| ports.iter().position(|&q| q == p)) {
+                return Some(server);
+            }
+        }
+        None
+    }
+
+    /// Asks shard `i`'s postmaster for a fast shutdown (SIGINT) and returns at once.
+    pub fn signal_shard_stop(&self, i: usize) {
+        if let Some(pid) = self.shards[i].postmaster_pid() {
+            let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+        }
     }
 
     /// Starts shard `i` again on its port and data.

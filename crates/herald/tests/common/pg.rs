@@ -48,6 +48,11 @@ impl PgCluster {
         assert!(out.status.success(), "pg.sh stop failed: {}", String::from_utf8_lossy(&out.stderr));
     }
 
+    /// The postmaster's process id while it runs (the first line of `postmaster.pid`).
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.dir.join("postmaster.pid")).ok()?.lines().next()?.trim().parse().ok()
+    }
+
     /// Starts it again on the same port and data.
     pub fn restart(&self) {
         self.up();
