@@ -37,7 +37,7 @@ export interface ClientOptions {
   tokenRefreshMarginMs?: number;
   /** The server's frame limit; larger requests fail locally with `too_large`. Default 64 KiB. */
   maxFrameBytes?: number;
-  /** `limit` of the fetches that repair gaps; the protocol allows at most 500. Default 500. */
+  /** `limit` of the fetches the client makes itself (gap repair, `Chat.history`); at most 500. Default 500. */
   fetchPageSize?: number;
   /** Out-of-order pushes kept per chat while a gap is fetched; beyond it they are re-fetched. Default 1000. */
   maxBufferedEvents?: number;
