@@ -3,7 +3,8 @@
 //! Owns: the chat's requests (join, leave, send, react, read, fetch, paged history), and for a watched
 //! chat the last delivered seq, the buffer of out-of-order pushes, gap repair by paged `fetch`, and
 //! resuming with `watch after=` on a new link, so that the application sees every event once, in seq order.
-//! Does not own: the link, request ids or the outbox (client.ts and outbox.ts, reached through `ChatHost`).
+//! Does not own: the link, request ids, the outbox or the page size (client.ts, outbox.ts, page-size.ts,
+//! reached through `ChatHost`).
 //!
 //! Watch states:
 //!
@@ -22,6 +23,7 @@
 
 import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
+import type { PageSize } from './page-size.js';
 import type { ChatEvent, EventPush, FetchOk, HeraldEvent, JoinOk, NotifyPush, RequestArgs, RequestOk, SeqOk, WatchOk } from './types.js';
 
 /** Where a chat stands with respect to watching. */
@@ -83,8 +85,8 @@ export interface ChatHost {
   delivered(event: ChatEvent): void;
   /** Runs `fn` after `ms`; returns a function that cancels it. */
   schedule(fn: () => void, ms: number): () => void;
-  /** The `limit` of the fetches the SDK makes itself (repair, history). */
-  readonly fetchPageSize: number;
+  /** The `limit` of the fetches the SDK makes itself; smaller after slow-consumer closes. */
+  readonly pageSize: PageSize;
   /** Buffered pushes allowed per chat. */
   readonly maxBufferedEvents: number;
 }
@@ -216,8 +218,8 @@ export class Chat extends Emitter<ChatEvents> {
 
   /**
    * The events after `after`, in seq order, fetched page by page until the server says there is no more
-   * (or past `opts.until`); outside delivery, like `fetch`. Pages use the client's `fetchPageSize`.
-   * A failed fetch (a dropped link, `forbidden`, ...) ends the iteration with
+   * (or past `opts.until`); outside delivery, like `fetch`. Pages use the client's page size, which shrinks
+   * after slow-consumer closes. A failed fetch (a dropped link, `forbidden`, ...) ends the iteration with
    * its `HeraldError`; start again after the last event received to go on.
    *
    *     for await (const ev of chat.history(0, { until: watchStartSeq })) render(ev);
@@ -396,9 +398,11 @@ export class Chat extends Emitter<ChatEvents> {
     this.setState('live');
   }
 
-  /** One page after `after` at the client's page size. */
-  private fetchPage(after: number): Promise<FetchOk> {
-    return this.host.request('fetch', { chat: this.id, after, limit: this.host.fetchPageSize });
+  /** One page after `after` at the client's page size; a reply lets the page size grow back a step. */
+  private async fetchPage(after: number): Promise<FetchOk> {
+    const page = await this.host.request('fetch', { chat: this.id, after, limit: this.host.pageSize.current });
+    this.host.pageSize.grow();
+    return page;
   }
 
   /** Handles a failed watch or fetch: retry transient errors, give up on the rest. */

@@ -3,7 +3,7 @@
 //! Owns: enough of PROTOCOL.md (hello, join, watch with a bounded replay, unwatch, send with client_id
 //! dedupe, react, read, fetch paging bounded in count and bytes, ping) to drive the client, plus knobs a
 //! real server does not have: refuse connects, stop answering pings, hold pushes back, intercept any
-//! request, cut a link with any close code.
+//! request, cut a link with any close code, close with 4008 when one frame overflows the outbound queue.
 //! Does not own: timing. Everything is delivered on microtasks, so tests drive time with fake timers.
 
 import type { HeraldEvent } from '../../src/types.js';
@@ -89,6 +89,12 @@ export class FakeSocket implements WebSocketLike {
   serverSend(obj: unknown): void {
     if (!this.isOpen) return;
     const data = JSON.stringify(obj);
+    if (data.length > this.server.outboxBytes) {
+      // As herald does when its outbound queue passes the limit: the frame is dropped, the link closed.
+      this.server.slowConsumerCloses++;
+      this.serverClose(4008, 'slow consumer');
+      return;
+    }
     this.out.push(obj);
     queueMicrotask(() => {
       if (this.readyState === OPEN && !this.dead) this.onmessage?.({ data });
@@ -156,6 +162,14 @@ export class FakeHerald {
   fetchBytes = Infinity;
   /** Events a `watch` with `after` replays; past it the watcher gets `notify` with the latest seq instead. */
   replayEvents = Infinity;
+  /**
+   * The outbound queue, simplified to one frame: a server frame longer than this closes the link with
+   * 4008 (slow consumer) instead of being sent. Real herald counts every queued frame; one large fetch
+   * reply is the case that matters to the client.
+   */
+  outboxBytes = Infinity;
+  /** Links closed with 4008 so far. */
+  slowConsumerCloses = 0;
   private ts = 1_700_000_000_000;
 
   /** The WebSocket class bound to this server. */
