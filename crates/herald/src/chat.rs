@@ -346,3 +346,116 @@ fn encoded_len(event: &herald_protocol::Event) -> usize {
     let _ = serde_json::to_writer(&mut count, event);
     count.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::Sink;
+    use crate::broker::memory::MemoryBroker;
+    use crate::model::ChatInfo;
+    use crate::store::{BoxFuture, Fetched, StoreError};
+    use herald_protocol::{Event, EventType};
+
+    /// A log of one chat at seq `latest` whose reads wait until `gate` opens.
+    struct GatedLog {
+        latest: u64,
+        gate: tokio::sync::Semaphore,
+    }
+
+    impl Store for GatedLog {
+        fn write(&self, _write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
+            Box::pin(std::future::ready(Err(StoreError::Unavailable("read-only".into()))))
+        }
+        fn chat(&self, _key: &ChatKey) -> BoxFuture<'_, Result<Option<ChatInfo>, StoreError>> {
+            Box::pin(std::future::ready(Ok(Some(ChatInfo { seq: self.latest, members: 1, open: true }))))
+        }
+        fn fetch<'a>(
+            &'a self,
+            _key: &'a ChatKey,
+            _member: Option<&'a str>,
+            _after: u64,
+            _limit: u32,
+        ) -> BoxFuture<'a, Result<Fetched, StoreError>> {
+            Box::pin(async move {
+                // Each read takes one permit for good.
+                self.gate.acquire().await.map_err(|_| StoreError::Unavailable("closed".into()))?.forget();
+                Ok(Fetched { events: vec![], info: ChatInfo { seq: self.latest, members: 1, open: true }, more: false })
+            })
+        }
+        fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn close(&self) -> BoxFuture<'_, ()> {
+            Box::pin(std::future::ready(()))
+        }
+    }
+
+    fn chats(latest: u64) -> (Arc<Chats>, Arc<GatedLog>, Arc<Hub>) {
+        let log = Arc::new(GatedLog { latest, gate: tokio::sync::Semaphore::new(0) });
+        let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new());
+        let hub = Hub::new(broker.clone(), log.clone(), 0, 1 << 20);
+        let limits = ChatLimits { body_bytes: 1024, replay_events: 100, replay_bytes: 1 << 16, join_rate: 0 };
+        (Arc::new(Chats::new(log.clone(), broker, hub.clone(), limits)), log, hub)
+    }
+
+    fn leave(key: &ChatKey, user: &str, seq: u64) -> Arc<Published> {
+        let body = RawValue::from_string("{}".into()).unwrap();
+        let e = Event { seq, kind: EventType::Leave, user: Some(user.into()), ts: 0, body, client_id: None };
+        Published::new(key.clone(), &e)
+    }
+
+    async fn until(what: impl Fn() -> bool) {
+        for _ in 0..1000 {
+            if what() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        panic!("condition not reached in 1 s");
+    }
+
+    #[tokio::test]
+    async fn a_leave_while_a_watch_starts_is_answered_not_left_without_a_reply() {
+        for started in [false, true] {
+            let (chats, log, hub) = chats(5);
+            let caller = Caller { ws: "w".into(), user: "bob".into() };
+            let key = caller.key("room");
+            if started {
+                // Another member already watches: the chat's sequencer runs.
+                let other = Arc::new(Outbox::new(9, 1 << 20));
+                log.gate.add_permits(1);
+                let alice = Caller { ws: "w".into(), user: "alice".into() };
+                chats.watch(&alice, &other, "room", None, |_| Frame::from("{}")).await.unwrap();
+            }
+            let outbox = Arc::new(Outbox::new(1, 1 << 20));
+            let watch = {
+                let (chats, outbox) = (chats.clone(), outbox.clone());
+                tokio::spawn(async move { chats.watch(&caller, &outbox, "room", None, |_| Frame::from("{}")).await })
+            };
+            until(|| hub.chats() == 1 && log.gate.available_permits() == 0).await;
+            tokio::task::yield_now().await;
+            // Bob leaves on another device while his watch's replay is read.
+            hub.deliver(leave(&key, "bob", 6));
+            log.gate.add_permits(1);
+            let answer = watch.await.unwrap();
+            assert!(matches!(answer, Err(Error::Forbidden(_))), "started={started}: {answer:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watch_cancelled_while_it_starts_leaves_nothing_registered() {
+        let (chats, log, hub) = chats(5);
+        let outbox = Arc::new(Outbox::new(1, 1 << 20));
+        let watch = {
+            let (chats, outbox) = (chats.clone(), outbox.clone());
+            let caller = Caller { ws: "w".into(), user: "bob".into() };
+            tokio::spawn(async move { chats.watch(&caller, &outbox, "room", None, |_| Frame::from("{}")).await })
+        };
+        until(|| hub.chats() == 1).await;
+        // The request's timeout, or its connection closing, drops it mid-read.
+        watch.abort();
+        let _ = watch.await;
+        assert_eq!(hub.chats(), 0, "the half-started watch was forgotten");
+        drop(log);
+    }
+}

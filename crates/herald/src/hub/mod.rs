@@ -222,7 +222,12 @@ impl Hub {
             self.arm_gap_timer(&watched, &mut state);
         }
         let chat_next = state.next.unwrap_or(replay.latest + 1);
-        let w = state.watchers.get_mut(&conn).expect("checked above");
+        // Releasing held events may have ended this very watch (a `leave`).
+        let Some(w) = state.watchers.get_mut(&conn) else {
+            drop(state);
+            self.remove_if_empty(key);
+            return false;
+        };
         w.outbox.push(replay.reply);
         w.next = replay.frames.first().map_or(replay.latest + 1, |(seq, _)| *seq);
         let mut pushed = 0u64;

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::broker::memory::MemoryBroker;
+use crate::broker::{Broker, Sink};
 use crate::model::ChatInfo;
 use crate::store::{BoxFuture, Fetched, StoreError, Write, Written};
 use herald_protocol::{Event, EventType};
@@ -22,6 +23,9 @@ struct Log {
     hub: std::sync::Mutex<Weak<Hub>>,
     latest: std::sync::atomic::AtomicU64,
     meanwhile: std::sync::Mutex<Vec<u64>>,
+    /// Fetches and heads reads served.
+    reads: std::sync::atomic::AtomicUsize,
+    heads: std::sync::atomic::AtomicUsize,
 }
 
 impl Log {
@@ -30,6 +34,8 @@ impl Log {
             hub: std::sync::Mutex::new(Weak::new()),
             latest: latest.into(),
             meanwhile: std::sync::Mutex::new(meanwhile),
+            reads: 0.into(),
+            heads: 0.into(),
         })
     }
 
@@ -54,6 +60,7 @@ impl Store for Log {
         after: u64,
         limit: u32,
     ) -> BoxFuture<'a, Result<Fetched, StoreError>> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if let Some(hub) = self.hub.lock().unwrap().upgrade() {
             for seq in self.meanwhile.lock().unwrap().drain(..) {
                 hub.deliver(event(key, seq));
@@ -63,6 +70,12 @@ impl Store for Log {
         let last = info.seq.min(after.saturating_add(limit as u64));
         let events = (after + 1..=last).map(stored).collect();
         Box::pin(std::future::ready(Ok(Fetched { events, info, more: last < info.seq })))
+    }
+
+    fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {
+        self.heads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let seq = self.info().seq;
+        Box::pin(std::future::ready(Ok(keys.iter().map(|_| Some(seq)).collect())))
     }
 
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -152,4 +165,111 @@ async fn a_gap_that_reopens_during_repair_is_repaired_again_not_skipped() {
     assert_eq!(pushed_seqs(&outbox), vec![1, 2, 3, 4]);
     hub.deliver(event(&key, 5));
     assert_eq!(pushed_seqs(&outbox), vec![5, 6], "5 arrived late and 6 was not skipped past it");
+}
+
+/// A broker whose hints are all lost, and which records the node's interest
+/// changes in the order it hears of them.
+#[derive(Default)]
+struct LossyBroker {
+    interest: std::sync::Mutex<Vec<bool>>,
+}
+
+impl Broker for LossyBroker {
+    fn attach(&self, _sink: Weak<dyn Sink>) {}
+    fn publish(&self, _event: Arc<Published>) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+    fn subscribe(&self, _key: &ChatKey) {
+        // A subscribe takes a moment (a real broker spawns and registers):
+        // room for a concurrent unwatch to overtake it, were it unordered.
+        std::thread::sleep(Duration::from_micros(50));
+        self.interest.lock().unwrap().push(true);
+    }
+    fn subscribed(&self, _key: &ChatKey) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+    fn unsubscribe(&self, _key: &ChatKey) {
+        std::thread::sleep(Duration::from_micros(50));
+        self.interest.lock().unwrap().push(false);
+    }
+    fn ready(&self) -> bool {
+        true
+    }
+    fn may_lose(&self) -> bool {
+        true
+    }
+}
+
+fn live_watch(hub: &Hub, key: &ChatKey, outbox: &Arc<Outbox>, latest: u64) {
+    hub.begin_watch(key, &Arc::from("u"), outbox);
+    assert!(hub.finish_watch(
+        key,
+        outbox.id(),
+        Replay { reply: Frame::from("{}"), latest, frames: vec![], truncated: false }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_tail_reaches_watchers_within_two_tail_checks_with_no_later_event() {
+    let log = Log::new(2, vec![]);
+    let hub = Hub::new(Arc::new(LossyBroker::default()), log.clone(), 0, 1 << 20);
+    let key = ChatKey::new("w", "quiet");
+    let outbox = Arc::new(Outbox::new(1, 1 << 20));
+    live_watch(&hub, &key, &outbox, 2);
+    pushed(&outbox);
+    // Three events are committed; every hint for them is lost, and the chat goes quiet.
+    log.latest.store(5, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(TAIL_EVERY * 2 + Duration::from_millis(50)).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(pushed_seqs(&outbox), vec![3, 4, 5], "caught up from the log, in order, once");
+    tokio::time::sleep(TAIL_EVERY * 3).await;
+    assert_eq!(pushed_seqs(&outbox), Vec::<u64>::new(), "nothing twice");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resync_reads_the_log_in_batches_and_catches_up_only_chats_that_are_behind() {
+    let log = Log::new(1, vec![]);
+    let hub = Hub::new(Arc::new(LossyBroker::default()), log.clone(), 0, 1 << 20);
+    let outbox = Arc::new(Outbox::new(1, 1 << 22));
+    for i in 0..1200 {
+        live_watch(&hub, &ChatKey::new("w", &format!("c{i}")), &outbox, 1);
+    }
+    // Every chat is up to date: a check reads 3 batches of heads and fetches nothing.
+    assert_eq!(hub.check_tails().await, 0);
+    assert_eq!(hub.check_tails().await, 0);
+    assert_eq!(log.reads.load(std::sync::atomic::Ordering::SeqCst), 0, "no catch-up reads for chats in step");
+    assert_eq!(log.heads.load(std::sync::atomic::Ordering::SeqCst), 2 * 3, "1,200 chats: three reads a check");
+}
+
+#[test]
+fn the_broker_hears_a_chats_interest_in_the_order_watches_changed() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let _guard = rt.enter();
+    for _ in 0..50 {
+        let broker = Arc::new(LossyBroker::default());
+        let hub = Hub::new(broker.clone(), Log::new(0, vec![]), 0, 1 << 20);
+        let key = ChatKey::new("w", "c");
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (hub, key) = (&hub, &key);
+                s.spawn(move || {
+                    for i in 0..50 {
+                        let outbox = Arc::new(Outbox::new(t * 1000 + i, 1 << 10));
+                        hub.begin_watch(key, &Arc::from("u"), &outbox);
+                        hub.unwatch(key, outbox.id());
+                    }
+                });
+            }
+        });
+        assert_eq!(hub.chats(), 0);
+        let interest = broker.interest.lock().unwrap();
+        // Alternating subscribe / unsubscribe, ending unsubscribed: never a
+        // subscription left behind with no watcher, never an unsubscribe of nothing.
+        for (i, on) in interest.iter().enumerate() {
+            assert_eq!(*on, i % 2 == 0, "interest changes out of order: {interest:?}");
+        }
+        assert_eq!(interest.len() % 2, 0, "left subscribed with no watcher");
+    }
 }
