@@ -71,10 +71,8 @@ impl Sharded {
             loop {
                 tick.tick().await;
                 let Some(shards) = weak.upgrade() else { return };
-                for s in shards.iter() {
-                    // Every tick, whatever the cool-down: a shard that is back
-                    // takes writes within one tick on every node.
-                    if let Some(probe) = s.breaker.probe_now() {
+                for s in shards.iter().filter(|s| s.breaker.state() == BreakerState::Open) {
+                    if let Ok(probe) = s.breaker.admit() {
                         let ok = tokio::time::timeout(OP_TIMEOUT, s.store.ready()).await.is_ok_and(|r| r.is_ok());
                         s.note(probe.record(ok));
                     }
