@@ -88,6 +88,10 @@ struct Run {
     /// Set when the load stops: pending sends are given up after it.
     give_up: Mutex<Option<Instant>>,
     timeline: Mutex<Vec<(Duration, String)>>,
+    /// Every `unavailable` a client got: (chat, when).
+    unavailable: Mutex<Vec<(usize, Instant)>>,
+    /// Every shard outage: (shard, stopped, started again).
+    shard_outages: Mutex<Vec<(usize, Instant, Instant)>>,
     failures: Mutex<Vec<String>>,
 }
 
@@ -135,6 +139,24 @@ impl Run {
             _ = phase.wait_for(|p| *p == Phase::Done) => {}
         }
     }
+}
+
+/// Now as UTC `YYYY-MM-DDTHH:MM:SS.mmmZ`, the form of the nodes' log lines, so the timeline reads against them.
+fn utc_now() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let (secs, ms) = (now.as_secs() as i64, now.subsec_millis());
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z", rest / 3_600, rest / 60 % 60, rest % 60)
 }
 
 /// A stable fingerprint of an event as stored: type, user, client_id, body.
@@ -543,6 +565,9 @@ impl Watcher {
             st[slot].not_before = Some(Instant::now() + Duration::from_secs(1));
             return;
         }
+        if code == "unavailable" {
+            self.run.unavailable.lock().unwrap().push((k, Instant::now()));
+        }
         let wait = retry_after(&mut self.rng, err);
         self.run.note(format!(
             "{name} on node-{node}: {op} of {} refused ({code}, retry_after_ms {}); again in {} ms",
@@ -740,7 +765,10 @@ impl Sender {
                     let err = &r["err"];
                     match err["code"].as_str() {
                         Some("throttled") => self.ledger.lock().unwrap().throttled += 1,
-                        Some("unavailable") => self.ledger.lock().unwrap().unavailable += 1,
+                        Some("unavailable") => {
+                            self.ledger.lock().unwrap().unavailable += 1;
+                            self.run.unavailable.lock().unwrap().push((k, Instant::now()));
+                        }
                         _ => {
                             self.run.fail(format!(
                                 "{} on node-{}: send {client_id} to {} refused: {r}",
@@ -753,9 +781,10 @@ impl Sender {
                     }
                     let wait = retry_after(&mut self.rng, err);
                     self.run.note(format!(
-                        "{} on node-{}: send {client_id} refused ({}, retry_after_ms {}); again in {} ms",
+                        "{} on node-{}: send {client_id} to {} refused ({}, retry_after_ms {}); again in {} ms",
                         self.name,
                         conn.node,
+                        self.run.chat_label(k),
                         err["code"],
                         err["retry_after_ms"],
                         wait.as_millis()
@@ -1148,11 +1177,13 @@ async fn mend(run: &Run, fault: Fault, i: usize, outage: Duration, at_mend: Opti
             }
         }
         Fault::StopShard => {
+            let stopped = Instant::now();
             cell.stop_shard(i).await;
             run.note(format!("shard {i} stopped"));
             tokio::time::sleep(outage).await;
             cell.start_shard(i).await;
             mended();
+            run.shard_outages.lock().unwrap().push((i, stopped, Instant::now()));
             run.note(format!("MENDED shard {i} started again"));
         }
     }
@@ -1283,6 +1314,8 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
         phase: phase_rx,
         give_up: Mutex::new(None),
         timeline: Mutex::new(Vec::new()),
+        unavailable: Mutex::new(Vec::new()),
+        shard_outages: Mutex::new(Vec::new()),
         failures: Mutex::new(Vec::new()),
     };
 
@@ -1315,6 +1348,7 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
     let t0 = Instant::now();
     run.t0 = t0;
     run.load_ends = t0 + Duration::from_secs(secs);
+    run.note(format!("t=0 is {} (the nodes' logs are in UTC)", utc_now()));
     let run = Arc::new(run);
     let mut seeds = StdRng::seed_from_u64(seed);
 
@@ -1572,6 +1606,33 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
         ws_stats.refusals += s.refusals;
     }
     let quiet = quiet_lags.lock().unwrap().clone();
+    // How long clients were still refused after a shard was started again: the last
+    // `unavailable` for a chat of that shard before its next outage.
+    let mut recoveries: Vec<Duration> = Vec::new();
+    {
+        let outages = run.shard_outages.lock().unwrap();
+        let refused = run.unavailable.lock().unwrap();
+        for &(shard, _, back) in outages.iter() {
+            let next = outages.iter().filter(|o| o.0 == shard && o.1 > back).map(|o| o.1).min();
+            let last = refused
+                .iter()
+                .filter(|(k, t)| run.chats[*k].shard == shard && *t > back && next.is_none_or(|n| *t < n))
+                .map(|(_, t)| *t)
+                .max();
+            recoveries.push(last.map_or(Duration::ZERO, |t| t - back));
+        }
+    }
+    recoveries.sort();
+    let recovery = if recoveries.is_empty() {
+        "no shard outage".to_string()
+    } else {
+        format!(
+            "{} outages; refusals after the shard was back: median {} ms, slowest {} ms",
+            recoveries.len(),
+            recoveries[recoveries.len() / 2].as_millis(),
+            recoveries.last().unwrap().as_millis()
+        )
+    };
     let mut faults: Vec<_> = faults.into_iter().collect();
     faults.sort();
     let slowest = slowest.map_or("none".into(), |(d, who)| format!("{} ms ({who})", d.as_millis()));
@@ -1584,6 +1645,7 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
          \x20 watchers: {} pushes, {} fetches ({} for gaps), {} notifies, {} reconnects, {} refusals\n\
          \x20 slowest convergence after the load stopped: {slowest}\n\
          \x20 quiet-chat bursts {}, slowest {} ms\n\
+         \x20 shard recovery: {recovery}\n\
          \x20 failures: {}",
         ledger.abandoned.len(),
         ledger.resends,
