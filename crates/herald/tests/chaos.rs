@@ -1101,10 +1101,11 @@ async fn bouncer(run: Arc<Run>, quiet: Vec<Arc<QuietCtl>>, mut rng: StdRng) -> H
             }
         }
         let outage = Duration::from_millis(outage[kind]);
+        let struck = Instant::now();
         strike(&run, fault, target, outage).await;
         let (run2, down2) = (run.clone(), down.clone());
         tasks.push(tokio::spawn(async move {
-            mend(&run2, fault, target, outage, at_mend).await;
+            mend(&run2, fault, target, struck, outage, at_mend).await;
             down2[kind].store(false, Ordering::SeqCst);
         }));
     }
@@ -1146,7 +1147,7 @@ async fn strike(run: &Run, fault: Fault, i: usize, outage: Duration) {
 
 /// The rest of a fault: wait `outage`, mend (starting `at_mend`'s burst right
 /// then), and wait until it is mended.
-async fn mend(run: &Run, fault: Fault, i: usize, outage: Duration, at_mend: Option<Arc<QuietCtl>>) {
+async fn mend(run: &Run, fault: Fault, i: usize, struck: Instant, outage: Duration, at_mend: Option<Arc<QuietCtl>>) {
     let cell = &run.cell;
     let mended = || {
         if let Some(q) = &at_mend {
@@ -1177,13 +1178,12 @@ async fn mend(run: &Run, fault: Fault, i: usize, outage: Duration, at_mend: Opti
             }
         }
         Fault::StopShard => {
-            let stopped = Instant::now();
             cell.stop_shard(i).await;
             run.note(format!("shard {i} stopped"));
             tokio::time::sleep(outage).await;
             cell.start_shard(i).await;
             mended();
-            run.shard_outages.lock().unwrap().push((i, stopped, Instant::now()));
+            run.shard_outages.lock().unwrap().push((i, struck, Instant::now()));
             run.note(format!("MENDED shard {i} started again"));
         }
     }
