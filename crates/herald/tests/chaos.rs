@@ -1288,6 +1288,297 @@ async fn admin(run: &Run, method: &str, path: &str, body: Option<Value>) -> Valu
     v
 }
 
+/// The users of workspace `ws`: its watchers, busy senders and quiet senders.
+fn user_names(ws: usize) -> Vec<String> {
+    (0..WATCHERS)
+        .map(|i| format!("watcher{ws}-{i}"))
+        .chain((0..SENDERS).map(|i| format!("sender{ws}-{i}")))
+        .chain((0..QUIET_CHATS).map(|i| format!("quiet{ws}-{i}")))
+        .collect()
+}
+
+/// Chats and their members through the server API; returns every user's token.
+async fn set_up(run: &Run, secs: u64) -> HashMap<String, String> {
+    for (k, c) in run.chats.iter().enumerate() {
+        let ws = WORKSPACES[c.ws];
+        admin(run, "PUT", &format!("/v1/workspaces/{ws}/chats/{}", c.name), Some(json!({"open": true}))).await;
+        for u in user_names(c.ws) {
+            admin(run, "PUT", &format!("/v1/workspaces/{ws}/chats/{}/members/{u}", c.name), None).await;
+        }
+        eprintln!("chaos: chat {} on shard {}{}", run.chat_label(k), c.shard, if c.quiet { " (quiet)" } else { "" });
+    }
+    let mut tokens = HashMap::new();
+    for (ws, ws_name) in WORKSPACES.iter().enumerate() {
+        for u in user_names(ws) {
+            let body = json!({"workspace": ws_name, "user": u, "ttl_s": secs + 3_600});
+            let v = admin(run, "POST", "/v1/tokens", Some(body)).await;
+            tokens.insert(u, v["token"].as_str().unwrap().to_string());
+        }
+    }
+    tokens
+}
+
+/// The clients of the run, started.
+struct Clients {
+    /// Each watcher's view, with its workspace.
+    views: Vec<(usize, Arc<Mutex<WatcherView>>)>,
+    watchers: Vec<tokio::task::JoinHandle<()>>,
+    senders: Vec<tokio::task::JoinHandle<()>>,
+    ledger: Arc<Mutex<Ledger>>,
+    quiet: Vec<Arc<QuietCtl>>,
+    quiet_lags: Arc<Mutex<Vec<Duration>>>,
+}
+
+/// Starts the watchers (first, so that they hold every chat from its first
+/// event), then the busy and quiet senders, each on a node of its own to start
+/// with, so that events cross NATS.
+fn start_clients(run: &Arc<Run>, tokens: &HashMap<String, String>, seeds: &mut StdRng) -> Clients {
+    let mut c = Clients {
+        views: Vec::new(),
+        watchers: Vec::new(),
+        senders: Vec::new(),
+        ledger: Arc::new(Mutex::new(Ledger::default())),
+        quiet: Vec::new(),
+        quiet_lags: Arc::new(Mutex::new(Vec::new())),
+    };
+    for (ws, &ws_name) in WORKSPACES.iter().enumerate() {
+        let chats: Vec<usize> = (0..run.chats.len()).filter(|&k| run.chats[k].ws == ws).collect();
+        for i in 0..WATCHERS {
+            let name = format!("watcher{ws}-{i}");
+            let view = Arc::new(Mutex::new(WatcherView {
+                name: name.clone(),
+                chats: chats.clone(),
+                held: vec![Vec::new(); chats.len()],
+                node: None,
+                stats: WatcherStats::default(),
+            }));
+            c.views.push((ws, view.clone()));
+            let w = Watcher {
+                run: run.clone(),
+                view,
+                ws: ws_name,
+                token: tokens[&name].clone(),
+                rng: StdRng::seed_from_u64(seeds.random()),
+            };
+            c.watchers.push(tokio::spawn(w.run((i + ws) % NODES)));
+        }
+    }
+    for (ws, &ws_name) in WORKSPACES.iter().enumerate() {
+        let of_ws = |quiet: bool| -> Vec<usize> {
+            (0..run.chats.len()).filter(|&k| run.chats[k].ws == ws && run.chats[k].quiet == quiet).collect()
+        };
+        let sender = |name: String, node: usize, rng: StdRng| Sender {
+            run: run.clone(),
+            ledger: c.ledger.clone(),
+            token: tokens[&name].clone(),
+            name,
+            ws: ws_name,
+            rng,
+            conn: None,
+            node,
+            at_node: Arc::new(AtomicUsize::new(usize::MAX)),
+            resent_at_ms: None,
+        };
+        let busy = of_ws(false);
+        for i in 0..SENDERS {
+            let s = sender(format!("sender{ws}-{i}"), (i + ws + 1) % NODES, StdRng::seed_from_u64(seeds.random()));
+            c.senders.push(tokio::spawn(s.busy(busy.clone())));
+        }
+        for (i, k) in of_ws(true).into_iter().enumerate() {
+            let s = sender(format!("quiet{ws}-{i}"), (ws + i + 2) % NODES, StdRng::seed_from_u64(seeds.random()));
+            let watchers: Vec<_> = c.views.iter().filter(|(w, _)| *w == ws).map(|(_, v)| v.clone()).collect();
+            let ctl = Arc::new(QuietCtl {
+                chat: k,
+                shard: run.chats[k].shard,
+                idle: AtomicBool::new(false),
+                go: tokio::sync::Notify::new(),
+                last: tokio::sync::Notify::new(),
+                rtt_us: AtomicUsize::new(usize::MAX),
+                node: s.at_node.clone(),
+            });
+            c.quiet.push(ctl.clone());
+            c.senders.push(tokio::spawn(s.quiet(ctl, watchers, c.quiet_lags.clone())));
+        }
+    }
+    c
+}
+
+/// Waits until every watcher holds each of its chats' latest seq (`targets`),
+/// each within 10 s of `since[chat]`; returns the slowest, reports the others.
+async fn converge_all(
+    run: &Run,
+    views: &[(usize, Arc<Mutex<WatcherView>>)],
+    targets: &[u64],
+    since: &[Instant],
+) -> Option<(Duration, String)> {
+    let mut slowest: Option<(Duration, String)> = None;
+    for (_, view) in views {
+        let chats = view.lock().unwrap().chats.clone();
+        for (slot, &k) in chats.iter().enumerate() {
+            let reached = converge(std::slice::from_ref(view), k, targets[k], since[k] + CONVERGE).await;
+            let v = view.lock().unwrap();
+            match reached {
+                Ok(_) => {
+                    let at_ms = v.held[slot].get(targets[k] as usize - 1).map_or(0, |e| e.2);
+                    let lag = (run.t0 + Duration::from_millis(at_ms)).saturating_duration_since(since[k]);
+                    if slowest.as_ref().is_none_or(|(d, _)| lag > *d) {
+                        slowest = Some((lag, format!("{} in {}", v.name, run.chat_label(k))));
+                    }
+                }
+                Err(behind) => {
+                    let missing: Vec<u64> = (v.last(slot) + 1..=targets[k]).take(20).collect();
+                    run.fail(format!(
+                        "{}: 10 s after the load stopped (last ack t={:.2}s) {behind}; latest is {}; missing {:?}{}",
+                        run.chat_label(k),
+                        run.at(since[k]),
+                        targets[k],
+                        missing,
+                        if targets[k] - v.last(slot) > 20 { " ..." } else { "" }
+                    ));
+                }
+            }
+        }
+    }
+    slowest
+}
+
+/// What the audit of the logs counts.
+#[derive(Default)]
+struct Audit {
+    stored: u64,
+    lost: u64,
+    duplicates: u64,
+    /// Sends given up at the end that are stored all the same.
+    stored_unacked: u64,
+    /// Sends acknowledged on a resend with the seq an earlier attempt stored.
+    earlier_store: u64,
+}
+
+/// Checks chat `k`'s whole `log` against the ledger and every watcher of it.
+fn audit_chat(
+    run: &Run,
+    ledger: &Ledger,
+    views: &[(usize, Arc<Mutex<WatcherView>>)],
+    k: usize,
+    target: u64,
+    log: &[Value],
+    a: &mut Audit,
+) {
+    let label = run.chat_label(k);
+    a.stored += log.len() as u64;
+    // Seqs 1..latest, no gap.
+    if let Some((i, e)) = log.iter().enumerate().find(|(i, e)| seq_of(e) != Some(*i as u64 + 1)) {
+        run.fail(format!("{label}: the log's event #{} has seq {:?}: seqs are not 1, 2, 3, ...", i + 1, e["seq"]));
+    }
+    if (log.len() as u64) < target {
+        run.fail(format!("{label}: the log holds {} events, but the chat's latest seq was {target}", log.len()));
+    }
+    if (log.len() as u64) > target {
+        run.note(format!(
+            "{label}: {} events stored after the auditor read its latest seq {target}",
+            log.len() as u64 - target
+        ));
+    }
+    // Each client_id once, sent to this chat, at its acknowledged seq.
+    let mut by_cid: HashMap<&str, Vec<u64>> = HashMap::new();
+    for e in log {
+        if let (Some(cid), Some(seq)) = (e["client_id"].as_str(), seq_of(e)) {
+            by_cid.entry(cid).or_default().push(seq);
+        }
+    }
+    for (cid, seqs) in &by_cid {
+        if seqs.len() > 1 {
+            a.duplicates += seqs.len() as u64 - 1;
+            run.fail(format!("{label}: client_id {cid} is stored {} times, at seqs {seqs:?}", seqs.len()));
+        }
+        match ledger.tried.get(*cid) {
+            None => run.fail(format!("{label}: client_id {cid} is stored, but no client sent it")),
+            Some(&other) if other != k => {
+                run.fail(format!("{label}: client_id {cid} is stored here, but was sent to {}", run.chat_label(other)))
+            }
+            _ => {}
+        }
+        if ledger.abandoned.contains(*cid) {
+            a.stored_unacked += 1;
+        }
+    }
+    for (cid, &(chat, seq, _)) in &ledger.acked {
+        if chat != k {
+            continue;
+        }
+        match by_cid.get(cid.as_str()) {
+            None => {
+                a.lost += 1;
+                run.fail(format!("{label}: {cid} was acknowledged with seq {seq} but is not stored"));
+            }
+            Some(seqs) if !seqs.contains(&seq) => {
+                a.lost += 1;
+                run.fail(format!("{label}: {cid} was acknowledged with seq {seq} but is stored at {seqs:?}"));
+            }
+            _ => {}
+        }
+    }
+    // Resends answered with the seq an earlier attempt stored: the server kept the write, the client lost the answer.
+    for e in log {
+        if let (Some(cid), Some(ts)) = (e["client_id"].as_str(), e["ts"].as_u64())
+            && ledger.acked.contains_key(cid)
+            && ledger.last_attempt_ms.get(cid).is_some_and(|&last| ts + 1 < last)
+        {
+            a.earlier_store += 1;
+            run.note(format!("{label}: {cid} (seq {}) was stored by an attempt before the one acknowledged", e["seq"]));
+        }
+    }
+    // Every watcher holds the log, event for event (fewer is a convergence failure, reported already).
+    let want: Vec<(u64, u64)> = log.iter().filter_map(|e| Some((seq_of(e)?, ident(e)))).collect();
+    for (_, view) in views {
+        let v = view.lock().unwrap();
+        let Some(slot) = v.chats.iter().position(|&c| c == k) else { continue };
+        let held: Vec<(u64, u64)> = v.held[slot].iter().map(|e| (e.0, e.1)).collect();
+        if let Some(i) = (0..want.len().min(held.len())).find(|&i| want[i] != held[i]) {
+            if held[i].0 != want[i].0 {
+                run.fail(format!("{label}: {} holds seq {} where the log has seq {}", v.name, held[i].0, want[i].0));
+            } else {
+                let e = &log[i];
+                run.fail(format!(
+                    "{label}: {} holds at seq {} an event unlike the log's ({} by {} with client_id {})",
+                    v.name, held[i].0, e["type"], e["user"], e["client_id"]
+                ));
+            }
+        } else if held.len() > want.len() {
+            run.fail(format!("{label}: {} holds {} events, the log {}", v.name, held.len(), want.len()));
+        }
+    }
+}
+
+/// How long clients were still refused after a shard was started again: for each
+/// outage, the last `unavailable` for a chat of that shard before its next outage.
+fn shard_recovery(run: &Run) -> String {
+    let outages = run.shard_outages.lock().unwrap();
+    let refused = run.unavailable.lock().unwrap();
+    let mut recoveries: Vec<Duration> = outages
+        .iter()
+        .map(|&(shard, _, back)| {
+            let next = outages.iter().filter(|o| o.0 == shard && o.1 > back).map(|o| o.1).min();
+            refused
+                .iter()
+                .filter(|(k, t)| run.chats[*k].shard == shard && *t > back && next.is_none_or(|n| *t < n))
+                .map(|(_, t)| *t - back)
+                .max()
+                .unwrap_or(Duration::ZERO)
+        })
+        .collect();
+    recoveries.sort();
+    match recoveries.last() {
+        None => "no shard outage".to_string(),
+        Some(slowest) => format!(
+            "{} outages; refusals after the shard was back: median {} ms, slowest {} ms",
+            recoveries.len(),
+            recoveries[recoveries.len() / 2].as_millis(),
+            slowest.as_millis()
+        ),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once_and_reaches_every_watcher_in_order() {
     let seed: u64 = match std::env::var("HERALD_CHAOS_SEED") {
@@ -1300,15 +1591,11 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
     let cell = Arc::new(Cell::start(NODES).await);
     eprintln!("chaos: cell up in {:.1} s; logs in {}", started.elapsed().as_secs_f64(), cell.dir.display());
 
-    let mut chats = Vec::new();
-    for ws in 0..WORKSPACES.len() {
-        chats.extend(pick_chats(&cell.shard_names, ws));
-    }
+    let chats = (0..WORKSPACES.len()).flat_map(|ws| pick_chats(&cell.shard_names, ws)).collect();
     let (phase_tx, phase_rx) = watch::channel(Phase::Load);
-    let t0 = Instant::now();
     let mut run = Run {
-        t0,
-        load_ends: t0 + Duration::from_secs(secs),
+        t0: Instant::now(),
+        load_ends: Instant::now(),
         cell: cell.clone(),
         chats,
         phase: phase_rx,
@@ -1318,105 +1605,15 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
         shard_outages: Mutex::new(Vec::new()),
         failures: Mutex::new(Vec::new()),
     };
-
-    // Chats, members and tokens, through the server API.
-    let mut tokens: HashMap<String, String> = HashMap::new();
-    let user_names = |ws: usize| -> Vec<String> {
-        (0..WATCHERS)
-            .map(|i| format!("watcher{ws}-{i}"))
-            .chain((0..SENDERS).map(|i| format!("sender{ws}-{i}")))
-            .chain((0..QUIET_CHATS).map(|i| format!("quiet{ws}-{i}")))
-            .collect()
-    };
-    for (k, c) in run.chats.iter().enumerate() {
-        let ws = WORKSPACES[c.ws];
-        admin(&run, "PUT", &format!("/v1/workspaces/{ws}/chats/{}", c.name), Some(json!({"open": true}))).await;
-        for u in user_names(c.ws) {
-            admin(&run, "PUT", &format!("/v1/workspaces/{ws}/chats/{}/members/{u}", c.name), None).await;
-        }
-        eprintln!("chaos: chat {} on shard {}{}", run.chat_label(k), c.shard, if c.quiet { " (quiet)" } else { "" });
-    }
-    for (ws, ws_name) in WORKSPACES.iter().enumerate() {
-        for u in user_names(ws) {
-            let ttl = secs + 3_600;
-            let v =
-                admin(&run, "POST", "/v1/tokens", Some(json!({"workspace": ws_name, "user": u, "ttl_s": ttl}))).await;
-            tokens.insert(u, v["token"].as_str().unwrap().to_string());
-        }
-    }
+    let tokens = set_up(&run, secs).await;
     // The clock of the run starts now that the cell is set up.
-    let t0 = Instant::now();
-    run.t0 = t0;
-    run.load_ends = t0 + Duration::from_secs(secs);
+    run.t0 = Instant::now();
+    run.load_ends = run.t0 + Duration::from_secs(secs);
     run.note(format!("t=0 is {} (the nodes' logs are in UTC)", utc_now()));
     let run = Arc::new(run);
     let mut seeds = StdRng::seed_from_u64(seed);
-
-    // Watchers first, so that they hold every chat from its first event.
-    let mut views: Vec<(usize, Arc<Mutex<WatcherView>>)> = Vec::new();
-    let mut watcher_tasks = Vec::new();
-    for (ws, &ws_name) in WORKSPACES.iter().enumerate() {
-        let chats: Vec<usize> = (0..run.chats.len()).filter(|&k| run.chats[k].ws == ws).collect();
-        for i in 0..WATCHERS {
-            let name = format!("watcher{ws}-{i}");
-            let view = Arc::new(Mutex::new(WatcherView {
-                name: name.clone(),
-                chats: chats.clone(),
-                held: vec![Vec::new(); chats.len()],
-                node: None,
-                stats: WatcherStats::default(),
-            }));
-            views.push((ws, view.clone()));
-            let w = Watcher {
-                run: run.clone(),
-                view,
-                ws: ws_name,
-                token: tokens[&name].clone(),
-                rng: StdRng::seed_from_u64(seeds.random()),
-            };
-            watcher_tasks.push(tokio::spawn(w.run((i + ws) % NODES)));
-        }
-    }
-    let ledger = Arc::new(Mutex::new(Ledger::default()));
-    let quiet_lags = Arc::new(Mutex::new(Vec::new()));
-    let mut sender_tasks = Vec::new();
-    let mut quiet_ctls = Vec::new();
-    for (ws, &ws_name) in WORKSPACES.iter().enumerate() {
-        let busy: Vec<usize> = (0..run.chats.len()).filter(|&k| run.chats[k].ws == ws && !run.chats[k].quiet).collect();
-        let quiet: Vec<usize> = (0..run.chats.len()).filter(|&k| run.chats[k].ws == ws && run.chats[k].quiet).collect();
-        let sender = |name: String, node: usize, rng: StdRng| Sender {
-            run: run.clone(),
-            ledger: ledger.clone(),
-            token: tokens[&name].clone(),
-            name,
-            ws: ws_name,
-            rng,
-            conn: None,
-            node,
-            at_node: Arc::new(AtomicUsize::new(usize::MAX)),
-            resent_at_ms: None,
-        };
-        for i in 0..SENDERS {
-            let s = sender(format!("sender{ws}-{i}"), (i + ws + 1) % NODES, StdRng::seed_from_u64(seeds.random()));
-            sender_tasks.push(tokio::spawn(s.busy(busy.clone())));
-        }
-        for (i, k) in quiet.into_iter().enumerate() {
-            let s = sender(format!("quiet{ws}-{i}"), (ws + i + 2) % NODES, StdRng::seed_from_u64(seeds.random()));
-            let watchers: Vec<_> = views.iter().filter(|(w, _)| *w == ws).map(|(_, v)| v.clone()).collect();
-            let ctl = Arc::new(QuietCtl {
-                chat: k,
-                shard: run.chats[k].shard,
-                idle: AtomicBool::new(false),
-                go: tokio::sync::Notify::new(),
-                last: tokio::sync::Notify::new(),
-                rtt_us: AtomicUsize::new(usize::MAX),
-                node: s.at_node.clone(),
-            });
-            quiet_ctls.push(ctl.clone());
-            sender_tasks.push(tokio::spawn(s.quiet(ctl, watchers, quiet_lags.clone())));
-        }
-    }
-    let bouncer_task = tokio::spawn(bouncer(run.clone(), quiet_ctls, StdRng::seed_from_u64(seeds.random())));
+    let clients = start_clients(&run, &tokens, &mut seeds);
+    let bouncer = tokio::spawn(bouncer(run.clone(), clients.quiet.clone(), StdRng::seed_from_u64(seeds.random())));
 
     // The load runs its time; then pending sends get their last chance and every fault is mended.
     tokio::time::sleep_until(run.load_ends.into()).await;
@@ -1424,249 +1621,106 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
     *run.give_up.lock().unwrap() = Some(stopped + SEND_GIVE_UP);
     phase_tx.send(Phase::Drain).unwrap();
     run.note("LOAD STOPPED".into());
-    for t in sender_tasks {
+    for t in clients.senders {
         t.await.expect("sender");
     }
-    let faults = bouncer_task.await.expect("bouncer");
+    let faults = bouncer.await.expect("bouncer");
     run.note("every fault mended; senders done".into());
 
     // Convergence: every watcher reaches each chat's latest seq within 10 s of the
     // load stopping (or of the chat's last ack, if that came later), by itself.
     let mut targets = Vec::new();
     for k in 0..run.chats.len() {
-        match latest(&run, k).await {
-            Ok(seq) => targets.push(seq),
-            Err(e) => {
-                run.fail(format!("the auditor cannot read {}: {e}", run.chat_label(k)));
-                targets.push(0);
-            }
-        }
+        targets.push(latest(&run, k).await.unwrap_or_else(|e| {
+            run.fail(format!("the auditor cannot read {}: {e}", run.chat_label(k)));
+            0
+        }));
     }
-    let last_ack: Vec<Instant> = (0..run.chats.len())
-        .map(|k| {
-            let l = ledger.lock().unwrap();
-            l.acked.values().filter(|a| a.0 == k).map(|a| a.2).max().unwrap_or(stopped).max(stopped)
-        })
-        .collect();
-    let mut slowest: Option<(Duration, String)> = None;
-    for (_, view) in &views {
-        let chats = view.lock().unwrap().chats.clone();
-        for (slot, &k) in chats.iter().enumerate() {
-            let deadline = last_ack[k] + CONVERGE;
-            let reached = converge(std::slice::from_ref(view), k, targets[k], deadline).await;
-            let v = view.lock().unwrap();
-            match reached {
-                Ok(_) => {
-                    let at_ms = v.held[slot].get(targets[k] as usize - 1).map_or(0, |e| e.2);
-                    let at = run.t0 + Duration::from_millis(at_ms);
-                    let lag = at.saturating_duration_since(last_ack[k]);
-                    if slowest.as_ref().is_none_or(|(d, _)| lag > *d) {
-                        slowest = Some((lag, format!("{} in {}", v.name, run.chat_label(k))));
-                    }
-                }
-                Err(behind) => {
-                    let missing: Vec<u64> = (v.last(slot) + 1..=targets[k]).take(20).collect();
-                    run.fail(format!(
-                        "{}: 10 s after the load stopped (last ack t={:.2}s) {behind}; latest is {}; missing {:?}{}",
-                        run.chat_label(k),
-                        run.at(last_ack[k]),
-                        targets[k],
-                        missing,
-                        if targets[k] - v.last(slot) > 20 { " ..." } else { "" }
-                    ));
-                }
-            }
-        }
-    }
+    let since: Vec<Instant> = {
+        let l = clients.ledger.lock().unwrap();
+        (0..run.chats.len())
+            .map(|k| l.acked.values().filter(|a| a.0 == k).map(|a| a.2).max().unwrap_or(stopped).max(stopped))
+            .collect()
+    };
+    let slowest = converge_all(&run, &clients.views, &targets, &since).await;
     phase_tx.send(Phase::Done).unwrap();
-    for t in watcher_tasks {
+    for t in clients.watchers {
         t.await.expect("watcher");
     }
 
     // The audit of the logs.
-    let ledger = Arc::try_unwrap(ledger).ok().expect("senders are done").into_inner().unwrap();
-    let mut stored = 0u64;
-    let mut lost = 0u64;
-    let mut duplicates = 0u64;
-    let mut stored_unacked = 0u64;
-    let mut earlier_store = 0u64;
-    let mut acked_by_chat: HashMap<usize, Vec<(&String, u64)>> = HashMap::new();
-    for (cid, &(k, seq, _)) in &ledger.acked {
-        acked_by_chat.entry(k).or_default().push((cid, seq));
-    }
+    let ledger = Arc::try_unwrap(clients.ledger).ok().expect("senders are done").into_inner().unwrap();
+    let mut audit = Audit::default();
     for (k, &target) in targets.iter().enumerate() {
-        let label = run.chat_label(k);
-        let log = match read_log(&run, k).await {
-            Ok(log) => log,
-            Err(e) => {
-                run.fail(format!("the auditor cannot read the log of {label}: {e}"));
-                continue;
-            }
-        };
-        stored += log.len() as u64;
-        // Seqs 1..latest, no gap.
-        for (i, e) in log.iter().enumerate() {
-            if seq_of(e) != Some(i as u64 + 1) {
-                run.fail(format!(
-                    "{label}: the log's event #{} has seq {:?}: seqs are not 1, 2, 3, ...",
-                    i + 1,
-                    e["seq"]
-                ));
-                break;
-            }
-        }
-        if (log.len() as u64) < target {
-            run.fail(format!("{label}: the log holds {} events, but the chat's latest seq was {}", log.len(), target));
-        }
-        if (log.len() as u64) > target {
-            run.note(format!(
-                "{label}: {} events stored after the auditor read its latest seq {}",
-                log.len() as u64 - target,
-                target
-            ));
-        }
-        // Each client_id once, at its acknowledged seq.
-        let mut by_cid: HashMap<&str, Vec<u64>> = HashMap::new();
-        for e in &log {
-            if let (Some(cid), Some(seq)) = (e["client_id"].as_str(), seq_of(e)) {
-                by_cid.entry(cid).or_default().push(seq);
-            }
-        }
-        for (cid, seqs) in &by_cid {
-            if seqs.len() > 1 {
-                duplicates += seqs.len() as u64 - 1;
-                run.fail(format!("{label}: client_id {cid} is stored {} times, at seqs {seqs:?}", seqs.len()));
-            }
-            match ledger.tried.get(*cid) {
-                None => run.fail(format!("{label}: client_id {cid} is stored, but no client sent it")),
-                Some(&kk) if kk != k => {
-                    run.fail(format!("{label}: client_id {cid} is stored here, but was sent to {}", run.chat_label(kk)))
-                }
-                _ => {}
-            }
-            if ledger.abandoned.contains(*cid) {
-                stored_unacked += 1;
-            }
-        }
-        // Resends answered with the seq an earlier attempt stored (the server kept the write, the client lost the answer).
-        for e in &log {
-            if let (Some(cid), Some(ts)) = (e["client_id"].as_str(), e["ts"].as_u64())
-                && ledger.acked.contains_key(cid)
-                && ledger.last_attempt_ms.get(cid).is_some_and(|&last| ts + 1 < last)
-            {
-                earlier_store += 1;
-                run.note(format!(
-                    "{label}: {cid} (seq {}) was stored by an attempt before the one acknowledged",
-                    e["seq"]
-                ));
-            }
-        }
-        for (cid, seq) in acked_by_chat.get(&k).map(Vec::as_slice).unwrap_or(&[]) {
-            match by_cid.get(cid.as_str()) {
-                None => {
-                    lost += 1;
-                    run.fail(format!("{label}: {cid} was acknowledged with seq {seq} but is not stored"));
-                }
-                Some(seqs) if !seqs.contains(seq) => {
-                    lost += 1;
-                    run.fail(format!("{label}: {cid} was acknowledged with seq {seq} but is stored at {seqs:?}"));
-                }
-                _ => {}
-            }
-        }
-        // Every watcher holds the log, event for event.
-        let want: Vec<(u64, u64)> = log.iter().filter_map(|e| Some((seq_of(e)?, ident(e)))).collect();
-        for (_, view) in &views {
-            let v = view.lock().unwrap();
-            let Some(slot) = v.chats.iter().position(|&c| c == k) else { continue };
-            let held: Vec<(u64, u64)> = v.held[slot].iter().map(|e| (e.0, e.1)).collect();
-            // Fewer than the log is a convergence failure, reported above.
-            if let Some(i) = (0..want.len().min(held.len())).find(|&i| want[i] != held[i]) {
-                run.fail(format!(
-                    "{label}: {} holds seq {} unlike the log's event at that place (seq {})",
-                    v.name, held[i].0, want[i].0
-                ));
-            } else if held.len() > want.len() {
-                run.fail(format!("{label}: {} holds {} events, the log {}", v.name, held.len(), want.len()));
-            }
+        match read_log(&run, k).await {
+            Ok(log) => audit_chat(&run, &ledger, &clients.views, k, target, &log, &mut audit),
+            Err(e) => run.fail(format!("the auditor cannot read the log of {}: {e}", run.chat_label(k))),
         }
     }
 
     // Figures.
-    let acked = ledger.acked.len();
-    let mut ws_stats = WatcherStats::default();
-    for (_, view) in &views {
+    let mut w = WatcherStats::default();
+    for (_, view) in &clients.views {
         let s = view.lock().unwrap().stats;
-        ws_stats.pushes += s.pushes;
-        ws_stats.duplicate_pushes += s.duplicate_pushes;
-        ws_stats.gap_fetches += s.gap_fetches;
-        ws_stats.notifies += s.notifies;
-        ws_stats.fetches += s.fetches;
-        ws_stats.reconnects += s.reconnects;
-        ws_stats.refusals += s.refusals;
+        w.pushes += s.pushes;
+        w.duplicate_pushes += s.duplicate_pushes;
+        w.gap_fetches += s.gap_fetches;
+        w.notifies += s.notifies;
+        w.fetches += s.fetches;
+        w.reconnects += s.reconnects;
+        w.refusals += s.refusals;
     }
-    let quiet = quiet_lags.lock().unwrap().clone();
-    // How long clients were still refused after a shard was started again: the last
-    // `unavailable` for a chat of that shard before its next outage.
-    let mut recoveries: Vec<Duration> = Vec::new();
-    {
-        let outages = run.shard_outages.lock().unwrap();
-        let refused = run.unavailable.lock().unwrap();
-        for &(shard, _, back) in outages.iter() {
-            let next = outages.iter().filter(|o| o.0 == shard && o.1 > back).map(|o| o.1).min();
-            let last = refused
-                .iter()
-                .filter(|(k, t)| run.chats[*k].shard == shard && *t > back && next.is_none_or(|n| *t < n))
-                .map(|(_, t)| *t)
-                .max();
-            recoveries.push(last.map_or(Duration::ZERO, |t| t - back));
-        }
-    }
-    recoveries.sort();
-    let recovery = if recoveries.is_empty() {
-        "no shard outage".to_string()
-    } else {
-        format!(
-            "{} outages; refusals after the shard was back: median {} ms, slowest {} ms",
-            recoveries.len(),
-            recoveries[recoveries.len() / 2].as_millis(),
-            recoveries.last().unwrap().as_millis()
-        )
-    };
+    let quiet = clients.quiet_lags.lock().unwrap().clone();
     let mut faults: Vec<_> = faults.into_iter().collect();
     faults.sort();
     let slowest = slowest.map_or("none".into(), |(d, who)| format!("{} ms ({who})", d.as_millis()));
+    let l = &ledger;
     let report = format!(
         "chaos seed {seed}: {secs} s of load on {NODES} nodes, 3 NATS servers, 2 PostgreSQL shards\n\
-         \x20 sends acknowledged {acked}; given up at the end {} (of them stored {stored_unacked}); events stored {stored}\n\
-         \x20 resends {}, of which answered with an earlier attempt's stored seq {earlier_store}; idempotent resends checked {}; throttled {}, unavailable {}, timeouts {}, disconnects {}\n\
+         \x20 sends acknowledged {}; given up at the end {} (of them stored {}); events stored {}\n\
+         \x20 resends {}, of which answered with an earlier attempt's stored seq {}; idempotent resends checked {}; \
+         throttled {}, unavailable {}, timeouts {}, disconnects {}\n\
          \x20 faults: {}\n\
-         \x20 lost {lost}; stored twice {duplicates}; duplicate pushes {}\n\
+         \x20 lost {}; stored twice {}; duplicate pushes {}\n\
          \x20 watchers: {} pushes, {} fetches ({} for gaps), {} notifies, {} reconnects, {} refusals\n\
          \x20 slowest convergence after the load stopped: {slowest}\n\
          \x20 quiet-chat bursts {}, slowest {} ms\n\
-         \x20 shard recovery: {recovery}\n\
+         \x20 shard recovery: {}\n\
          \x20 failures: {}",
-        ledger.abandoned.len(),
-        ledger.resends,
-        ledger.idempotent_checks,
-        ledger.throttled,
-        ledger.unavailable,
-        ledger.timeouts,
-        ledger.disconnects,
+        l.acked.len(),
+        l.abandoned.len(),
+        audit.stored_unacked,
+        audit.stored,
+        l.resends,
+        audit.earlier_store,
+        l.idempotent_checks,
+        l.throttled,
+        l.unavailable,
+        l.timeouts,
+        l.disconnects,
         faults.iter().map(|(k, n)| format!("{n} x {k}")).collect::<Vec<_>>().join(", "),
-        ws_stats.duplicate_pushes,
-        ws_stats.pushes,
-        ws_stats.fetches,
-        ws_stats.gap_fetches,
-        ws_stats.notifies,
-        ws_stats.reconnects,
-        ws_stats.refusals,
+        audit.lost,
+        audit.duplicates,
+        w.duplicate_pushes,
+        w.pushes,
+        w.fetches,
+        w.gap_fetches,
+        w.notifies,
+        w.reconnects,
+        w.refusals,
         quiet.len(),
         quiet.iter().max().map_or(0, |d| d.as_millis()),
+        shard_recovery(&run),
         run.failures.lock().unwrap().len(),
     );
     eprintln!("{report}");
+    finish(&run, seed, secs);
+}
+
+/// Writes the timeline next to the node logs; removes them if the run passed
+/// (unless `HERALD_CHAOS_KEEP` is set), fails loudly with the evidence if not.
+fn finish(run: &Run, seed: u64, secs: u64) {
+    let cell = &run.cell;
     let timeline: String =
         run.timeline.lock().unwrap().iter().map(|(t, s)| format!("{:8.3} {s}\n", t.as_secs_f64())).collect();
     let _ = std::fs::write(cell.dir.join("timeline.txt"), &timeline);
@@ -1677,19 +1731,18 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
         }
         return;
     }
-    let faults_only: String = timeline
+    let faults: String = timeline
         .lines()
         .filter(|l| l.contains("FAULT") || l.contains("MENDED") || l.contains("LOAD STOPPED") || l.contains("burst"))
         .map(|l| format!("{l}\n"))
         .collect();
-    let shown: Vec<&String> = failures.iter().take(60).collect();
+    let shown: Vec<String> = failures.iter().take(60).map(|s| format!("  {s}")).collect();
     panic!(
         "chaos seed {seed} failed ({} failures; replay with HERALD_CHAOS_SEED={seed} HERALD_CHAOS_SECS={secs}):\n{}\n\n\
-         faults:\n{faults_only}\nfull timeline: {}/timeline.txt; node logs kept in {}\n{}",
+         faults:\n{faults}\nfull timeline: {dir}/timeline.txt; node logs kept in {dir}\n{}",
         failures.len(),
-        shown.iter().map(|s| format!("  {s}")).collect::<Vec<_>>().join("\n"),
-        cell.dir.display(),
-        cell.dir.display(),
+        shown.join("\n"),
         cell.log_tails(15),
+        dir = cell.dir.display(),
     );
 }
