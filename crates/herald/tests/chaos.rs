@@ -15,9 +15,14 @@
 //! - a quiet chat (a burst of sends, then silence while the faults go on) reaches all its watchers within
 //!   10 s of its last acknowledged send: a lost hint must not wait for a next event that never comes.
 //!
+//! Many faults are aimed at a quiet chat's burst: they strike the node, the NATS server or the shard its
+//! last send goes through while that send is in flight, or the burst starts as a fault is mended.
+//!
 //! `HERALD_CHAOS_SEED` replays a seed (the bouncer's choices and timings and the clients' choices; real
 //! timing stays the machine's). `HERALD_CHAOS_SECS` sets the length of the load (default 30 s). The run
-//! prints its seed and figures; `cargo test -p herald --test chaos -- --nocapture` shows them when it passes.
+//! prints its seed and figures; `cargo test -p herald --test chaos -- --nocapture` shows them when it
+//! passes. A failed run keeps the node logs and a timeline (`HERALD_CHAOS_KEEP=1`: a passed one too).
+//! docs/reliability.md has the long run's figures.
 
 mod common;
 
