@@ -59,8 +59,9 @@ async fn extreme_seqs_are_answered_not_wrapped() {
     a.err(json!({"op": "react", "chat": "room", "target": u64::MAX, "emoji": "+1"}), "not_found").await;
 }
 
-#[tokio::test]
-async fn a_fetch_of_large_events_is_paged_by_bytes_instead_of_cutting_the_connection() {
+/// A server whose chat `big` holds alice's join and 100 messages with bodies
+/// near the 16 KiB limit: 1.6 MB, over the 1 MiB outbound queue.
+async fn big_chat() -> (TestServer, Client) {
     let s = TestServer::start_with(|c| {
         c.rate = 10_000;
         c.burst = 10_000;
@@ -68,11 +69,16 @@ async fn a_fetch_of_large_events_is_paged_by_bytes_instead_of_cutting_the_connec
     .await;
     let mut a = s.client("w", "alice").await;
     a.ok(json!({"op": "join", "chat": "big"})).await;
-    // 100 messages with bodies near the 16 KiB limit: 1.6 MB, over the 1 MiB outbound queue.
     let text = "x".repeat(16 * 1024 - 20);
     for i in 0..100 {
         a.ok(json!({"op": "send", "chat": "big", "body": {"i": i, "t": text}})).await;
     }
+    (s, a)
+}
+
+#[tokio::test]
+async fn a_fetch_of_large_events_is_paged_by_bytes_instead_of_cutting_the_connection() {
+    let (s, mut a) = big_chat().await;
     let mut after = 0u64;
     let mut pages = 0;
     let mut seqs = Vec::new();
@@ -98,17 +104,7 @@ async fn a_fetch_of_large_events_is_paged_by_bytes_instead_of_cutting_the_connec
 
 #[tokio::test]
 async fn a_watch_replaying_large_events_fits_the_outbound_queue() {
-    let s = TestServer::start_with(|c| {
-        c.rate = 10_000;
-        c.burst = 10_000;
-    })
-    .await;
-    let mut a = s.client("w", "alice").await;
-    a.ok(json!({"op": "join", "chat": "big"})).await;
-    let text = "y".repeat(16 * 1024 - 20);
-    for i in 0..100 {
-        a.ok(json!({"op": "send", "chat": "big", "body": {"i": i, "t": text}})).await;
-    }
+    let (s, _alice) = big_chat().await;
     let mut b = s.client("w", "bob").await;
     b.ok(json!({"op": "join", "chat": "big"})).await;
     b.ok(json!({"op": "watch", "chat": "big", "after": 0})).await;
