@@ -78,7 +78,7 @@ async fn big_chat() -> (TestServer, Client) {
 
 #[tokio::test]
 async fn a_fetch_of_large_events_is_paged_by_bytes_instead_of_cutting_the_connection() {
-    let (s, mut a) = big_chat().await;
+    let (_server, mut a) = big_chat().await;
     let mut after = 0u64;
     let mut pages = 0;
     let mut seqs = Vec::new();
