@@ -344,4 +344,6 @@ impl Sink for Hub {
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
