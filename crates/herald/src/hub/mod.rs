@@ -349,4 +349,6 @@ impl Sink for Hub {
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
