@@ -5,8 +5,9 @@
 //!   local watchers; the first watcher subscribes the node at the broker and
 //!   the last one unsubscribes it, both under the registry's lock, so the
 //!   broker sees a chat's interest change in the order the watches did.
-//!   Starting a watch is two steps around a store read ([`Hub::begin_watch`],
-//!   [`Hub::finish_watch`]) so that no event falls between replay and live.
+//! - [`start`]: starting a watch, two steps around a store read
+//!   ([`Hub::begin_watch`], [`Hub::finish_watch`]) so that no event falls
+//!   between replay and live.
 //! - [`sequencer`]: each chat's sequencer: events may arrive out of order or
 //!   not at all (a lost broker hint); it pushes them in seq order and repairs
 //!   gaps from the log.
@@ -24,14 +25,13 @@
 
 mod hot;
 mod sequencer;
+mod start;
 mod tail;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-
-use herald_protocol::frame::notify_push;
 
 use crate::broker::{Broker, Sink};
 use crate::model::{ChatKey, Published};
@@ -62,6 +62,8 @@ pub struct Hub {
     /// Bytes of live events buffered for one watcher while its replay is
     /// read; beyond it the watcher is told to fetch (`notify`) instead.
     sync_bytes: usize,
+    /// Tokens of the gap reads of watches being started.
+    gap_reads: std::sync::atomic::AtomicU64,
     started: tokio::time::Instant,
 }
 
@@ -113,7 +115,18 @@ struct SyncBuffer {
     events: Vec<Arc<Published>>,
     bytes: usize,
     /// Events were dropped for lack of room: the watcher gets `notify` instead.
+    /// Once set, every later event is dropped too, so what is kept has no hole.
     overflowed: bool,
+    /// The seq of the first event offered, kept or not: where this watcher's
+    /// share of the sequencer's fan-out begins.
+    first: Option<u64>,
+    /// Seqs of this watcher's user's `leave`s offered, kept or not. Whether
+    /// one ends the watch depends on where the watch starts, known only at
+    /// its finish (a `leave` older than the read is from an earlier membership).
+    leaves: Vec<u64>,
+    /// Set once [`Hub::finish_watch`] ran and the events the sequencer moved
+    /// past before this watcher saw them are being read: that read's token.
+    reading_gap: Option<u64>,
 }
 
 impl Watcher {
@@ -121,8 +134,12 @@ impl Watcher {
     /// that there was no room). Returns whether the watcher is still syncing.
     fn buffer_if_syncing(&mut self, event: &Arc<Published>, limit: usize) -> bool {
         let Some(buf) = &mut self.syncing else { return false };
+        buf.first.get_or_insert(event.seq);
+        if event.kind == herald_protocol::EventType::Leave && event.user.as_deref() == Some(&*self.user) {
+            buf.leaves.push(event.seq);
+        }
         let len = event.frame.as_str().len();
-        if buf.bytes + len <= limit {
+        if !buf.overflowed && buf.bytes + len <= limit {
             buf.bytes += len;
             buf.events.push(event.clone());
         } else {
@@ -159,6 +176,7 @@ impl Hub {
             tail_now: tokio::sync::Notify::new(),
             hot_deliveries,
             sync_bytes,
+            gap_reads: std::sync::atomic::AtomicU64::new(0),
             started: tokio::time::Instant::now(),
         });
         let sink: Arc<dyn Sink> = hub.clone();
@@ -178,84 +196,6 @@ impl Hub {
     /// The entry of `key`, if this node watches it.
     fn watched(&self, key: &ChatKey) -> Option<Arc<Watched>> {
         self.shard(key).lock().expect("hub shard lock").get(key).cloned()
-    }
-
-    /// Registers `outbox`'s connection as a syncing watcher of `key`,
-    /// replacing a previous watch of the same connection.
-    pub fn begin_watch(&self, key: &ChatKey, user: &Arc<str>, outbox: &Arc<Outbox>) {
-        let mut shard = self.shard(key).lock().expect("hub shard lock");
-        let mut created = false;
-        let watched = shard
-            .entry(key.clone())
-            .or_insert_with(|| {
-                created = true;
-                Arc::new(Watched { key: key.clone(), state: Mutex::new(ChatState::default()) })
-            })
-            .clone();
-        let mut state = watched.state.lock().expect("hub chat lock");
-        let watcher = Watcher { outbox: outbox.clone(), user: user.clone(), next: 0, syncing: Some(Box::default()) };
-        let previous = state.watchers.insert(outbox.id(), watcher);
-        drop(state);
-        if created {
-            metrics::gauge!("herald_hub_chats").increment(1.0);
-            self.broker.subscribe(key);
-        }
-        drop(shard);
-        if previous.is_none() {
-            metrics::gauge!("herald_watches").increment(1.0);
-        }
-    }
-
-    /// Completes a watch begun with [`Hub::begin_watch`]: pushes the reply,
-    /// the replay and the live events buffered meanwhile, then goes live.
-    /// Returns false, pushing nothing, if the watch ended meanwhile (a `leave`).
-    pub fn finish_watch(&self, key: &ChatKey, conn: ConnId, replay: Replay) -> bool {
-        let Some(watched) = self.watched(key) else { return false };
-        let mut state = watched.state.lock().expect("hub chat lock");
-        if state.watchers.get(&conn).is_none_or(|w| w.syncing.is_none()) {
-            return false;
-        }
-        if state.next.is_none() {
-            state.next = Some(replay.latest + 1);
-            state.tail_seen = replay.latest;
-            self.release_held(&watched, &mut state);
-            self.arm_gap_timer(&watched, &mut state);
-        }
-        let chat_next = state.next.unwrap_or(replay.latest + 1);
-        // Releasing held events may have ended this very watch (a `leave`).
-        let Some(w) = state.watchers.get_mut(&conn) else {
-            drop(state);
-            self.remove_if_empty(key);
-            return false;
-        };
-        w.outbox.push(replay.reply);
-        w.next = replay.frames.first().map_or(replay.latest + 1, |(seq, _)| *seq);
-        let mut pushed = 0u64;
-        for (seq, frame) in replay.frames {
-            if seq >= w.next {
-                w.next = seq + 1;
-                w.outbox.push(frame);
-                pushed += 1;
-            }
-        }
-        if replay.truncated || w.next <= replay.latest {
-            w.outbox.push(Frame::from(notify_push(&key.chat, replay.latest)));
-            w.next = w.next.max(replay.latest + 1);
-        }
-        let buffer = w.syncing.take().map(|b| *b).unwrap_or_default();
-        for ev in buffer.events {
-            if ev.seq >= w.next {
-                w.next = ev.seq + 1;
-                w.outbox.push(ev.frame.clone());
-                pushed += 1;
-            }
-        }
-        if buffer.overflowed && chat_next > w.next {
-            w.outbox.push(Frame::from(notify_push(&key.chat, chat_next - 1)));
-            w.next = chat_next;
-        }
-        metrics::counter!("herald_pushes_total").increment(pushed);
-        true
     }
 
     /// Ends `conn`'s watch of `key`, if any.

@@ -74,7 +74,11 @@ impl Hub {
             return false;
         }
         let mut pushed = 0u64;
-        for w in state.watchers.values_mut() {
+        // A `leave` ends the live watches of its user that it reaches; one
+        // from before a watch's start is history. Syncing watches decide at
+        // their finish, when their start is known.
+        let mut ended = Vec::new();
+        for (conn, w) in state.watchers.iter_mut() {
             if w.buffer_if_syncing(event, self.sync_bytes) || event.seq < w.next {
                 continue;
             }
@@ -82,18 +86,19 @@ impl Hub {
             if w.outbox.push(event.frame.clone()) {
                 pushed += 1;
             }
+            if super::start::ends(event, &w.user) {
+                ended.push(*conn);
+            }
         }
         metrics::counter!("herald_pushes_total").increment(pushed);
-        if event.kind == EventType::Leave
-            && let Some(user) = &event.user
-        {
-            let before = state.watchers.len();
-            state.watchers.retain(|_, w| w.user != *user);
-            let ended = before - state.watchers.len();
-            metrics::gauge!("herald_watches").decrement(ended as f64);
-            return ended > 0 && state.watchers.is_empty();
+        if ended.is_empty() {
+            return false;
         }
-        false
+        for conn in &ended {
+            state.watchers.remove(conn);
+        }
+        metrics::gauge!("herald_watches").decrement(ended.len() as f64);
+        state.watchers.is_empty()
     }
 
     /// Fans out held events from `state.next` on while they are contiguous.
