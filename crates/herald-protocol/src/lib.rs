@@ -16,6 +16,7 @@ pub mod ids;
 pub mod limits;
 pub mod reply;
 pub mod request;
+pub mod scan;
 
 pub use codes::{CloseCode, ErrorCode};
 pub use event::{Event, EventType};

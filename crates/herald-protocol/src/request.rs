@@ -4,6 +4,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::ids::is_valid_id;
+use crate::scan;
 
 /// The longest `client_id`, in bytes.
 pub const MAX_CLIENT_ID_LEN: usize = 128;
@@ -77,10 +78,12 @@ pub enum BadFrame {
     BadRequest { id: i64, op: Option<&'static str>, message: String },
 }
 
-/// Every field any op takes. One pass over the frame; `body` stays raw.
+/// Every field any op takes. One pass over the frame; `body` stays raw, and
+/// so does `id`, read as JSON writes integers ([`scan::integer`]: `-0` is 0).
 #[derive(Deserialize)]
-struct Wire {
-    id: Option<i64>,
+struct Wire<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
     op: Option<String>,
     token: Option<String>,
     chat: Option<String>,
@@ -96,12 +99,16 @@ struct Wire {
 
 /// Parses one text frame.
 pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
+    // serde would also read the struct from an array of its fields in order.
+    if !text.trim_start_matches([' ', '\t', '\n', '\r']).starts_with('{') {
+        return Err(BadFrame::NotRequest(NOT_OBJECT.into()));
+    }
     let wire: Wire = match serde_json::from_str(text) {
         Ok(w) => w,
         Err(e) => return Err(classify_unparsable(text, e)),
     };
-    let Some(id) = wire.id else {
-        return Err(BadFrame::NotRequest("a request needs an integer \"id\"".into()));
+    let Some(id) = wire.id.and_then(|raw| scan::integer(raw.get())) else {
+        return Err(BadFrame::NotRequest(NO_ID.into()));
     };
     let bad = |op: Option<&'static str>, message: String| BadFrame::BadRequest { id, op, message };
     let Some(op_name) = wire.op.as_deref() else {
@@ -194,15 +201,21 @@ fn op_static_name(op: &str) -> Option<&'static str> {
 /// A frame the typed pass refused: a request with a wrongly typed argument
 /// still gets a reply with its id; anything else is not a request.
 fn classify_unparsable(text: &str, err: serde_json::Error) -> BadFrame {
-    let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(text) else {
-        return BadFrame::NotRequest("a frame must be one JSON object".into());
+    // The scanner, not `serde_json::Value`, which refuses valid JSON the typed
+    // pass skipped over (deep nesting, numbers beyond f64, lone surrogates).
+    let Some(members) = scan::object_members(text) else {
+        return BadFrame::NotRequest(NOT_OBJECT.into());
     };
-    let Some(id) = map.get("id").and_then(serde_json::Value::as_i64) else {
-        return BadFrame::NotRequest("a request needs an integer \"id\"".into());
+    let last = |key: &str| members.iter().rev().find(|m| m.key == key).map(|m| m.value);
+    let Some(id) = last("id").and_then(scan::integer) else {
+        return BadFrame::NotRequest(NO_ID.into());
     };
-    let op = map.get("op").and_then(serde_json::Value::as_str).and_then(op_static_name);
+    let op = last("op").and_then(|raw| serde_json::from_str::<&str>(raw).ok()).and_then(op_static_name);
     BadFrame::BadRequest { id, op, message: format!("bad arguments: {err}") }
 }
+
+const NOT_OBJECT: &str = "a frame must be one JSON object";
+const NO_ID: &str = "a request needs an integer \"id\"";
 
 #[cfg(test)]
 mod tests {
@@ -248,5 +261,32 @@ mod tests {
             Err(BadFrame::BadRequest { id: 6, .. })
         ));
         assert!(matches!(parse_frame(r#"{"id":7,"op":"send","chat":"g"}"#), Err(BadFrame::BadRequest { id: 7, .. })));
+    }
+
+    /// Cases the fuzz target found: each used to be called "not a request".
+    #[test]
+    fn a_request_is_known_by_its_id_however_odd_the_rest() {
+        // serde reads a struct from an array of its fields; a frame is an object.
+        assert!(matches!(
+            parse_frame(r#"[1,"ping",null,null,null,null,null,null,null,null,null,null]"#),
+            Err(BadFrame::NotRequest(_))
+        ));
+        // `-0` is an integer as JSON writes it.
+        assert_eq!(parse_frame(r#"{"id":-0,"op":"ping"}"#).unwrap().id, 0);
+        assert!(matches!(parse_frame(r#"{"id":-0.0,"op":"ping"}"#), Err(BadFrame::NotRequest(_))));
+        // Valid JSON serde cannot build a value of, beside a bad argument: still answered with the id.
+        let deep = format!(r#"{{"id":8,"op":"fetch","chat":"g","after":-1,"x":{}{}}}"#, "[".repeat(200), "]".repeat(200));
+        for text in [
+            r#"{"id":8,"op":"fetch","chat":"g","after":-1,"x":1e400}"#,
+            r#"{"id":8,"op":"fetch","chat":"g","after":-1,"x":"\ud800"}"#,
+            deep.as_str(),
+        ] {
+            match parse_frame(text) {
+                Err(BadFrame::BadRequest { id: 8, .. }) => {}
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        // Duplicate members: serde refuses them, the reply still has an id.
+        assert!(matches!(parse_frame(r#"{"id":9,"id":9,"op":"ping"}"#), Err(BadFrame::BadRequest { id: 9, .. })));
     }
 }
