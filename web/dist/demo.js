@@ -103,7 +103,7 @@ var WATCH_TRANSITIONS = {
   live: ["repairing", "suspended", "unwatched"],
   repairing: ["live", "suspended", "unwatched"],
   suspended: ["subscribing", "unwatched"]
-}, TRANSIENT = /* @__PURE__ */ new Set(["throttled", "unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS = 1e3, MAX_STALLS = 3, MAX_REPAIR_PAGES = 1e4, Chat = class extends Emitter {
+}, TRANSIENT = /* @__PURE__ */ new Set(["throttled", "unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS = 1e3, MAX_STALLS = 3, Chat = class extends Emitter {
   /** The chat id. */
   id;
   host;
@@ -175,10 +175,39 @@ var WATCH_TRANSITIONS = {
   read(seq) {
     return this.host.request("read", { chat: this.id, seq });
   }
-  /** Fetches up to `limit` (at most 500) events after `after`, without touching delivery. */
+  /**
+   * Fetches one page of events after `after`, without touching delivery: at most `limit` (at most 500,
+   * default 100), and possibly fewer, since the server also bounds a reply in bytes. When the reply says
+   * `more`, the next page starts after its last event's seq; `history()` does that paging.
+   */
   fetch(after, limit) {
     let args = { chat: this.id, after };
     return limit !== void 0 && (args.limit = limit), this.host.request("fetch", args);
+  }
+  /**
+   * The events after `after`, in seq order, fetched page by page until the server says there is no more
+   * (or past `opts.until`); outside delivery, like `fetch`. Pages use the client's page size, which shrinks
+   * after slow-consumer closes. A failed fetch (a dropped link, `forbidden`, ...) ends the iteration with
+   * its `HeraldError`; start again after the last event received to go on.
+   *
+   *     for await (const ev of chat.history(0, { until: watchStartSeq })) render(ev);
+   */
+  async *history(after = 0, opts = {}) {
+    if (!Number.isInteger(after) || after < 0) throw new TypeError("herald: `after` must be a non-negative integer");
+    if (opts.until !== void 0 && (!Number.isInteger(opts.until) || opts.until < 0))
+      throw new TypeError("herald: `until` must be a non-negative integer");
+    let until = opts.until ?? Number.POSITIVE_INFINITY, last = after;
+    for (; last < until; ) {
+      let page = await this.fetchPage(last), before = last;
+      for (let ev of page.events)
+        if (!(ev.seq <= last)) {
+          if (ev.seq > until) return;
+          last = ev.seq, yield ev;
+        }
+      if (!page.more) return;
+      if (last === before)
+        throw new HeraldError("protocol", `herald: chat ${this.id}: more announced after ${last} but no events came`, { op: "fetch" });
+    }
   }
   // ---- called by the client -------------------------------------------------------------------
   /** @internal A new link is greeted: resume watching. */
@@ -243,19 +272,18 @@ var WATCH_TRANSITIONS = {
     this.watchState === "live" && (this.setState("repairing"), this.runRepair(this.epoch));
   }
   /**
-   * Fetches pages after the last delivered seq until nothing is held and nothing announced is missing.
-   * Fetching up to the chat's latest seq (the reply's `seq`, which is what `more` points at) rather
-   * than just to the gap's end costs a few duplicate events, which are dropped, and saves a round trip
-   * per page in a busy chat.
+   * Fetches pages after the last delivered seq until nothing is held, nothing announced is missing and
+   * the last page did not say `more`. Fetching up to the chat's latest seq rather than just to the gap's
+   * end costs a few duplicate events, which are dropped, and saves a round trip per page in a busy chat.
    */
   async runRepair(epoch) {
-    for (let pages = 0; pages < MAX_REPAIR_PAGES; pages++) {
+    for (; ; ) {
       if (this.drainContiguous(), epoch !== this.epoch) return;
       let last = this.last ?? 0;
       if (this.buffer.size === 0 && this.known <= last) break;
       let page;
       try {
-        page = await this.host.request("fetch", { chat: this.id, after: last, limit: this.host.fetchPageSize });
+        page = await this.fetchPage(last);
       } catch (err) {
         if (epoch !== this.epoch) return;
         this.failed(err, () => {
@@ -267,7 +295,7 @@ var WATCH_TRANSITIONS = {
       for (let ev of page.events)
         if (ev.seq === (this.last ?? 0) + 1 && (this.buffer.delete(ev.seq), this.deliver(ev), epoch !== this.epoch))
           return;
-      if (this.known = Math.max(this.known, page.seq), (this.last ?? 0) > last) {
+      if (this.known = Math.max(this.known, announcedBy(page, last)), (this.last ?? 0) > last) {
         this.stalls = 0;
         continue;
       }
@@ -284,6 +312,11 @@ var WATCH_TRANSITIONS = {
       break;
     }
     epoch === this.epoch && this.setState("live");
+  }
+  /** One page after `after` at the client's page size; a reply lets the page size grow back a step. */
+  async fetchPage(after) {
+    let page = await this.host.request("fetch", { chat: this.id, after, limit: this.host.pageSize.current });
+    return this.host.pageSize.grow(), page;
   }
   /** Handles a failed watch or fetch: retry transient errors, give up on the rest. */
   failed(err, retry) {
@@ -339,6 +372,10 @@ var WATCH_TRANSITIONS = {
     this.cancelRetry !== null && (this.cancelRetry(), this.cancelRetry = null);
   }
 };
+function announcedBy(page, after) {
+  let end = page.events.reduce((hi, ev) => Math.max(hi, ev.seq), after);
+  return Math.max(page.seq, page.more ? end + 1 : end);
+}
 function toEvent(push) {
   let { ev: _ev, chat: _chat, ...event } = push;
   return event;
@@ -365,8 +402,12 @@ function closePolicy(code) {
       return "refresh_token";
     case CloseCode.TooManyRequests:
       return "reconnect_slow";
+    // The outbound queue overflowed, most likely on a large fetch reply or replay. The same requests on
+    // the next link would overflow it again: come back later each time, and ask for less.
+    case CloseCode.SlowConsumer:
+      return "reconnect_smaller";
     // 4000 means one of us broke the protocol; backoff keeps a buggy loop from hammering the server.
-    // 4008, 4012, 1006 (network), 1009 and anything unknown: the next connection may well be fine.
+    // 4012, 1006 (network), 1009 and anything unknown: the next connection may well be fine.
     default:
       return "reconnect";
   }
@@ -534,6 +575,39 @@ function newClientId(random = Math.random) {
   for (let b of bytes) hex += b.toString(16).padStart(2, "0");
   return `c-${hex}`;
 }
+
+// ../sdk/ts/src/page-size.ts
+var PageSize = class {
+  /**
+   * @param max the configured page size (`fetchPageSize`), which is also where growth stops.
+   * @param now the clock, in milliseconds.
+   */
+  constructor(max, now = Date.now) {
+    this.max = max;
+    this.now = now;
+    this.size = max;
+  }
+  max;
+  now;
+  size;
+  /** When the size last changed (shrunk or grew); growth waits `GROW_INTERVAL_MS` after it. */
+  changedAt = Number.NEGATIVE_INFINITY;
+  /** The `limit` to ask for now. */
+  get current() {
+    return this.size;
+  }
+  /** The connection was closed as a slow consumer: ask for half as much, down to the floor. */
+  shrink() {
+    let floor = Math.min(10, this.max);
+    this.size = Math.max(floor, Math.floor(this.size / 2)), this.changedAt = this.now();
+  }
+  /** A fetch of the current size came back: grow one step, if the last change is old enough. */
+  grow() {
+    if (this.size >= this.max) return;
+    let now = this.now();
+    now - this.changedAt < 1e4 || (this.size = Math.min(this.max, this.size + Math.max(1, Math.ceil(this.size * 0.25))), this.changedAt = now);
+  }
+};
 
 // ../sdk/ts/src/requests.ts
 function overLimit(s, limit) {
@@ -763,6 +837,11 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   endpoint;
   tokens;
   backoff;
+  /**
+   * The `limit` of the fetches chats make themselves. One per client, not per chat: a 4008 is about this
+   * connection's outbound queue, which every chat's replies share.
+   */
+  pageSize;
   outbox;
   chats = /* @__PURE__ */ new Map();
   chatHost;
@@ -786,7 +865,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   cancelDrain = null;
   /** Validates the options; throws `TypeError` for unusable ones (no WebSocket, bad workspace, ...). */
   constructor(options) {
-    super(), this.s = resolveOptions(options), this.ctor = resolveWebSocket(this.s.WebSocket), this.endpoint = endpointUrl(this.s.url, this.s.workspace), this.tokens = new TokenSource(this.s.token, this.s.tokenRefreshMarginMs), this.backoff = new Backoff(this.s.backoff, this.s.random), this.requests = new Requests(this.s.maxFrameBytes, (link) => this.lost(link, 1006, "write failed"));
+    super(), this.s = resolveOptions(options), this.ctor = resolveWebSocket(this.s.WebSocket), this.endpoint = endpointUrl(this.s.url, this.s.workspace), this.tokens = new TokenSource(this.s.token, this.s.tokenRefreshMarginMs), this.backoff = new Backoff(this.s.backoff, this.s.random), this.pageSize = new PageSize(this.s.fetchPageSize), this.requests = new Requests(this.s.maxFrameBytes, (link) => this.lost(link, 1006, "write failed"));
     let self = this;
     this.outbox = new Outbox(
       {
@@ -807,7 +886,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
       send: (chat, body, clientId) => this.outbox.enqueue(chat, body, clientId),
       delivered: (ev) => this.emit("event", ev),
       schedule,
-      fetchPageSize: this.s.fetchPageSize,
+      pageSize: this.pageSize,
       maxBufferedEvents: this.s.maxBufferedEvents
     };
   }
@@ -950,9 +1029,9 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   lost(link, code, reason) {
     if (link !== this.link) return;
     let lived = this.current === "connected" ? Date.now() - this.connectedAt : 0;
-    this.detach(link, reason, new HeraldError("disconnected", `herald: link closed (${code}${reason ? ` ${reason}` : ""})`, { closeCode: code })), lived >= STABLE_CONNECTION_MS && this.backoff.reset();
+    this.detach(link, reason, new HeraldError("disconnected", `herald: link closed (${code}${reason ? ` ${reason}` : ""})`, { closeCode: code }));
     let policy = closePolicy(code);
-    if (policy === "refresh_token") {
+    if (policy === "reconnect_smaller" ? this.pageSize.shrink() : lived >= STABLE_CONNECTION_MS && this.backoff.reset(), policy === "refresh_token") {
       if (!this.tokens.canRefresh || this.authRetried) {
         let again = this.tokens.canRefresh ? " again after a refresh" : " (a fixed token cannot be refreshed)";
         this.stop(code, reason, new HeraldError("unauthenticated", `herald: the server rejected the token${again}`, { closeCode: code }));

@@ -17,10 +17,10 @@ use serde_json::value::RawValue;
 use crate::broker::Broker;
 use crate::error::Error;
 use crate::guard::JoinThrottle;
-use crate::hub::{Backfill, Hub, Replay};
+use crate::hub::{Hub, Replay};
 use crate::model::{ChatKey, Published};
 use crate::outbox::{Frame, Outbox};
-use crate::store::{Actor, BoxFuture, Store, Write, Written};
+use crate::store::{Actor, Store, Write, Written};
 
 /// Longest a watch waits for the broker to confirm its subscription.
 const SUBSCRIBE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -32,7 +32,9 @@ pub struct ChatLimits {
     pub body_bytes: usize,
     /// Most events one `watch` replays before it sends `notify` instead.
     pub replay_events: usize,
-    /// Most bytes one `watch` replays; keeps a replay well inside the outbound queue.
+    /// Most bytes one `watch` replays, and most bytes of events in one
+    /// `fetch` reply: keeps either well inside the outbound queue, so a
+    /// client's own read never closes its connection with 4008.
     pub replay_bytes: usize,
     /// Client joins per second into one chat on this node; 0 means no cap.
     pub join_rate: u32,
@@ -64,20 +66,6 @@ impl Chats {
     pub fn new(store: Arc<dyn Store>, broker: Arc<dyn Broker>, hub: Arc<Hub>, limits: ChatLimits) -> Self {
         let join_throttle = (limits.join_rate > 0).then(|| JoinThrottle::new(limits.join_rate));
         Chats { store, broker, hub, join_throttle, limits }
-    }
-
-    /// The hub's view of the log: events encoded as pushes. `None` when the store fails.
-    fn encoded_after(&self, key: &ChatKey, after: u64, limit: u32) -> BoxFuture<'_, Option<Vec<Arc<Published>>>> {
-        let key = key.clone();
-        Box::pin(async move {
-            match self.store.fetch(&key, None, after, limit).await {
-                Ok(f) => Some(f.events.iter().map(|e| Published::new(key.clone(), e)).collect()),
-                Err(e) => {
-                    tracing::warn!(chat = %key, error = %e, "backfill read failed");
-                    None
-                }
-            }
-        })
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -176,6 +164,9 @@ impl Chats {
         self.fetch_as(&c.key(chat), Some(&c.user), after, limit).await
     }
 
+    /// Events of `key` after `after`, at most `limit` of them and at most
+    /// [`ChatLimits::replay_bytes`] of encoded events (always at least one):
+    /// a page cut short by size says `more`, and the client asks again.
     async fn fetch_as(
         &self,
         key: &ChatKey,
@@ -184,8 +175,21 @@ impl Chats {
         limit: Option<u32>,
     ) -> Result<FetchOk, Error> {
         let limit = limit.unwrap_or(herald_protocol::limits::FETCH_DEFAULT).clamp(1, FETCH_MAX);
-        let f = self.store.fetch(key, member, after, limit).await?;
-        Ok(FetchOk { events: f.events, seq: f.info.seq, more: f.more })
+        let mut f = self.store.fetch(key, member, after, limit).await?;
+        let mut bytes = 0usize;
+        let fits = f.events.iter().position(|e| {
+            bytes += encoded_len(e);
+            bytes > self.limits.replay_bytes
+        });
+        let more = match fits {
+            Some(cut) => {
+                f.events.truncate(cut.max(1));
+                metrics::counter!("herald_fetch_pages_cut_total").increment(1);
+                true
+            }
+            None => f.more,
+        };
+        Ok(FetchOk { events: f.events, seq: f.info.seq, more })
     }
 
     /// Starts `outbox`'s watch of `chat`: pushes the reply made by `reply`
@@ -201,24 +205,28 @@ impl Chats {
     ) -> Result<(), Error> {
         let key = c.key(chat);
         self.hub.begin_watch(&key, &c.user, outbox);
+        // Until the watch is live, a failure or a cancelled request (its
+        // timeout, its connection closing) ends the half-started watch.
+        let mut starting = Starting { hub: &self.hub, key: &key, conn: outbox.id(), live: false };
         // Read the log only once other nodes' events reach this node, or one could fall in between.
         if tokio::time::timeout(SUBSCRIBE_WAIT, self.broker.subscribed(&key)).await.is_err() {
             tracing::warn!(chat = %key, "broker subscription not confirmed in time; the hub will backfill");
         }
-        match self.read_replay(&key, &c.user, after).await {
-            Ok((latest, frames, truncated)) => {
-                self.hub.finish_watch(&key, outbox.id(), Replay { reply: reply(latest), latest, frames, truncated });
-                Ok(())
-            }
-            Err(e) => {
-                self.hub.unwatch(&key, outbox.id());
-                Err(e)
-            }
+        let (latest, frames, truncated) = self.read_replay(&key, &c.user, after).await?;
+        starting.live =
+            self.hub.finish_watch(&key, outbox.id(), Replay { reply: reply(latest), latest, frames, truncated });
+        if !starting.live {
+            // A `leave` of this user ended the watch while it started.
+            return Err(Error::Forbidden(format!("not a member of {chat}")));
         }
+        Ok(())
     }
 
     /// Reads what a watch replays: the chat's latest seq, the events after
-    /// `after` within the replay limits, and whether they were cut short.
+    /// `after` within the replay limits, and whether they were cut short. An
+    /// `after` beyond the log's end (a client restored from an old backup)
+    /// replays nothing; the watch goes live from the log's real end, and the
+    /// reply's `seq` tells the client where that is.
     async fn read_replay(
         &self,
         key: &ChatKey,
@@ -240,9 +248,9 @@ impl Chats {
                 }
                 frames.push((e.seq, frame));
             }
-            after = f.events.last().map_or(after, |e| e.seq);
-            if !f.more || f.events.is_empty() {
-                return Ok((f.info.seq.max(after), frames, false));
+            match f.events.last() {
+                Some(last) if f.more => after = last.seq,
+                _ => return Ok((f.info.seq, frames, false)),
             }
         }
     }
@@ -305,8 +313,149 @@ impl Chats {
     }
 }
 
-impl Backfill for Chats {
-    fn events_after(&self, key: &ChatKey, after: u64, limit: u32) -> BoxFuture<'_, Option<Vec<Arc<Published>>>> {
-        self.encoded_after(key, after, limit)
+/// A watch between [`Hub::begin_watch`] and [`Hub::finish_watch`]: if it is
+/// dropped before it went live, the hub forgets it.
+struct Starting<'a> {
+    hub: &'a Hub,
+    key: &'a ChatKey,
+    conn: crate::outbox::ConnId,
+    live: bool,
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        if !self.live {
+            self.hub.unwatch(self.key, self.conn);
+        }
+    }
+}
+
+/// The length of `event` in a fetch reply: its JSON encoding, counted, not built.
+fn encoded_len(event: &herald_protocol::Event) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, event);
+    count.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::Sink;
+    use crate::broker::memory::MemoryBroker;
+    use crate::model::ChatInfo;
+    use crate::store::{BoxFuture, Fetched, StoreError};
+    use herald_protocol::{Event, EventType};
+
+    /// A log of one chat at seq `latest` whose reads wait until `gate` opens.
+    struct GatedLog {
+        latest: u64,
+        gate: tokio::sync::Semaphore,
+    }
+
+    impl Store for GatedLog {
+        fn write(&self, _write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
+            Box::pin(std::future::ready(Err(StoreError::Unavailable("read-only".into()))))
+        }
+        fn chat(&self, _key: &ChatKey) -> BoxFuture<'_, Result<Option<ChatInfo>, StoreError>> {
+            Box::pin(std::future::ready(Ok(Some(ChatInfo { seq: self.latest, members: 1, open: true }))))
+        }
+        fn fetch<'a>(
+            &'a self,
+            _key: &'a ChatKey,
+            _member: Option<&'a str>,
+            _after: u64,
+            _limit: u32,
+        ) -> BoxFuture<'a, Result<Fetched, StoreError>> {
+            Box::pin(async move {
+                // Each read takes one permit for good.
+                self.gate.acquire().await.map_err(|_| StoreError::Unavailable("closed".into()))?.forget();
+                Ok(Fetched { events: vec![], info: ChatInfo { seq: self.latest, members: 1, open: true }, more: false })
+            })
+        }
+        fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn close(&self) -> BoxFuture<'_, ()> {
+            Box::pin(std::future::ready(()))
+        }
+    }
+
+    fn chats(latest: u64) -> (Arc<Chats>, Arc<GatedLog>, Arc<Hub>) {
+        let log = Arc::new(GatedLog { latest, gate: tokio::sync::Semaphore::new(0) });
+        let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new());
+        let hub = Hub::new(broker.clone(), log.clone(), 0, 1 << 20);
+        let limits = ChatLimits { body_bytes: 1024, replay_events: 100, replay_bytes: 1 << 16, join_rate: 0 };
+        (Arc::new(Chats::new(log.clone(), broker, hub.clone(), limits)), log, hub)
+    }
+
+    fn leave(key: &ChatKey, user: &str, seq: u64) -> Arc<Published> {
+        let body = RawValue::from_string("{}".into()).unwrap();
+        let e = Event { seq, kind: EventType::Leave, user: Some(user.into()), ts: 0, body, client_id: None };
+        Published::new(key.clone(), &e)
+    }
+
+    async fn until(what: impl Fn() -> bool) {
+        for _ in 0..1000 {
+            if what() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        panic!("condition not reached in 1 s");
+    }
+
+    #[tokio::test]
+    async fn a_leave_while_a_watch_starts_is_answered_not_left_without_a_reply() {
+        for started in [false, true] {
+            let (chats, log, hub) = chats(5);
+            let caller = Caller { ws: "w".into(), user: "bob".into() };
+            let key = caller.key("room");
+            if started {
+                // Another member already watches: the chat's sequencer runs.
+                let other = Arc::new(Outbox::new(9, 1 << 20));
+                log.gate.add_permits(1);
+                let alice = Caller { ws: "w".into(), user: "alice".into() };
+                chats.watch(&alice, &other, "room", None, |_| Frame::from("{}")).await.unwrap();
+            }
+            let outbox = Arc::new(Outbox::new(1, 1 << 20));
+            let watch = {
+                let (chats, outbox) = (chats.clone(), outbox.clone());
+                tokio::spawn(async move { chats.watch(&caller, &outbox, "room", None, |_| Frame::from("{}")).await })
+            };
+            until(|| hub.chats() == 1 && log.gate.available_permits() == 0).await;
+            tokio::task::yield_now().await;
+            // Bob leaves on another device while his watch's replay is read.
+            hub.deliver(leave(&key, "bob", 6));
+            log.gate.add_permits(1);
+            let answer = watch.await.unwrap();
+            assert!(matches!(answer, Err(Error::Forbidden(_))), "started={started}: {answer:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watch_cancelled_while_it_starts_leaves_nothing_registered() {
+        let (chats, log, hub) = chats(5);
+        let outbox = Arc::new(Outbox::new(1, 1 << 20));
+        let watch = {
+            let (chats, outbox) = (chats.clone(), outbox.clone());
+            let caller = Caller { ws: "w".into(), user: "bob".into() };
+            tokio::spawn(async move { chats.watch(&caller, &outbox, "room", None, |_| Frame::from("{}")).await })
+        };
+        until(|| hub.chats() == 1).await;
+        // The request's timeout, or its connection closing, drops it mid-read.
+        watch.abort();
+        let _ = watch.await;
+        assert_eq!(hub.chats(), 0, "the half-started watch was forgotten");
+        drop(log);
     }
 }

@@ -162,7 +162,9 @@ impl Bulkhead {
         }
     }
 
-    /// A slot, waiting in the bounded queue if all are taken; `None` when the queue is full too.
+    /// A slot, waiting in the bounded queue if all are taken; `None` when the
+    /// queue is full too. A caller dropped while it waits leaves the queue
+    /// (its place is a guard), and one dropped while it holds a slot frees it.
     pub async fn enter(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
         use std::sync::atomic::Ordering;
         if let Ok(p) = self.permits.try_acquire() {
@@ -172,9 +174,8 @@ impl Bulkhead {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        let permit = self.permits.acquire().await.ok();
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
-        permit
+        let _place = Waiting(&self.waiting);
+        self.permits.acquire().await.ok()
     }
 
     /// Operations holding a slot now.
@@ -185,6 +186,15 @@ impl Bulkhead {
     /// Operations waiting for a slot now.
     pub fn waiting(&self) -> usize {
         self.waiting.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A place in a [`Bulkhead`]'s queue, given up when dropped.
+struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -235,10 +245,37 @@ struct BreakerInner {
     open_until: tokio::time::Instant,
 }
 
-/// A call the breaker let through; report its outcome with [`Breaker::record`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admitted {
+/// A call the breaker let through; report its outcome with
+/// [`Admitted::record`]. A probe dropped without an outcome (its caller was
+/// cancelled) hands the probe back: the breaker stays open and lets the next
+/// call probe at once, instead of waiting half-open for a verdict that
+/// will never come.
+#[derive(Debug)]
+#[must_use = "report the call's outcome with record()"]
+pub struct Admitted<'a> {
+    breaker: &'a Breaker,
     probe: bool,
+    recorded: bool,
+}
+
+impl Admitted<'_> {
+    /// Reports how the call went. Returns the breaker's state change, if any.
+    pub fn record(mut self, ok: bool) -> Option<BreakerState> {
+        self.recorded = true;
+        self.breaker.record(self.probe, ok)
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if self.probe && !self.recorded {
+            let mut b = self.breaker.inner.lock().expect("breaker lock");
+            if b.state == BreakerState::HalfOpen {
+                b.state = BreakerState::Open;
+                b.open_until = tokio::time::Instant::now();
+            }
+        }
+    }
 }
 
 impl Breaker {
@@ -259,14 +296,14 @@ impl Breaker {
     }
 
     /// Lets a call through, or refuses it with the milliseconds until the next probe.
-    pub fn admit(&self) -> Result<Admitted, u64> {
+    pub fn admit(&self) -> Result<Admitted<'_>, u64> {
         let mut b = self.inner.lock().expect("breaker lock");
         let now = tokio::time::Instant::now();
         match b.state {
-            BreakerState::Closed => Ok(Admitted { probe: false }),
+            BreakerState::Closed => Ok(self.call(false)),
             BreakerState::Open if now >= b.open_until => {
                 b.state = BreakerState::HalfOpen;
-                Ok(Admitted { probe: true })
+                Ok(self.call(true))
             }
             BreakerState::Open => Err(b.open_until.duration_since(now).as_millis().max(1) as u64),
             // A probe is out; everyone else waits for its verdict.
@@ -274,17 +311,33 @@ impl Breaker {
         }
     }
 
+    /// A probe of an open breaker now, whatever its cool-down: a background
+    /// check of the resource (not a client's call), so that a resource that
+    /// is back is found within one check. `None` unless the breaker is open.
+    pub fn probe_now(&self) -> Option<Admitted<'_>> {
+        let mut b = self.inner.lock().expect("breaker lock");
+        if b.state != BreakerState::Open {
+            return None;
+        }
+        b.state = BreakerState::HalfOpen;
+        Some(self.call(true))
+    }
+
+    fn call(&self, probe: bool) -> Admitted<'_> {
+        Admitted { breaker: self, probe, recorded: false }
+    }
+
     /// Reports how an admitted call went. Returns the state change, if any.
-    pub fn record(&self, call: Admitted, ok: bool) -> Option<BreakerState> {
+    fn record(&self, probe: bool, ok: bool) -> Option<BreakerState> {
         let mut b = self.inner.lock().expect("breaker lock");
         let before = b.state;
         if ok {
             b.failures = 0;
-            if call.probe || b.state == BreakerState::HalfOpen {
+            if probe || b.state == BreakerState::HalfOpen {
                 b.state = BreakerState::Closed;
                 b.cooldown = self.cfg.cooldown;
             }
-        } else if call.probe {
+        } else if probe {
             b.cooldown = (b.cooldown * 2).min(self.cfg.max_cooldown);
             b.state = BreakerState::Open;
             b.open_until = tokio::time::Instant::now() + b.cooldown;
@@ -317,23 +370,23 @@ mod breaker_tests {
         let b = breaker();
         for _ in 0..2 {
             let a = b.admit().unwrap();
-            assert_eq!(b.record(a, false), None);
+            assert_eq!(a.record(false), None);
         }
         // A success in between resets the count.
         let a = b.admit().unwrap();
-        b.record(a, true);
+        a.record(true);
         for _ in 0..2 {
             let a = b.admit().unwrap();
-            b.record(a, false);
+            a.record(false);
         }
         let a = b.admit().unwrap();
-        assert_eq!(b.record(a, false), Some(BreakerState::Open));
+        assert_eq!(a.record(false), Some(BreakerState::Open));
         assert!(b.admit().is_err(), "open: fail fast");
         tokio::time::advance(Duration::from_millis(101)).await;
         let probe = b.admit().unwrap();
         assert_eq!(b.state(), BreakerState::HalfOpen);
         assert!(b.admit().is_err(), "one probe at a time");
-        assert_eq!(b.record(probe, true), Some(BreakerState::Closed));
+        assert_eq!(probe.record(true), Some(BreakerState::Closed));
         assert!(b.admit().is_ok());
     }
 
@@ -342,15 +395,65 @@ mod breaker_tests {
         let b = breaker();
         for _ in 0..3 {
             let a = b.admit().unwrap();
-            b.record(a, false);
+            a.record(false);
         }
         tokio::time::advance(Duration::from_millis(101)).await;
         let probe = b.admit().unwrap();
-        assert_eq!(b.record(probe, false), Some(BreakerState::Open));
+        assert_eq!(probe.record(false), Some(BreakerState::Open));
         tokio::time::advance(Duration::from_millis(150)).await;
         assert!(b.admit().is_err(), "cool-down doubled to 200 ms");
         tokio::time::advance(Duration::from_millis(60)).await;
         assert!(b.admit().is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_probe_hands_the_probe_back() {
+        let b = breaker();
+        for _ in 0..3 {
+            b.admit().unwrap().record(false);
+        }
+        tokio::time::advance(Duration::from_millis(101)).await;
+        let probe = b.admit().unwrap();
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        // The probing call is cancelled before it could report.
+        drop(probe);
+        assert_eq!(b.state(), BreakerState::Open, "not stuck half-open");
+        let again = b.admit().expect("the next call probes at once");
+        assert_eq!(again.record(true), Some(BreakerState::Closed));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_background_probe_ignores_the_cooldown() {
+        let b = breaker();
+        for _ in 0..3 {
+            b.admit().unwrap().record(false);
+        }
+        assert!(b.admit().is_err(), "clients still fail fast during the cool-down");
+        let probe = b.probe_now().expect("open: a probe now");
+        assert_eq!(probe.record(true), Some(BreakerState::Closed));
+        assert!(b.probe_now().is_none(), "closed: nothing to probe");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_dropped_in_the_queue_gives_its_place_back() {
+        let h = std::sync::Arc::new(Bulkhead::new(1, 1));
+        let first = h.enter().await.unwrap();
+        let h2 = h.clone();
+        let waiter = tokio::spawn(async move { h2.enter().await.is_some() });
+        while h.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        waiter.abort();
+        let _ = waiter.await;
+        assert_eq!(h.waiting(), 0, "the cancelled waiter left the queue");
+        let h3 = h.clone();
+        let next = tokio::spawn(async move { h3.enter().await.is_some() });
+        while h.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        drop(first);
+        assert!(next.await.unwrap(), "the queue still admits");
+        assert_eq!(h.in_flight(), 0);
     }
 
     #[tokio::test]

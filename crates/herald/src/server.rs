@@ -47,6 +47,50 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     Ok(Arc::new(Sharded::new(shards)))
 }
 
+/// The parts of a node that serve connections, wired together.
+pub(crate) struct Core {
+    pub chats: Arc<Chats>,
+    pub tokens: Arc<Tokens>,
+    pub cells: Arc<Cells>,
+    pub gateway: Arc<Gateway>,
+}
+
+impl Core {
+    /// Builds hub, chats and gateway over `store` and `broker`.
+    pub(crate) fn new(config: &Config, store: Arc<dyn Store>, broker: Arc<dyn Broker>) -> anyhow::Result<Core> {
+        // A watch's start fits the outbound queue: its replay in half of it,
+        // the live events meanwhile in a quarter, so it never closes with 4008.
+        let hub = Hub::new(broker.clone(), store.clone(), config.hot_chat_deliveries, config.outbox_limit / 4);
+        let limits = ChatLimits {
+            body_bytes: config.body_limit,
+            replay_events: REPLAY_EVENTS,
+            replay_bytes: config.outbox_limit / 2,
+            join_rate: config.chat_join_rate,
+        };
+        let chats = Arc::new(Chats::new(store, broker, hub, limits));
+        let cells = Arc::new(Cells::new(&config.cell, &config.cells)?);
+        let tokens = Arc::new(Tokens::new(&config.jwt_secret, config.jwt_audience.as_deref()));
+        let gateway = Gateway::new(
+            chats.clone(),
+            tokens.clone(),
+            GatewayConfig {
+                node: config.node.clone(),
+                frame_limit: config.frame_limit,
+                hello_timeout: config.hello_timeout,
+                heartbeat: config.heartbeat,
+                idle_timeout: config.idle_timeout,
+                rate: config.rate,
+                burst: config.burst,
+                outbox_limit: config.outbox_limit,
+                read_buffer: config.ws_read_buffer,
+                write_buffer: config.ws_write_buffer,
+                cells: cells.clone(),
+            },
+        );
+        Ok(Core { chats, tokens, cells, gateway })
+    }
+}
+
 /// When a node joins, moves this node's clients whose workspace it now owns
 /// (rendezvous alone: a decision on a second-old load figure would move
 /// workspaces that stay), spread over `window`: the newcomer takes its share
@@ -82,35 +126,7 @@ pub async fn run(
         Some(n) => n.clone(),
         None => Arc::new(MemoryBroker::new()),
     };
-    let hub = Hub::new(broker.clone(), config.hot_chat_deliveries);
-    let limits = ChatLimits {
-        body_bytes: config.body_limit,
-        replay_events: REPLAY_EVENTS,
-        replay_bytes: config.outbox_limit / 2,
-        join_rate: config.chat_join_rate,
-    };
-    let chats = Arc::new(Chats::new(store.clone(), broker, hub.clone(), limits));
-    let backfill: Arc<dyn crate::hub::Backfill> = chats.clone();
-    hub.set_backfill(Arc::downgrade(&backfill));
-    let cells = Arc::new(Cells::new(&config.cell, &config.cells)?);
-    let tokens = Arc::new(Tokens::new(&config.jwt_secret, config.jwt_audience.as_deref()));
-    let gateway = Gateway::new(
-        chats.clone(),
-        tokens.clone(),
-        GatewayConfig {
-            node: config.node.clone(),
-            frame_limit: config.frame_limit,
-            hello_timeout: config.hello_timeout,
-            heartbeat: config.heartbeat,
-            idle_timeout: config.idle_timeout,
-            rate: config.rate,
-            burst: config.burst,
-            outbox_limit: config.outbox_limit,
-            read_buffer: config.ws_read_buffer,
-            write_buffer: config.ws_write_buffer,
-            cells: cells.clone(),
-        },
-    );
+    let Core { chats, tokens, cells, gateway } = Core::new(&config, store.clone(), broker)?;
     let public_url = config
         .public_url
         .clone()

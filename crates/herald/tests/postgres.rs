@@ -138,3 +138,70 @@ async fn a_dead_shard_fails_fast_and_the_other_keeps_its_latency() {
         }
     }
 }
+
+/// A client that sends to `chat` until told to stop, patient as the protocol
+/// asks (waiting `retry_after_ms` on `unavailable`), logging when each send
+/// was answered and how.
+async fn patient_sender(mut c: Client, chat: String, stop: Arc<AtomicBool>) -> Vec<(Instant, Result<u64, String>)> {
+    let mut log = Vec::new();
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let r = c.request(json!({"op": "send", "chat": chat, "body": i, "client_id": format!("p-{i}")})).await;
+        match r.get("ok") {
+            Some(ok) => {
+                log.push((Instant::now(), Ok(ok["seq"].as_u64().unwrap())));
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            None => {
+                let wait = r["err"]["retry_after_ms"].as_u64().unwrap_or(100);
+                log.push((Instant::now(), Err(r["err"]["code"].as_str().unwrap_or("?").to_string())));
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+            }
+        }
+    }
+    log
+}
+
+#[tokio::test]
+async fn a_shard_that_is_back_takes_writes_from_every_node_within_two_seconds() {
+    let pg = PgCluster::start();
+    let stores = vec![create_database(&pg.admin_url).await];
+    let tweak = |c: &mut herald::Config| {
+        c.stores = stores.clone();
+        c.rate = 100_000;
+        c.burst = 100_000;
+    };
+    let nodes = [TestServer::start_with(tweak).await, TestServer::start_with(tweak).await];
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut senders = Vec::new();
+    for (n, s) in nodes.iter().enumerate() {
+        let mut c = s.client("w", &format!("user{n}")).await;
+        c.ok(json!({"op": "join", "chat": "busy"})).await;
+        senders.push(tokio::spawn(patient_sender(c, "busy".into(), stop.clone())));
+    }
+    // Down and up three times in a row, then once more for the measurement.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        pg.stop();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        pg.restart();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pg.stop();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pg.restart();
+    let back_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Relaxed);
+    for (n, sender) in senders.into_iter().enumerate() {
+        let log = sender.await.unwrap();
+        let first_ok = log
+            .iter()
+            .find(|(t, r)| *t >= back_at && r.is_ok())
+            .map(|(t, _)| t.duration_since(back_at))
+            .unwrap_or_else(|| panic!("node {n} never wrote again after the shard came back"));
+        eprintln!("node {n}: first write {first_ok:?} after the shard was back");
+        assert!(first_ok <= Duration::from_secs(2), "node {n} took {first_ok:?} to write to a shard that was back");
+    }
+}

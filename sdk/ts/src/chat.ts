@@ -1,9 +1,10 @@
 //! `Chat`: the handle for one chat, and the state machine of watching it.
 //!
-//! Owns: the chat's requests (join, leave, send, react, read, fetch), and for a watched chat the last
-//! delivered seq, the buffer of out-of-order pushes, gap repair by paged `fetch`, and resuming with
-//! `watch after=` on a new link, so that the application sees every event once, in seq order.
-//! Does not own: the link, request ids or the outbox (client.ts and outbox.ts, reached through `ChatHost`).
+//! Owns: the chat's requests (join, leave, send, react, read, fetch, paged history), and for a watched
+//! chat the last delivered seq, the buffer of out-of-order pushes, gap repair by paged `fetch`, and
+//! resuming with `watch after=` on a new link, so that the application sees every event once, in seq order.
+//! Does not own: the link, request ids, the outbox or the page size (client.ts, outbox.ts, page-size.ts,
+//! reached through `ChatHost`).
 //!
 //! Watch states:
 //!
@@ -15,9 +16,14 @@
 //!
 //! Why buffer and fetch instead of trusting pushes: the server may skip pushes for a hot chat or a slow
 //! link (PROTOCOL.md, "Pushes"), and only seq tells the client what it lacks.
+//!
+//! Why every fetch here pages by `more`: the server bounds a reply in bytes as well as in count, so a page
+//! of large events may hold far fewer than `limit` while more follow. Neither a short page (done?) nor a
+//! full one (more?) says anything; only `more` does, and the next page starts after the last event held.
 
 import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
+import type { PageSize } from './page-size.js';
 import type { ChatEvent, EventPush, FetchOk, HeraldEvent, JoinOk, NotifyPush, RequestArgs, RequestOk, SeqOk, WatchOk } from './types.js';
 
 /** Where a chat stands with respect to watching. */
@@ -61,6 +67,12 @@ export interface WatchOptions {
   after?: number;
 }
 
+/** Options of `Chat.history`. */
+export interface HistoryOptions {
+  /** Stop after the event with this seq (e.g. the seq a watch began at); default: page until `more` is false. */
+  until?: number;
+}
+
 /** What a chat needs from its client. @internal */
 export interface ChatHost {
   /** True while requests go out on a live, greeted link. */
@@ -73,8 +85,8 @@ export interface ChatHost {
   delivered(event: ChatEvent): void;
   /** Runs `fn` after `ms`; returns a function that cancels it. */
   schedule(fn: () => void, ms: number): () => void;
-  /** Page size for repair fetches. */
-  readonly fetchPageSize: number;
+  /** The `limit` of the fetches the SDK makes itself; smaller after slow-consumer closes. */
+  readonly pageSize: PageSize;
   /** Buffered pushes allowed per chat. */
   readonly maxBufferedEvents: number;
 }
@@ -85,14 +97,12 @@ const TRANSIENT = new Set(['throttled', 'unavailable', 'timeout', 'internal']);
 /** Wait before retrying a watch or fetch when the server gave no `retry_after_ms`. */
 const DEFAULT_RETRY_MS = 1000;
 
-/** Fetches in a row that may bring nothing although more was announced, before the gap is given up. */
-const MAX_STALLS = 3;
-
 /**
- * A sanity bound on the pages one repair may fetch (500 x 10 000 = 5 million events). Each page must
- * also make progress, so a confused server cannot keep the loop going.
+ * Fetches in a row that may bring nothing although more was announced, before the gap is given up.
+ * This, not a count of pages, is what bounds a repair: every page that is not a stall delivers at least
+ * one new event, and pages may be as short as one event, so no page count says when a catch-up is done.
  */
-const MAX_REPAIR_PAGES = 10_000;
+const MAX_STALLS = 3;
 
 /**
  * One chat. Get it with `client.chat(id)`; the client keeps one handle per id, so listeners added on it
@@ -195,11 +205,47 @@ export class Chat extends Emitter<ChatEvents> {
     return this.host.request('read', { chat: this.id, seq });
   }
 
-  /** Fetches up to `limit` (at most 500) events after `after`, without touching delivery. */
+  /**
+   * Fetches one page of events after `after`, without touching delivery: at most `limit` (at most 500,
+   * default 100), and possibly fewer, since the server also bounds a reply in bytes. When the reply says
+   * `more`, the next page starts after its last event's seq; `history()` does that paging.
+   */
   fetch(after: number, limit?: number): Promise<FetchOk> {
     const args: RequestArgs['fetch'] = { chat: this.id, after };
     if (limit !== undefined) args.limit = limit;
     return this.host.request('fetch', args);
+  }
+
+  /**
+   * The events after `after`, in seq order, fetched page by page until the server says there is no more
+   * (or past `opts.until`); outside delivery, like `fetch`. Pages use the client's page size, which shrinks
+   * after slow-consumer closes. A failed fetch (a dropped link, `forbidden`, ...) ends the iteration with
+   * its `HeraldError`; start again after the last event received to go on.
+   *
+   *     for await (const ev of chat.history(0, { until: watchStartSeq })) render(ev);
+   */
+  async *history(after = 0, opts: HistoryOptions = {}): AsyncGenerator<HeraldEvent, void, undefined> {
+    if (!Number.isInteger(after) || after < 0) throw new TypeError('herald: `after` must be a non-negative integer');
+    if (opts.until !== undefined && (!Number.isInteger(opts.until) || opts.until < 0)) {
+      throw new TypeError('herald: `until` must be a non-negative integer');
+    }
+    const until = opts.until ?? Number.POSITIVE_INFINITY;
+    let last = after;
+    while (last < until) {
+      const page = await this.fetchPage(last);
+      const before = last;
+      for (const ev of page.events) {
+        if (ev.seq <= last) continue; // a page overlapping what was already yielded
+        if (ev.seq > until) return;
+        last = ev.seq;
+        yield ev;
+      }
+      if (!page.more) return;
+      // `more` with nothing new would ask for the same page again at once, and again: stop instead.
+      if (last === before) {
+        throw new HeraldError('protocol', `herald: chat ${this.id}: more announced after ${last} but no events came`, { op: 'fetch' });
+      }
+    }
   }
 
   // ---- called by the client -------------------------------------------------------------------
@@ -299,20 +345,19 @@ export class Chat extends Emitter<ChatEvents> {
   }
 
   /**
-   * Fetches pages after the last delivered seq until nothing is held and nothing announced is missing.
-   * Fetching up to the chat's latest seq (the reply's `seq`, which is what `more` points at) rather
-   * than just to the gap's end costs a few duplicate events, which are dropped, and saves a round trip
-   * per page in a busy chat.
+   * Fetches pages after the last delivered seq until nothing is held, nothing announced is missing and
+   * the last page did not say `more`. Fetching up to the chat's latest seq rather than just to the gap's
+   * end costs a few duplicate events, which are dropped, and saves a round trip per page in a busy chat.
    */
   private async runRepair(epoch: number): Promise<void> {
-    for (let pages = 0; pages < MAX_REPAIR_PAGES; pages++) {
+    for (;;) {
       this.drainContiguous();
       if (epoch !== this.epoch) return;
       const last = this.last ?? 0;
       if (this.buffer.size === 0 && this.known <= last) break;
       let page: FetchOk;
       try {
-        page = await this.host.request('fetch', { chat: this.id, after: last, limit: this.host.fetchPageSize });
+        page = await this.fetchPage(last);
       } catch (err) {
         if (epoch !== this.epoch) return;
         this.failed(err, () => void this.runRepair(epoch));
@@ -325,7 +370,7 @@ export class Chat extends Emitter<ChatEvents> {
         this.deliver(ev);
         if (epoch !== this.epoch) return; // a listener unwatched mid-page
       }
-      this.known = Math.max(this.known, page.seq);
+      this.known = Math.max(this.known, announcedBy(page, last));
       if ((this.last ?? 0) > last) {
         this.stalls = 0;
         continue;
@@ -351,6 +396,13 @@ export class Chat extends Emitter<ChatEvents> {
     }
     if (epoch !== this.epoch) return;
     this.setState('live');
+  }
+
+  /** One page after `after` at the client's page size; a reply lets the page size grow back a step. */
+  private async fetchPage(after: number): Promise<FetchOk> {
+    const page = await this.host.request('fetch', { chat: this.id, after, limit: this.host.pageSize.current });
+    this.host.pageSize.grow();
+    return page;
   }
 
   /** Handles a failed watch or fetch: retry transient errors, give up on the rest. */
@@ -433,6 +485,16 @@ export class Chat extends Emitter<ChatEvents> {
       this.cancelRetry = null;
     }
   }
+}
+
+/**
+ * The highest seq a fetch reply says exists: the chat's latest (`seq`), and, when `more` is true, at
+ * least one past the page's last event. `more` is what the protocol promises to page by, so it keeps the
+ * repair going even when a reply's `seq` does not reach past the events it carries.
+ */
+function announcedBy(page: FetchOk, after: number): number {
+  const end = page.events.reduce((hi, ev) => Math.max(hi, ev.seq), after);
+  return Math.max(page.seq, page.more ? end + 1 : end);
 }
 
 /** The event inside a push, without the push's routing fields. */

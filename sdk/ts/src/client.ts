@@ -2,7 +2,8 @@
 //!
 //! Owns: the connection state machine (disconnected, connecting, connected, closed), the `hello`
 //! handshake, the ping watchdog, carrying out the reconnect policy per close code (codes.ts) with
-//! full-jitter backoff (backoff.ts), and routing frames: replies to requests.ts, pushes to chat handles.
+//! full-jitter backoff (backoff.ts) and the page size of the SDK's own fetches (page-size.ts), and
+//! routing frames: replies to requests.ts, pushes to chat handles.
 //! Does not own: request ids and timeouts (requests.ts), per-chat ordering and gap repair (chat.ts),
 //! unsent messages (outbox.ts), socket details (transport.ts) or token caching (token.ts).
 //!
@@ -21,6 +22,7 @@ import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
 import { resolveOptions, type ClientOptions, type Settings } from './options.js';
 import { newClientId, Outbox } from './outbox.js';
+import { PageSize } from './page-size.js';
 import { Requests } from './requests.js';
 import { TokenSource } from './token.js';
 import { ABNORMAL_CLOSURE, endpointUrl, Link, resolveWebSocket, type WebSocketConstructor } from './transport.js';
@@ -79,7 +81,8 @@ const MAX_RECONNECT_AFTER_MS = 5 * 60_000;
 /**
  * A link that lived this long counts as a success, and the next drop starts backoff from the base
  * window again. Resetting on every `hello` instead would let a server that accepts and then cuts each
- * link (4008 in a loop) be hammered at the base rate forever.
+ * link be hammered at the base rate forever. A slow-consumer close (4008) never counts as a success,
+ * however long the link lived (see `lost`).
  */
 const STABLE_CONNECTION_MS = 10_000;
 
@@ -120,6 +123,11 @@ export class HeraldClient extends Emitter<ClientEvents> {
   private readonly endpoint: string;
   private readonly tokens: TokenSource;
   private readonly backoff: Backoff;
+  /**
+   * The `limit` of the fetches chats make themselves. One per client, not per chat: a 4008 is about this
+   * connection's outbound queue, which every chat's replies share.
+   */
+  private readonly pageSize: PageSize;
   private readonly outbox: Outbox;
   private readonly chats = new Map<string, Chat>();
   private readonly chatHost: ChatHost;
@@ -151,6 +159,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
     this.endpoint = endpointUrl(this.s.url, this.s.workspace);
     this.tokens = new TokenSource(this.s.token, this.s.tokenRefreshMarginMs);
     this.backoff = new Backoff(this.s.backoff, this.s.random);
+    this.pageSize = new PageSize(this.s.fetchPageSize);
     this.requests = new Requests(this.s.maxFrameBytes, (link) => this.lost(link, ABNORMAL_CLOSURE, 'write failed'));
     // Getters rather than copies: both hosts must see the connection as it is at each call.
     const self = this;
@@ -174,7 +183,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
       send: (chat, body, clientId) => this.outbox.enqueue(chat, body, clientId),
       delivered: (ev) => this.emit('event', ev),
       schedule,
-      fetchPageSize: this.s.fetchPageSize,
+      pageSize: this.pageSize,
       maxBufferedEvents: this.s.maxBufferedEvents,
     };
   }
@@ -382,8 +391,14 @@ export class HeraldClient extends Emitter<ClientEvents> {
     if (link !== this.link) return;
     const lived = this.current === 'connected' ? Date.now() - this.connectedAt : 0;
     this.detach(link, reason, new HeraldError('disconnected', `herald: link closed (${code}${reason ? ` ${reason}` : ''})`, { closeCode: code }));
-    if (lived >= STABLE_CONNECTION_MS) this.backoff.reset();
     const policy = closePolicy(code);
+    if (policy === 'reconnect_smaller') {
+      // A slow consumer is not forgiven for having lived long: a client that falls behind again and
+      // again must come back later each time, or it replays and refetches at the base rate forever.
+      this.pageSize.shrink();
+    } else if (lived >= STABLE_CONNECTION_MS) {
+      this.backoff.reset();
+    }
     if (policy === 'refresh_token') {
       if (!this.tokens.canRefresh || this.authRetried) {
         const again = this.tokens.canRefresh ? ' again after a refresh' : ' (a fixed token cannot be refreshed)';

@@ -52,9 +52,11 @@ export type ErrorCode = ServerErrorCode | ClientErrorCode | (string & {});
  * - `reconnect`: reconnect after a full-jitter backoff delay, or after the server's `after_ms` when a
  *   `reconnect` push came first.
  * - `reconnect_slow`: reconnect, but not before a long floor delay (the server said we sent too much).
+ * - `reconnect_smaller`: reconnect after backoff that even a long-lived link does not reset, and ask for
+ *   smaller fetch pages from then on (the server said we fell behind what it sent us).
  * - `refresh_token`: fetch a new token from the provider and reconnect; stop if that one fails too.
  */
-export type ClosePolicy = 'reconnect' | 'reconnect_slow' | 'refresh_token';
+export type ClosePolicy = 'reconnect' | 'reconnect_slow' | 'reconnect_smaller' | 'refresh_token';
 
 /**
  * The policy for a close code. Every code reconnects in some way except a token that keeps failing,
@@ -67,8 +69,12 @@ export function closePolicy(code: number): ClosePolicy {
       return 'refresh_token';
     case CloseCode.TooManyRequests:
       return 'reconnect_slow';
+    // The outbound queue overflowed, most likely on a large fetch reply or replay. The same requests on
+    // the next link would overflow it again: come back later each time, and ask for less.
+    case CloseCode.SlowConsumer:
+      return 'reconnect_smaller';
     // 4000 means one of us broke the protocol; backoff keeps a buggy loop from hammering the server.
-    // 4008, 4012, 1006 (network), 1009 and anything unknown: the next connection may well be fine.
+    // 4012, 1006 (network), 1009 and anything unknown: the next connection may well be fine.
     default:
       return 'reconnect';
   }

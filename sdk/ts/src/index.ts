@@ -5,7 +5,7 @@
 export { HeraldClient } from './client.js';
 export type { ClientEvents, ClientState, DisconnectInfo, StateChange } from './client.js';
 export { Chat } from './chat.js';
-export type { ChatEvents, SendOptions, WatchOptions, WatchState, WatchStateChange } from './chat.js';
+export type { ChatEvents, HistoryOptions, SendOptions, WatchOptions, WatchState, WatchStateChange } from './chat.js';
 export type { ClientOptions } from './options.js';
 export { HeraldError, isHeraldError } from './errors.js';
 export type { HeraldErrorInit } from './errors.js';

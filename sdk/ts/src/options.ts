@@ -37,7 +37,11 @@ export interface ClientOptions {
   tokenRefreshMarginMs?: number;
   /** The server's frame limit; larger requests fail locally with `too_large`. Default 64 KiB. */
   maxFrameBytes?: number;
-  /** `limit` of the fetches that repair gaps; the protocol allows at most 500. Default 500. */
+  /**
+   * `limit` of the fetches the client makes itself (gap repair, `Chat.history`); the protocol allows at
+   * most 500. Default 500. After a slow-consumer close (4008) the client asks for half as much (down to
+   * 10) and, on successful fetches, grows back toward this size by a quarter at most once per 10 s.
+   */
   fetchPageSize?: number;
   /** Out-of-order pushes kept per chat while a gap is fetched; beyond it they are re-fetched. Default 1000. */
   maxBufferedEvents?: number;

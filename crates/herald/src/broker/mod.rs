@@ -12,7 +12,10 @@
 //! - incoming events reach the sink in the order the broker received them.
 //!
 //! - after a reconnect or a dropped message it calls [`Sink::resync`], so the
-//!   hub catches up every chat it watches from the store.
+//!   hub catches up every chat it watches from the store;
+//! - `subscribe` and `unsubscribe` are called with the hub's registry lock
+//!   held, so they must not block or call back into the hub; a subscription
+//!   that fails is retried by the broker itself until it is unsubscribed.
 //!
 //! Backends: [`memory`] (one node, in process), [`nats`] (nodes joined over NATS).
 
@@ -47,4 +50,10 @@ pub trait Broker: Send + Sync + 'static {
     fn unsubscribe(&self, key: &ChatKey);
     /// Whether the broker can deliver now (for `/readyz`).
     fn ready(&self) -> bool;
+    /// Whether hints to this node can be lost (a broker server dying with a
+    /// message in flight, a publisher dying after its commit): then the hub
+    /// checks its chats against the log now and then (`hub::tail`).
+    fn may_lose(&self) -> bool {
+        false
+    }
 }

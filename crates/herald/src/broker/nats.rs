@@ -34,6 +34,9 @@ use crate::store::BoxFuture;
 /// Time for a new subscription's interest to travel the cluster's routes;
 /// the chat is caught up from the log once this has passed.
 const ROUTE_SETTLE: Duration = Duration::from_millis(300);
+/// First and longest wait between attempts of a failed subscribe.
+const SUBSCRIBE_RETRY_FIRST: Duration = Duration::from_millis(100);
+const SUBSCRIBE_RETRY_MAX: Duration = Duration::from_secs(2);
 /// Messages one subscription may buffer before async-nats drops them.
 const SUBSCRIPTION_CAPACITY: usize = 65_536;
 
@@ -154,13 +157,19 @@ impl NatsBroker {
     fn spawn_subscription(&self, key: ChatKey, live: watch::Sender<bool>) -> tokio::task::JoinHandle<()> {
         let (client, subject, sink, me) = (self.client.clone(), self.subject(&key), self.sink.clone(), self.me.clone());
         tokio::spawn(async move {
-            let mut sub = match client.subscribe(subject.clone()).await {
-                Ok(sub) => sub,
-                Err(e) => {
-                    tracing::error!(%subject, error = %e, "NATS subscribe failed");
-                    metrics::counter!("herald_broker_errors_total", "kind" => "subscribe").increment(1);
-                    let _ = live.send(true);
-                    return;
+            // Retried until it works: this task lives exactly as long as the
+            // node's interest (unsubscribe aborts it), and a chat whose
+            // subscription failed once must not stay deaf to other nodes.
+            let mut wait = SUBSCRIBE_RETRY_FIRST;
+            let mut sub = loop {
+                match client.subscribe(subject.clone()).await {
+                    Ok(sub) => break sub,
+                    Err(e) => {
+                        tracing::error!(%subject, error = %e, retry_ms = wait.as_millis() as u64, "NATS subscribe failed; retrying");
+                        metrics::counter!("herald_broker_errors_total", "kind" => "subscribe").increment(1);
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(SUBSCRIBE_RETRY_MAX);
+                    }
                 }
             };
             // The server has the subscription once the flush returns.
@@ -275,5 +284,9 @@ impl Broker for NatsBroker {
 
     fn ready(&self) -> bool {
         self.connected.load(Ordering::SeqCst)
+    }
+
+    fn may_lose(&self) -> bool {
+        true
     }
 }

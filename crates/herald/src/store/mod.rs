@@ -24,6 +24,28 @@ use serde_json::value::RawValue;
 
 use crate::model::{ChatInfo, ChatKey};
 
+/// A seq as SQL stores it (a signed 64-bit integer). Seqs never come near
+/// `i64::MAX`; a client's `after` may, and must not wrap negative (which
+/// would read the log from its start): it is capped instead.
+pub(crate) fn sql_seq(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+/// Marks a backend's writer dead when its thread or task ends, however it
+/// ends (a panic that unwinds past its supervision included), and says so
+/// loudly; the backend's `ready` reads the flag.
+pub(crate) struct Alive(pub Arc<std::sync::atomic::AtomicBool>, pub &'static str);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+        if std::thread::panicking() {
+            tracing::error!(backend = self.1, "a store writer died; the node is not ready");
+            metrics::counter!("herald_store_errors_total", "kind" => "writer_died").increment(1);
+        }
+    }
+}
+
 /// A boxed future, so that `Store` can be a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -159,6 +181,19 @@ pub trait Store: Send + Sync + 'static {
         after: u64,
         limit: u32,
     ) -> BoxFuture<'a, Result<Fetched, StoreError>>;
+
+    /// The latest seq of each chat of `keys`, in the same order (`None` for a
+    /// chat that does not exist). The hub's tail check calls it for every
+    /// chat it watches, so backends answer many keys in one read.
+    fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {
+        Box::pin(async move {
+            let mut heads = Vec::with_capacity(keys.len());
+            for key in keys {
+                heads.push(self.chat(key).await?.map(|info| info.seq));
+            }
+            Ok(heads)
+        })
+    }
 
     /// Whether the backend answers now (for `/readyz`).
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>>;

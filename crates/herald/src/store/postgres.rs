@@ -11,13 +11,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime, Transaction};
+use futures_util::FutureExt;
 use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
 use tokio::sync::{OnceCell, mpsc, oneshot};
 use tokio_postgres::NoTls;
 
 use super::apply::{self, ChatRow, Reply, Tx};
-use super::{BoxFuture, Fetched, Store, StoreError, Write, Written};
+use super::{Alive, BoxFuture, Fetched, Store, StoreError, Write, Written, sql_seq};
 use crate::model::{ChatInfo, ChatKey};
 
 /// The schema, applied on start when `herald_schema` lacks its version.
@@ -37,6 +38,8 @@ const BATCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// A PostgreSQL shard.
 pub struct PgShard {
     name: String,
+    /// False once the writer task has ended: the shard is then not ready.
+    writer_alive: std::sync::Arc<std::sync::atomic::AtomicBool>,
     jobs: mpsc::Sender<(Write, Reply)>,
     pool: Pool,
     schema: std::sync::Arc<OnceCell<()>>,
@@ -57,8 +60,14 @@ impl PgShard {
             .build()?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let schema = std::sync::Arc::new(OnceCell::new());
-        tokio::spawn(Writer { name: name.clone(), pool: pool.clone(), conn: None, schema: schema.clone() }.run(rx));
-        Ok(PgShard { name, jobs: tx, pool, schema })
+        let writer_alive = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let writer = Writer { name: name.clone(), pool: pool.clone(), conn: None, schema: schema.clone() };
+        let alive = Alive(writer_alive.clone(), "postgres");
+        tokio::spawn(async move {
+            let _alive = alive;
+            writer.run(rx).await;
+        });
+        Ok(PgShard { name, writer_alive, jobs: tx, pool, schema })
     }
 
     /// The shard's name: `host:port/database`, stable across password changes.
@@ -160,19 +169,47 @@ impl Store for PgShard {
                 )
                 .await
                 .map_err(fail)?;
-            let rows = conn.query(&stmt, &[&row.id, &(after as i64), &(limit as i64)]).await.map_err(fail)?;
+            let rows = conn.query(&stmt, &[&row.id, &sql_seq(after), &(limit as i64)]).await.map_err(fail)?;
             let events = rows.iter().map(event_from_row).collect::<Result<Vec<_>, _>>()?;
             metrics::histogram!("herald_store_read_seconds").record(started.elapsed().as_secs_f64());
             // The events were read after the row: the log may be ahead of it, never behind.
-            let last = events.last().map_or(after, |e| e.seq);
             let mut info = row.info();
-            info.seq = info.seq.max(last);
-            Ok(Fetched { more: last < info.seq, events, info })
+            let last = events.last().map(|e| e.seq);
+            info.seq = info.seq.max(last.unwrap_or(0));
+            Ok(Fetched { more: last.unwrap_or(after) < info.seq, events, info })
+        })
+    }
+
+    fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.name, &e);
+            let stmt = conn
+                .prepare_cached(
+                    "SELECT k.i, c.seq FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(ws, chat, i)
+                       JOIN chats c ON c.ws = k.ws AND c.chat = k.chat",
+                )
+                .await
+                .map_err(fail)?;
+            let ws: Vec<&str> = keys.iter().map(|k| &*k.ws).collect();
+            let chats: Vec<&str> = keys.iter().map(|k| &*k.chat).collect();
+            let mut heads = vec![None; keys.len()];
+            for row in conn.query(&stmt, &[&ws, &chats]).await.map_err(fail)? {
+                let i = row.get::<_, i64>(0) as usize;
+                if let Some(slot) = i.checked_sub(1).and_then(|i| heads.get_mut(i)) {
+                    *slot = Some(row.get::<_, i64>(1) as u64);
+                }
+            }
+            Ok(heads)
         })
     }
 
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
+            if !self.writer_alive.load(std::sync::atomic::Ordering::SeqCst) {
+                tracing::error!(shard = %self.name, "the shard's writer stopped");
+                return Err(StoreError::Unavailable(format!("storage shard {} has no writer", self.name)));
+            }
             let conn = self.conn().await?;
             conn.simple_query("SELECT 1").await.map_err(|e| pg_unavailable(&self.name, &e))?;
             Ok(())
@@ -247,9 +284,15 @@ impl Writer {
         while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
             let started = Instant::now();
             let writes: Vec<&Write> = batch.iter().map(|(w, _)| w).collect();
-            let result = tokio::time::timeout(BATCH_TIMEOUT, self.commit(&writes)).await;
-            let result = match result {
-                Ok(r) => r,
+            // A panic in a batch is caught like a failed batch: its
+            // connection is dropped (rolling it back) and the writer goes on.
+            let commit = std::panic::AssertUnwindSafe(self.commit(&writes)).catch_unwind();
+            let result = match tokio::time::timeout(BATCH_TIMEOUT, commit).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => {
+                    metrics::counter!("herald_store_writer_restarts_total").increment(1);
+                    Err(format!("batch of {} writes panicked", writes.len()))
+                }
                 Err(_) => Err(format!("batch of {} writes timed out", writes.len())),
             };
             match result {

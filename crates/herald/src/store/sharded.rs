@@ -23,13 +23,16 @@ const MAX_WAITING: usize = 4096;
 /// An operation that takes longer counts as a failure of its shard.
 const OP_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often an open breaker's shard is probed in the background, so that
-/// it closes by itself when the shard is back, traffic or not.
+/// it closes by itself when the shard is back, traffic or not. It also caps
+/// the `retry_after_ms` told to clients of an open shard.
 const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// What a client is told to wait when its shard's queue is full.
 const BUSY_RETRY_MS: u64 = 200;
 
+/// The cool-down gates clients' own probes only; the background probe runs
+/// every [`PROBE_EVERY`] regardless, so the cool-down need not grow long.
 const BREAKER: BreakerConfig =
-    BreakerConfig { failures: 3, cooldown: Duration::from_millis(500), max_cooldown: Duration::from_secs(5) };
+    BreakerConfig { failures: 3, cooldown: Duration::from_millis(500), max_cooldown: Duration::from_secs(2) };
 
 /// One shard and its protection.
 struct Shard {
@@ -68,10 +71,12 @@ impl Sharded {
             loop {
                 tick.tick().await;
                 let Some(shards) = weak.upgrade() else { return };
-                for s in shards.iter().filter(|s| s.breaker.state() == BreakerState::Open) {
-                    if let Ok(probe) = s.breaker.admit() {
+                for s in shards.iter() {
+                    // Every tick, whatever the cool-down: a shard that is back
+                    // takes writes within one tick on every node.
+                    if let Some(probe) = s.breaker.probe_now() {
                         let ok = tokio::time::timeout(OP_TIMEOUT, s.store.ready()).await.is_ok_and(|r| r.is_ok());
-                        s.note(s.breaker.record(probe, ok));
+                        s.note(probe.record(ok));
                     }
                 }
             }
@@ -79,38 +84,46 @@ impl Sharded {
         Sharded { shards }
     }
 
+    fn shard_index(&self, key: &ChatKey) -> usize {
+        rendezvous(&[key.ws.as_bytes(), key.chat.as_bytes()], self.shards.iter().map(|s| s.name.as_str()))
+            .expect("at least one shard")
+    }
+
     fn shard(&self, key: &ChatKey) -> &Shard {
-        let i = rendezvous(&[key.ws.as_bytes(), key.chat.as_bytes()], self.shards.iter().map(|s| s.name.as_str()))
-            .expect("at least one shard");
-        &self.shards[i]
+        &self.shards[self.shard_index(key)]
     }
 }
 
 impl Shard {
     /// Runs `op` on this shard through its breaker and bulkhead, with a time limit.
     async fn guarded<T>(&self, op: BoxFuture<'_, Result<T, StoreError>>) -> Result<T, StoreError> {
-        let call = self.breaker.admit().map_err(|retry_after_ms| {
+        let call = self.breaker.admit().map_err(|until_probe_ms| {
             metrics::counter!("herald_store_shard_refused_total", "shard" => self.name.clone(), "reason" => "open")
                 .increment(1);
+            // The background probe runs every tick: a client told to wait
+            // longer would miss a shard that is back.
+            let retry_after_ms = until_probe_ms.min(PROBE_EVERY.as_millis() as u64);
             StoreError::Refused { message: format!("storage shard {} is unavailable", self.name), retry_after_ms }
         })?;
         let Some(_slot) = self.bulkhead.enter().await else {
             metrics::counter!("herald_store_shard_refused_total", "shard" => self.name.clone(), "reason" => "busy")
                 .increment(1);
             // Not the shard's fault: the call neither passes nor fails the breaker.
-            self.breaker.record(call, true);
+            call.record(true);
             return Err(StoreError::Refused {
                 message: format!("storage shard {} is busy", self.name),
                 retry_after_ms: BUSY_RETRY_MS,
             });
         };
+        // Dropped (its caller cancelled) from here on, the slot and the call
+        // are guards: the slot is freed and a probe handed back.
         let result = match tokio::time::timeout(OP_TIMEOUT, op).await {
             Ok(r) => r,
             Err(_) => Err(StoreError::Unavailable(format!("storage shard {} timed out", self.name))),
         };
         // Refusals of the request itself (not found, forbidden) mean the shard answered.
         let shard_ok = !matches!(result, Err(StoreError::Unavailable(_) | StoreError::Refused { .. }));
-        self.note(self.breaker.record(call, shard_ok));
+        self.note(call.record(shard_ok));
         result
     }
 
@@ -152,6 +165,27 @@ impl Store for Sharded {
     ) -> BoxFuture<'a, Result<Fetched, StoreError>> {
         let shard = self.shard(key);
         Box::pin(shard.guarded(shard.store.fetch(key, member, after, limit)))
+    }
+
+    /// Each shard answers for its own chats; a shard that fails leaves its
+    /// chats `None` this time rather than failing the others'.
+    fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {
+        Box::pin(async move {
+            let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); self.shards.len()];
+            for (i, key) in keys.iter().enumerate() {
+                by_shard[self.shard_index(key)].push(i);
+            }
+            let mut heads = vec![None; keys.len()];
+            for (shard, idx) in self.shards.iter().zip(by_shard).filter(|(_, idx)| !idx.is_empty()) {
+                let own: Vec<ChatKey> = idx.iter().map(|&i| keys[i].clone()).collect();
+                if let Ok(found) = shard.guarded(shard.store.heads(&own)).await {
+                    for (i, head) in idx.into_iter().zip(found) {
+                        heads[i] = head;
+                    }
+                }
+            }
+            Ok(heads)
+        })
     }
 
     /// Ready while at least one shard answers: a node with one shard down still

@@ -11,6 +11,7 @@
 //! Not here: sharding, breakers (PostgreSQL's concern), or any cache of events.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -21,7 +22,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
 
 use super::apply::{self, ChatRow, Outcome, Reply, Tx};
-use super::{BoxFuture, Fetched, Store, StoreError, Write, Written};
+use super::{Alive, BoxFuture, Fetched, Store, StoreError, Write, Written, sql_seq};
 use crate::model::{ChatInfo, ChatKey};
 
 /// Schema version kept in `PRAGMA user_version`.
@@ -73,11 +74,25 @@ const READERS: usize = 4;
 enum Job {
     Write(Write, Reply),
     Close(oneshot::Sender<()>),
+    /// Makes the writer fail, for the tests of its supervision.
+    #[cfg(test)]
+    Fail(Failure),
+}
+
+#[cfg(test)]
+#[derive(Debug, Clone, Copy)]
+enum Failure {
+    /// A panic inside a batch: the writer rolls back and goes on.
+    Panic,
+    /// The writer thread ends.
+    Exit,
 }
 
 /// The SQLite store. Cheap to share behind an `Arc`.
 pub struct SqliteStore {
     jobs: SyncSender<Job>,
+    /// False once the writer thread has ended: the store is then not ready.
+    writer_alive: Arc<AtomicBool>,
     readers: Arc<ReaderPool>,
 }
 
@@ -106,9 +121,14 @@ impl SqliteStore {
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
 
         let (tx, rx) = sync_channel(WRITE_QUEUE);
-        std::thread::Builder::new().name("herald-sqlite-writer".into()).spawn(move || Writer { conn }.run(rx))?;
+        let writer_alive = Arc::new(AtomicBool::new(true));
+        let alive = Alive(writer_alive.clone(), "sqlite");
+        std::thread::Builder::new()
+            .name("herald-sqlite-writer".into())
+            .spawn(move || Writer { conn }.run(rx, alive))?;
         Ok(SqliteStore {
             jobs: tx,
+            writer_alive,
             readers: Arc::new(ReaderPool { path, idle: Mutex::new(Vec::new()), permits: Semaphore::new(READERS) }),
         })
     }
@@ -200,7 +220,7 @@ impl Store for SqliteStore {
                          WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
                 )?;
                 let events = stmt
-                    .query_map(params![row.id, after as i64, limit as i64], event_from_row)?
+                    .query_map(params![row.id, sql_seq(after), limit as i64], event_from_row)?
                     .collect::<rusqlite::Result<Vec<Event>>>()?;
                 drop(stmt);
                 tx.commit()?;
@@ -211,8 +231,22 @@ impl Store for SqliteStore {
         })
     }
 
+    fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {
+        let keys = keys.to_vec();
+        Box::pin(
+            self.read(move |conn| keys.iter().map(|key| load_chat(conn, key).map(|row| row.map(|r| r.seq))).collect()),
+        )
+    }
+
+    /// Ready while the writer runs and a reader answers: a node whose
+    /// writer is gone cannot acknowledge anything and must leave rotation.
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(()))))
+        Box::pin(async move {
+            if !self.writer_alive.load(Ordering::SeqCst) {
+                return Err(unavailable("the store's writer stopped"));
+            }
+            self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(()))).await
+        })
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {
@@ -266,30 +300,52 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(mut self, rx: Receiver<Job>) {
+    fn run(mut self, rx: Receiver<Job>, _alive: Alive) {
         let mut batch: Vec<(Write, Reply)> = Vec::with_capacity(64);
         loop {
             let mut close = None;
             match rx.recv() {
                 Ok(Job::Write(w, r)) => batch.push((w, r)),
                 Ok(Job::Close(done)) => close = Some(done),
+                #[cfg(test)]
+                Ok(Job::Fail(Failure::Exit)) => return,
+                #[cfg(test)]
+                Ok(Job::Fail(Failure::Panic)) => self.supervised(&mut batch, |_, _| panic!("injected writer failure")),
                 Err(_) => return,
             }
             while close.is_none() && batch.len() < MAX_BATCH {
                 match rx.try_recv() {
                     Ok(Job::Write(w, r)) => batch.push((w, r)),
                     Ok(Job::Close(done)) => close = Some(done),
+                    #[cfg(test)]
+                    Ok(Job::Fail(_)) => {}
                     Err(_) => break,
                 }
             }
             if !batch.is_empty() {
-                self.commit_batch(&mut batch);
+                self.supervised(&mut batch, Writer::commit_batch);
             }
             if let Some(done) = close {
                 let _ = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)");
                 tracing::info!("sqlite writer flushed and stopped");
                 let _ = done.send(());
                 return;
+            }
+        }
+    }
+
+    /// Runs `work` on `batch`, surviving a panic in it: the transaction is
+    /// rolled back, the batch's writers hear `unavailable` (a retry with
+    /// the same `client_id` is safe either way), and the writer goes on with the next batch, so
+    /// one bad batch cannot leave the node unable to write.
+    fn supervised(&mut self, batch: &mut Vec<(Write, Reply)>, work: fn(&mut Writer, &mut Vec<(Write, Reply)>)) {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(self, batch)));
+        if run.is_err() {
+            tracing::error!(writes = batch.len(), "the sqlite writer panicked in a batch; rolled back, going on");
+            metrics::counter!("herald_store_writer_restarts_total").increment(1);
+            let _ = self.conn.execute_batch("ROLLBACK");
+            for (_, reply) in batch.drain(..) {
+                let _ = reply.send(Err(unavailable("storage write failed")));
             }
         }
     }
@@ -415,5 +471,39 @@ impl Tx for SqliteTx<'_> {
             row.open
         ])?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(chat: &str) -> Write {
+        Write::PutChat { key: ChatKey::new("w", chat), open: true }
+    }
+
+    #[tokio::test]
+    async fn a_writer_that_panics_in_a_batch_rolls_back_and_keeps_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        store.write(put("a")).await.unwrap();
+        store.jobs.send(Job::Fail(Failure::Panic)).unwrap();
+        store.write(put("b")).await.expect("the writer survived the panic");
+        assert!(store.ready().await.is_ok());
+        assert!(store.chat(&ChatKey::new("w", "b")).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_dead_writer_makes_the_store_unready() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        assert!(store.ready().await.is_ok());
+        store.jobs.send(Job::Fail(Failure::Exit)).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        while store.ready().await.is_ok() {
+            assert!(Instant::now() < deadline, "still ready 5 s after its writer ended");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(matches!(store.write(put("c")).await, Err(StoreError::Unavailable(_))));
     }
 }

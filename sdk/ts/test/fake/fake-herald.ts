@@ -1,8 +1,9 @@
 //! An in-process fake herald for unit tests: a WebSocket class plus a tiny protocol server behind it.
 //!
-//! Owns: enough of PROTOCOL.md (hello, join, watch, unwatch, send with client_id dedupe, react, read,
-//! fetch paging, ping) to drive the client, plus knobs a real server does not have: refuse connects,
-//! stop answering pings, hold pushes back, intercept any request, cut a link with any close code.
+//! Owns: enough of PROTOCOL.md (hello, join, watch with a bounded replay, unwatch, send with client_id
+//! dedupe, react, read, fetch paging bounded in count and bytes, ping) to drive the client, plus knobs a
+//! real server does not have: refuse connects, stop answering pings, hold pushes back, intercept any
+//! request, cut a link with any close code, close with 4008 when one frame overflows the outbound queue.
 //! Does not own: timing. Everything is delivered on microtasks, so tests drive time with fake timers.
 
 import type { HeraldEvent } from '../../src/types.js';
@@ -40,6 +41,8 @@ export class FakeSocket implements WebSocketLike {
   clientCloseCode: number | undefined;
   /** A black-holed link: nothing gets through in either direction and no close is reported. */
   dead = false;
+  /** Frames the server sent on this socket (replies and pushes), in order. */
+  readonly out: unknown[] = [];
 
   constructor(
     readonly url: string,
@@ -86,6 +89,13 @@ export class FakeSocket implements WebSocketLike {
   serverSend(obj: unknown): void {
     if (!this.isOpen) return;
     const data = JSON.stringify(obj);
+    if (data.length > this.server.outboxBytes) {
+      // As herald does when its outbound queue passes the limit: the frame is dropped, the link closed.
+      this.server.slowConsumerCloses++;
+      this.serverClose(4008, 'slow consumer');
+      return;
+    }
+    this.out.push(obj);
     queueMicrotask(() => {
       if (this.readyState === OPEN && !this.dead) this.onmessage?.({ data });
     });
@@ -104,6 +114,15 @@ export class FakeSocket implements WebSocketLike {
   /** The requests with op `op`. */
   sent(op: string): Frame[] {
     return this.frames.filter((f) => f.op === op);
+  }
+
+  /** The `ok` the server sent in reply to `frame`, if it replied with one. */
+  okFor(frame: Frame): unknown {
+    for (const m of this.out) {
+      const r = m as { id?: number; ok?: unknown };
+      if (r.id === frame.id) return r.ok;
+    }
+    return undefined;
   }
 }
 
@@ -136,6 +155,21 @@ export class FakeHerald {
   readonly tokens: string[] = [];
   /** The user every authenticated connection acts as. */
   user = 'alice';
+  /**
+   * Bytes of events one fetch reply may hold (at least one event), as herald bounds replies in bytes:
+   * a page may then hold fewer events than `limit` while `more` is true.
+   */
+  fetchBytes = Infinity;
+  /** Events a `watch` with `after` replays; past it the watcher gets `notify` with the latest seq instead. */
+  replayEvents = Infinity;
+  /**
+   * The outbound queue, simplified to one frame: a server frame longer than this closes the link with
+   * 4008 (slow consumer) instead of being sent. Real herald counts every queued frame; one large fetch
+   * reply is the case that matters to the client.
+   */
+  outboxBytes = Infinity;
+  /** Links closed with 4008 so far. */
+  slowConsumerCloses = 0;
   private ts = 1_700_000_000_000;
 
   /** The WebSocket class bound to this server. */
@@ -226,7 +260,9 @@ export class FakeHerald {
         conn.watching.add(chatId);
         ok({ chat: chatId, seq: c.events.length });
         if (typeof frame.after === 'number' && this.autoPush) {
-          for (const ev of c.events.slice(frame.after)) this.push(conn, chatId, ev);
+          const backlog = c.events.slice(frame.after);
+          for (const ev of backlog.slice(0, this.replayEvents)) this.push(conn, chatId, ev);
+          if (backlog.length > this.replayEvents) conn.serverSend({ ev: 'notify', chat: chatId, seq: c.events.length });
         }
         return;
       }
@@ -265,13 +301,24 @@ export class FakeHerald {
         const c = this.chat(chatId);
         const limit = Math.min(typeof frame.limit === 'number' ? frame.limit : 100, 500);
         const after = frame.after as number;
-        const events = c.events.slice(after, after + limit);
-        ok({ events, seq: c.events.length, more: after + limit < c.events.length });
+        const events = this.withinBytes(c.events.slice(after, after + limit));
+        const end = events.length > 0 ? events[events.length - 1]!.seq : after;
+        ok({ events, seq: c.events.length, more: end < c.events.length });
         return;
       }
       default:
         conn.serverSend({ id: frame.id, err: { code: 'bad_request', message: `unknown op ${frame.op}` } });
     }
+  }
+
+  /** The longest prefix of `events` within `fetchBytes`, and never less than one event. */
+  private withinBytes(events: HeraldEvent[]): HeraldEvent[] {
+    let bytes = 0;
+    for (let i = 0; i < events.length; i++) {
+      bytes += JSON.stringify(events[i]).length;
+      if (bytes > this.fetchBytes && i > 0) return events.slice(0, i);
+    }
+    return events;
   }
 
   private chat(id: string): ChatState {

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { WatchState } from '../../src/chat.js';
-import type { ChatEvent } from '../../src/types.js';
+import type { ChatEvent, FetchOk } from '../../src/types.js';
 import type { Frame } from '../fake/fake-herald.js';
 import { connected, setup, tick } from './helpers.js';
 
@@ -101,6 +101,73 @@ describe('gap repair', () => {
     client.close();
   });
 
+  it('pages through short pages (more: true, fewer events than limit) until it holds every event once, in order', async () => {
+    const { server, client, seen, conn } = await watching();
+    // Bodies from empty to 1.5 KiB under a 2 KB reply budget: pages of 1 to a dozen events, never 500.
+    server.fetchBytes = 2_000;
+    for (let i = 0; i < 300; i++) server.store('general', 'message', { text: 'x'.repeat((i * 397) % 1500) }, 'bob');
+    // Live events arrive in the middle of the repair, ahead of what it has fetched so far.
+    let fetches = 0;
+    server.intercept = (c, f) => {
+      if (f.op === 'fetch' && ++fetches === 3) {
+        storeMessages(server, 5);
+        for (const seq of [301, 302, 303, 304, 305]) server.pushSeq(c, 'general', seq);
+      }
+      return false;
+    };
+    server.pushSeq(conn, 'general', 300);
+    await tick();
+    expect(seen).toEqual(Array.from({ length: 305 }, (_, i) => i + 1));
+    expect(client.chat('general').state).toBe('live');
+
+    const pages = conn.sent('fetch').map((f) => ({ after: f.after as number, limit: f.limit as number, ok: conn.okFor(f) as FetchOk }));
+    expect(pages.length).toBeGreaterThan(30);
+    for (const [i, p] of pages.entries()) {
+      const next = pages[i + 1];
+      const lastSeq = p.ok.events[p.ok.events.length - 1]!.seq;
+      if (next === undefined) {
+        // The last page reached the stored events; 301..305 came as pushes, held until their turn.
+        expect(lastSeq).toBeGreaterThanOrEqual(300);
+      } else {
+        // A short page with `more` is not the end: the next page starts after its last event.
+        expect(p.ok.events.length).toBeLessThan(p.limit);
+        expect(p.ok.more).toBe(true);
+        expect(next.after).toBe(lastSeq);
+      }
+    }
+    client.close();
+  });
+
+  it('finishes a catch-up of more pages than 500-event pages would need (one event per page)', async () => {
+    const { server, client, seen, conn } = await watching();
+    server.fetchBytes = 1; // every reply holds one event
+    const total = 10_050;
+    storeMessages(server, total);
+    conn.serverSend({ ev: 'notify', chat: 'general', seq: total });
+    await tick();
+    expect(seen.length).toBe(total);
+    expect(seen[total - 1]).toBe(total);
+    expect(conn.sent('fetch')).toHaveLength(total);
+    expect(client.chat('general').state).toBe('live');
+    client.close();
+  });
+
+  it('keeps paging while a reply says more, even when its seq does not reach past its events', async () => {
+    const { server, client, seen, conn } = await watching();
+    storeMessages(server, 6);
+    // The chat's seq read before its events, say: the reply claims seq 2 yet holds 1..3 and says more.
+    server.intercept = (c, f) => {
+      if (f.op !== 'fetch' || f.after !== 0) return false;
+      c.serverSend({ id: f.id, ok: { events: server.events('general').slice(0, 3), seq: 2, more: true } });
+      return true;
+    };
+    conn.serverSend({ ev: 'notify', chat: 'general', seq: 2 });
+    await tick();
+    expect(conn.sent('fetch').map((f) => f.after)).toEqual([0, 3]);
+    expect(seen).toEqual([1, 2, 3, 4, 5, 6]);
+    client.close();
+  });
+
   it('retries a throttled repair fetch after retry_after_ms', async () => {
     const { server, client, seen, conn } = await watching();
     storeMessages(server, 3);
@@ -152,6 +219,63 @@ describe('notify', () => {
     await tick();
     expect(seen).toEqual([]);
     expect(conn.sent('fetch')).toHaveLength(0);
+    client.close();
+  });
+});
+
+describe('history', () => {
+  /** Drains `chat.history(...)` into an array of seqs. */
+  async function collect(it: AsyncIterable<{ seq: number }>): Promise<number[]> {
+    const out: number[] = [];
+    for await (const ev of it) out.push(ev.seq);
+    return out;
+  }
+
+  it('yields every event after `after` once, in order, through short pages, until more is false', async () => {
+    const { server, client } = setup();
+    await connected(client);
+    server.fetchBytes = 3_000;
+    for (let i = 0; i < 120; i++) server.store('general', 'message', { text: 'y'.repeat((i * 611) % 2000) }, 'bob');
+    const chat = client.chat('general');
+    const p = collect(chat.history(10));
+    await tick();
+    expect(await p).toEqual(Array.from({ length: 110 }, (_, i) => i + 11));
+    const fetches = server.last.sent('fetch');
+    expect(fetches.length).toBeGreaterThan(10);
+    expect(fetches.every((f) => f.limit === 500)).toBe(true);
+    // Each page after the first starts at the previous page's last event.
+    for (let i = 1; i < fetches.length; i++) {
+      const prev = server.last.okFor(fetches[i - 1]!) as FetchOk;
+      expect(fetches[i]!.after).toBe(prev.events[prev.events.length - 1]!.seq);
+    }
+    expect((server.last.okFor(fetches[fetches.length - 1]!) as FetchOk).more).toBe(false);
+    client.close();
+  });
+
+  it('stops at until', async () => {
+    const { server, client } = setup();
+    await connected(client);
+    server.fetchBytes = 500;
+    storeMessages(server, 40);
+    const p = collect(client.chat('general').history(0, { until: 25 }));
+    await tick();
+    expect(await p).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
+    client.close();
+  });
+
+  it('ends with a protocol error, not a loop, when more comes with no new events', async () => {
+    const { server, client } = setup();
+    await connected(client);
+    storeMessages(server, 3);
+    server.intercept = (c, f) => {
+      if (f.op !== 'fetch') return false;
+      c.serverSend({ id: f.id, ok: { events: [], seq: 3, more: true } });
+      return true;
+    };
+    const p = collect(client.chat('general').history(0)).catch((e: unknown) => e);
+    await tick();
+    expect(await p).toMatchObject({ code: 'protocol' });
+    expect(server.last.sent('fetch')).toHaveLength(1);
     client.close();
   });
 });

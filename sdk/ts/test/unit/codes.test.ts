@@ -6,7 +6,8 @@ describe('close code policy', () => {
   it('matches the table in README.md', () => {
     expect(closePolicy(CloseCode.Unauthenticated)).toBe('refresh_token');
     expect(closePolicy(CloseCode.TooManyRequests)).toBe('reconnect_slow');
-    for (const code of [1000, 1001, 1006, 1009, 1011, CloseCode.BadProtocol, CloseCode.SlowConsumer, CloseCode.GoingAway, 4999]) {
+    expect(closePolicy(CloseCode.SlowConsumer)).toBe('reconnect_smaller');
+    for (const code of [1000, 1001, 1006, 1009, 1011, CloseCode.BadProtocol, CloseCode.GoingAway, 4999]) {
       expect(closePolicy(code), `code ${code}`).toBe('reconnect');
     }
   });

@@ -1,0 +1,127 @@
+//! Running one request of a connection against the chat layer, and the one
+//! owner of a connection's watches ([`Session`]'s watch set): a watch is
+//! adopted there once it is live, and a connection that closes ends every
+//! watch it owns, including one whose request was still running.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use herald_protocol::frame::{err_reply, ok_reply};
+use herald_protocol::reply::{EmptyOk, WatchOk};
+use herald_protocol::{Op, Request};
+
+use crate::chat::{Caller, Chats};
+use crate::error::Error;
+use crate::model::ChatKey;
+use crate::outbox::{Frame, Outbox};
+
+/// A request that takes longer is answered `unavailable`; its write still finishes.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A connection after `hello`: who it is, its queue, and the watches it owns.
+pub(super) struct Session {
+    caller: Caller,
+    outbox: Arc<Outbox>,
+    watches: Mutex<WatchSet>,
+}
+
+/// The chats a connection watches. A watch joins the set once it is live;
+/// once the connection has ended the set refuses new ones, so a watch that
+/// finishes after its connection closed is ended by its own request instead
+/// of staying registered with nobody to end it.
+#[derive(Default)]
+struct WatchSet {
+    chats: Vec<ChatKey>,
+    ended: bool,
+}
+
+impl Session {
+    pub(super) fn new(caller: Caller, outbox: Arc<Outbox>) -> Session {
+        Session { caller, outbox, watches: Mutex::new(WatchSet::default()) }
+    }
+
+    /// Takes a live watch of `key` into the set. False once the connection ended.
+    fn adopt(&self, key: ChatKey) -> bool {
+        let mut set = self.watches.lock().expect("watches lock");
+        if set.ended {
+            return false;
+        }
+        if !set.chats.contains(&key) {
+            set.chats.push(key);
+        }
+        true
+    }
+
+    /// Drops `chat` from the set (its watch ended: unwatch or leave).
+    fn forget(&self, chat: &str) {
+        self.watches.lock().expect("watches lock").chats.retain(|k| *k.chat != *chat);
+    }
+
+    /// The connection ended: ends every watch in the set and refuses new ones.
+    pub(super) fn end_watches(&self, chats: &Chats) {
+        let keys = {
+            let mut set = self.watches.lock().expect("watches lock");
+            set.ended = true;
+            std::mem::take(&mut set.chats)
+        };
+        chats.unwatch_all(&self.outbox, &keys);
+    }
+}
+
+/// Serves one request and queues its reply.
+pub(super) async fn handle(chats: Arc<Chats>, session: Arc<Session>, req: Request) {
+    let started = Instant::now();
+    let op = req.op.name();
+    let id = req.id;
+    let result = tokio::time::timeout(REQUEST_TIMEOUT, run_op(&chats, &session, req))
+        .await
+        .unwrap_or_else(|_| Err(Error::Unavailable { message: "the request timed out".into(), retry_after_ms: 1000 }));
+    let outcome = match &result {
+        Ok(reply) => {
+            if let Some(frame) = reply {
+                session.outbox.push(frame.clone());
+            }
+            "ok"
+        }
+        Err(e) => {
+            session.outbox.push(Frame::from(err_reply(Some(id), &e.body())));
+            e.outcome()
+        }
+    };
+    metrics::counter!("herald_requests_total", "op" => op, "outcome" => outcome).increment(1);
+    metrics::histogram!("herald_request_seconds", "op" => op).record(started.elapsed().as_secs_f64());
+}
+
+/// Runs `req`; returns its `ok` reply, or `None` when the reply was already queued (watch).
+async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<Frame>, Error> {
+    let c = &s.caller;
+    let id = req.id;
+    let ok = |v: String| Ok(Some(Frame::from(v)));
+    match req.op {
+        Op::Join { chat } => ok(ok_reply(id, &chats.join(c, &chat).await?)),
+        Op::Leave { chat } => {
+            chats.leave(c, &s.outbox, &chat).await?;
+            s.forget(&chat);
+            ok(ok_reply(id, &EmptyOk {}))
+        }
+        Op::Watch { chat, after } => {
+            let reply = |latest| Frame::from(ok_reply(id, &WatchOk { chat: chat.clone(), seq: latest }));
+            chats.watch(c, &s.outbox, &chat, after, reply).await?;
+            if !s.adopt(ChatKey { ws: c.ws.clone(), chat: chat.as_str().into() }) {
+                // The connection closed while the watch started: nobody else will end it.
+                chats.unwatch(c, &s.outbox, &chat);
+            }
+            Ok(None)
+        }
+        Op::Unwatch { chat } => {
+            chats.unwatch(c, &s.outbox, &chat);
+            s.forget(&chat);
+            ok(ok_reply(id, &EmptyOk {}))
+        }
+        Op::Send { chat, body, client_id } => ok(ok_reply(id, &chats.send(c, &chat, body, client_id).await?)),
+        Op::React { chat, target, emoji, on } => ok(ok_reply(id, &chats.react(c, &chat, target, emoji, on).await?)),
+        Op::Read { chat, seq } => ok(ok_reply(id, &chats.read(c, &chat, seq).await?)),
+        Op::Fetch { chat, after, limit } => ok(ok_reply(id, &chats.fetch(c, &chat, after, limit).await?)),
+        Op::Hello { .. } | Op::Ping => unreachable!("answered by the connection itself"),
+    }
+}

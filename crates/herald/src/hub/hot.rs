@@ -1,0 +1,80 @@
+//! Hot chats: a chat whose events times its local watchers pass
+//! `--hot-chat-deliveries` within a second (off by default) stops pushing
+//! each event. Every [`HOT_NOTIFY_EVERY`] its watchers get one shared
+//! `notify` with the latest seq and fetch what they lack, so a client gets a
+//! few frames a second from it whatever its rate. It cools after a whole
+//! second under half the threshold. `leave` events are still pushed, since
+//! they end watches. It saves the clients frames, not the server work, when
+//! they fetch it all (measured: docs/benchmarks.md), hence off unless an
+//! operator asks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_protocol::frame::notify_push;
+
+use super::{ChatState, Hub, Watched};
+use crate::outbox::Frame;
+
+/// How often a hot chat's watchers hear of its latest seq.
+pub const HOT_NOTIFY_EVERY: Duration = Duration::from_millis(250);
+
+impl Hub {
+    /// Counts one event of `watched` toward its heat and says whether the
+    /// chat is hot now. A chat turns hot when its events times its local
+    /// watchers pass [`Hub`]'s threshold within a second, and cools after a
+    /// whole second under half of it.
+    pub(super) fn count_for_heat(&self, watched: &Watched, state: &mut ChatState) -> bool {
+        if self.hot_deliveries == 0 {
+            return false;
+        }
+        let window = self.started.elapsed().as_secs();
+        let watchers = state.watchers.len() as u64;
+        if state.window != window {
+            let last = if window == state.window + 1 { u64::from(state.window_events) } else { 0 };
+            if state.hot && last * watchers < self.hot_deliveries / 2 {
+                state.hot = false;
+                tracing::info!(chat = %watched.key, watchers, "chat cooled down: pushing events again");
+                metrics::counter!("herald_hub_hot_switches_total", "to" => "events").increment(1);
+            }
+            state.window = window;
+            state.window_events = 0;
+        }
+        state.window_events = state.window_events.saturating_add(1);
+        if !state.hot && u64::from(state.window_events) * watchers >= self.hot_deliveries {
+            state.hot = true;
+            tracing::info!(chat = %watched.key, watchers, events_this_second = state.window_events,
+                "chat is hot: pushing a coalesced notify instead of each event");
+            metrics::counter!("herald_hub_hot_switches_total", "to" => "notify").increment(1);
+        }
+        state.hot
+    }
+
+    /// Starts the timer that announces a hot chat's latest seq, unless one runs.
+    pub(super) fn arm_notify_timer(&self, watched: &Arc<Watched>, state: &mut ChatState) {
+        if state.notify_timer {
+            return;
+        }
+        state.notify_timer = true;
+        self.later(HOT_NOTIFY_EVERY, watched, |hub, watched| async move { hub.announce(&watched) });
+    }
+
+    /// Pushes one shared `notify` with a hot chat's latest seq to each live
+    /// watcher that has not been pushed that far; they fetch the rest.
+    fn announce(&self, watched: &Watched) {
+        let mut state = watched.state.lock().expect("hub chat lock");
+        state.notify_timer = false;
+        let Some(seq) = state.unannounced.take() else { return };
+        let frame = Frame::from(notify_push(&watched.key.chat, seq));
+        let mut pushed = 0u64;
+        for w in state.watchers.values_mut() {
+            if w.syncing.is_none() && w.next <= seq {
+                w.next = seq + 1;
+                if w.outbox.push(frame.clone()) {
+                    pushed += 1;
+                }
+            }
+        }
+        metrics::counter!("herald_hub_notifies_total").increment(pushed);
+    }
+}

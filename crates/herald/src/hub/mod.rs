@@ -1,0 +1,352 @@
+//! The node's own fan-out: which local connections watch which chat, and the
+//! pushing of each chat's events to them in seq order.
+//!
+//! - this file: the watch registry. A chat has an entry only while it has
+//!   local watchers; the first watcher subscribes the node at the broker and
+//!   the last one unsubscribes it, both under the registry's lock, so the
+//!   broker sees a chat's interest change in the order the watches did.
+//!   Starting a watch is two steps around a store read ([`Hub::begin_watch`],
+//!   [`Hub::finish_watch`]) so that no event falls between replay and live.
+//! - [`sequencer`]: each chat's sequencer: events may arrive out of order or
+//!   not at all (a lost broker hint); it pushes them in seq order and repairs
+//!   gaps from the log.
+//! - [`tail`]: the periodic check that no stored event stays unannounced
+//!   (a hint lost for the last event of a burst, a publisher that died right
+//!   after its commit): the bound on how late a watcher can hear of an event.
+//! - [`hot`]: hot chats, pushed as coalesced `notify` frames.
+//!
+//! The hub reads the log through the [`Store`], never through the chat layer.
+//!
+//! Lock order: shard map, then a chat's state, then an outbox; the broker's
+//! own subscription map is taken under the shard map (subscribe and
+//! unsubscribe are called with it held) and never the other way round. The
+//! hub knows a connection only as its [`Outbox`].
+
+mod hot;
+mod sequencer;
+mod tail;
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use herald_protocol::frame::notify_push;
+
+use crate::broker::{Broker, Sink};
+use crate::model::{ChatKey, Published};
+use crate::outbox::{ConnId, Frame, Outbox};
+use crate::store::Store;
+
+pub use hot::HOT_NOTIFY_EVERY;
+pub use sequencer::GAP_WAIT;
+pub use tail::TAIL_EVERY;
+
+/// Shards of the chat map: enough that watch churn on many cores rarely contends.
+const SHARDS: usize = 64;
+
+/// The node's fan-out.
+pub struct Hub {
+    /// Itself, for the timers and catch-ups it starts.
+    me: Weak<Hub>,
+    shards: Box<[Mutex<Shard>]>,
+    hasher: std::hash::RandomState,
+    broker: Arc<dyn Broker>,
+    /// The log, for repairs.
+    store: Arc<dyn Store>,
+    /// Wakes the tail check at once (after a broker reconnect).
+    tail_now: tokio::sync::Notify,
+    /// Deliveries per second into one chat's local watchers at which it
+    /// turns hot; 0: never.
+    hot_deliveries: u64,
+    /// Bytes of live events buffered for one watcher while its replay is
+    /// read; beyond it the watcher is told to fetch (`notify`) instead.
+    sync_bytes: usize,
+    started: tokio::time::Instant,
+}
+
+/// Part of the chat map.
+type Shard = HashMap<ChatKey, Arc<Watched>>;
+
+/// One chat's local watchers and sequencer.
+struct Watched {
+    key: ChatKey,
+    state: Mutex<ChatState>,
+}
+
+#[derive(Default)]
+struct ChatState {
+    /// The next seq the sequencer expects; `None` until the first watch finishes.
+    next: Option<u64>,
+    /// Events ahead of `next`, waiting for the gap to fill.
+    held: BTreeMap<u64, Arc<Published>>,
+    /// Whether a gap timer is running.
+    gap_timer: bool,
+    /// The chat's latest seq in the log at the previous tail check.
+    tail_seen: u64,
+    watchers: HashMap<ConnId, Watcher>,
+    /// The second (since the hub started) whose events `window_events` counts.
+    window: u64,
+    window_events: u32,
+    /// Hot: watchers get a coalesced `notify` now and then, not each event.
+    hot: bool,
+    /// While hot: the latest seq not yet announced.
+    unannounced: Option<u64>,
+    /// Whether the timer that announces it is running.
+    notify_timer: bool,
+}
+
+struct Watcher {
+    outbox: Arc<Outbox>,
+    user: Arc<str>,
+    /// The lowest seq this connection may still be pushed; pushes only go up.
+    next: u64,
+    /// `Some` while the watch's replay is being read: live events wait here.
+    /// Boxed: every watcher carries this field, few carry a buffer, so a
+    /// pointer (8 bytes) beats an inline buffer in every idle watch.
+    syncing: Option<Box<SyncBuffer>>,
+}
+
+/// Live events kept for a watcher while its replay is read.
+#[derive(Default)]
+struct SyncBuffer {
+    events: Vec<Arc<Published>>,
+    bytes: usize,
+    /// Events were dropped for lack of room: the watcher gets `notify` instead.
+    overflowed: bool,
+}
+
+impl Watcher {
+    /// While the watch's replay is read, keeps `event` for after it (or notes
+    /// that there was no room). Returns whether the watcher is still syncing.
+    fn buffer_if_syncing(&mut self, event: &Arc<Published>, limit: usize) -> bool {
+        let Some(buf) = &mut self.syncing else { return false };
+        let len = event.frame.as_str().len();
+        if buf.bytes + len <= limit {
+            buf.bytes += len;
+            buf.events.push(event.clone());
+        } else {
+            buf.overflowed = true;
+        }
+        true
+    }
+}
+
+/// What the chat layer read for a watch, to be pushed by [`Hub::finish_watch`].
+pub struct Replay {
+    /// The `watch` reply.
+    pub reply: Frame,
+    /// The chat's latest seq when the log was read.
+    pub latest: u64,
+    /// The events to replay, in seq order (empty without `after`).
+    pub frames: Vec<(u64, Frame)>,
+    /// The replay was cut short: the watcher gets `notify` with `latest` instead of the rest.
+    pub truncated: bool,
+}
+
+impl Hub {
+    /// A hub whose chats turn hot at `hot_deliveries` deliveries per second
+    /// (0: never), repairing from `store`, buffering at most `sync_bytes` of
+    /// live events for a watch being started. Starts the tail check when the
+    /// broker can lose hints.
+    pub fn new(broker: Arc<dyn Broker>, store: Arc<dyn Store>, hot_deliveries: u64, sync_bytes: usize) -> Arc<Hub> {
+        let hub = Arc::new_cyclic(|me| Hub {
+            me: me.clone(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: std::hash::RandomState::new(),
+            broker: broker.clone(),
+            store,
+            tail_now: tokio::sync::Notify::new(),
+            hot_deliveries,
+            sync_bytes,
+            started: tokio::time::Instant::now(),
+        });
+        let sink: Arc<dyn Sink> = hub.clone();
+        broker.attach(Arc::downgrade(&sink));
+        if broker.may_lose() {
+            tail::spawn(Arc::downgrade(&hub));
+        }
+        hub
+    }
+
+    fn shard(&self, key: &ChatKey) -> &Mutex<Shard> {
+        // A process-local map: a per-process hash seed is fine here (never for routing).
+        let h = self.hasher.hash_one(key);
+        &self.shards[(h as usize) % SHARDS]
+    }
+
+    /// The entry of `key`, if this node watches it.
+    fn watched(&self, key: &ChatKey) -> Option<Arc<Watched>> {
+        self.shard(key).lock().expect("hub shard lock").get(key).cloned()
+    }
+
+    /// Registers `outbox`'s connection as a syncing watcher of `key`,
+    /// replacing a previous watch of the same connection.
+    pub fn begin_watch(&self, key: &ChatKey, user: &Arc<str>, outbox: &Arc<Outbox>) {
+        let mut shard = self.shard(key).lock().expect("hub shard lock");
+        let mut created = false;
+        let watched = shard
+            .entry(key.clone())
+            .or_insert_with(|| {
+                created = true;
+                Arc::new(Watched { key: key.clone(), state: Mutex::new(ChatState::default()) })
+            })
+            .clone();
+        let mut state = watched.state.lock().expect("hub chat lock");
+        let watcher = Watcher { outbox: outbox.clone(), user: user.clone(), next: 0, syncing: Some(Box::default()) };
+        let previous = state.watchers.insert(outbox.id(), watcher);
+        drop(state);
+        if created {
+            metrics::gauge!("herald_hub_chats").increment(1.0);
+            self.broker.subscribe(key);
+        }
+        drop(shard);
+        if previous.is_none() {
+            metrics::gauge!("herald_watches").increment(1.0);
+        }
+    }
+
+    /// Completes a watch begun with [`Hub::begin_watch`]: pushes the reply,
+    /// the replay and the live events buffered meanwhile, then goes live.
+    /// Returns false, pushing nothing, if the watch ended meanwhile (a `leave`).
+    pub fn finish_watch(&self, key: &ChatKey, conn: ConnId, replay: Replay) -> bool {
+        let Some(watched) = self.watched(key) else { return false };
+        let mut state = watched.state.lock().expect("hub chat lock");
+        if state.watchers.get(&conn).is_none_or(|w| w.syncing.is_none()) {
+            return false;
+        }
+        if state.next.is_none() {
+            state.next = Some(replay.latest + 1);
+            state.tail_seen = replay.latest;
+            self.release_held(&watched, &mut state);
+            self.arm_gap_timer(&watched, &mut state);
+        }
+        let chat_next = state.next.unwrap_or(replay.latest + 1);
+        // Releasing held events may have ended this very watch (a `leave`).
+        let Some(w) = state.watchers.get_mut(&conn) else {
+            drop(state);
+            self.remove_if_empty(key);
+            return false;
+        };
+        w.outbox.push(replay.reply);
+        w.next = replay.frames.first().map_or(replay.latest + 1, |(seq, _)| *seq);
+        let mut pushed = 0u64;
+        for (seq, frame) in replay.frames {
+            if seq >= w.next {
+                w.next = seq + 1;
+                w.outbox.push(frame);
+                pushed += 1;
+            }
+        }
+        if replay.truncated || w.next <= replay.latest {
+            w.outbox.push(Frame::from(notify_push(&key.chat, replay.latest)));
+            w.next = w.next.max(replay.latest + 1);
+        }
+        let buffer = w.syncing.take().map(|b| *b).unwrap_or_default();
+        for ev in buffer.events {
+            if ev.seq >= w.next {
+                w.next = ev.seq + 1;
+                w.outbox.push(ev.frame.clone());
+                pushed += 1;
+            }
+        }
+        if buffer.overflowed && chat_next > w.next {
+            w.outbox.push(Frame::from(notify_push(&key.chat, chat_next - 1)));
+            w.next = chat_next;
+        }
+        metrics::counter!("herald_pushes_total").increment(pushed);
+        true
+    }
+
+    /// Ends `conn`'s watch of `key`, if any.
+    pub fn unwatch(&self, key: &ChatKey, conn: ConnId) {
+        let mut shard = self.shard(key).lock().expect("hub shard lock");
+        let Some(watched) = shard.get(key).cloned() else {
+            return;
+        };
+        let mut state = watched.state.lock().expect("hub chat lock");
+        if state.watchers.remove(&conn).is_none() {
+            return;
+        }
+        metrics::gauge!("herald_watches").decrement(1.0);
+        if state.watchers.is_empty() {
+            drop(state);
+            self.forget(&mut shard, key);
+        }
+    }
+
+    /// Drops the entry of `key` if its last watcher left while only its own lock was held.
+    fn remove_if_empty(&self, key: &ChatKey) {
+        let mut shard = self.shard(key).lock().expect("hub shard lock");
+        let Some(watched) = shard.get(key).cloned() else {
+            return;
+        };
+        if watched.state.lock().expect("hub chat lock").watchers.is_empty() {
+            self.forget(&mut shard, key);
+        }
+    }
+
+    /// Removes `key`'s entry and the node's interest in it, under the shard lock.
+    fn forget(&self, shard: &mut Shard, key: &ChatKey) {
+        shard.remove(key);
+        metrics::gauge!("herald_hub_chats").decrement(1.0);
+        self.broker.unsubscribe(key);
+    }
+
+    /// Chats with local watchers now.
+    pub fn chats(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().expect("hub shard lock").len()).sum()
+    }
+
+    /// Every chat entry, for the tail check and resyncs.
+    fn entries(&self) -> Vec<Arc<Watched>> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.lock().expect("hub shard lock").values().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// Runs `then` with this hub and `watched` after `delay`, unless the hub is gone by then.
+    fn later<F, Fut>(&self, delay: Duration, watched: &Arc<Watched>, then: F)
+    where
+        F: FnOnce(Arc<Hub>, Arc<Watched>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let (hub, watched) = (self.me.clone(), watched.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(hub) = hub.upgrade() {
+                then(hub, watched).await;
+            }
+        });
+    }
+}
+
+impl Sink for Hub {
+    /// Messages may have been lost everywhere: the tail check runs now
+    /// instead of at its next tick, and catches up every chat that is behind.
+    fn resync(&self) {
+        tracing::info!(chats = self.chats(), "checking every watched chat against the log");
+        self.tail_now.notify_one();
+    }
+
+    fn catch_up(&self, key: &ChatKey) {
+        let Some(watched) = self.watched(key) else { return };
+        self.later(Duration::ZERO, &watched, |hub, watched| async move {
+            hub.catch_up_entry(&watched).await;
+        });
+    }
+
+    fn deliver(&self, event: Arc<Published>) {
+        let Some(watched) = self.watched(&event.key) else { return };
+        let mut state = watched.state.lock().expect("hub chat lock");
+        let emptied = self.sequence(&watched, &mut state, event);
+        drop(state);
+        if emptied {
+            self.remove_if_empty(&watched.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,275 @@
+//! The hub's own tests: hot chats and gap repair, with paused time.
+
+use super::*;
+use crate::broker::memory::MemoryBroker;
+use crate::broker::{Broker, Sink};
+use crate::model::ChatInfo;
+use crate::store::{BoxFuture, Fetched, StoreError, Write, Written};
+use herald_protocol::{Event, EventType};
+use serde_json::value::RawValue;
+
+fn stored(seq: u64) -> Event {
+    let body = RawValue::from_string("{}".into()).unwrap();
+    Event { seq, kind: EventType::Message, user: Some("u".into()), ts: 0, body, client_id: None }
+}
+
+fn event(key: &ChatKey, seq: u64) -> Arc<Published> {
+    Published::new(key.clone(), &stored(seq))
+}
+
+/// A log holding seq 1..=`latest`; while it is read, it hands the hub the
+/// events in `meanwhile`, as reordered publishes would arrive.
+struct Log {
+    hub: std::sync::Mutex<Weak<Hub>>,
+    latest: std::sync::atomic::AtomicU64,
+    meanwhile: std::sync::Mutex<Vec<u64>>,
+    /// Fetches and heads reads served.
+    reads: std::sync::atomic::AtomicUsize,
+    heads: std::sync::atomic::AtomicUsize,
+}
+
+impl Log {
+    fn new(latest: u64, meanwhile: Vec<u64>) -> Arc<Log> {
+        Arc::new(Log {
+            hub: std::sync::Mutex::new(Weak::new()),
+            latest: latest.into(),
+            meanwhile: std::sync::Mutex::new(meanwhile),
+            reads: 0.into(),
+            heads: 0.into(),
+        })
+    }
+
+    fn info(&self) -> ChatInfo {
+        ChatInfo { seq: self.latest.load(std::sync::atomic::Ordering::SeqCst), members: 1, open: true }
+    }
+}
+
+impl Store for Log {
+    fn write(&self, _write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
+        Box::pin(std::future::ready(Err(StoreError::Unavailable("read-only log".into()))))
+    }
+
+    fn chat(&self, _key: &ChatKey) -> BoxFuture<'_, Result<Option<ChatInfo>, StoreError>> {
+        Box::pin(std::future::ready(Ok(Some(self.info()))))
+    }
+
+    fn fetch<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        _member: Option<&'a str>,
+        after: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Fetched, StoreError>> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Some(hub) = self.hub.lock().unwrap().upgrade() {
+            for seq in self.meanwhile.lock().unwrap().drain(..) {
+                hub.deliver(event(key, seq));
+            }
+        }
+        let info = self.info();
+        let last = info.seq.min(after.saturating_add(limit as u64));
+        let events = (after + 1..=last).map(stored).collect();
+        Box::pin(std::future::ready(Ok(Fetched { events, info, more: last < info.seq })))
+    }
+
+    fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {
+        self.heads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let seq = self.info().seq;
+        Box::pin(std::future::ready(Ok(keys.iter().map(|_| Some(seq)).collect())))
+    }
+
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+fn hub_over(log: &Arc<Log>, hot: u64) -> Arc<Hub> {
+    let hub = Hub::new(Arc::new(MemoryBroker::new()), log.clone(), hot, 1 << 20);
+    *log.hub.lock().unwrap() = Arc::downgrade(&hub);
+    hub
+}
+
+fn pushed_seqs(outbox: &Outbox) -> Vec<u64> {
+    pushed(outbox).iter().filter_map(|p| p.strip_prefix("event ")?.parse().ok()).collect()
+}
+
+fn pushed(outbox: &Outbox) -> Vec<String> {
+    let mut frames = Vec::new();
+    outbox.drain(usize::MAX, &mut frames);
+    frames
+        .iter()
+        .map(|f| serde_json::from_str::<serde_json::Value>(f.as_str()).unwrap())
+        .map(|v| format!("{} {}", v["ev"].as_str().unwrap_or("reply"), v["seq"]))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hot_chat_gets_coalesced_notifies_then_events_again_once_it_cools() {
+    // Hot at 100 deliveries a second: with two watchers, the 50th event of a second.
+    let hub = hub_over(&Log::new(0, vec![]), 100);
+    let key = ChatKey::new("w", "c");
+    let outboxes: Vec<Arc<Outbox>> = (1..=2).map(|i| Arc::new(Outbox::new(i, 1 << 20))).collect();
+    for o in &outboxes {
+        hub.begin_watch(&key, &Arc::from("u"), o);
+        hub.finish_watch(
+            &key,
+            o.id(),
+            Replay { reply: Frame::from("{}"), latest: 0, frames: vec![], truncated: false },
+        );
+        pushed(o);
+    }
+    for seq in 1..=200 {
+        hub.deliver(event(&key, seq));
+    }
+    tokio::time::sleep(HOT_NOTIFY_EVERY + Duration::from_millis(50)).await;
+    let mut want: Vec<String> = (1..=49).map(|s| format!("event {s}")).collect();
+    want.push("notify 200".into());
+    for o in &outboxes {
+        assert_eq!(pushed(o), want, "49 events, then one notify for the other 151");
+    }
+    // The next second is still hot: the last one was far above half the threshold.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    hub.deliver(event(&key, 201));
+    tokio::time::sleep(HOT_NOTIFY_EVERY + Duration::from_millis(50)).await;
+    for o in &outboxes {
+        assert_eq!(pushed(o), vec!["notify 201".to_string()]);
+    }
+    // A quiet second later, events are pushed one by one again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    hub.deliver(event(&key, 202));
+    hub.deliver(event(&key, 203));
+    for o in &outboxes {
+        assert_eq!(pushed(o), vec!["event 202".to_string(), "event 203".to_string()]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gap_that_reopens_during_repair_is_repaired_again_not_skipped() {
+    // The log has 1..=4 when first read; 6 arrives (ahead of 5) while it is read.
+    let hub = hub_over(&Log::new(4, vec![6]), 0);
+    let key = ChatKey::new("w", "c");
+    let outbox = Arc::new(Outbox::new(1, 1 << 20));
+    hub.begin_watch(&key, &Arc::from("u"), &outbox);
+    hub.finish_watch(&key, 1, Replay { reply: Frame::from("{}"), latest: 0, frames: vec![], truncated: false });
+    // 1 is lost on the way; 3 arrives: a gap at 1..=2.
+    hub.deliver(event(&key, 3));
+    tokio::time::sleep(GAP_WAIT * 2).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    // Repaired 1..=4 from the log; 5 is still on its way, and 6 must wait for it.
+    assert_eq!(pushed_seqs(&outbox), vec![1, 2, 3, 4]);
+    hub.deliver(event(&key, 5));
+    assert_eq!(pushed_seqs(&outbox), vec![5, 6], "5 arrived late and 6 was not skipped past it");
+}
+
+/// A broker whose hints are all lost, and which records the node's interest
+/// changes in the order it hears of them.
+#[derive(Default)]
+struct LossyBroker {
+    interest: std::sync::Mutex<Vec<bool>>,
+}
+
+impl Broker for LossyBroker {
+    fn attach(&self, _sink: Weak<dyn Sink>) {}
+    fn publish(&self, _event: Arc<Published>) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+    fn subscribe(&self, _key: &ChatKey) {
+        // A subscribe takes a moment (a real broker spawns and registers):
+        // room for a concurrent unwatch to overtake it, were it unordered.
+        std::thread::sleep(Duration::from_micros(50));
+        self.interest.lock().unwrap().push(true);
+    }
+    fn subscribed(&self, _key: &ChatKey) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+    fn unsubscribe(&self, _key: &ChatKey) {
+        std::thread::sleep(Duration::from_micros(50));
+        self.interest.lock().unwrap().push(false);
+    }
+    fn ready(&self) -> bool {
+        true
+    }
+    fn may_lose(&self) -> bool {
+        true
+    }
+}
+
+fn live_watch(hub: &Hub, key: &ChatKey, outbox: &Arc<Outbox>, latest: u64) {
+    hub.begin_watch(key, &Arc::from("u"), outbox);
+    assert!(hub.finish_watch(
+        key,
+        outbox.id(),
+        Replay { reply: Frame::from("{}"), latest, frames: vec![], truncated: false }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_tail_reaches_watchers_within_two_tail_checks_with_no_later_event() {
+    let log = Log::new(2, vec![]);
+    let hub = Hub::new(Arc::new(LossyBroker::default()), log.clone(), 0, 1 << 20);
+    let key = ChatKey::new("w", "quiet");
+    let outbox = Arc::new(Outbox::new(1, 1 << 20));
+    live_watch(&hub, &key, &outbox, 2);
+    pushed(&outbox);
+    // Three events are committed; every hint for them is lost, and the chat goes quiet.
+    log.latest.store(5, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(TAIL_EVERY * 2 + Duration::from_millis(50)).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(pushed_seqs(&outbox), vec![3, 4, 5], "caught up from the log, in order, once");
+    tokio::time::sleep(TAIL_EVERY * 3).await;
+    assert_eq!(pushed_seqs(&outbox), Vec::<u64>::new(), "nothing twice");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resync_reads_the_log_in_batches_and_catches_up_only_chats_that_are_behind() {
+    let log = Log::new(1, vec![]);
+    let hub = Hub::new(Arc::new(LossyBroker::default()), log.clone(), 0, 1 << 20);
+    let outbox = Arc::new(Outbox::new(1, 1 << 22));
+    for i in 0..1200 {
+        live_watch(&hub, &ChatKey::new("w", &format!("c{i}")), &outbox, 1);
+    }
+    // Every chat is up to date: a check reads 3 batches of heads and fetches nothing.
+    assert_eq!(hub.check_tails().await, 0);
+    assert_eq!(hub.check_tails().await, 0);
+    assert_eq!(log.reads.load(std::sync::atomic::Ordering::SeqCst), 0, "no catch-up reads for chats in step");
+    assert_eq!(log.heads.load(std::sync::atomic::Ordering::SeqCst), 2 * 3, "1,200 chats: three reads a check");
+}
+
+#[test]
+fn the_broker_hears_a_chats_interest_in_the_order_watches_changed() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let _guard = rt.enter();
+    for _ in 0..50 {
+        let broker = Arc::new(LossyBroker::default());
+        let hub = Hub::new(broker.clone(), Log::new(0, vec![]), 0, 1 << 20);
+        let key = ChatKey::new("w", "c");
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (hub, key) = (&hub, &key);
+                s.spawn(move || {
+                    for i in 0..50 {
+                        let outbox = Arc::new(Outbox::new(t * 1000 + i, 1 << 10));
+                        hub.begin_watch(key, &Arc::from("u"), &outbox);
+                        hub.unwatch(key, outbox.id());
+                    }
+                });
+            }
+        });
+        assert_eq!(hub.chats(), 0);
+        let interest = broker.interest.lock().unwrap();
+        // Alternating subscribe / unsubscribe, ending unsubscribed: never a
+        // subscription left behind with no watcher, never an unsubscribe of nothing.
+        for (i, on) in interest.iter().enumerate() {
+            assert_eq!(*on, i % 2 == 0, "interest changes out of order: {interest:?}");
+        }
+        assert_eq!(interest.len() % 2, 0, "left subscribed with no watcher");
+    }
+}
