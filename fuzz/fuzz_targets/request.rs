@@ -37,10 +37,7 @@ fn check(text: &str) {
 
     match &parsed {
         Err(BadFrame::NotRequest(_)) => {
-            assert!(
-                unique_id.is_none(),
-                "NotRequest for a JSON object with the integer id {unique_id:?}: {text:?}"
-            );
+            assert!(unique_id.is_none(), "NotRequest for a JSON object with the integer id {unique_id:?}: {text:?}");
         }
         Err(BadFrame::BadRequest { id, .. }) => {
             assert!(members.is_some(), "BadRequest for a frame that is not a JSON object: {text:?}");

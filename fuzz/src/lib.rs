@@ -25,10 +25,15 @@ pub fn known_issue(
     // 1. serde's derived `Deserialize` also reads a struct from a JSON array
     //    of its fields in order: `[1,"ping",null,...]` (12 elements) parses as
     //    the request `{"id":1,"op":"ping"}`.
-    if text.trim_start_matches([' ', '\t', '\n', '\r']).starts_with('[') && !matches!(parsed, Err(BadFrame::NotRequest(_))) {
+    if text.trim_start_matches([' ', '\t', '\n', '\r']).starts_with('[')
+        && !matches!(parsed, Err(BadFrame::NotRequest(_)))
+    {
         return Some("array read as a request");
     }
-    if let (Err(BadFrame::NotRequest(_)), Some(m)) = (parsed, members) {
+    if let (Err(BadFrame::NotRequest(_)), Some(m)) = (parsed, members)
+        && !json::get(m, "id").is_empty()
+        && json::get(m, "id").iter().all(|t| matches!(t, Token::Int(_)))
+    {
         // 2. A request whose typed parse fails is re-read as a
         //    `serde_json::Value` to find its id; that fails on valid JSON the
         //    typed pass skipped over (nesting deeper than 128, a number beyond
