@@ -19,8 +19,7 @@
 #   cargo +nightly fuzz run -s none -a <target> -- -max_total_time=600
 # then `cargo +nightly fuzz cmin -s none -a <target>` before committing it.
 #
-# Env: HERALD_FUZZ_STRICT=1 also fails on the known issues the targets skip
-# (herald_fuzz::known_issue). Needs the nightly toolchain; installs cargo-fuzz.
+# Needs the nightly toolchain; installs cargo-fuzz.
 set -euo pipefail
 
 seconds=${1:-20}

@@ -59,6 +59,9 @@ pg_dirs+=("$pg_dir")
 pg_url=$(scripts/pg.sh start "$pg_dir" "$(free_port)")
 HERALD_TEST_STORE=postgres HERALD_TEST_PG_URL=$pg_url cargo test -q -p herald --test protocol --test auth --test http_api --test lifecycle
 
+step "fuzz targets: the committed corpus and 10 s of new inputs each (request parser, a connection)"
+scripts/fuzz.sh 10
+
 step "autobahn conformance (WebSocket layer, through --diag-echo)"
 port=$(free_port)
 data=$(mktemp -d)

@@ -6,50 +6,6 @@
 //! to decide what PROTOCOL v1 calls "a JSON object with an integer `id`"
 //! without asking the parser under test.
 
-use herald_protocol::{BadFrame, Request};
-use json::Token;
-
-/// `HERALD_FUZZ_STRICT=1`: assert the known issues of [`known_issue`] too.
-pub fn strict() -> bool {
-    static STRICT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *STRICT.get_or_init(|| std::env::var_os("HERALD_FUZZ_STRICT").is_some_and(|v| v == "1"))
-}
-
-/// Deviations found by this target and reported to the server team; skipped
-/// (unless strict) so that fuzzing goes on past them. Remove each once fixed.
-pub fn known_issue(
-    text: &str,
-    parsed: &Result<Request, BadFrame>,
-    members: Option<&[(String, Token)]>,
-) -> Option<&'static str> {
-    // 1. serde's derived `Deserialize` also reads a struct from a JSON array
-    //    of its fields in order: `[1,"ping",null,...]` (12 elements) parses as
-    //    the request `{"id":1,"op":"ping"}`.
-    if text.trim_start_matches([' ', '\t', '\n', '\r']).starts_with('[')
-        && !matches!(parsed, Err(BadFrame::NotRequest(_)))
-    {
-        return Some("array read as a request");
-    }
-    if let (Err(BadFrame::NotRequest(_)), Some(m)) = (parsed, members)
-        && !json::get(m, "id").is_empty()
-        && json::get(m, "id").iter().all(|t| matches!(t, Token::Int(_)))
-    {
-        // 2. A request whose typed parse fails is re-read as a
-        //    `serde_json::Value` to find its id; that fails on valid JSON the
-        //    typed pass skipped over (nesting deeper than 128, a number beyond
-        //    f64 such as 1e400, a lone surrogate escape such as "\ud800"), and
-        //    the request is then called not a request (close 4000, no id).
-        if serde_json::from_str::<serde_json::Value>(text).is_err() {
-            return Some("Value re-read of a bad request fails");
-        }
-        // 3. `"id": -0` is read by serde_json as the float -0.0, not an integer.
-        if json::get(m, "id").iter().any(|t| matches!(t, Token::Int(s) if s == "-0")) {
-            return Some("id -0");
-        }
-    }
-    None
-}
-
 pub mod json {
     /// A member value, as far as the targets care.
     #[derive(Debug, Clone, PartialEq)]

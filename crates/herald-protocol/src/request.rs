@@ -275,7 +275,8 @@ mod tests {
         assert_eq!(parse_frame(r#"{"id":-0,"op":"ping"}"#).unwrap().id, 0);
         assert!(matches!(parse_frame(r#"{"id":-0.0,"op":"ping"}"#), Err(BadFrame::NotRequest(_))));
         // Valid JSON serde cannot build a value of, beside a bad argument: still answered with the id.
-        let deep = format!(r#"{{"id":8,"op":"fetch","chat":"g","after":-1,"x":{}{}}}"#, "[".repeat(200), "]".repeat(200));
+        let deep =
+            format!(r#"{{"id":8,"op":"fetch","chat":"g","after":-1,"x":{}{}}}"#, "[".repeat(200), "]".repeat(200));
         for text in [
             r#"{"id":8,"op":"fetch","chat":"g","after":-1,"x":1e400}"#,
             r#"{"id":8,"op":"fetch","chat":"g","after":-1,"x":"\ud800"}"#,
