@@ -47,7 +47,7 @@ for db in herald_a herald_b; do
 done
 stores=${admin%/postgres}/herald_a,${admin%/postgres}/herald_b
 
-export HERALD_JWT_SECRET=${HERALD_JWT_SECRET:-dev-cluster-secret} HERALD_API_KEY=${HERALD_API_KEY:-dev-cluster-key}
+export HERALD_JWT_SECRET=${HERALD_JWT_SECRET:-dev-cluster-secret-0123456789abcdef0123} HERALD_API_KEY=${HERALD_API_KEY:-dev-cluster-api-key-0123456789abcdef0123}
 for i in $(seq 1 "$n"); do
   port=$((8080 + i))
   "$herald" serve --listen 127.0.0.1:$port --data "$dir/node-$i" --node "node-$i" \

@@ -65,7 +65,7 @@ scripts/fuzz.sh 10
 step "autobahn conformance (WebSocket layer, through --diag-echo)"
 port=$(free_port)
 data=$(mktemp -d)
-HERALD_JWT_SECRET=autobahn HERALD_API_KEY=autobahn "$herald" serve --listen "127.0.0.1:$port" --data "$data" --diag-echo \
+HERALD_JWT_SECRET=autobahn-secret-0123456789abcdef0123 HERALD_API_KEY=autobahn-api-key-0123456789abcdef0123 "$herald" serve --listen "127.0.0.1:$port" --data "$data" --diag-echo \
   >"$data/herald.log" 2>&1 &
 pids+=($!)
 wait_http "http://127.0.0.1:$port/healthz"

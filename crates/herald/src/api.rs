@@ -103,8 +103,14 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    let want = state.api_key.as_bytes();
-    let same = given.len() == want.len() && given.bytes().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    let (given, want) = (given.as_bytes(), state.api_key.as_bytes());
+    // Every byte of the key is compared whatever was given, so the time
+    // depends on the key's length only, never on how much of it matched.
+    let mut diff = given.len() ^ want.len();
+    for (i, w) in want.iter().enumerate() {
+        diff |= usize::from(given.get(i).copied().unwrap_or(0) ^ w);
+    }
+    let same = diff == 0;
     if same { Ok(()) } else { Err(ApiError(Error::Unauthenticated("a valid api key is required".into()))) }
 }
 
@@ -261,7 +267,13 @@ fn make_token(tokens: &Tokens, body: &[u8]) -> ApiResult<TokenOk> {
     if ttl == 0 || ttl > MAX_TTL_S {
         return Err(bad(format!("ttl_s must be 1 to {MAX_TTL_S}")));
     }
-    Ok(axum::Json(TokenOk { token: tokens.issue(&req.workspace, &req.user, ttl) }))
+    let Some(token) = tokens.issue(&req.workspace, &req.user, ttl) else {
+        return Err(ApiError(Error::Forbidden(
+            "this server verifies tokens with a public key only and issues none: give it --jwt-secret to issue tokens"
+                .into(),
+        )));
+    };
+    Ok(axum::Json(TokenOk { token }))
 }
 
 async fn issue_token(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<TokenOk> {
@@ -275,7 +287,8 @@ async fn dev_token(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Bytes,
 ) -> ApiResult<TokenOk> {
-    if !peer.ip().is_loopback() {
+    // An IPv4 peer of a dual-stack socket shows as `::ffff:a.b.c.d`.
+    if !peer.ip().to_canonical().is_loopback() {
         return Err(ApiError(Error::Forbidden("dev tokens are for loopback clients only".into())));
     }
     make_token(&s.tokens, &body)
@@ -360,4 +373,61 @@ async fn ready(State(s): State<AppState>) -> Response {
 
 async fn metrics() -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::handle().render()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::extract::connect_info::MockConnectInfo;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::broker::memory::MemoryBroker;
+    use crate::config::ServeArgs;
+    use crate::server::Core;
+    use crate::store::sqlite::SqliteStore;
+
+    /// The router of a development-mode node, as `run` builds it.
+    fn dev_app(dir: &std::path::Path) -> Router {
+        let config = ServeArgs { data: Some(dir.to_path_buf()), ..ServeArgs::default() }.resolve().unwrap();
+        assert!(config.dev_mode);
+        let store: Arc<dyn crate::store::Store> = Arc::new(SqliteStore::open(dir).unwrap());
+        let core = Core::new(&config, store, Arc::new(MemoryBroker::new())).unwrap();
+        let state = AppState {
+            chats: core.chats,
+            tokens: core.tokens,
+            gateway: core.gateway,
+            api_key: config.api_key.as_str().into(),
+            dev_mode: true,
+            cluster: Cluster::single(&config.node, "ws://127.0.0.1:1"),
+            cells: core.cells,
+            drain_window: config.drain_window,
+        };
+        router(state, false)
+    }
+
+    #[tokio::test]
+    async fn dev_tokens_are_for_loopback_peers_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = dev_app(dir.path());
+        for (peer, status) in [
+            ("10.1.2.3:5000", StatusCode::FORBIDDEN),
+            ("192.168.0.10:5000", StatusCode::FORBIDDEN),
+            ("[2001:db8::1]:5000", StatusCode::FORBIDDEN),
+            ("[::ffff:10.0.0.1]:5000", StatusCode::FORBIDDEN),
+            ("127.0.0.1:5000", StatusCode::OK),
+            ("127.8.9.10:5000", StatusCode::OK),
+            ("[::1]:5000", StatusCode::OK),
+            ("[::ffff:127.0.0.1]:5000", StatusCode::OK),
+        ] {
+            let peer: SocketAddr = peer.parse().unwrap();
+            let req = Request::post("/v1/dev/token")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(r#"{"workspace":"w","user":"u"}"#))
+                .unwrap();
+            let res = app.clone().layer(MockConnectInfo(peer)).oneshot(req).await.unwrap();
+            assert_eq!(res.status(), status, "peer {peer}");
+        }
+    }
 }

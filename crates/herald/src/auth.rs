@@ -1,9 +1,16 @@
 //! Tokens: verifying a client's JWT for `hello`, and issuing tokens for
-//! `POST /v1/tokens` and development mode. HS256 with a shared secret; the
-//! algorithm list is pinned, so `alg: none` and any other algorithm fail.
+//! `POST /v1/tokens` and development mode.
+//!
+//! Up to two keys verify: a shared secret (HS256) and an operator's public
+//! key (RS256 for RSA, EdDSA for Ed25519), e.g. an identity provider's. Each
+//! key is pinned to its one algorithm and a token is checked only against the
+//! key of the algorithm its header names: `alg: none`, any other algorithm,
+//! and an HS256 token "signed" with the public key's text all fail. Only the
+//! secret issues tokens.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use anyhow::Context;
 use herald_protocol::ids::is_valid_id;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
@@ -12,9 +19,12 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_TTL_S: u64 = 3600;
 /// Longest lifetime a token may be issued for (30 days).
 pub const MAX_TTL_S: u64 = 30 * 24 * 3600;
-/// Clock skew tolerated for `iat` in the future. `exp` and `nbf` get none:
-/// herald usually issues its own tokens, so clocks agree.
+/// Clock skew tolerated for `iat` in the future, at least (the leeway if longer).
 const IAT_SKEW_S: u64 = 60;
+/// Default clock skew allowed on `exp` and `nbf`.
+pub const DEFAULT_LEEWAY_MS: u64 = 5_000;
+/// The smallest RSA key accepted, in bits.
+const MIN_RSA_BITS: usize = 2048;
 
 /// The identity a valid token proves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,45 +49,89 @@ struct Claims {
 #[error("{0}")]
 pub struct TokenError(pub String);
 
-/// Verifies and issues tokens.
-pub struct Tokens {
-    decoding: DecodingKey,
-    encoding: EncodingKey,
+/// What verifies tokens, as configured.
+#[derive(Debug, Clone, Default)]
+pub struct TokenKeys {
+    /// The HS256 secret.
+    pub secret: Option<String>,
+    /// A PEM public key (RSA or Ed25519).
+    pub public_key_pem: Option<Vec<u8>>,
+    /// When set, tokens must carry this `aud`.
+    pub audience: Option<String>,
+    /// Clock skew allowed on `exp` and `nbf`, in milliseconds (rounded up to seconds, as JWT times are).
+    pub leeway_ms: u64,
+}
+
+/// One key and the one algorithm it verifies.
+struct Verifier {
+    key: DecodingKey,
     validation: Validation,
 }
 
+/// Verifies and issues tokens.
+pub struct Tokens {
+    verifiers: Vec<Verifier>,
+    encoding: Option<EncodingKey>,
+    iat_skew_s: u64,
+}
+
 impl Tokens {
-    /// Tokens signed with `secret`; with `audience`, tokens must carry it in `aud`.
-    pub fn new(secret: &str, audience: Option<&str>) -> Self {
-        let mut validation = Validation::new(Algorithm::HS256);
-        validation.algorithms = vec![Algorithm::HS256];
-        validation.leeway = 0;
-        validation.validate_exp = true;
-        validation.validate_nbf = true;
-        match audience {
-            Some(aud) => {
-                validation.set_required_spec_claims(&["exp", "sub", "aud"]);
-                validation.set_audience(&[aud]);
+    /// Tokens verified by `keys`. Fails on a public key that is not an RSA
+    /// (at least 2048 bits) or Ed25519 PEM public key.
+    pub fn new(keys: &TokenKeys) -> anyhow::Result<Tokens> {
+        let leeway_s = keys.leeway_ms.div_ceil(1000);
+        let validation = |alg: Algorithm| {
+            let mut v = Validation::new(alg);
+            v.algorithms = vec![alg];
+            v.leeway = leeway_s;
+            v.validate_exp = true;
+            v.validate_nbf = true;
+            match &keys.audience {
+                Some(aud) => {
+                    v.set_required_spec_claims(&["exp", "sub", "aud"]);
+                    v.set_audience(&[aud]);
+                }
+                None => {
+                    v.set_required_spec_claims(&["exp", "sub"]);
+                    v.validate_aud = false;
+                }
             }
-            None => {
-                validation.set_required_spec_claims(&["exp", "sub"]);
-                validation.validate_aud = false;
-            }
+            v
+        };
+        let mut verifiers = Vec::new();
+        if let Some(secret) = &keys.secret {
+            let key = DecodingKey::from_secret(secret.as_bytes());
+            verifiers.push(Verifier { key, validation: validation(Algorithm::HS256) });
         }
-        Tokens {
-            decoding: DecodingKey::from_secret(secret.as_bytes()),
-            encoding: EncodingKey::from_secret(secret.as_bytes()),
-            validation,
+        if let Some(pem) = &keys.public_key_pem {
+            let (key, alg) = public_key(pem)?;
+            verifiers.push(Verifier { key, validation: validation(alg) });
         }
+        anyhow::ensure!(!verifiers.is_empty(), "no key to verify tokens with");
+        Ok(Tokens {
+            verifiers,
+            encoding: keys.secret.as_ref().map(|s| EncodingKey::from_secret(s.as_bytes())),
+            iat_skew_s: IAT_SKEW_S.max(leeway_s),
+        })
+    }
+
+    /// Tokens signed with `secret` (HS256) only, no audience, the default leeway.
+    pub fn with_secret(secret: &str) -> Tokens {
+        let keys = TokenKeys { secret: Some(secret.into()), leeway_ms: DEFAULT_LEEWAY_MS, ..TokenKeys::default() };
+        Tokens::new(&keys).expect("a secret is a valid key")
     }
 
     /// The identity `token` proves, or why it proves none.
     pub fn verify(&self, token: &str) -> Result<Identity, TokenError> {
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+        let header = jsonwebtoken::decode_header(token).map_err(|e| TokenError(format!("invalid token: {e}")))?;
+        let Some(v) = self.verifiers.iter().find(|v| v.validation.algorithms[0] == header.alg) else {
+            return Err(TokenError(format!("invalid token: algorithm {:?} is not accepted here", header.alg)));
+        };
+        let data = jsonwebtoken::decode::<Claims>(token, &v.key, &v.validation)
             .map_err(|e| TokenError(format!("invalid token: {e}")))?;
         let c = data.claims;
         if let Some(iat) = c.iat
-            && iat > now_s() + IAT_SKEW_S
+            && iat > now_s() + self.iat_skew_s
         {
             return Err(TokenError("invalid token: issued in the future".into()));
         }
@@ -87,13 +141,47 @@ impl Tokens {
         Ok(Identity { user: c.sub, workspace: c.ws })
     }
 
-    /// A token for `user` in `workspace`, valid for `ttl_s` seconds.
-    pub fn issue(&self, workspace: &str, user: &str, ttl_s: u64) -> String {
+    /// Whether this server can issue tokens (it has a secret).
+    pub fn can_issue(&self) -> bool {
+        self.encoding.is_some()
+    }
+
+    /// A token for `user` in `workspace`, valid for `ttl_s` seconds; `None`
+    /// without a secret to sign it with.
+    pub fn issue(&self, workspace: &str, user: &str, ttl_s: u64) -> Option<String> {
+        let encoding = self.encoding.as_ref()?;
         let now = now_s();
         let claims = Claims { sub: user.into(), ws: workspace.into(), exp: now + ttl_s, iat: Some(now), nbf: None };
-        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
-            .expect("HS256 signing cannot fail")
+        Some(
+            jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, encoding).expect("HS256 signing cannot fail"),
+        )
     }
+}
+
+/// The decoding key of a PEM public key and the algorithm it is pinned to.
+fn public_key(pem: &[u8]) -> anyhow::Result<(DecodingKey, Algorithm)> {
+    let text = std::str::from_utf8(pem).context("the public key is not PEM text")?;
+    anyhow::ensure!(text.contains("-----BEGIN"), "the public key is not PEM (no -----BEGIN line)");
+    anyhow::ensure!(!text.contains("PRIVATE KEY"), "that is a private key: give the public key");
+    if let Ok(key) = DecodingKey::from_ed_pem(pem) {
+        return Ok((key, Algorithm::EdDSA));
+    }
+    if let Ok(key) = DecodingKey::from_rsa_pem(pem) {
+        let bits = rsa_bits(pem).context("reading the RSA public key")?;
+        anyhow::ensure!(bits >= MIN_RSA_BITS, "the RSA public key has {bits} bits; at least {MIN_RSA_BITS} are needed");
+        return Ok((key, Algorithm::RS256));
+    }
+    anyhow::bail!("the public key is neither an RSA nor an Ed25519 public key (EC keys are not supported)")
+}
+
+/// The modulus size of an RSA public key in PEM (SPKI or PKCS#1).
+fn rsa_bits(pem: &[u8]) -> anyhow::Result<usize> {
+    use rsa::pkcs1::DecodeRsaPublicKey;
+    use rsa::pkcs8::DecodePublicKey;
+    use rsa::traits::PublicKeyParts;
+    let text = std::str::from_utf8(pem)?;
+    let key = rsa::RsaPublicKey::from_public_key_pem(text).or_else(|_| rsa::RsaPublicKey::from_pkcs1_pem(text))?;
+    Ok(key.size() * 8)
 }
 
 fn now_s() -> u64 {
@@ -110,8 +198,8 @@ mod tests {
 
     #[test]
     fn accepts_own_tokens_and_refuses_forgeries() {
-        let t = Tokens::new("s3cret", None);
-        let ok = t.issue("acme", "alice", 60);
+        let t = Tokens::new(&TokenKeys { secret: Some("s3cret".into()), ..TokenKeys::default() }).unwrap();
+        let ok = t.issue("acme", "alice", 60).unwrap();
         assert_eq!(t.verify(&ok).unwrap(), Identity { user: "alice".into(), workspace: "acme".into() });
         let now = now_s();
         // Wrong secret, wrong algorithm, expired, not yet valid, missing claims, bad ids.
@@ -158,7 +246,8 @@ mod tests {
 
     #[test]
     fn audience_is_checked_when_configured() {
-        let t = Tokens::new("s", Some("herald"));
+        let keys = TokenKeys { secret: Some("s".into()), audience: Some("herald".into()), ..TokenKeys::default() };
+        let t = Tokens::new(&keys).unwrap();
         let now = now_s();
         assert!(
             t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60,"aud":"herald"}), Algorithm::HS256, "s"))
@@ -169,6 +258,78 @@ mod tests {
                 .is_err()
         );
         assert!(t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now+60}), Algorithm::HS256, "s")).is_err());
+    }
+
+    fn key(name: &str) -> Vec<u8> {
+        std::fs::read(format!("{}/tests/keys/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    }
+
+    fn sign_with(claims: serde_json::Value, alg: Algorithm, key: &EncodingKey) -> String {
+        jsonwebtoken::encode(&Header::new(alg), &claims, key).unwrap()
+    }
+
+    #[test]
+    fn public_keys_verify_their_own_algorithm_only() {
+        let now = now_s();
+        let claims = serde_json::json!({"sub":"a","ws":"w","exp":now+60});
+        let rsa = EncodingKey::from_rsa_pem(&key("rsa-private.pem")).unwrap();
+        let ed = EncodingKey::from_ed_pem(&key("ed25519-private.pem")).unwrap();
+        let rsa_pub = key("rsa-public.pem");
+
+        let t = Tokens::new(&TokenKeys { public_key_pem: Some(rsa_pub.clone()), ..TokenKeys::default() }).unwrap();
+        assert_eq!(t.verify(&sign_with(claims.clone(), Algorithm::RS256, &rsa)).unwrap().user, "a");
+        // Another RSA algorithm with the same key, an Ed25519 token, and an
+        // HS256 token whose secret is the public key's text: all refused.
+        assert!(t.verify(&sign_with(claims.clone(), Algorithm::RS512, &rsa)).is_err());
+        assert!(t.verify(&sign_with(claims.clone(), Algorithm::PS256, &rsa)).is_err());
+        assert!(t.verify(&sign_with(claims.clone(), Algorithm::EdDSA, &ed)).is_err());
+        let confused = EncodingKey::from_secret(&rsa_pub);
+        assert!(t.verify(&sign_with(claims.clone(), Algorithm::HS256, &confused)).is_err());
+        assert!(!t.can_issue() && t.issue("w", "a", 60).is_none());
+
+        // Ed25519 beside a secret: both verify, each only its own algorithm.
+        let keys = TokenKeys {
+            secret: Some("s3cret".into()),
+            public_key_pem: Some(key("ed25519-public.pem")),
+            ..TokenKeys::default()
+        };
+        let t = Tokens::new(&keys).unwrap();
+        assert!(t.verify(&sign_with(claims.clone(), Algorithm::EdDSA, &ed)).is_ok());
+        assert!(t.verify(&sign(claims.clone(), Algorithm::HS256, "s3cret")).is_ok());
+        assert!(t.verify(&sign_with(claims.clone(), Algorithm::RS256, &rsa)).is_err());
+        let confused = EncodingKey::from_secret(&key("ed25519-public.pem"));
+        assert!(t.verify(&sign_with(claims, Algorithm::HS256, &confused)).is_err());
+    }
+
+    #[test]
+    fn refuses_keys_it_cannot_pin() {
+        for (name, why) in [
+            ("rsa1024-public.pem", "1024 bits"),
+            ("ec-public.pem", "neither an RSA nor an Ed25519"),
+            ("rsa-private.pem", "private key"),
+        ] {
+            let err = Tokens::new(&TokenKeys { public_key_pem: Some(key(name)), ..TokenKeys::default() })
+                .err()
+                .unwrap_or_else(|| panic!("{name} accepted"));
+            assert!(err.to_string().contains(why), "{name}: {err}");
+        }
+        let not_pem = TokenKeys { public_key_pem: Some(b"hello".to_vec()), ..TokenKeys::default() };
+        assert!(Tokens::new(&not_pem).is_err());
+    }
+
+    #[test]
+    fn leeway_applies_to_exp_and_nbf() {
+        let now = now_s();
+        let keys = TokenKeys { secret: Some("s".into()), leeway_ms: 5_000, ..TokenKeys::default() };
+        let t = Tokens::new(&keys).unwrap();
+        let expired_2s_ago = serde_json::json!({"sub":"a","ws":"w","exp":now-2});
+        let valid_in_2s = serde_json::json!({"sub":"a","ws":"w","exp":now+60,"nbf":now+2});
+        assert!(t.verify(&sign(expired_2s_ago.clone(), Algorithm::HS256, "s")).is_ok());
+        assert!(t.verify(&sign(valid_in_2s.clone(), Algorithm::HS256, "s")).is_ok());
+        assert!(t.verify(&sign(serde_json::json!({"sub":"a","ws":"w","exp":now-30}), Algorithm::HS256, "s")).is_err());
+        let strict = Tokens::new(&TokenKeys { leeway_ms: 0, ..keys }).unwrap();
+        assert!(strict.verify(&sign(expired_2s_ago, Algorithm::HS256, "s")).is_err());
+        assert!(strict.verify(&sign(valid_in_2s, Algorithm::HS256, "s")).is_err());
     }
 
     fn b64(s: &str) -> String {

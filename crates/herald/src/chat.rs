@@ -415,7 +415,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_leave_while_a_watch_starts_is_answered_not_left_without_a_reply() {
+    async fn a_leave_while_a_watch_starts_ends_it_after_its_reply() {
         for started in [false, true] {
             let (chats, log, hub) = chats(5);
             let caller = Caller { ws: "w".into(), user: "bob".into() };
@@ -437,9 +437,24 @@ mod tests {
             // Bob leaves on another device while his watch's replay is read.
             hub.deliver(leave(&key, "bob", 6));
             log.gate.add_permits(1);
+            // The leave comes after the watch's read (seq 5): the watch gets
+            // its reply, then the leave that ends it, and nothing after.
             let answer = watch.await.unwrap();
-            assert!(matches!(answer, Err(Error::Forbidden(_))), "started={started}: {answer:?}");
+            assert!(answer.is_ok(), "started={started}: {answer:?}");
+            hub.deliver(message(&key, 7));
+            let mut frames = Vec::new();
+            outbox.drain(usize::MAX, &mut frames);
+            let frames: Vec<&str> = frames.iter().map(|f| f.as_str()).collect();
+            assert_eq!(frames.len(), 2, "started={started}: {frames:?}");
+            assert_eq!(frames[0], "{}");
+            assert!(frames[1].contains(r#""type":"leave""#) && frames[1].contains(r#""seq":6"#), "{frames:?}");
         }
+    }
+
+    fn message(key: &ChatKey, seq: u64) -> Arc<Published> {
+        let body = RawValue::from_string("{}".into()).unwrap();
+        let e = Event { seq, kind: EventType::Message, user: Some("alice".into()), ts: 0, body, client_id: None };
+        Published::new(key.clone(), &e)
     }
 
     #[tokio::test]

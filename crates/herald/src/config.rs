@@ -12,6 +12,9 @@ use clap::Args;
 use herald_protocol::limits;
 use serde::Deserialize;
 
+use crate::auth::{DEFAULT_LEEWAY_MS, TokenKeys, Tokens};
+use crate::gateway::admission::{Limits, normalize_origin};
+
 /// The settings as given: everything optional, merged from flags, env and file.
 #[derive(Debug, Default, Clone, Args, Deserialize)]
 #[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
@@ -53,15 +56,41 @@ pub struct ServeArgs {
     /// The base WebSocket URL clients reach this node at (for `/v1/gateway`), e.g. `ws://10.0.0.5:8080`.
     #[arg(long, env = "HERALD_PUBLIC_URL")]
     pub public_url: Option<String>,
-    /// Secret that client JWTs are signed with (HS256).
+    /// Secret that client JWTs are signed with (HS256), at least 32 bytes.
     #[arg(long, env = "HERALD_JWT_SECRET", hide_env_values = true)]
     pub jwt_secret: Option<String>,
-    /// Key that server-to-server calls present as `Authorization: Bearer`.
+    /// A PEM public key that client JWTs may be signed with instead: RS256
+    /// for an RSA key (2048 bits or more), EdDSA for an Ed25519 key.
+    #[arg(long, env = "HERALD_JWT_PUBLIC_KEY")]
+    pub jwt_public_key: Option<PathBuf>,
+    /// Clock skew allowed on a token's `exp` and `nbf`, in milliseconds.
+    #[arg(long, env = "HERALD_JWT_LEEWAY_MS")]
+    pub jwt_leeway_ms: Option<u64>,
+    /// Key that server-to-server calls present as `Authorization: Bearer`, at least 32 bytes.
     #[arg(long, env = "HERALD_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
     /// When set, client tokens must carry this `aud`.
     #[arg(long, env = "HERALD_JWT_AUDIENCE")]
     pub jwt_audience: Option<String>,
+    /// Web origins (`scheme://host[:port]`) whose pages may open a WebSocket
+    /// here, comma-separated; an upgrade with another `Origin` gets 403.
+    /// Unset: every origin.
+    #[arg(long, env = "HERALD_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Option<Vec<String>>,
+    /// Open connections per node; past it, upgrades get 503.
+    #[arg(long, env = "HERALD_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Connections per node that have not said `hello` yet; past it, upgrades get 503.
+    #[arg(long, env = "HERALD_MAX_PENDING_HELLOS")]
+    pub max_pending_hellos: Option<usize>,
+    /// WebSocket upgrades per second from one address (bursts of four times
+    /// that); past it, 429. 0: no limit (behind a load balancer every client
+    /// is one address).
+    #[arg(long, env = "HERALD_IP_CONNECT_RATE")]
+    pub ip_connect_rate: Option<u32>,
+    /// Chats one connection may watch at once; past it, `watch` gets `throttled`.
+    #[arg(long, env = "HERALD_MAX_WATCHES")]
+    pub max_watches: Option<usize>,
     /// This node's name, as `hello` reports it.
     #[arg(long, env = "HERALD_NODE")]
     pub node: Option<String>,
@@ -130,11 +159,14 @@ pub struct Config {
     pub public_url: Option<String>,
     /// Move clients to nodes that join.
     pub rebalance: bool,
-    pub jwt_secret: String,
+    /// What verifies client tokens (and the secret that issues them).
+    pub tokens: TokenKeys,
     pub api_key: String,
-    /// Neither secret was given: random secrets, a demo page and dev tokens.
+    /// No secret or key was given: random secrets, a demo page and dev tokens.
     pub dev_mode: bool,
-    pub jwt_audience: Option<String>,
+    /// Upgrade-time limits: origins, per-address rate, connection caps.
+    pub limits: Limits,
+    pub max_watches: usize,
     pub node: String,
     pub frame_limit: usize,
     pub body_limit: usize,
@@ -181,6 +213,19 @@ pub const DEFAULT_CHAT_JOIN_RATE: u32 = 2_000;
 /// clients' side, not work on the server's, so it is an operator's choice
 /// for chats whose clients cannot take every push, not a default.
 pub const DEFAULT_HOT_CHAT_DELIVERIES: u64 = 0;
+/// Default cap on open connections per node: what a node of the size we
+/// test (docs/memory.md) holds with room to spare; raise it with the box.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
+/// Default cap on connections that have not said `hello`: a client says it
+/// within milliseconds, so even a reconnect storm of the whole node stays
+/// far below this; what is above it is someone holding sockets open.
+pub const DEFAULT_MAX_PENDING_HELLOS: usize = 10_000;
+/// Default cap on chats watched by one connection: more than a chat app's
+/// sidebar; a client that follows more chats uses the inbox feed.
+pub const DEFAULT_MAX_WATCHES: usize = 1_000;
+/// The shortest secret or api key accepted outside development mode, in bytes.
+pub const MIN_SECRET_BYTES: usize = 32;
+
 /// Default linger of a chat's broker subscription: longer than a reconnect
 /// storm's return, so the storm causes no subject churn.
 pub const DEFAULT_BROKER_LINGER_MS: u64 = 5_000;
@@ -209,8 +254,15 @@ impl ServeArgs {
             public_url,
             rebalance,
             jwt_secret,
+            jwt_public_key,
+            jwt_leeway_ms,
             api_key,
             jwt_audience,
+            allowed_origins,
+            max_connections,
+            max_pending_hellos,
+            ip_connect_rate,
+            max_watches,
             node,
             frame_limit,
             body_limit,
@@ -228,10 +280,34 @@ impl ServeArgs {
         ))
     }
 
-    /// The settings with defaults applied. Makes random secrets in development mode.
+    /// The settings with defaults applied, checked. Makes random secrets in
+    /// development mode; outside it, a missing, empty or short secret stops
+    /// the server with a message that names it.
     pub fn resolve(self) -> anyhow::Result<Config> {
-        let dev_mode = self.jwt_secret.is_none() && self.api_key.is_none();
+        let dev_mode = self.jwt_secret.is_none() && self.api_key.is_none() && self.jwt_public_key.is_none();
+        let (tokens, api_key) = if dev_mode {
+            let secret = Some(random_secret());
+            let leeway_ms = self.jwt_leeway_ms.unwrap_or(DEFAULT_LEEWAY_MS);
+            (
+                TokenKeys { secret, public_key_pem: None, audience: self.jwt_audience.clone(), leeway_ms },
+                random_secret(),
+            )
+        } else {
+            self.secrets()?
+        };
         let ms = Duration::from_millis;
+        let limits = Limits {
+            allowed_origins: self
+                .allowed_origins
+                .unwrap_or_default()
+                .iter()
+                .filter(|o| !o.trim().is_empty())
+                .map(|o| normalize_origin(o).map_err(|e| anyhow::anyhow!("--allowed-origins: {e}")))
+                .collect::<anyhow::Result<_>>()?,
+            max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            max_pending_hellos: self.max_pending_hellos.unwrap_or(DEFAULT_MAX_PENDING_HELLOS),
+            ip_connect_rate: self.ip_connect_rate.unwrap_or(0),
+        };
         let cfg = Config {
             listen: self.listen.unwrap_or_else(|| "127.0.0.1:8080".parse().expect("valid address")),
             data: self.data.unwrap_or_else(|| PathBuf::from("./data")),
@@ -242,10 +318,11 @@ impl ServeArgs {
             broker_linger: ms(self.broker_linger_ms.unwrap_or(DEFAULT_BROKER_LINGER_MS)),
             public_url: self.public_url,
             rebalance: self.rebalance.unwrap_or(true),
-            jwt_secret: self.jwt_secret.unwrap_or_else(random_secret),
-            api_key: self.api_key.unwrap_or_else(random_secret),
+            tokens,
+            api_key,
             dev_mode,
-            jwt_audience: self.jwt_audience,
+            limits,
+            max_watches: self.max_watches.unwrap_or(DEFAULT_MAX_WATCHES),
             node: self.node.unwrap_or_else(|| format!("herald-{:06x}", rand::random::<u32>() & 0xff_ffff)),
             frame_limit: self.frame_limit.unwrap_or(limits::FRAME_LIMIT),
             body_limit: self.body_limit.unwrap_or(limits::BODY_LIMIT),
@@ -264,6 +341,18 @@ impl ServeArgs {
             log: self.log.unwrap_or_else(|| "herald=info,warn".into()),
         };
         anyhow::ensure!(cfg.frame_limit >= 1024, "frame-limit must be at least 1024 bytes");
+        anyhow::ensure!(
+            cfg.frame_limit >= cfg.body_limit + 1024,
+            "frame-limit ({}) must be at least body-limit ({}) plus 1024 bytes: a send's frame carries its body",
+            cfg.frame_limit,
+            cfg.body_limit
+        );
+        anyhow::ensure!(cfg.body_limit >= 1, "body-limit must be at least 1 byte");
+        anyhow::ensure!(!cfg.heartbeat.is_zero(), "heartbeat-ms must be above 0");
+        anyhow::ensure!(!cfg.hello_timeout.is_zero(), "hello-timeout-ms must be above 0");
+        anyhow::ensure!(cfg.limits.max_connections >= 1, "max-connections must be at least 1");
+        anyhow::ensure!(cfg.limits.max_pending_hellos >= 1, "max-pending-hellos must be at least 1");
+        anyhow::ensure!(cfg.max_watches >= 1, "max-watches must be at least 1");
         anyhow::ensure!(cfg.rate >= 1 && cfg.burst >= 1, "rate and burst must be at least 1");
         anyhow::ensure!(cfg.heartbeat < cfg.idle_timeout, "heartbeat-ms must be below idle-timeout-ms");
         anyhow::ensure!(cfg.outbox_limit >= 64 * 1024, "outbox-limit must be at least 64 KiB");
@@ -276,6 +365,9 @@ impl ServeArgs {
             cfg.brokers.is_empty() || !cfg.stores.is_empty(),
             "nodes joined over --broker must share an event log: give --store postgres://... too"
         );
+        if !cfg.brokers.is_empty() {
+            check_public_url(cfg.public_url.as_deref(), cfg.listen)?;
+        }
         for url in &cfg.stores {
             anyhow::ensure!(
                 url.starts_with("postgres://") || url.starts_with("postgresql://"),
@@ -284,6 +376,92 @@ impl ServeArgs {
         }
         Ok(cfg)
     }
+}
+
+impl ServeArgs {
+    /// The api key and token keys given, checked (outside development mode).
+    fn secrets(&self) -> anyhow::Result<(TokenKeys, String)> {
+        let api_key = self.api_key.clone().ok_or_else(|| {
+            anyhow::anyhow!(
+                "no api key: set --api-key (or HERALD_API_KEY) to at least {MIN_SECRET_BYTES} random bytes; \
+                 it guards the server API"
+            )
+        })?;
+        check_secret("--api-key (HERALD_API_KEY)", &api_key)?;
+        if let Some(secret) = &self.jwt_secret {
+            check_secret("--jwt-secret (HERALD_JWT_SECRET)", secret)?;
+        }
+        let public_key_pem = match &self.jwt_public_key {
+            Some(path) => {
+                let pem =
+                    std::fs::read(path).with_context(|| format!("--jwt-public-key: reading {}", path.display()))?;
+                anyhow::ensure!(
+                    pem.len() >= MIN_SECRET_BYTES,
+                    "--jwt-public-key: {} is {} bytes, no public key",
+                    path.display(),
+                    pem.len()
+                );
+                Some(pem)
+            }
+            None => None,
+        };
+        anyhow::ensure!(
+            self.jwt_secret.is_some() || public_key_pem.is_some(),
+            "no way to verify client tokens: set --jwt-secret (or HERALD_JWT_SECRET, at least {MIN_SECRET_BYTES} bytes) \
+             and/or --jwt-public-key (a PEM public key)"
+        );
+        let keys = TokenKeys {
+            secret: self.jwt_secret.clone(),
+            public_key_pem,
+            audience: self.jwt_audience.clone(),
+            leeway_ms: self.jwt_leeway_ms.unwrap_or(DEFAULT_LEEWAY_MS),
+        };
+        // The key must parse as one this server can pin an algorithm to.
+        Tokens::new(&keys).map_err(|e| match &self.jwt_public_key {
+            Some(path) => anyhow::anyhow!("--jwt-public-key {}: {e}", path.display()),
+            None => e,
+        })?;
+        Ok((keys, api_key))
+    }
+}
+
+/// Refuses an empty or short secret, naming the setting.
+fn check_secret(name: &str, value: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(!value.is_empty(), "{name} is set but empty: give at least {MIN_SECRET_BYTES} random bytes");
+    anyhow::ensure!(
+        value.len() >= MIN_SECRET_BYTES,
+        "{name} is {} bytes long: give at least {MIN_SECRET_BYTES} random bytes (e.g. `openssl rand -hex 32`)",
+        value.len()
+    );
+    Ok(())
+}
+
+/// A cluster node tells other nodes' clients where it is: that must not be a wildcard address.
+fn check_public_url(public_url: Option<&str>, listen: SocketAddr) -> anyhow::Result<()> {
+    let Some(url) = public_url else {
+        anyhow::ensure!(
+            !listen.ip().is_unspecified(),
+            "a cluster node listening on {listen} needs --public-url (e.g. ws://10.0.0.5:{}): \
+             other nodes send clients there, and {} is no address a client can reach",
+            listen.port(),
+            listen.ip()
+        );
+        return Ok(());
+    };
+    let rest = url
+        .strip_prefix("ws://")
+        .or_else(|| url.strip_prefix("wss://"))
+        .ok_or_else(|| anyhow::anyhow!("--public-url {url:?} must start with ws:// or wss://"))?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    anyhow::ensure!(!host.is_empty(), "--public-url {url:?} has no host");
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        anyhow::ensure!(!ip.is_unspecified(), "--public-url {url:?} is a wildcard address, which no client can reach");
+    }
+    Ok(())
 }
 
 impl Config {
@@ -311,18 +489,32 @@ fn random_secret() -> String {
 mod tests {
     use super::*;
 
+    const SECRET: &str = "0123456789abcdef0123456789abcdef-secret";
+    const KEY: &str = "0123456789abcdef0123456789abcdef-apikey";
+
+    fn given() -> ServeArgs {
+        ServeArgs { jwt_secret: Some(SECRET.into()), api_key: Some(KEY.into()), ..Default::default() }
+    }
+
+    fn refusal(args: ServeArgs) -> String {
+        args.resolve().err().expect("refused").to_string()
+    }
+
     #[test]
     fn flags_win_over_file() {
         let dir = std::env::temp_dir().join(format!("herald-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("herald.toml");
-        std::fs::write(&file, "listen = \"127.0.0.1:9000\"\ndata = \"/tmp/x\"\nrate = 7\njwt-secret = \"f\"\n")
-            .unwrap();
+        std::fs::write(
+            &file,
+            format!("listen = \"127.0.0.1:9000\"\ndata = \"/tmp/x\"\nrate = 7\njwt-secret = \"{SECRET}\"\napi-key = \"{KEY}\"\n"),
+        )
+        .unwrap();
         let args = ServeArgs { config: Some(file), rate: Some(9), ..Default::default() };
         let cfg = args.merge_file().unwrap().resolve().unwrap();
         assert_eq!(cfg.listen.port(), 9000);
         assert_eq!(cfg.rate, 9);
-        assert_eq!(cfg.jwt_secret, "f");
+        assert_eq!(cfg.tokens.secret.as_deref(), Some(SECRET));
         assert!(!cfg.dev_mode);
         let bad = dir.join("bad.toml");
         std::fs::write(&bad, "lisen = 1\n").unwrap();
@@ -333,7 +525,70 @@ mod tests {
     fn no_secrets_means_dev_mode() {
         let cfg = ServeArgs::default().resolve().unwrap();
         assert!(cfg.dev_mode);
-        assert_eq!(cfg.jwt_secret.len(), 64);
-        assert_ne!(cfg.jwt_secret, cfg.api_key);
+        assert_eq!(cfg.tokens.secret.as_ref().unwrap().len(), 64);
+        assert_ne!(cfg.tokens.secret.as_deref(), Some(cfg.api_key.as_str()));
+    }
+
+    #[test]
+    fn missing_empty_or_short_secrets_stop_the_server_by_name() {
+        let e = refusal(ServeArgs { api_key: Some(String::new()), ..Default::default() });
+        assert!(e.contains("--api-key (HERALD_API_KEY) is set but empty"), "{e}");
+        let e = refusal(ServeArgs { jwt_secret: Some(SECRET.into()), ..Default::default() });
+        assert!(e.contains("no api key"), "{e}");
+        let e = refusal(ServeArgs { api_key: Some(KEY.into()), ..Default::default() });
+        assert!(e.contains("no way to verify client tokens"), "{e}");
+        let e = refusal(ServeArgs { jwt_secret: Some("short".into()), ..given() });
+        assert!(e.contains("--jwt-secret (HERALD_JWT_SECRET) is 5 bytes long"), "{e}");
+        let e = refusal(ServeArgs { jwt_secret: Some(String::new()), ..given() });
+        assert!(e.contains("--jwt-secret (HERALD_JWT_SECRET) is set but empty"), "{e}");
+        let e = refusal(ServeArgs { api_key: Some("k".repeat(31)), ..given() });
+        assert!(e.contains("--api-key (HERALD_API_KEY) is 31 bytes long"), "{e}");
+        assert!(given().resolve().is_ok());
+    }
+
+    #[test]
+    fn a_public_key_alone_verifies_tokens() {
+        let keys = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/keys/");
+        let with_key = |name: &str| ServeArgs {
+            jwt_public_key: Some(PathBuf::from(format!("{keys}{name}"))),
+            api_key: Some(KEY.into()),
+            ..Default::default()
+        };
+        let cfg = with_key("ed25519-public.pem").resolve().unwrap();
+        assert!(!cfg.dev_mode && cfg.tokens.secret.is_none() && cfg.tokens.public_key_pem.is_some());
+        let e = refusal(with_key("rsa1024-public.pem"));
+        assert!(e.contains("--jwt-public-key") && e.contains("1024 bits"), "{e}");
+        let e = refusal(with_key("missing.pem"));
+        assert!(e.contains("--jwt-public-key: reading"), "{e}");
+    }
+
+    #[test]
+    fn nonsense_settings_stop_the_server() {
+        let e = refusal(ServeArgs { heartbeat_ms: Some(0), ..given() });
+        assert!(e.contains("heartbeat-ms must be above 0"), "{e}");
+        let e = refusal(ServeArgs { frame_limit: Some(16 * 1024), body_limit: Some(16 * 1024), ..given() });
+        assert!(e.contains("frame-limit (16384) must be at least body-limit (16384)"), "{e}");
+        let e = refusal(ServeArgs { broker: Some(vec!["nats://127.0.0.1:4222".into()]), ..given() });
+        assert!(e.contains("give --store"), "{e}");
+        let cluster = || ServeArgs {
+            broker: Some(vec!["nats://127.0.0.1:4222".into()]),
+            store: Some(vec!["postgres://h/db".into()]),
+            ..given()
+        };
+        let e = refusal(ServeArgs { listen: Some("0.0.0.0:8080".parse().unwrap()), ..cluster() });
+        assert!(e.contains("needs --public-url"), "{e}");
+        for url in ["ws://0.0.0.0:8080", "ws://[::]:8080/x", "http://10.0.0.5:8080"] {
+            assert!(ServeArgs { public_url: Some(url.into()), ..cluster() }.resolve().is_err(), "{url}");
+        }
+        let ok = ServeArgs {
+            listen: Some("0.0.0.0:8080".parse().unwrap()),
+            public_url: Some("wss://chat.example.com".into()),
+            ..cluster()
+        };
+        assert!(ok.resolve().is_ok());
+        let e = refusal(ServeArgs { allowed_origins: Some(vec!["example.com".into()]), ..given() });
+        assert!(e.contains("--allowed-origins"), "{e}");
+        let e = refusal(ServeArgs { max_watches: Some(0), ..given() });
+        assert!(e.contains("max-watches"), "{e}");
     }
 }

@@ -1,7 +1,7 @@
 //! Cheap local limiters. A token bucket per connection caps its request rate;
 //! it lives inside the connection's task, so it needs no lock.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A token bucket: `rate` tokens a second, at most `burst` saved up.
 #[derive(Debug, Clone)]
@@ -15,6 +15,12 @@ pub struct TokenBucket {
 impl TokenBucket {
     pub fn new(rate: u32, burst: u32, now: Instant) -> Self {
         TokenBucket { rate: rate as f32, burst: burst as f32, tokens: burst as f32, last: now }
+    }
+
+    /// Whether nothing was taken for `d` before `now` (a bucket that idle is full again
+    /// once `d` covers its refill time).
+    pub fn idle_for(&self, d: Duration, now: Instant) -> bool {
+        now.saturating_duration_since(self.last) >= d
     }
 
     /// Takes one token. On refusal, returns the milliseconds until one is available.

@@ -35,7 +35,7 @@ fn main() -> anyhow::Result<()> {
         if config.dev_mode {
             // Printed once, to stdout, so a developer can copy them.
             println!("herald development mode: no secrets were given, so these were made for this run:");
-            println!("  HERALD_JWT_SECRET={}", config.jwt_secret);
+            println!("  HERALD_JWT_SECRET={}", config.tokens.secret.as_deref().unwrap_or_default());
             println!("  HERALD_API_KEY={}", config.api_key);
             println!("  demo page: http://{addr}/   dev tokens: POST http://{addr}/v1/dev/token (loopback only)");
         }

@@ -52,6 +52,12 @@ fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_gauge!("herald_connections", "Open WebSocket connections");
     describe_counter!("herald_connections_total", "WebSocket connections accepted");
+    describe_counter!(
+        "herald_upgrades_refused_total",
+        "WebSocket upgrades refused, by reason (origin, ip_rate, max_connections, max_pending_hellos, draining)"
+    );
+    describe_counter!("herald_watches_refused_total", "Watches refused: the connection watched --max-watches chats");
+    describe_counter!("herald_hub_gap_reads_total", "Starting watches whose gap behind another watch's start was read");
     describe_counter!("herald_requests_total", "Requests by op and outcome (ok or an error code)");
     describe_histogram!("herald_request_seconds", "Time to serve a request, by op");
     describe_counter!("herald_events_stored_total", "Events stored durably");

@@ -69,7 +69,7 @@ impl Core {
         };
         let chats = Arc::new(Chats::new(store, broker, hub, limits));
         let cells = Arc::new(Cells::new(&config.cell, &config.cells)?);
-        let tokens = Arc::new(Tokens::new(&config.jwt_secret, config.jwt_audience.as_deref()));
+        let tokens = Arc::new(Tokens::new(&config.tokens)?);
         let gateway = Gateway::new(
             chats.clone(),
             tokens.clone(),
@@ -85,6 +85,8 @@ impl Core {
                 read_buffer: config.ws_read_buffer,
                 write_buffer: config.ws_write_buffer,
                 cells: cells.clone(),
+                limits: config.limits.clone(),
+                max_watches: config.max_watches,
             },
         );
         Ok(Core { chats, tokens, cells, gateway })

@@ -52,8 +52,10 @@ pub(super) fn serve(
     gw: Arc<Gateway>,
     mut ws: WebSocket,
     route_ws: Option<Box<str>>,
+    slot: super::admission::Slot,
 ) -> impl Future<Output = ()> + Send + 'static {
     async move {
+        slot.taken();
         let mut conn = Conn::open(gw, route_ws);
         let end = conn.run(&mut ws).await;
         if let End::Close(code, reason) = end {
@@ -105,7 +107,8 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    /// Registers a new connection with the node.
+    /// Registers a new connection with the node, which has given it its
+    /// place ([`Gateway::take_place`]); [`Conn::end`] gives it back.
     pub(super) fn open(gw: Arc<Gateway>, route_ws: Option<Box<str>>) -> Conn {
         let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
         let outbox = Arc::new(Outbox::new(id, gw.cfg.outbox_limit));
@@ -137,9 +140,11 @@ impl Conn {
         if let Some(task) = self.inflight.take() {
             task.abort();
         }
-        if let Some(s) = self.session.take() {
-            s.end_watches(&self.gw.chats);
+        match self.session.take() {
+            Some(s) => s.end_watches(&self.gw.chats),
+            None => self.gw.said_hello(),
         }
+        self.gw.release(false);
         self.gw.conns.lock().expect("conns lock").remove(&self.outbox.id());
         metrics::gauge!("herald_connections").decrement(1.0);
     }
@@ -371,7 +376,8 @@ impl Conn {
             entry.1 = Some(ws.clone());
         }
         let caller = Caller { ws, user: identity.user.into() };
-        self.session = Some(Arc::new(Session::new(caller, self.outbox.clone())));
+        self.session = Some(Arc::new(Session::new(caller, self.outbox.clone(), self.gw.cfg.max_watches)));
+        self.gw.said_hello();
     }
 }
 

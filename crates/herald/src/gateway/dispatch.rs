@@ -17,12 +17,17 @@ use crate::outbox::{Frame, Outbox};
 
 /// A request that takes longer is answered `unavailable`; its write still finishes.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// What a connection at its watch cap is told to wait: it must unwatch first,
+/// so any wait will do; this keeps a looping client slow.
+const WATCH_FULL_RETRY_MS: u64 = 5_000;
 
 /// A connection after `hello`: who it is, its queue, and the watches it owns.
 pub(super) struct Session {
     caller: Caller,
     outbox: Arc<Outbox>,
     watches: Mutex<WatchSet>,
+    /// Chats it may watch at once.
+    max_watches: usize,
 }
 
 /// The chats a connection watches. A watch joins the set once it is live;
@@ -36,8 +41,23 @@ struct WatchSet {
 }
 
 impl Session {
-    pub(super) fn new(caller: Caller, outbox: Arc<Outbox>) -> Session {
-        Session { caller, outbox, watches: Mutex::new(WatchSet::default()) }
+    pub(super) fn new(caller: Caller, outbox: Arc<Outbox>, max_watches: usize) -> Session {
+        Session { caller, outbox, watches: Mutex::new(WatchSet::default()), max_watches }
+    }
+
+    /// Whether one more watch of `chat` fits (a watch of a chat already
+    /// watched replaces it). A connection runs one request at a time, so
+    /// no other watch starts between this check and the watch.
+    fn check_room(&self, chat: &str) -> Result<(), Error> {
+        let set = self.watches.lock().expect("watches lock");
+        if set.chats.len() < self.max_watches || set.chats.iter().any(|k| *k.chat == *chat) {
+            return Ok(());
+        }
+        metrics::counter!("herald_watches_refused_total").increment(1);
+        Err(Error::Throttled {
+            message: format!("a connection watches at most {} chats: unwatch one first", self.max_watches),
+            retry_after_ms: WATCH_FULL_RETRY_MS,
+        })
     }
 
     /// Takes a live watch of `key` into the set. False once the connection ended.
@@ -105,6 +125,7 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
             ok(ok_reply(id, &EmptyOk {}))
         }
         Op::Watch { chat, after } => {
+            s.check_room(&chat)?;
             let reply = |latest| Frame::from(ok_reply(id, &WatchOk { chat: chat.clone(), seq: latest }));
             chats.watch(c, &s.outbox, &chat, after, reply).await?;
             if !s.adopt(ChatKey { ws: c.ws.clone(), chat: chat.as_str().into() }) {

@@ -29,15 +29,16 @@ pub struct FrameHarness {
 impl FrameHarness {
     /// A connection of a fresh node: embedded store in `dir`, in-process broker, HS256 secret `secret`.
     pub async fn new(dir: &Path, secret: &str) -> anyhow::Result<FrameHarness> {
-        let config = Config::for_tests(dir.to_path_buf(), secret, "harness-api-key");
+        let config = Config::for_tests(dir.to_path_buf(), secret, "harness-api-key-0123456789abcdef0123456789");
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir)?);
         let core = Core::new(&config, store.clone(), Arc::new(MemoryBroker::new()))?;
+        core.gateway.take_place().map_err(|(m, _)| anyhow::anyhow!(m))?.taken();
         Ok(FrameHarness { conn: Conn::open(core.gateway, None), tokens: core.tokens, store })
     }
 
     /// A token for (workspace, user) signed with the node's secret.
     pub fn token(&self, ws: &str, user: &str) -> String {
-        self.tokens.issue(ws, user, TOKEN_TTL_S)
+        self.tokens.issue(ws, user, TOKEN_TTL_S).expect("the harness has a secret")
     }
 
     /// Feeds one text frame as the connection's reader would, and waits

@@ -1,6 +1,8 @@
 //! The WebSocket side of a node: the node's registry of connections, drains
 //! and rebalances, and the upgrade route. Knows sockets, not chats.
 //!
+//! - [`admission`]: who may open a WebSocket (origins, per-address rate,
+//!   connection caps), checked at the upgrade;
 //! - [`conn`]: one connection's task: `hello`, reading frames, limits,
 //!   heartbeats, writing its outbound queue in batches;
 //! - [`dispatch`]: running a request against the chat layer, and the one
@@ -10,6 +12,7 @@
 //! Everything a connection is sent goes through its [`Outbox`]. Nothing in an
 //! idle connection holds a buffer beyond the WebSocket's small, explicit ones.
 
+pub mod admission;
 mod conn;
 mod dispatch;
 #[doc(hidden)]
@@ -23,7 +26,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use herald_protocol::CloseCode;
 use herald_protocol::frame::reconnect_push;
@@ -51,6 +54,10 @@ pub struct GatewayConfig {
     pub write_buffer: usize,
     /// Which workspaces this node's cell serves.
     pub cells: Arc<crate::cluster::Cells>,
+    /// Upgrade-time limits.
+    pub limits: admission::Limits,
+    /// Chats one connection may watch at once.
+    pub max_watches: usize,
 }
 
 /// The node's WebSocket gateway.
@@ -63,6 +70,8 @@ pub struct Gateway {
     conns: Mutex<Registry>,
     draining: AtomicBool,
     tasks: TaskTracker,
+    counts: admission::Counts,
+    ip_rate: Option<admission::IpRate>,
 }
 
 /// Open connections: each one's queue and, after hello, its workspace.
@@ -78,11 +87,13 @@ impl Gateway {
         Arc::new(Gateway {
             chats,
             tokens,
-            cfg,
             next_id: AtomicU64::new(1),
             conns: Mutex::new(HashMap::new()),
             draining: AtomicBool::new(false),
             tasks: TaskTracker::new(),
+            counts: admission::Counts::default(),
+            ip_rate: (cfg.limits.ip_connect_rate > 0).then(|| admission::IpRate::new(cfg.limits.ip_connect_rate)),
+            cfg,
         })
     }
 
@@ -162,23 +173,29 @@ pub async fn ws_route(
     State(gw): State<Arc<Gateway>>,
     Query(q): Query<WsQuery>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    if gw.draining.load(Ordering::SeqCst) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
-    }
     if let Some(ws) = &q.ws
         && !is_valid_id(ws)
     {
         return (StatusCode::BAD_REQUEST, "ws must be a workspace id").into_response();
     }
+    let slot = match gw.admit(peer.ip(), &headers) {
+        Ok(slot) => slot,
+        Err(r) => {
+            metrics::counter!("herald_upgrades_refused_total", "reason" => r.reason).increment(1);
+            tracing::debug!(%peer, reason = r.reason, "upgrade refused");
+            return (r.status, r.message).into_response();
+        }
+    };
     tracing::trace!(%peer, "upgrading to a WebSocket");
     let tasks = gw.tasks.clone();
     // The connection runs on a task of its own, not inside axum's upgrade
     // task: that one also keeps the upgrade's own state (config, protocol,
     // callback) for as long as its callback runs, and ends at once this way.
     gw.configure(upgrade).on_upgrade(move |socket| {
-        tokio::spawn(tasks.track_future(conn::serve(gw, socket, q.ws.map(String::into_boxed_str))));
+        tokio::spawn(tasks.track_future(conn::serve(gw, socket, q.ws.map(String::into_boxed_str), slot)));
         std::future::ready(())
     })
 }

@@ -341,7 +341,7 @@ struct Pending {
     /// The connection unwatched while it started.
     unwatched: bool,
     /// What the chat layer's read returned: latest, replay frames, truncated.
-    read: Option<(u64, Vec<(u64, Frame)>, bool)>,
+    read: Option<ReplayRead>,
     /// The step after which the log is read, then the steps from there to `finish_watch`.
     read_at: usize,
     finish_in: usize,
@@ -722,6 +722,9 @@ impl Harness {
     }
 }
 
+/// What a watch's read of the log gives: the latest seq, the replay, whether it was cut short.
+type ReplayRead = (u64, Vec<(u64, Frame)>, bool);
+
 /// `Chats::read_replay`, over `store`, with `settings`' limits.
 async fn read_replay(
     store: &dyn Store,
@@ -729,7 +732,7 @@ async fn read_replay(
     user: &str,
     after: Option<u64>,
     settings: &Settings,
-) -> Result<(u64, Vec<(u64, Frame)>, bool), StoreError> {
+) -> Result<ReplayRead, StoreError> {
     let Some(mut after) = after else {
         let f = store.fetch(key, Some(user), 0, 0).await?;
         return Ok((f.info.seq, Vec::new(), false));

@@ -19,8 +19,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-pub const SECRET: &str = "test-secret";
-pub const API_KEY: &str = "test-api-key";
+pub const SECRET: &str = "test-secret-0123456789abcdef0123456789abcdef";
+pub const API_KEY: &str = "test-api-key-0123456789abcdef0123456789abcdef";
 /// Longest any single expectation waits.
 pub const WAIT: Duration = Duration::from_secs(10);
 
