@@ -497,7 +497,10 @@ mod tests {
     }
 
     fn refusal(args: ServeArgs) -> String {
-        args.resolve().err().expect("refused").to_string()
+        match args.resolve() {
+            Ok(_) => panic!("accepted"),
+            Err(e) => e.to_string(),
+        }
     }
 
     #[test]
