@@ -182,3 +182,29 @@ async fn sslmode_require_refuses_a_server_without_tls() {
     eprintln!("{why}");
     assert!(why.contains("server does not support TLS"), "{why}");
 }
+
+#[tokio::test]
+async fn a_shard_url_that_comes_to_reach_another_database_is_refused_while_running() {
+    let pg = PgCluster::start();
+    let db = create_database(&pg.admin_url).await;
+    let s = node(vec![format!("a={db}")]).await;
+    let mut c = s.client("w", "ann").await;
+    c.ok(json!({"op": "join", "chat": "c"})).await;
+    c.ok(json!({"op": "send", "chat": "c", "body": "before"})).await;
+    let events = || async { admin(&db).await.query_one("SELECT count(*) FROM events", &[]).await.unwrap().get::<_, i64>(0) };
+    let stored = events().await;
+    // Another database behind the same URL (a moved DNS name, say): here the
+    // same one under a new identity, with herald's connections cut.
+    admin(&db).await.batch_execute("UPDATE herald_shard SET id = 'another'").await.unwrap();
+    let db_name = db.rsplit('/').next().unwrap();
+    admin(&pg.admin_url)
+        .await
+        .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", &[&db_name])
+        .await
+        .unwrap();
+    for i in 0..5 {
+        let err = c.err(json!({"op": "send", "chat": "c", "body": i}), "unavailable").await;
+        assert_eq!(err["message"], "storage shard a: unavailable", "{err}");
+    }
+    assert_eq!(events().await, stored, "nothing was written to the other database");
+}

@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, Transaction};
+use deadpool_postgres::{
+    Hook, HookError, Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, Transaction,
+};
 use futures_util::FutureExt;
 use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
@@ -59,6 +61,10 @@ struct Checked {
     shown: String,
     claims: Claims,
     done: OnceCell<()>,
+    /// The shard id recorded in the shard, once confirmed: every later
+    /// connection must reach the same database (a host name moved to another
+    /// database under a running node is refused, not written to).
+    id: std::sync::OnceLock<String>,
 }
 
 /// Why a shard failed its check at start.
@@ -85,19 +91,21 @@ impl PgShard {
             TlsMode::Off => Manager::from_config(pg, NoTls, recycling),
             TlsMode::Prefer | TlsMode::Require => Manager::from_config(pg, pg_tls::client(&spec.roots)?, recycling),
         };
-        let pool = Pool::builder(mgr)
-            .max_size(READ_POOL + 1)
-            .runtime(Runtime::Tokio1)
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .wait_timeout(Some(Duration::from_secs(2)))
-            .build()?;
-        let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let shard = Arc::new(Checked {
             name: spec.name.clone(),
             shown: spec.shown.clone(),
             claims: claims.clone(),
             done: OnceCell::new(),
+            id: std::sync::OnceLock::new(),
         });
+        let pool = Pool::builder(mgr)
+            .max_size(READ_POOL + 1)
+            .runtime(Runtime::Tokio1)
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .wait_timeout(Some(Duration::from_secs(2)))
+            .post_create(same_shard(shard.clone()))
+            .build()?;
+        let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let writer_alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let writer = Writer { shard: shard.clone(), pool: pool.clone(), conn: None };
         let alive = Alive(writer_alive.clone(), "postgres");
@@ -151,6 +159,29 @@ impl Checked {
     }
 }
 
+/// Checks each new connection of a confirmed shard against the id it recorded.
+fn same_shard(shard: Arc<Checked>) -> Hook {
+    Hook::async_fn(move |client, _| {
+        let shard = shard.clone();
+        Box::pin(async move {
+            let Some(id) = shard.id.get() else { return Ok(()) };
+            let row = client.query_one("SELECT name, id FROM herald_shard", &[]).await.map_err(HookError::Backend)?;
+            let (now_name, now_id): (String, String) = (row.get(0), row.get(1));
+            if &now_id == id {
+                return Ok(());
+            }
+            let why = format!(
+                "{} now reaches another database (shard {now_name:?}, id {now_id}) than the one checked at start \
+                 (id {id}): its connections are refused until the node is restarted",
+                shard.shown
+            );
+            tracing::error!(shard = %shard.name, "{why}");
+            metrics::counter!("herald_store_errors_total", "kind" => "shard_identity").increment(1);
+            Err(HookError::message(why))
+        })
+    })
+}
+
 /// Logs why a shard failed (host and cause: logs are for operators) and
 /// answers what a client may read: no host, no port, no URL.
 fn shard_failed(shard: &ShardName, why: &str) -> StoreError {
@@ -179,7 +210,9 @@ async fn ensure_schema(shard: &Checked, conn: &Object) -> Result<(), IdentityErr
                     conn.batch_execute(SCHEMA).await?;
                     tracing::info!(shard = %shard.name, version = SCHEMA_VERSION, "postgres schema applied");
                 }
-                shard_identity::check(conn, &shard.name, &shard.shown, &shard.claims).await
+                let id = shard_identity::check(conn, &shard.name, &shard.shown, &shard.claims).await?;
+                let _ = shard.id.set(id);
+                Ok(())
             }
             .await;
             let _ = conn.batch_execute("SELECT pg_advisory_unlock(7424173)").await;

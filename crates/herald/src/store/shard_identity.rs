@@ -33,13 +33,14 @@ pub(crate) enum IdentityError {
 /// one from before names (schema 1), which thereby adopts the name this node
 /// gives it; a bare URL records its derived name, so routing stays as it was.
 /// Then refuses the shard if this node already uses it under another
-/// entry, or if it recorded another name. `shown` is the URL without password.
+/// entry, or if it recorded another name. `shown` is the URL without
+/// password. Answers the shard's id.
 pub(crate) async fn check(
     client: &tokio_postgres::Client,
     name: &ShardName,
     shown: &str,
     claims: &Claims,
-) -> Result<(), IdentityError> {
+) -> Result<String, IdentityError> {
     let fresh_id = format!("{:032x}", rand::random::<u128>());
     client
         .execute(
@@ -72,6 +73,6 @@ pub(crate) async fn check(
             name.as_str()
         )));
     }
-    claims.insert(id, (name.as_str().to_string(), shown.to_string()));
-    Ok(())
+    claims.insert(id.clone(), (name.as_str().to_string(), shown.to_string()));
+    Ok(id)
 }
