@@ -22,9 +22,9 @@ use crate::gateway::{Gateway, GatewayConfig};
 use crate::hub::Hub;
 use crate::store::postgres::{PgShard, ShardCheckError};
 use crate::store::shard_identity::Claims;
-use crate::store::{ShardSpec, Store};
 use crate::store::sharded::Sharded;
 use crate::store::sqlite::SqliteStore;
+use crate::store::{ShardSpec, Store};
 
 /// Most events a `watch` replays before it sends `notify` instead.
 const REPLAY_EVENTS: usize = 5_000;

@@ -85,7 +85,12 @@ async fn bare_urls_route_as_before_and_clients_never_see_a_host() {
     c.ok(json!({"op": "join", "chat": chat})).await;
     c.ok(json!({"op": "send", "chat": chat, "body": "hi"})).await;
     let count = |db: String, chat: String| async move {
-        admin(&db).await.query_one("SELECT count(*) FROM chats WHERE chat = $1", &[&chat]).await.unwrap().get::<_, i64>(0)
+        admin(&db)
+            .await
+            .query_one("SELECT count(*) FROM chats WHERE chat = $1", &[&chat])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
     };
     assert_eq!(count(dbs[0].clone(), chat.clone()).await, 0);
     assert_eq!(count(dbs[1].clone(), chat.clone()).await, 1, "the chat lives on the shard its derived name wins");
@@ -191,7 +196,8 @@ async fn a_shard_url_that_comes_to_reach_another_database_is_refused_while_runni
     let mut c = s.client("w", "ann").await;
     c.ok(json!({"op": "join", "chat": "c"})).await;
     c.ok(json!({"op": "send", "chat": "c", "body": "before"})).await;
-    let events = || async { admin(&db).await.query_one("SELECT count(*) FROM events", &[]).await.unwrap().get::<_, i64>(0) };
+    let events =
+        || async { admin(&db).await.query_one("SELECT count(*) FROM events", &[]).await.unwrap().get::<_, i64>(0) };
     let stored = events().await;
     // Another database behind the same URL (a moved DNS name, say): here the
     // same one under a new identity, with herald's connections cut.

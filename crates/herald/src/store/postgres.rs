@@ -5,7 +5,12 @@
 //! that row and seq stays gap-free. Reads use a small pool. Inside a batch,
 //! reads are made ahead and inserts sent in bulk (see [`PgTx`]).
 //!
-//! Not here: routing between shards, bulkheads and breakers (`sharded`).
+//! On its first connection a node applies the schema and confirms the
+//! shard's identity (`shard_identity`); later connections must reach the
+//! same database.
+//!
+//! Not here: routing between shards, bulkheads and breakers (`sharded`);
+//! parsing `--store` entries (`shard_spec`); the TLS client (`pg_tls`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

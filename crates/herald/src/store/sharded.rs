@@ -113,10 +113,7 @@ impl Shard {
                 .increment(1);
             // Not the shard's fault: the call neither passes nor fails the breaker.
             call.record(true);
-            return Err(StoreError::Refused {
-                message: self.name.public("busy"),
-                retry_after_ms: BUSY_RETRY_MS,
-            });
+            return Err(StoreError::Refused { message: self.name.public("busy"), retry_after_ms: BUSY_RETRY_MS });
         };
         // Dropped (its caller cancelled) from here on, the slot and the call
         // are guards: the slot is freed and a probe handed back.

@@ -104,7 +104,8 @@ impl TestPki {
             assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         };
         let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
-        let ca_ext = ["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"];
+        let ca_ext =
+            ["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"];
         // A name of its own: another test CA must not pass for this one's issuer.
         let subject = format!("/CN=herald test CA {:016x}", rand::random::<u64>());
         let ca_out = ["-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", &subject];
@@ -114,10 +115,25 @@ impl TestPki {
             "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=critical,CA:FALSE\n",
         )
         .unwrap();
-        openssl(&[&["req"], &p256[..], &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"]].concat());
+        openssl(
+            &[&["req"], &p256[..], &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"]].concat(),
+        );
         openssl(&[
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
-            "server.crt", "-days", "2", "-extfile", "server.ext",
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
         ]);
         TestPki { ca: d.join("ca.crt"), server: d.to_path_buf(), dir }
     }
