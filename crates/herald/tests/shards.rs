@@ -137,6 +137,7 @@ async fn a_shard_from_before_names_adopts_the_first_name_and_refuses_another() {
     pg.stop();
     let err = c.err(json!({"op": "join", "chat": "kept"}), "unavailable").await;
     assert_eq!(err["message"], "storage shard a: unavailable", "{err}");
+    drop(c);
     named.stop().await;
 }
 
