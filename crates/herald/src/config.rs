@@ -29,8 +29,11 @@ pub struct ServeArgs {
     /// Directory of the embedded store.
     #[arg(long, env = "HERALD_DATA")]
     pub data: Option<PathBuf>,
-    /// A PostgreSQL shard (`postgres://user@host:port/db`); give it once per
-    /// shard. With none, the embedded SQLite store in `--data` is used.
+    /// A PostgreSQL shard, `[NAME=]postgres://user@host:port/db`, once per
+    /// shard. Chats are routed by NAME (1-64 of A-Z a-z 0-9 _ . -), or by
+    /// `host:port/db` without one; every node must name a shard alike.
+    /// `?sslmode=require&sslrootcert=PATH`: TLS, certificate verified.
+    /// With none, the embedded SQLite store in `--data` is used.
     #[arg(long = "store", env = "HERALD_STORE", value_delimiter = ',')]
     pub store: Option<Vec<String>>,
     /// NATS servers of this cell's cluster (`nats://host:port`), comma-separated

@@ -20,10 +20,11 @@ use crate::cluster::{Cells, Cluster};
 use crate::config::Config;
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::hub::Hub;
-use crate::store::Store;
-use crate::store::postgres::PgShard;
+use crate::store::postgres::{PgShard, ShardCheckError};
+use crate::store::shard_identity::Claims;
 use crate::store::sharded::Sharded;
 use crate::store::sqlite::SqliteStore;
+use crate::store::{ShardSpec, Store};
 
 /// Most events a `watch` replays before it sends `notify` instead.
 const REPLAY_EVENTS: usize = 5_000;
@@ -32,18 +33,35 @@ const REBALANCE_SETTLE: Duration = Duration::from_secs(2);
 /// Time allowed, beyond the drain window, for connections to close at shutdown.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-/// The embedded store, or PostgreSQL shards when `--store` URLs are given.
-fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+/// How long a node waits at start for its shards' check; a shard that has
+/// not answered by then is checked when it first does.
+const SHARD_CHECK_WAIT: Duration = Duration::from_secs(5);
+
+/// The embedded store, or PostgreSQL shards when `--store` entries are given.
+/// Every shard is checked at once: the node refuses to start when a shard
+/// records another name than this node gives it, when two entries reach one
+/// database, or when a shard's TLS certificate is not trusted. A shard that
+/// does not answer does not stop the start (its chats fail until it does).
+async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     if config.stores.is_empty() {
         return Ok(Arc::new(SqliteStore::open(&config.data)?));
     }
-    let mut shards: Vec<(String, Box<dyn Store>)> = Vec::new();
-    for url in &config.stores {
-        let shard = PgShard::open(url)?;
-        anyhow::ensure!(!shards.iter().any(|(n, _)| n == shard.name()), "shard {} is given twice", shard.name());
-        shards.push((shard.name().to_string(), Box::new(shard)));
+    let specs = ShardSpec::parse_all(&config.stores)?;
+    let claims = Claims::default();
+    let shards = specs.iter().map(|spec| PgShard::open(spec, &claims)).collect::<anyhow::Result<Vec<_>>>()?;
+    let checks = shards.iter().map(|s| tokio::time::timeout(SHARD_CHECK_WAIT, s.check()));
+    for (shard, check) in shards.iter().zip(futures_util::future::join_all(checks).await) {
+        match check {
+            Ok(Ok(())) => {}
+            Ok(Err(ShardCheckError::Refused(why))) => anyhow::bail!("refusing to start: {why}"),
+            Ok(Err(ShardCheckError::Unreachable(why))) => {
+                tracing::warn!(shard = %shard.name(), error = %why, "storage shard not reachable: checked when it answers");
+            }
+            Err(_) => tracing::warn!(shard = %shard.name(), "storage shard too slow at start: checked when it answers"),
+        }
     }
     tracing::info!(shards = shards.len(), "using PostgreSQL shards");
+    let shards = shards.into_iter().map(|s| (s.name().clone(), Box::new(s) as Box<dyn Store>)).collect();
     Ok(Arc::new(Sharded::new(shards)))
 }
 
@@ -118,7 +136,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     crate::metrics::spawn_upkeep();
-    let store = open_store(&config)?;
+    let store = open_store(&config).await?;
     let nats = if config.brokers.is_empty() {
         None
     } else {

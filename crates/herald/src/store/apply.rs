@@ -252,6 +252,6 @@ fn empty_body() -> Box<RawValue> {
     RawValue::from_string("{}".to_string()).expect("{} is JSON")
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

@@ -11,9 +11,14 @@
 //! - many concurrent writes share few commits (group commit).
 
 mod apply;
+mod pg_tls;
 pub mod postgres;
+pub mod shard_identity;
+pub mod shard_spec;
 pub mod sharded;
 pub mod sqlite;
+
+pub use shard_spec::{ShardName, ShardSpec};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -69,7 +74,13 @@ pub enum StoreError {
 /// How one shard is doing, for `/readyz`.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ShardStatus {
+    /// The routing name, which for a bare URL spells host, port and
+    /// database: for logs and operators, never serialized.
+    #[serde(skip_serializing)]
     pub name: String,
+    /// What a page anyone may read shows: the name given with `NAME=`, or
+    /// `#n`, the shard's place (from 1) in the node's `--store` list.
+    pub label: String,
     /// `closed`, `open` or `half_open`.
     pub breaker: &'static str,
     /// Operations running on the shard now.

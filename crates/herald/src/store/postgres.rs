@@ -5,12 +5,20 @@
 //! that row and seq stays gap-free. Reads use a small pool. Inside a batch,
 //! reads are made ahead and inserts sent in bulk (see [`PgTx`]).
 //!
-//! Not here: routing between shards, bulkheads and breakers (`sharded`).
+//! On its first connection a node applies the schema and confirms the
+//! shard's identity (`shard_identity`); later connections must reach the
+//! same database.
+//!
+//! Not here: routing between shards, bulkheads and breakers (`sharded`);
+//! parsing `--store` entries (`shard_spec`); the TLS client (`pg_tls`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime, Transaction};
+use deadpool_postgres::{
+    Hook, HookError, Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, Transaction,
+};
 use futures_util::FutureExt;
 use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
@@ -18,12 +26,18 @@ use tokio::sync::{OnceCell, mpsc, oneshot};
 use tokio_postgres::NoTls;
 
 use super::apply::{self, ChatRow, Reply, Tx};
+use super::pg_tls;
+use super::shard_identity::{self, Claims, IdentityError};
+use super::shard_spec::{ShardName, ShardSpec, TlsMode, chain};
 use super::{Alive, BoxFuture, Fetched, Store, StoreError, Write, Written, sql_seq};
 use crate::model::{ChatInfo, ChatKey};
 
 /// The schema, applied on start when `herald_schema` lacks its version.
+/// Version 2 added `herald_shard`: a shard from version 1 gets it on its
+/// first start under version 2, recording the name that node gives it (see
+/// [`shard_identity::check`]).
 const SCHEMA: &str = include_str!("postgres_schema.sql");
-const SCHEMA_VERSION: i32 = 1;
+const SCHEMA_VERSION: i32 = 2;
 /// Most writes per transaction: bounds a batch's latency and lock time.
 const MAX_BATCH: usize = 512;
 /// Writes waiting for this shard's writer before new ones are refused.
@@ -37,90 +51,180 @@ const BATCH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A PostgreSQL shard.
 pub struct PgShard {
-    name: String,
+    shard: Arc<Checked>,
     /// False once the writer task has ended: the shard is then not ready.
-    writer_alive: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    writer_alive: Arc<std::sync::atomic::AtomicBool>,
     jobs: mpsc::Sender<(Write, Reply)>,
     pool: Pool,
-    schema: std::sync::Arc<OnceCell<()>>,
+}
+
+/// Who a shard is, shared by its reads and its writer, and whether this
+/// process has applied the schema and confirmed the shard's identity.
+struct Checked {
+    name: ShardName,
+    /// The URL without its password, for operators' messages.
+    shown: String,
+    claims: Claims,
+    done: OnceCell<()>,
+    /// The shard id recorded in the shard, once confirmed: every later
+    /// connection must reach the same database (a host name moved to another
+    /// database under a running node is refused, not written to).
+    id: std::sync::OnceLock<String>,
+}
+
+/// Why a shard failed its check at start.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardCheckError {
+    /// It did not answer (down, unreachable, too slow): the node starts
+    /// anyway and checks it when it first answers.
+    #[error("{0}")]
+    Unreachable(String),
+    /// It answered but must not be used as given (another recorded name,
+    /// a database given twice, a certificate not trusted): the node must not start.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl PgShard {
-    /// Connects to `url` (lazily: a shard that is down now is retried on use) and starts its writer.
-    pub fn open(url: &str) -> anyhow::Result<PgShard> {
-        let mut pg: tokio_postgres::Config = url.parse()?;
+    /// Opens the shard `spec` (lazily: a shard that is down now is retried on
+    /// use) and starts its writer. `claims` is shared by a node's shards.
+    pub fn open(spec: &ShardSpec, claims: &Claims) -> anyhow::Result<PgShard> {
+        let mut pg = spec.pg.clone();
         pg.connect_timeout(CONNECT_TIMEOUT);
-        let name = shard_name(&pg);
-        let mgr = Manager::from_config(pg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+        let mgr = match spec.tls {
+            TlsMode::Off => Manager::from_config(pg, NoTls, recycling),
+            TlsMode::Prefer | TlsMode::Require => Manager::from_config(pg, pg_tls::client(&spec.roots)?, recycling),
+        };
+        let shard = Arc::new(Checked {
+            name: spec.name.clone(),
+            shown: spec.shown.clone(),
+            claims: claims.clone(),
+            done: OnceCell::new(),
+            id: std::sync::OnceLock::new(),
+        });
         let pool = Pool::builder(mgr)
             .max_size(READ_POOL + 1)
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(CONNECT_TIMEOUT))
             .wait_timeout(Some(Duration::from_secs(2)))
+            .post_create(same_shard(shard.clone()))
             .build()?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
-        let schema = std::sync::Arc::new(OnceCell::new());
-        let writer_alive = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let writer = Writer { name: name.clone(), pool: pool.clone(), conn: None, schema: schema.clone() };
+        let writer_alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let writer = Writer { shard: shard.clone(), pool: pool.clone(), conn: None };
         let alive = Alive(writer_alive.clone(), "postgres");
         tokio::spawn(async move {
             let _alive = alive;
             writer.run(rx).await;
         });
-        Ok(PgShard { name, writer_alive, jobs: tx, pool, schema })
+        Ok(PgShard { shard, writer_alive, jobs: tx, pool })
     }
 
-    /// The shard's name: `host:port/database`, stable across password changes.
-    pub fn name(&self) -> &str {
-        &self.name
+    /// The shard's name: the one given with `NAME=`, else `host:port/database`.
+    pub fn name(&self) -> &ShardName {
+        &self.shard.name
+    }
+
+    /// Connects once, applies the schema and confirms the shard's identity
+    /// (and on the way its TLS certificate): what a node does at start.
+    pub async fn check(&self) -> Result<(), ShardCheckError> {
+        let shown = &self.shard.shown;
+        let conn = match self.pool.get().await {
+            Ok(conn) => conn,
+            Err(PoolError::Backend(e)) if pg_tls::is_tls_failure(&e) => {
+                return Err(ShardCheckError::Refused(format!("{shown}: {}", chain(&e))));
+            }
+            Err(e) => return Err(ShardCheckError::Unreachable(format!("{shown}: {}", chain(&e)))),
+        };
+        match ensure_schema(&self.shard, &conn).await {
+            Ok(()) => Ok(()),
+            Err(IdentityError::Refused(why)) => Err(ShardCheckError::Refused(why)),
+            Err(IdentityError::Pg(e)) => Err(ShardCheckError::Unreachable(format!("{shown}: {}", chain(&e)))),
+        }
     }
 
     async fn conn(&self) -> Result<Object, StoreError> {
-        let conn = self.pool.get().await.map_err(|e| pg_unavailable(&self.name, &e))?;
-        ensure_schema(&self.schema, &conn, &self.name).await?;
+        let conn = self.pool.get().await.map_err(|e| pg_unavailable(&self.shard.name, &e))?;
+        ensure_schema(&self.shard, &conn).await.map_err(|e| self.shard.not_confirmed(&e))?;
         Ok(conn)
     }
 }
 
-fn shard_name(pg: &tokio_postgres::Config) -> String {
-    let host = match pg.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
-        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
-        None => "localhost".into(),
-    };
-    let port = pg.get_ports().first().copied().unwrap_or(5432);
-    format!("{host}:{port}/{}", pg.get_dbname().unwrap_or("postgres"))
-}
-
-fn pg_unavailable(shard: &str, e: &dyn std::fmt::Display) -> StoreError {
-    tracing::warn!(shard, error = %e, "postgres shard failed");
-    metrics::counter!("herald_store_errors_total", "kind" => "postgres").increment(1);
-    StoreError::Unavailable(format!("storage shard {shard} is unavailable"))
-}
-
-/// Applies the schema once per process and shard, under an advisory lock so
-/// that nodes starting together do not race.
-async fn ensure_schema(cell: &OnceCell<()>, conn: &Object, shard: &str) -> Result<(), StoreError> {
-    cell.get_or_try_init(|| async {
-        let fail = |e: tokio_postgres::Error| pg_unavailable(shard, &e);
-        conn.batch_execute("SELECT pg_advisory_lock(7424173)").await.map_err(fail)?;
-        let applied = async {
-            let have: Option<i32> = match conn.query_opt("SELECT max(version) FROM herald_schema", &[]).await {
-                Ok(row) => row.and_then(|r| r.get(0)),
-                Err(_) => None, // no table yet
-            };
-            if have.is_none_or(|v| v < SCHEMA_VERSION) {
-                conn.batch_execute(SCHEMA).await?;
-                tracing::info!(shard, version = SCHEMA_VERSION, "postgres schema applied");
+impl Checked {
+    fn not_confirmed(&self, e: &IdentityError) -> StoreError {
+        match e {
+            IdentityError::Pg(e) => pg_unavailable(&self.name, e),
+            IdentityError::Refused(why) => {
+                tracing::error!(shard = %self.name, "{why}");
+                metrics::counter!("herald_store_errors_total", "kind" => "shard_identity").increment(1);
+                StoreError::Unavailable(self.name.public("unavailable"))
             }
-            Ok::<_, tokio_postgres::Error>(())
         }
-        .await;
-        let _ = conn.batch_execute("SELECT pg_advisory_unlock(7424173)").await;
-        applied.map_err(fail)
+    }
+}
+
+/// Checks each new connection of a confirmed shard against the id it recorded.
+fn same_shard(shard: Arc<Checked>) -> Hook {
+    Hook::async_fn(move |client, _| {
+        let shard = shard.clone();
+        Box::pin(async move {
+            let Some(id) = shard.id.get() else { return Ok(()) };
+            let row = client.query_one("SELECT name, id FROM herald_shard", &[]).await.map_err(HookError::Backend)?;
+            let (now_name, now_id): (String, String) = (row.get(0), row.get(1));
+            if &now_id == id {
+                return Ok(());
+            }
+            let why = format!(
+                "{} now reaches another database (shard {now_name:?}, id {now_id}) than the one checked at start \
+                 (id {id}): its connections are refused until the node is restarted",
+                shard.shown
+            );
+            tracing::error!(shard = %shard.name, "{why}");
+            metrics::counter!("herald_store_errors_total", "kind" => "shard_identity").increment(1);
+            Err(HookError::message(why))
+        })
     })
-    .await
-    .map(|_| ())
+}
+
+/// Logs why a shard failed (host and cause: logs are for operators) and
+/// answers what a client may read: no host, no port, no URL.
+fn shard_failed(shard: &ShardName, why: &str) -> StoreError {
+    tracing::warn!(shard = %shard, error = why, "postgres shard failed");
+    metrics::counter!("herald_store_errors_total", "kind" => "postgres").increment(1);
+    StoreError::Unavailable(shard.public("unavailable"))
+}
+
+fn pg_unavailable(shard: &ShardName, e: &dyn std::error::Error) -> StoreError {
+    shard_failed(shard, &chain(e))
+}
+
+/// Applies the schema and confirms the shard's identity, once per process
+/// and shard, under an advisory lock so that nodes starting together do not race.
+async fn ensure_schema(shard: &Checked, conn: &Object) -> Result<(), IdentityError> {
+    shard
+        .done
+        .get_or_try_init(|| async {
+            conn.batch_execute("SELECT pg_advisory_lock(7424173)").await?;
+            let applied = async {
+                let have: Option<i32> = match conn.query_opt("SELECT max(version) FROM herald_schema", &[]).await {
+                    Ok(row) => row.and_then(|r| r.get(0)),
+                    Err(_) => None, // no table yet
+                };
+                if have.is_none_or(|v| v < SCHEMA_VERSION) {
+                    conn.batch_execute(SCHEMA).await?;
+                    tracing::info!(shard = %shard.name, version = SCHEMA_VERSION, "postgres schema applied");
+                }
+                let id = shard_identity::check(conn, &shard.name, &shard.shown, &shard.claims).await?;
+                let _ = shard.id.set(id);
+                Ok(())
+            }
+            .await;
+            let _ = conn.batch_execute("SELECT pg_advisory_unlock(7424173)").await;
+            applied
+        })
+        .await
+        .map(|_| ())
 }
 
 impl Store for PgShard {
@@ -128,7 +232,7 @@ impl Store for PgShard {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
             if self.jobs.try_send((write, tx)).is_err() {
-                return Err(StoreError::Unavailable(format!("storage shard {} is overloaded", self.name)));
+                return Err(StoreError::Unavailable(self.shard.name.public("overloaded")));
             }
             rx.await.unwrap_or_else(|_| Err(StoreError::Unavailable("the shard writer stopped".into())))
         })
@@ -138,7 +242,7 @@ impl Store for PgShard {
         let key = key.clone();
         Box::pin(async move {
             let conn = self.conn().await?;
-            let row = select_chat(&conn, &key, false).await.map_err(|e| pg_unavailable(&self.name, &e))?;
+            let row = select_chat(&conn, &key, false).await.map_err(|e| pg_unavailable(&self.shard.name, &e))?;
             Ok(row.map(|r| r.info()))
         })
     }
@@ -153,7 +257,7 @@ impl Store for PgShard {
         Box::pin(async move {
             let started = Instant::now();
             let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.name, &e);
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
             let Some(row) = select_chat(&conn, key, false).await.map_err(fail)? else {
                 return Err(StoreError::NotFound(format!("no chat {}", key.chat)));
             };
@@ -183,7 +287,7 @@ impl Store for PgShard {
     fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {
         Box::pin(async move {
             let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.name, &e);
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
             let stmt = conn
                 .prepare_cached(
                     "SELECT k.i, c.seq FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(ws, chat, i)
@@ -207,11 +311,11 @@ impl Store for PgShard {
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             if !self.writer_alive.load(std::sync::atomic::Ordering::SeqCst) {
-                tracing::error!(shard = %self.name, "the shard's writer stopped");
-                return Err(StoreError::Unavailable(format!("storage shard {} has no writer", self.name)));
+                tracing::error!(shard = %self.shard.name, "the shard's writer stopped");
+                return Err(StoreError::Unavailable(self.shard.name.public("has no writer")));
             }
             let conn = self.conn().await?;
-            conn.simple_query("SELECT 1").await.map_err(|e| pg_unavailable(&self.name, &e))?;
+            conn.simple_query("SELECT 1").await.map_err(|e| pg_unavailable(&self.shard.name, &e))?;
             Ok(())
         })
     }
@@ -271,11 +375,10 @@ async fn read_position(
 
 /// This node's writer for one shard.
 struct Writer {
-    name: String,
+    shard: Arc<Checked>,
     pool: Pool,
     /// The writer's connection, kept across batches; dropped after a failure.
     conn: Option<Object>,
-    schema: std::sync::Arc<OnceCell<()>>,
 }
 
 impl Writer {
@@ -300,7 +403,7 @@ impl Writer {
                 Err(e) => {
                     // The connection may be broken or mid-transaction: start over with a fresh one.
                     self.conn = None;
-                    let err = pg_unavailable(&self.name, &e);
+                    let err = shard_failed(&self.shard.name, &e);
                     for (_, reply) in batch.drain(..) {
                         let _ = reply.send(Err(err.clone()));
                     }
@@ -311,14 +414,14 @@ impl Writer {
 
     async fn commit(&mut self, writes: &[&Write]) -> Result<Vec<apply::Outcome>, String> {
         if self.conn.is_none() {
-            let conn = self.pool.get().await.map_err(|e| e.to_string())?;
-            ensure_schema(&self.schema, &conn, &self.name).await.map_err(|e| e.to_string())?;
+            let conn = self.pool.get().await.map_err(|e| chain(&e))?;
+            ensure_schema(&self.shard, &conn).await.map_err(|e| chain(&e))?;
             self.conn = Some(conn);
         }
         let conn = self.conn.as_mut().expect("connected above");
-        let tx = conn.transaction().await.map_err(|e| e.to_string())?;
-        let outcomes = apply::apply(&mut PgTx::new(&tx), writes).await.map_err(|e| e.to_string())?;
-        tx.commit().await.map_err(|e| e.to_string())?;
+        let tx = conn.transaction().await.map_err(|e| chain(&e))?;
+        let outcomes = apply::apply(&mut PgTx::new(&tx), writes).await.map_err(|e| chain(&e))?;
+        tx.commit().await.map_err(|e| chain(&e))?;
         Ok(outcomes)
     }
 }

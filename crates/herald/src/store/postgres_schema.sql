@@ -1,6 +1,7 @@
--- herald's PostgreSQL schema, version 1. Applied on start by each node, under
+-- herald's PostgreSQL schema, version 2. Applied on start by each node, under
 -- an advisory lock, when herald_schema does not record it yet. One database
--- per shard; every chat lives wholly on one shard.
+-- per shard; every chat lives wholly on one shard. Every statement is
+-- idempotent: a shard of version 1 takes this file as it is.
 
 CREATE TABLE IF NOT EXISTS herald_schema (
     version    integer PRIMARY KEY,
@@ -46,4 +47,15 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE UNIQUE INDEX IF NOT EXISTS events_client_id ON events (chat_id, "user", client_id)
     WHERE client_id IS NOT NULL;
 
-INSERT INTO herald_schema (version) VALUES (1) ON CONFLICT DO NOTHING;
+-- The shard's identity (version 2): the name chats are routed by and a
+-- random id, written by the first node that starts on the shard (the code
+-- inserts the row: the name is that node's). Nodes that give the shard
+-- another name refuse to start. One row: `one` can only be true.
+CREATE TABLE IF NOT EXISTS herald_shard (
+    one        boolean PRIMARY KEY DEFAULT true CHECK (one),
+    name       text    NOT NULL,
+    id         text    NOT NULL,
+    created_ms bigint  NOT NULL
+);
+
+INSERT INTO herald_schema (version) VALUES (2) ON CONFLICT DO NOTHING;

@@ -2,7 +2,8 @@
 //! and circuit breaker, so one slow or dead shard slows only its own chats.
 //!
 //! A chat lives on the shard chosen by rendezvous hashing of (workspace,
-//! chat) over the shards' names (`host:port/database`): adding a shard moves
+//! chat) over the shards' names (given with `NAME=`, or `host:port/database`
+//! for a bare URL; see [`super::shard_spec`]): adding a shard moves
 //! only the chats the new shard wins, about 1/(n+1) of them, and the order of
 //! `--store` flags does not matter. Moving those chats' rows is an operator's
 //! step; see docs/operations.md.
@@ -10,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BoxFuture, Fetched, ShardStatus, Store, StoreError, Write, Written};
+use super::{BoxFuture, Fetched, ShardName, ShardStatus, Store, StoreError, Write, Written};
 use crate::guard::{Breaker, BreakerConfig, BreakerState, Bulkhead};
 use crate::hashing::rendezvous;
 use crate::model::{ChatInfo, ChatKey};
@@ -36,7 +37,9 @@ const BREAKER: BreakerConfig =
 
 /// One shard and its protection.
 struct Shard {
-    name: String,
+    name: ShardName,
+    /// For `/readyz`: see [`ShardName::label`].
+    label: String,
     store: Box<dyn Store>,
     bulkhead: Bulkhead,
     breaker: Breaker,
@@ -49,11 +52,13 @@ pub struct Sharded {
 
 impl Sharded {
     /// Routes over `shards`, given with their names. Starts the background prober.
-    pub fn new(shards: Vec<(String, Box<dyn Store>)>) -> Sharded {
+    pub fn new(shards: Vec<(ShardName, Box<dyn Store>)>) -> Sharded {
         let shards: Arc<Vec<Shard>> = Arc::new(
             shards
                 .into_iter()
-                .map(|(name, store)| Shard {
+                .enumerate()
+                .map(|(i, (name, store))| Shard {
+                    label: name.label(i),
                     name,
                     store,
                     bulkhead: Bulkhead::new(MAX_IN_FLIGHT, MAX_WAITING),
@@ -62,7 +67,7 @@ impl Sharded {
                 .collect(),
         );
         for s in shards.iter() {
-            metrics::gauge!("herald_store_shard_breaker", "shard" => s.name.clone()).set(0.0);
+            metrics::gauge!("herald_store_shard_breaker", "shard" => s.name.to_string()).set(0.0);
         }
         let weak = Arc::downgrade(&shards);
         tokio::spawn(async move {
@@ -96,28 +101,25 @@ impl Shard {
     /// Runs `op` on this shard through its breaker and bulkhead, with a time limit.
     async fn guarded<T>(&self, op: BoxFuture<'_, Result<T, StoreError>>) -> Result<T, StoreError> {
         let call = self.breaker.admit().map_err(|until_probe_ms| {
-            metrics::counter!("herald_store_shard_refused_total", "shard" => self.name.clone(), "reason" => "open")
+            metrics::counter!("herald_store_shard_refused_total", "shard" => self.name.to_string(), "reason" => "open")
                 .increment(1);
             // The background probe runs every tick: a client told to wait
             // longer would miss a shard that is back.
             let retry_after_ms = until_probe_ms.min(PROBE_EVERY.as_millis() as u64);
-            StoreError::Refused { message: format!("storage shard {} is unavailable", self.name), retry_after_ms }
+            StoreError::Refused { message: self.name.public("unavailable"), retry_after_ms }
         })?;
         let Some(_slot) = self.bulkhead.enter().await else {
-            metrics::counter!("herald_store_shard_refused_total", "shard" => self.name.clone(), "reason" => "busy")
+            metrics::counter!("herald_store_shard_refused_total", "shard" => self.name.to_string(), "reason" => "busy")
                 .increment(1);
             // Not the shard's fault: the call neither passes nor fails the breaker.
             call.record(true);
-            return Err(StoreError::Refused {
-                message: format!("storage shard {} is busy", self.name),
-                retry_after_ms: BUSY_RETRY_MS,
-            });
+            return Err(StoreError::Refused { message: self.name.public("busy"), retry_after_ms: BUSY_RETRY_MS });
         };
         // Dropped (its caller cancelled) from here on, the slot and the call
         // are guards: the slot is freed and a probe handed back.
         let result = match tokio::time::timeout(OP_TIMEOUT, op).await {
             Ok(r) => r,
-            Err(_) => Err(StoreError::Unavailable(format!("storage shard {} timed out", self.name))),
+            Err(_) => Err(StoreError::Unavailable(self.name.public("timed out"))),
         };
         // Refusals of the request itself (not found, forbidden) mean the shard answered.
         let shard_ok = !matches!(result, Err(StoreError::Unavailable(_) | StoreError::Refused { .. }));
@@ -132,7 +134,7 @@ impl Shard {
                 BreakerState::HalfOpen => 1.0,
                 BreakerState::Open => 2.0,
             };
-            metrics::gauge!("herald_store_shard_breaker", "shard" => self.name.clone()).set(level);
+            metrics::gauge!("herald_store_shard_breaker", "shard" => self.name.to_string()).set(level);
             if state == BreakerState::Open {
                 tracing::error!(shard = %self.name, "storage shard breaker opened: failing its requests fast");
             } else {
@@ -195,7 +197,7 @@ impl Store for Sharded {
                 match tokio::time::timeout(OP_TIMEOUT, s.store.ready()).await {
                     Ok(Ok(())) => return Ok(()),
                     Ok(Err(e)) => last = Some(e),
-                    Err(_) => last = Some(StoreError::Unavailable(format!("storage shard {} timed out", s.name))),
+                    Err(_) => last = Some(StoreError::Unavailable(s.name.public("timed out"))),
                 }
             }
             Err(last.unwrap_or_else(|| StoreError::Unavailable("no shards".into())))
@@ -214,7 +216,8 @@ impl Store for Sharded {
         self.shards
             .iter()
             .map(|s| ShardStatus {
-                name: s.name.clone(),
+                name: s.name.to_string(),
+                label: s.label.clone(),
                 breaker: s.breaker.state().as_str(),
                 in_flight: s.bulkhead.in_flight(),
                 waiting: s.bulkhead.waiting(),
