@@ -371,12 +371,8 @@ impl ServeArgs {
         if !cfg.brokers.is_empty() {
             check_public_url(cfg.public_url.as_deref(), cfg.listen)?;
         }
-        for url in &cfg.stores {
-            anyhow::ensure!(
-                url.starts_with("postgres://") || url.starts_with("postgresql://"),
-                "--store takes postgres:// URLs, got {url:?}"
-            );
-        }
+        // `[NAME=]postgres://...`, names unique; no I/O, and no password in its errors.
+        crate::store::ShardSpec::parse_all(&cfg.stores).map_err(|e| anyhow::anyhow!("--store: {e}"))?;
         Ok(cfg)
     }
 }
@@ -594,6 +590,13 @@ mod tests {
         assert!(ok.resolve().is_ok());
         let e = refusal(ServeArgs { allowed_origins: Some(vec!["example.com".into()]), ..given() });
         assert!(e.contains("--allowed-origins"), "{e}");
+        let e = refusal(ServeArgs { store: Some(vec!["mysql://h/db".into()]), ..given() });
+        assert!(e.contains("--store"), "{e}");
+        let named = vec!["a=postgres://h/db1".to_string(), "b=postgres://h/db2".into()];
+        assert!(ServeArgs { store: Some(named), ..given() }.resolve().is_ok());
+        let twice = vec!["a=postgres://u:hunter2@h/db1".to_string(), "a=postgres://h/db2".into()];
+        let e = refusal(ServeArgs { store: Some(twice), ..given() });
+        assert!(e.contains("\"a\" twice") && !e.contains("hunter2"), "{e}");
         let e = refusal(ServeArgs { max_watches: Some(0), ..given() });
         assert!(e.contains("max-watches"), "{e}");
     }
