@@ -5,7 +5,7 @@
 //! for a shard is not the recorded one refuses the shard, and a node given
 //! one database twice (two spellings, two names) refuses the second entry.
 //!
-//! Not here: the table (`postgres_schema.sql`), when the check runs (`postgres`).
+//! Not here: the table (`postgres/schema.sql`), when the check runs (`postgres`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,354 @@
+//! A shard's one writer: takes writes off a queue, applies a batch of them in
+//! one transaction (with [`apply`]'s rules), and answers each.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use futures_util::FutureExt;
+use herald_protocol::Event;
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::store::apply::{self, ChatRow, Reply, Tx};
+
+/// This node's writer for one shard.
+pub(super) struct Writer {
+    pub(super) shard: Arc<Checked>,
+    pub(super) pool: Pool,
+    /// The writer's connection, kept across batches; dropped after a failure.
+    pub(super) conn: Option<Object>,
+}
+
+impl Writer {
+    pub(super) async fn run(mut self, mut rx: mpsc::Receiver<(Write, Reply)>) {
+        let mut batch = Vec::with_capacity(64);
+        while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+            let started = Instant::now();
+            let writes: Vec<&Write> = batch.iter().map(|(w, _)| w).collect();
+            // A panic in a batch is caught like a failed batch: its
+            // connection is dropped (rolling it back) and the writer goes on.
+            let commit = std::panic::AssertUnwindSafe(self.commit(&writes)).catch_unwind();
+            let result = match tokio::time::timeout(BATCH_TIMEOUT, commit).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => {
+                    metrics::counter!("herald_store_writer_restarts_total").increment(1);
+                    Err(format!("batch of {} writes panicked", writes.len()))
+                }
+                Err(_) => Err(format!("batch of {} writes timed out", writes.len())),
+            };
+            match result {
+                Ok(outcomes) => apply::answer_committed(&mut batch, outcomes, started),
+                Err(e) => {
+                    // The connection may be broken or mid-transaction: start over with a fresh one.
+                    self.conn = None;
+                    let err = shard_failed(&self.shard.name, &e);
+                    for (_, reply) in batch.drain(..) {
+                        let _ = reply.send(Err(err.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn commit(&mut self, writes: &[&Write]) -> Result<Vec<apply::Outcome>, String> {
+        if self.conn.is_none() {
+            let conn = self.pool.get().await.map_err(|e| chain(&e))?;
+            ensure_schema(&self.shard, &conn).await.map_err(|e| chain(&e))?;
+            self.conn = Some(conn);
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        let tx = conn.transaction().await.map_err(|e| chain(&e))?;
+        let outcomes = apply::apply(&mut PgTx::new(&tx), writes).await.map_err(|e| chain(&e))?;
+        tx.commit().await.map_err(|e| chain(&e))?;
+        Ok(outcomes)
+    }
+}
+
+/// One PostgreSQL write transaction. A round trip to the server costs more
+/// than the work of most writes, so a batch's reads are made ahead in two
+/// queries ([`Tx::prefetch`]: the members and the `client_id`s its writes
+/// ask about) and its new members and events go out as two bulk inserts at
+/// the end ([`Tx::finish`]): a batch of any number of sends into one chat
+/// costs about eight round trips, not three per send. Answers the batch
+/// changes (a member added, a position moved) are kept up to date here.
+struct PgTx<'a, 'b> {
+    tx: &'a Transaction<'b>,
+    /// Read positions of the (chat, user) pairs read ahead; `None`: not a member.
+    members: HashMap<(i64, String), Option<u64>>,
+    /// `client_id`s read ahead, and the seqs of those stored before this batch.
+    client_ids: HashMap<(i64, String, String), Option<u64>>,
+    new_members: Vec<(i64, String, i64)>,
+    new_events: Vec<PendingEvent>,
+}
+
+/// An event of this batch, not sent yet.
+struct PendingEvent {
+    chat: i64,
+    seq: i64,
+    kind: &'static str,
+    user: Option<String>,
+    ts: i64,
+    body: String,
+    client_id: Option<String>,
+}
+
+impl<'a, 'b> PgTx<'a, 'b> {
+    fn new(tx: &'a Transaction<'b>) -> Self {
+        PgTx {
+            tx,
+            members: HashMap::new(),
+            client_ids: HashMap::new(),
+            new_members: Vec::new(),
+            new_events: Vec::new(),
+        }
+    }
+
+    async fn exec(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let stmt = self.tx.prepare_cached(sql).await?;
+        self.tx.execute(&stmt, params).await
+    }
+
+    async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let stmt = self.tx.prepare_cached(sql).await?;
+        self.tx.query(&stmt, params).await
+    }
+
+    /// Sends the members added so far, in one statement.
+    async fn flush_members(&mut self) -> Result<(), tokio_postgres::Error> {
+        if self.new_members.is_empty() {
+            return Ok(());
+        }
+        let (mut chats, mut users, mut joined) = (Vec::new(), Vec::new(), Vec::new());
+        for (chat, user, ms) in self.new_members.drain(..) {
+            chats.push(chat);
+            users.push(user);
+            joined.push(ms);
+        }
+        self.exec(
+            r#"INSERT INTO members (chat_id, "user", read_seq, joined_ms)
+               SELECT c, u, 0, j FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS t(c, u, j)"#,
+            &[&chats, &users, &joined],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Sends the events appended so far, in one statement.
+    async fn flush_events(&mut self) -> Result<(), tokio_postgres::Error> {
+        if self.new_events.is_empty() {
+            return Ok(());
+        }
+        let n = self.new_events.len();
+        let (mut chats, mut seqs, mut kinds, mut users) =
+            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut ts, mut bodies, mut cids) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        for e in self.new_events.drain(..) {
+            chats.push(e.chat);
+            seqs.push(e.seq);
+            kinds.push(e.kind);
+            users.push(e.user);
+            ts.push(e.ts);
+            bodies.push(e.body);
+            cids.push(e.client_id);
+        }
+        self.exec(
+            r#"INSERT INTO events (chat_id, seq, type, "user", ts, body, client_id)
+               SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[])"#,
+            &[&chats, &seqs, &kinds, &users, &ts, &bodies, &cids],
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+impl Tx for PgTx<'_, '_> {
+    type Error = tokio_postgres::Error;
+
+    async fn load_chat(&mut self, key: &ChatKey) -> Result<Option<ChatRow>, Self::Error> {
+        let stmt = self
+            .tx
+            .prepare_cached("SELECT id, seq, members, open FROM chats WHERE ws = $1 AND chat = $2 FOR UPDATE")
+            .await?;
+        let row = self.tx.query_opt(&stmt, &[&&*key.ws, &&*key.chat]).await?;
+        Ok(row.map(|r| ChatRow {
+            id: r.get(0),
+            seq: r.get::<_, i64>(1) as u64,
+            members: r.get::<_, i64>(2) as u64,
+            open: r.get(3),
+        }))
+    }
+
+    async fn create_chat(&mut self, key: &ChatKey, open: bool, now_ms: i64) -> Result<ChatRow, Self::Error> {
+        let stmt = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO chats (ws, chat, open, seq, members, created_ms) VALUES ($1, $2, $3, 0, 0, $4)
+                 ON CONFLICT (ws, chat) DO NOTHING RETURNING id",
+            )
+            .await?;
+        if let Some(r) = self.tx.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &open, &now_ms]).await? {
+            return Ok(ChatRow { id: r.get(0), seq: 0, members: 0, open });
+        }
+        // Another node created it a moment ago: take its row (and its lock).
+        Ok(self.load_chat(key).await?.expect("the conflicting row exists"))
+    }
+
+    async fn read_position(&mut self, chat: i64, user: &str) -> Result<Option<u64>, Self::Error> {
+        if let Some(known) = self.members.get(&(chat, user.to_owned())) {
+            return Ok(*known);
+        }
+        let rows =
+            self.query(r#"SELECT read_seq FROM members WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await?;
+        let known = rows.first().map(|r| r.get::<_, i64>(0) as u64);
+        self.members.insert((chat, user.to_owned()), known);
+        Ok(known)
+    }
+
+    async fn add_member(&mut self, chat: i64, user: &str, now_ms: i64) -> Result<(), Self::Error> {
+        self.new_members.push((chat, user.to_owned(), now_ms));
+        self.members.insert((chat, user.to_owned()), Some(0));
+        Ok(())
+    }
+
+    async fn remove_member(&mut self, chat: i64, user: &str) -> Result<bool, Self::Error> {
+        if let Some(None) = self.members.get(&(chat, user.to_owned())) {
+            return Ok(false);
+        }
+        self.flush_members().await?;
+        let removed =
+            self.exec(r#"DELETE FROM members WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await? > 0;
+        self.members.insert((chat, user.to_owned()), None);
+        Ok(removed)
+    }
+
+    async fn set_read_position(&mut self, chat: i64, user: &str, seq: u64) -> Result<(), Self::Error> {
+        self.flush_members().await?;
+        self.exec(
+            r#"UPDATE members SET read_seq = $3 WHERE chat_id = $1 AND "user" = $2"#,
+            &[&chat, &user, &(seq as i64)],
+        )
+        .await?;
+        self.members.insert((chat, user.to_owned()), Some(seq));
+        Ok(())
+    }
+
+    async fn find_client_id(
+        &mut self,
+        chat: i64,
+        user: Option<&str>,
+        client_id: &str,
+    ) -> Result<Option<u64>, Self::Error> {
+        // Sent earlier in this batch?
+        if let Some(e) = self
+            .new_events
+            .iter()
+            .find(|e| e.chat == chat && e.user.as_deref() == user && e.client_id.as_deref() == Some(client_id))
+        {
+            return Ok(Some(e.seq as u64));
+        }
+        if let Some(u) = user
+            && let Some(known) = self.client_ids.get(&(chat, u.to_owned(), client_id.to_owned()))
+        {
+            return Ok(*known);
+        }
+        let rows = self
+            .query(
+                r#"SELECT seq FROM events WHERE chat_id = $1 AND "user" IS NOT DISTINCT FROM $2 AND client_id = $3"#,
+                &[&chat, &user, &client_id],
+            )
+            .await?;
+        Ok(rows.first().map(|r| r.get::<_, i64>(0) as u64))
+    }
+
+    async fn insert_event(&mut self, chat: i64, e: &Event) -> Result<(), Self::Error> {
+        self.new_events.push(PendingEvent {
+            chat,
+            seq: e.seq as i64,
+            kind: e.kind.as_str(),
+            user: e.user.clone(),
+            ts: e.ts,
+            body: e.body.get().to_owned(),
+            client_id: e.client_id.clone(),
+        });
+        Ok(())
+    }
+
+    async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error> {
+        self.exec(
+            "UPDATE chats SET seq = $2, members = $3, open = $4 WHERE id = $1",
+            &[&row.id, &(row.seq as i64), &(row.members as i64), &row.open],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn prefetch(&mut self, writes: &[&Write], rows: &HashMap<ChatKey, ChatRow>) -> Result<(), Self::Error> {
+        let (mut m_chats, mut m_users) = (Vec::new(), Vec::new());
+        let (mut c_chats, mut c_users, mut c_ids) = (Vec::new(), Vec::new(), Vec::new());
+        for w in writes {
+            let Some(row) = rows.get(w.key()) else { continue };
+            let user = match w {
+                Write::Join { user, .. }
+                | Write::Leave { user, .. }
+                | Write::React { user, .. }
+                | Write::Read { user, .. } => Some(user),
+                Write::Append { user: Some(user), client_id, .. } => {
+                    if let Some(cid) = client_id
+                        && self.client_ids.insert((row.id, user.to_string(), cid.clone()), None).is_none()
+                    {
+                        c_chats.push(row.id);
+                        c_users.push(user.to_string());
+                        c_ids.push(cid.clone());
+                    }
+                    Some(user)
+                }
+                Write::Append { user: None, .. } | Write::PutChat { .. } => None,
+            };
+            if let Some(user) = user
+                && self.members.insert((row.id, user.to_string()), None).is_none()
+            {
+                m_chats.push(row.id);
+                m_users.push(user.to_string());
+            }
+        }
+        if !m_chats.is_empty() {
+            let found = self
+                .query(
+                    r#"SELECT m.chat_id, m."user", m.read_seq FROM members m
+                       JOIN unnest($1::bigint[], $2::text[]) AS t(c, u) ON m.chat_id = t.c AND m."user" = t.u"#,
+                    &[&m_chats, &m_users],
+                )
+                .await?;
+            for r in found {
+                self.members.insert((r.get(0), r.get(1)), Some(r.get::<_, i64>(2) as u64));
+            }
+        }
+        if !c_chats.is_empty() {
+            let found = self
+                .query(
+                    r#"SELECT e.chat_id, e."user", e.client_id, e.seq FROM events e
+                       JOIN unnest($1::bigint[], $2::text[], $3::text[]) AS t(c, u, k)
+                         ON e.chat_id = t.c AND e."user" = t.u AND e.client_id = t.k"#,
+                    &[&c_chats, &c_users, &c_ids],
+                )
+                .await?;
+            for r in found {
+                self.client_ids.insert((r.get(0), r.get(1), r.get(2)), Some(r.get::<_, i64>(3) as u64));
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish(&mut self) -> Result<(), Self::Error> {
+        self.flush_members().await?;
+        self.flush_events().await
+    }
+}
