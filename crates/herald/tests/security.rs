@@ -16,7 +16,10 @@ use tokio::net::TcpStream;
 fn refused_start(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let data = data_dir();
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_herald"));
-    cmd.args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--data"]).arg(data.path()).args(args);
+    cmd.args(["serve", "--data"]).arg(data.path()).args(args);
+    if !args.contains(&"--listen") {
+        cmd.args(["--listen", &format!("127.0.0.1:{}", free_port())]);
+    }
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HERALD_")) {
         cmd.env_remove(k);
     }
@@ -61,6 +64,16 @@ fn the_binary_refuses_missing_empty_and_short_secrets_by_name() {
     assert!(code != 0 && out.contains("frame-limit (8192) must be at least body-limit (16384)"), "{out}");
     let (code, out) = refused_start(&["--broker", "nats://127.0.0.1:1"], &env);
     assert!(code != 0 && out.contains("--store"), "{out}");
+    let (code, out) = refused_start(&[], &[("HERALD_JWT_SECRET", long), ("HERALD_API_KEY", "short-key")]);
+    assert!(code != 0 && out.contains("--api-key (HERALD_API_KEY) is 9 bytes long"), "{out}");
+    // A cluster node on a wildcard address, with no --public-url for other nodes' clients.
+    let cluster = ["--broker", "nats://127.0.0.1:1", "--store", "postgres://127.0.0.1:1/db"];
+    let (code, out) = refused_start(&[&cluster[..], &["--listen", "0.0.0.0:1"]].concat(), &env);
+    assert!(code != 0 && out.contains("needs --public-url"), "{out}");
+    let (code, out) = refused_start(&[&cluster[..], &["--public-url", "ws://0.0.0.0:1"]].concat(), &env);
+    assert!(code != 0 && out.contains("wildcard"), "{out}");
+    let (code, out) = refused_start(&["--jwt-public-key", "/nonexistent.pem"], &[("HERALD_API_KEY", long)]);
+    assert!(code != 0 && out.contains("--jwt-public-key: reading /nonexistent.pem"), "{out}");
 }
 
 /// A WebSocket upgrade request with `headers`; the status and the open stream.
@@ -208,6 +221,60 @@ async fn tokens_signed_by_an_identity_providers_key_open_websockets() {
     assert_eq!(c.closed_with().await, 4001);
 
     // Without a secret the server issues no tokens, and says why.
+    let (status, body) = server.http("POST", "/v1/tokens", Some(json!({"workspace": "w", "user": "x"}))).await;
+    assert_eq!(status, 403, "{body}");
+}
+
+#[tokio::test]
+async fn ed25519_tokens_work_beside_a_secret() {
+    use jsonwebtoken::{Algorithm, EncodingKey};
+    let server = TestServer::start_with(|c| c.tokens.public_key_pem = Some(key("ed25519-public.pem"))).await;
+    let ed = EncodingKey::from_ed_pem(&key("ed25519-private.pem")).unwrap();
+    let mut c = Client::connect(&server.ws_url("w")).await;
+    let r = c.request(json!({"op": "hello", "token": sign(Algorithm::EdDSA, &ed, "erin")})).await;
+    assert_eq!(r["ok"]["user"], "erin", "{r}");
+    // The secret still verifies (and issues) HS256 tokens.
+    let _bob = server.client("w", "bob").await;
+    // An RS256 token is refused: no RSA key is configured.
+    let rsa = EncodingKey::from_rsa_pem(&key("rsa-private.pem")).unwrap();
+    let mut c = Client::connect(&server.ws_url("w")).await;
+    let r = c.request(json!({"op": "hello", "token": sign(Algorithm::RS256, &rsa, "mallory")})).await;
+    assert_eq!(r["err"]["code"], "unauthenticated", "{r}");
+    assert_eq!(c.closed_with().await, 4001);
+}
+
+/// A hello with an HS256 token of the test secret whose `exp` and `nbf` are `exp_in` and `nbf_in` seconds from now.
+async fn hello_at(server: &TestServer, exp_in: i64, nbf_in: i64) -> serde_json::Value {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let claims = json!({"sub": "alice", "ws": "w", "exp": now + exp_in, "nbf": now + nbf_in});
+    let key = jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes());
+    let token = jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap();
+    let mut c = Client::connect(&server.ws_url("w")).await;
+    c.request(json!({"op": "hello", "token": token})).await
+}
+
+#[tokio::test]
+async fn exp_and_nbf_allow_the_leeway_and_no_more() {
+    let default = TestServer::start().await;
+    // Expired 2 s ago, or valid 2 s from now: within the default 5 s.
+    assert!(hello_at(&default, -2, -60).await.get("ok").is_some());
+    assert!(hello_at(&default, 60, 2).await.get("ok").is_some());
+    // 30 s past either: refused.
+    assert_eq!(hello_at(&default, -30, -60).await["err"]["code"], "unauthenticated");
+    assert_eq!(hello_at(&default, 60, 30).await["err"]["code"], "unauthenticated");
+    let strict = TestServer::start_with(|c| c.tokens.leeway_ms = 0).await;
+    assert_eq!(hello_at(&strict, -2, -60).await["err"]["code"], "unauthenticated");
+    assert_eq!(hello_at(&strict, 60, 2).await["err"]["code"], "unauthenticated");
+    assert!(hello_at(&strict, 60, -1).await.get("ok").is_some());
+}
+
+#[tokio::test]
+async fn a_public_key_only_server_issues_no_tokens() {
+    let server = TestServer::start_with(|c| {
+        c.tokens.secret = None;
+        c.tokens.public_key_pem = Some(key("ed25519-public.pem"));
+    })
+    .await;
     let (status, body) = server.http("POST", "/v1/tokens", Some(json!({"workspace": "w", "user": "x"}))).await;
     assert_eq!(status, 403, "{body}");
 }
