@@ -1,6 +1,6 @@
 //! Fuzzes `herald_protocol::request::parse_frame` on arbitrary text.
 //!
-//! Properties checked, each from the code's or PROTOCOL.md's own words:
+//! Properties checked, each from the code's or docs/protocol.md's own words:
 //! - `BadFrame::NotRequest` is "not a JSON object with an integer `id`": a
 //!   frame that is one never gets it, and a `BadRequest` always carries the
 //!   frame's `id` (judged by an independent JSON grammar, `herald_fuzz::json`).

@@ -46,7 +46,8 @@ use crate::target::Target;
 const MAX_STEPS: usize = 16;
 /// Most joins (connections) of one step: well under 20,000 open files.
 const MAX_STEP_JOINS: usize = 15_000;
-/// The seed's figure: 2,000 joins/s into one chat. The step at this rate is reported apart.
+/// The reference flood: 2,000 joins/s into one chat (a large public chat whose invite link spreads).
+/// The step at this rate is reported apart (its JSON fields are named `seed_*`).
 const SEED_RATE: f64 = 2000.0;
 /// After a step, the held connections get this long to stop and close.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(15);

@@ -1,5 +1,5 @@
 //! herald's wire contract, protocol version 1: the shapes, names and codes of
-//! `PROTOCOL.md`, and nothing else. No I/O and no async: the server, the load
+//! `docs/protocol.md`, and nothing else. No I/O and no async: the server, the load
 //! tool and the golden fixtures shared with the TypeScript SDK all build on it.
 //!
 //! Parsing is split in two steps on purpose. [`request::parse_frame`] first

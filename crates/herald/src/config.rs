@@ -201,11 +201,11 @@ pub const DEFAULT_OUTBOX_LIMIT: usize = 1024 * 1024;
 pub const DEFAULT_WS_READ_BUFFER: usize = 512;
 /// Frames are buffered up to this much before a write; a batch is flushed anyway.
 pub const DEFAULT_WS_WRITE_BUFFER: usize = 64 * 1024;
-/// Default cap on client joins into one chat per second on one node: the
-/// seed's flood (2,000 joins/s into one chat) passes at full speed on one
-/// node, a flood many times that is told to come back, and the shard behind
-/// the chat (about 5,000 durable joins/s into one chat on PostgreSQL here)
-/// keeps room for everything else.
+/// Default cap on client joins into one chat per second on one node: a
+/// flood of 2,000 joins/s into one chat (a large public chat whose invite
+/// link spreads) passes at full speed on one node, a flood many times that
+/// is told to come back, and the shard behind the chat (about 5,000 durable
+/// joins/s into one chat on PostgreSQL here) keeps room for everything else.
 pub const DEFAULT_CHAT_JOIN_RATE: u32 = 2_000;
 /// Default heat at which a chat switches to coalesced `notify` pushes: never.
 /// Measured with 1,000 watchers whose clients fetch every event they are

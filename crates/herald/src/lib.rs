@@ -1,5 +1,5 @@
-//! herald: a real-time chat server. See ARCHITECTURE.md for the path of a
-//! message through these modules:
+//! herald: a real-time chat server. See docs/architecture.md for the path
+//! of a message through these modules:
 //!
 //! gateway (sockets) -> chat (rules) -> store (event log), broker (between
 //! nodes) and hub (this node's fan-out) -> outbox (a connection's queue).

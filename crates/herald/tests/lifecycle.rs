@@ -173,7 +173,7 @@ async fn a_stalled_reader_is_cut_while_senders_keep_their_pace() {
     }
 }
 
-/// seed 3's join flood: thousands of joins into one chat, each stored once,
+/// A join flood: thousands of joins into one chat, each stored once,
 /// the member count exact. Joins go through the server API (one TCP
 /// connection per request) from 64 concurrent workers.
 #[tokio::test]

@@ -280,7 +280,7 @@ async fn requests_over_the_rate_are_throttled_then_cut_with_4029() {
     assert_eq!(a.closed_with().await, 4029);
 }
 
-/// Seed 3's final join throttle: a flood of joins into one chat is capped per
+/// The per-chat join cap: a flood of joins into one chat is capped per
 /// second on the node; the rest hear `throttled` with a time to retry, and
 /// get in when they do. Another chat is not slowed meanwhile.
 #[tokio::test]
