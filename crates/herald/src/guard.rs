@@ -77,8 +77,8 @@ mod tests {
     }
 }
 
-/// Caps joins per chat on this node: LINE's final join throttle, a local
-/// in-memory count per chat, with no round trip to anything shared.
+/// Caps joins per chat on this node: a local in-memory count per chat, with
+/// no round trip to anything shared, so it cannot lag behind a flood.
 ///
 /// The counts live in a count-min sketch of fixed size: two rows of slots,
 /// each chat counted in one slot of each row (by two halves of one hash), its
