@@ -9,7 +9,7 @@
 import { HeraldClient, HeraldError, type Chat, type ClientState } from '../../sdk/ts/src/index.ts';
 import { ChatView } from './view.ts';
 
-/** Ids are 1 to 128 of these characters (PROTOCOL.md, "Identity"). */
+/** Ids are 1 to 128 of these characters (docs/protocol.md, "Words"). */
 const ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
 
 /**

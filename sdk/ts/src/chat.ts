@@ -15,7 +15,7 @@
 //!         └──── unwatch(), leave(), forbidden/not_found from any state
 //!
 //! Why buffer and fetch instead of trusting pushes: the server may skip pushes for a hot chat or a slow
-//! link (PROTOCOL.md, "Pushes"), and only seq tells the client what it lacks.
+//! link (docs/protocol.md, "Pushes"), and only seq tells the client what it lacks.
 //!
 //! Why every fetch here pages by `more`: the server bounds a reply in bytes as well as in count, so a page
 //! of large events may hold far fewer than `limit` while more follow. Neither a short page (done?) nor a

@@ -100,7 +100,7 @@ function isSeq(v: unknown): v is number {
   return typeof v === 'number' && Number.isInteger(v) && v >= 0;
 }
 
-/** Ids of workspaces, users and chats (PROTOCOL.md, "Identity"). */
+/** Ids of workspaces, users and chats (docs/protocol.md, "Words"). */
 const ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
 
 /**

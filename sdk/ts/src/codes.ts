@@ -1,10 +1,10 @@
 //! Close codes and error codes, and what the client does on each close code.
 //!
-//! Owns: the numbers and names of PROTOCOL.md's close and error tables, the client's own local error
+//! Owns: the numbers and names of docs/protocol.md's close and error tables, the client's own local error
 //! codes, and the reconnect policy per close code (the table in README.md mirrors `closePolicy`).
 //! Does not own: timing (backoff.ts) or carrying the policy out (client.ts).
 
-/** WebSocket close codes herald's server uses (PROTOCOL.md, "Close codes"). */
+/** WebSocket close codes herald's server uses (docs/protocol.md, "Close codes"). */
 export const CloseCode = {
   /** A frame over the server's frame limit. */
   FrameTooLarge: 1009,
@@ -20,7 +20,7 @@ export const CloseCode = {
   TooManyRequests: 4029,
 } as const;
 
-/** Error codes the server puts in `err.code` (PROTOCOL.md, "Error codes"). */
+/** Error codes the server puts in `err.code` (docs/protocol.md, "Error codes"). */
 export type ServerErrorCode =
   | 'bad_request'
   | 'unauthenticated'

@@ -49,7 +49,7 @@ export function resolveWebSocket(given: WebSocketConstructor | undefined): WebSo
 
 /**
  * The endpoint with `?ws=WORKSPACE` set. The query lets a load balancer keep a workspace's users
- * together (PROTOCOL.md); a URL that already names another workspace is a configuration mistake, and the
+ * together (docs/protocol.md); a URL that already names another workspace is a configuration mistake, and the
  * server would refuse its `hello` with 4001 forever, so it is refused here at once.
  */
 export function endpointUrl(url: string, workspace: string): string {

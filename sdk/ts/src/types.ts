@@ -1,6 +1,6 @@
 //! Wire shapes of herald protocol version 1, as the server sends and receives them.
 //!
-//! Owns: the TypeScript spelling of PROTOCOL.md's frames (requests, replies, pushes, events).
+//! Owns: the TypeScript spelling of docs/protocol.md's frames (requests, replies, pushes, events).
 //! Does not own: codes (codes.ts), errors (errors.ts) or any behaviour. Field names stay in the
 //! protocol's snake_case on purpose, so a frame can be read against the contract without a mapping.
 

@@ -1,6 +1,6 @@
 //! An in-process fake herald for unit tests: a WebSocket class plus a tiny protocol server behind it.
 //!
-//! Owns: enough of PROTOCOL.md (hello, join, watch with a bounded replay, unwatch, send with client_id
+//! Owns: enough of docs/protocol.md (hello, join, watch with a bounded replay, unwatch, send with client_id
 //! dedupe, react, read, fetch paging bounded in count and bytes, ping) to drive the client, plus knobs a
 //! real server does not have: refuse connects, stop answering pings, hold pushes back, intercept any
 //! request, cut a link with any close code, close with 4008 when one frame overflows the outbound queue.
