@@ -59,6 +59,17 @@ pg_dirs+=("$pg_dir")
 pg_url=$(scripts/pg.sh start "$pg_dir" "$(free_port)")
 HERALD_TEST_STORE=postgres HERALD_TEST_PG_URL=$pg_url cargo test -q -p herald --test protocol --test auth --test http_api --test lifecycle
 
+step "the HTTP API against its own OpenAPI document (Schemathesis: no 5xx, every answer as documented)"
+port=$(free_port)
+data=$(mktemp -d)
+st_key=schemathesis-api-key-0123456789abcdef0123
+HERALD_JWT_SECRET=schemathesis-secret-0123456789abcdef01 HERALD_API_KEY=$st_key "$herald" serve \
+  --listen "127.0.0.1:$port" --data "$data" >"$data/herald.log" 2>&1 &
+pids+=($!)
+wait_http "http://127.0.0.1:$port/healthz"
+scripts/schemathesis.sh "http://127.0.0.1:$port" "$st_key"
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; rm -rf "$data"
+
 step "fuzz targets: the committed corpus and 10 s of new inputs each (request parser, a connection)"
 scripts/fuzz.sh 10
 

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// The `code` of an `err` reply or of an HTTP error body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     BadRequest,

@@ -5,6 +5,7 @@ use serde_json::value::RawValue;
 
 /// The type of an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum EventType {
     Message,
@@ -47,6 +48,7 @@ impl EventType {
 /// `body` stays raw JSON: the server stores and forwards it without parsing
 /// it again. `user` is absent only on `system` events posted without one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Event {
     pub seq: u64,
     #[serde(rename = "type")]
@@ -54,6 +56,8 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     pub ts: i64,
+    /// Any JSON value: as sent, for `message` and `system` events.
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
     pub body: Box<RawValue>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,

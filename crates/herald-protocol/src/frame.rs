@@ -11,6 +11,7 @@ use crate::event::{Event, EventType};
 
 /// The `err` object of a reply, also the `error` object of an HTTP error body.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     pub code: ErrorCode,
     pub message: String,

@@ -31,12 +31,14 @@ pub struct WatchOk {
 
 /// The answer of `send`, `react` and `read`, and of the HTTP member and event routes.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SeqOk {
     pub seq: u64,
 }
 
 /// `fetch`'s answer, also `GET .../events`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FetchOk {
     pub events: Vec<Event>,
     pub seq: u64,
@@ -49,6 +51,7 @@ pub struct EmptyOk {}
 
 /// A chat as the HTTP API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChatView {
     pub chat: String,
     pub seq: u64,

@@ -7,21 +7,19 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post, put};
 use herald_protocol::frame::ErrorBody;
 use herald_protocol::ids::is_valid_id;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
 use crate::auth::{DEFAULT_TTL_S, MAX_TTL_S, Tokens};
 use crate::chat::Chats;
 use crate::cluster::{Cells, Cluster};
 use crate::error::Error;
 use crate::gateway::{self, Gateway};
-use crate::model::ChatKey;
 
 /// Everything the routes share.
 #[derive(Clone)]
@@ -39,20 +37,24 @@ pub struct AppState {
 
 /// The demo page and its script (the SDK and the page's code, bundled by
 /// `web/`'s build and committed, so running herald needs no Node).
-const DEMO_PAGE: &str = include_str!("../../../web/demo.html");
-const DEMO_JS: &str = include_str!("../../../web/dist/demo.js");
+const DEMO_PAGE: &str = include_str!("../../../../web/demo.html");
+const DEMO_JS: &str = include_str!("../../../../web/dist/demo.js");
+
+mod chats;
+pub mod openapi;
 
 /// The whole HTTP app.
 pub fn router(state: AppState, diag_echo: bool) -> Router {
     let mut app = Router::new()
-        .route("/v1/workspaces/{ws}/chats/{chat}", put(put_chat).get(get_chat))
-        .route("/v1/workspaces/{ws}/chats/{chat}/members/{user}", put(add_member).delete(remove_member))
-        .route("/v1/workspaces/{ws}/chats/{chat}/events", post(post_event).get(get_events))
+        .route("/v1/workspaces/{ws}/chats/{chat}", put(chats::put_chat).get(chats::get_chat))
+        .route("/v1/workspaces/{ws}/chats/{chat}/members/{user}", put(chats::add_member).delete(chats::remove_member))
+        .route("/v1/workspaces/{ws}/chats/{chat}/events", post(chats::post_event).get(chats::get_events))
         .route("/v1/tokens", post(issue_token))
         .route("/v1/gateway", get(gateway_for))
         .route("/v1/admin/drain", post(admin_drain))
         .route("/v1/admin/nodes", get(admin_nodes))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
+        .route("/v1/openapi.json", get(openapi::openapi_json))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics));
     if state.dev_mode {
@@ -114,146 +116,24 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     if same { Ok(()) } else { Err(ApiError(Error::Unauthenticated("a valid api key is required".into()))) }
 }
 
-/// The key of a chat this node's cell serves.
-fn chat_key(s: &AppState, ws: &str, chat: &str) -> Result<ChatKey, ApiError> {
-    if !is_valid_id(ws) || !is_valid_id(chat) {
-        return Err(bad("workspace and chat must be 1 to 128 characters of A-Z a-z 0-9 _ . : -"));
-    }
-    if let Some((cell, _)) = s.cells.elsewhere(ws) {
-        return Err(ApiError(Error::Forbidden(format!("workspace {ws} is served by cell {cell}"))));
-    }
-    Ok(ChatKey::new(ws, chat))
-}
-
 fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| bad(format!("bad JSON body: {e}")))
 }
 
-#[derive(Deserialize)]
-struct PutChatBody {
-    #[serde(default = "yes")]
-    open: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-async fn put_chat(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    Path((ws, chat)): Path<(String, String)>,
-    body: Bytes,
-) -> ApiResult<herald_protocol::reply::ChatView> {
-    authorize(&s, &headers)?;
-    let key = chat_key(&s, &ws, &chat)?;
-    let open = if body.is_empty() { true } else { parse_json::<PutChatBody>(&body)?.open };
-    Ok(axum::Json(s.chats.put_chat(key, open).await?))
-}
-
-async fn get_chat(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    Path((ws, chat)): Path<(String, String)>,
-) -> ApiResult<herald_protocol::reply::ChatView> {
-    authorize(&s, &headers)?;
-    Ok(axum::Json(s.chats.get_chat(chat_key(&s, &ws, &chat)?).await?))
-}
-
-async fn add_member(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    Path((ws, chat, user)): Path<(String, String, String)>,
-) -> ApiResult<herald_protocol::reply::SeqOk> {
-    authorize(&s, &headers)?;
-    let key = chat_key(&s, &ws, &chat)?;
-    if !is_valid_id(&user) {
-        return Err(bad("user must be a valid id"));
-    }
-    Ok(axum::Json(s.chats.add_member(key, &user).await?))
-}
-
-async fn remove_member(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    Path((ws, chat, user)): Path<(String, String, String)>,
-) -> ApiResult<herald_protocol::reply::SeqOk> {
-    authorize(&s, &headers)?;
-    let key = chat_key(&s, &ws, &chat)?;
-    if !is_valid_id(&user) {
-        return Err(bad("user must be a valid id"));
-    }
-    Ok(axum::Json(s.chats.remove_member(key, &user).await?))
-}
-
-#[derive(Deserialize)]
-struct PostEventBody {
-    #[serde(rename = "type")]
-    kind: String,
-    user: Option<String>,
-    body: Option<Box<RawValue>>,
-    client_id: Option<String>,
-}
-
-async fn post_event(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    Path((ws, chat)): Path<(String, String)>,
-    body: Bytes,
-) -> ApiResult<herald_protocol::reply::SeqOk> {
-    authorize(&s, &headers)?;
-    let key = chat_key(&s, &ws, &chat)?;
-    let req: PostEventBody = parse_json(&body)?;
-    let system = match req.kind.as_str() {
-        "message" => false,
-        "system" => true,
-        _ => return Err(bad("type must be \"message\" or \"system\"")),
-    };
-    if let Some(u) = &req.user {
-        if !is_valid_id(u) {
-            return Err(bad("user must be a valid id"));
-        }
-    } else if !system {
-        return Err(bad("a message needs a user"));
-    }
-    let Some(event_body) = req.body else {
-        return Err(bad("missing body"));
-    };
-    if req.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > herald_protocol::request::MAX_CLIENT_ID_LEN) {
-        return Err(bad("client_id must be 1 to 128 bytes"));
-    }
-    Ok(axum::Json(s.chats.post_event(key, system, req.user.as_deref(), event_body, req.client_id).await?))
-}
-
-#[derive(Deserialize)]
-struct EventsQuery {
-    after: Option<u64>,
-    limit: Option<u32>,
-}
-
-async fn get_events(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    Path((ws, chat)): Path<(String, String)>,
-    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<herald_protocol::reply::FetchOk> {
-    authorize(&s, &headers)?;
-    let key = chat_key(&s, &ws, &chat)?;
-    let Query(q) = query.map_err(|e| bad(format!("bad query: {e}")))?;
-    if q.limit == Some(0) {
-        return Err(bad("limit must be at least 1"));
-    }
-    Ok(axum::Json(s.chats.admin_fetch(key, q.after.unwrap_or(0), q.limit).await?))
-}
-
-#[derive(Deserialize)]
+/// `POST /v1/tokens`'s body.
+#[derive(Deserialize, utoipa::ToSchema)]
 struct TokenBody {
+    #[schema(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
     workspace: String,
+    #[schema(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
     user: String,
+    /// Lifetime in seconds (default 3600, at most 30 days).
+    #[schema(minimum = 1, maximum = 2592000)]
     ttl_s: Option<u64>,
 }
 
-#[derive(serde::Serialize)]
+/// A signed token for `hello`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
 struct TokenOk {
     token: String,
 }
@@ -276,6 +156,9 @@ fn make_token(tokens: &Tokens, body: &[u8]) -> ApiResult<TokenOk> {
     Ok(axum::Json(TokenOk { token }))
 }
 
+/// Issues a client token (HS256, signed with `--jwt-secret`).
+#[utoipa::path(post, path = "/v1/tokens", tag = "server", request_body = TokenBody,
+    responses((status = 200, body = TokenOk), openapi::Refusals), security(("api_key" = [])))]
 async fn issue_token(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<TokenOk> {
     authorize(&s, &headers)?;
     make_token(&s.tokens, &body)
@@ -294,18 +177,34 @@ async fn dev_token(
     make_token(&s.tokens, &body)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct GatewayQuery {
+    /// The workspace whose clients ask.
+    #[param(required = true, pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
     ws: Option<String>,
 }
 
-/// `GET /v1/gateway?ws=`: the node this workspace's clients should use. On
-/// one node, this node, at the address the client reached it by.
+/// Where a workspace's clients connect.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct GatewayOk {
+    /// The WebSocket URL, `.../v1/ws?ws={workspace}`.
+    url: String,
+    /// The node (or `cell:<name>`) behind it.
+    node: String,
+}
+
+/// The WebSocket URL this workspace's clients should use: on one node, this
+/// node at the address the client reached it by; in a cell, the node the
+/// workspace routes to; for another cell's workspace, that cell's URL.
+#[utoipa::path(get, path = "/v1/gateway", tag = "clients", params(GatewayQuery),
+    responses((status = 200, body = GatewayOk), openapi::Refusals))]
 async fn gateway_for(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<GatewayQuery>,
-) -> ApiResult<serde_json::Value> {
+    query: Result<Query<GatewayQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<GatewayOk> {
+    let Query(q) = query.map_err(|e| bad(format!("bad query: {e}")))?;
     let Some(ws) = q.ws.filter(|w| is_valid_id(w)) else { return Err(bad("ws must be a workspace id")) };
     if let Some((cell, url)) = s.cells.elsewhere(&ws) {
         let Some(url) = url else {
@@ -313,9 +212,7 @@ async fn gateway_for(
                 "workspace {ws} is served by cell {cell}, whose URL this node does not know"
             ))));
         };
-        return Ok(axum::Json(
-            serde_json::json!({ "url": format!("{url}/v1/ws?ws={ws}"), "node": format!("cell:{cell}") }),
-        ));
+        return Ok(axum::Json(GatewayOk { url: format!("{url}/v1/ws?ws={ws}"), node: format!("cell:{cell}") }));
     }
     let (base, node) = match s.cluster.route(&ws) {
         Some(n) if s.cluster.nodes().len() > 1 => (n.url, n.name),
@@ -324,53 +221,101 @@ async fn gateway_for(
             (format!("ws://{host}"), s.gateway.config().node.clone())
         }
     };
-    Ok(axum::Json(serde_json::json!({ "url": format!("{base}/v1/ws?ws={ws}"), "node": node })))
+    Ok(axum::Json(GatewayOk { url: format!("{base}/v1/ws?ws={ws}"), node }))
 }
 
-#[derive(Deserialize, Default)]
+/// `POST /v1/admin/drain`'s body (optional).
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 struct DrainBody {
+    /// Spread the reconnects over this many ms instead of `--drain-window-ms`.
     window_ms: Option<u64>,
 }
 
-/// `POST /v1/admin/drain` (api key): take this node out of routing and move its
-/// clients away, spread over the drain window (or `window_ms`). The node keeps running.
-async fn admin_drain(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<serde_json::Value> {
+/// What a drain started.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct DrainOk {
+    /// Connections asked to reconnect.
+    draining: usize,
+    window_ms: u64,
+}
+
+/// Takes this node out of routing and moves its clients away, spread over
+/// the drain window; the node keeps running (new WebSockets get 503).
+#[utoipa::path(post, path = "/v1/admin/drain", tag = "admin", request_body(content = Option<DrainBody>),
+    responses((status = 200, body = DrainOk), openapi::Refusals), security(("api_key" = [])))]
+async fn admin_drain(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<DrainOk> {
     authorize(&s, &headers)?;
     let req: DrainBody = if body.is_empty() { DrainBody::default() } else { parse_json(&body)? };
     let window = req.window_ms.map(std::time::Duration::from_millis).unwrap_or(s.drain_window);
     let connections = s.gateway.connections();
     s.cluster.leave().await;
     s.gateway.drain(window, "drain");
-    Ok(axum::Json(serde_json::json!({ "draining": connections, "window_ms": window.as_millis() as u64 })))
+    Ok(axum::Json(DrainOk { draining: connections, window_ms: window.as_millis() as u64 }))
 }
 
-/// `GET /v1/admin/nodes` (api key): the live nodes of this cell as this node sees them.
-async fn admin_nodes(State(s): State<AppState>, headers: HeaderMap) -> ApiResult<serde_json::Value> {
+/// One node of the cell.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct NodeView {
+    node: String,
+    url: String,
+    /// Its open connections, as it last announced them.
+    load: u64,
+}
+
+/// The cell's live nodes.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct NodesOk {
+    nodes: Vec<NodeView>,
+}
+
+/// The live nodes of this cell as this node sees them.
+#[utoipa::path(get, path = "/v1/admin/nodes", tag = "admin",
+    responses((status = 200, body = NodesOk), openapi::Refusals), security(("api_key" = [])))]
+async fn admin_nodes(State(s): State<AppState>, headers: HeaderMap) -> ApiResult<NodesOk> {
     authorize(&s, &headers)?;
-    let nodes: Vec<_> = s
-        .cluster
-        .nodes()
-        .into_iter()
-        .map(|n| serde_json::json!({"node": n.name, "url": n.url, "load": n.load}))
-        .collect();
-    Ok(axum::Json(serde_json::json!({ "nodes": nodes })))
+    let nodes = s.cluster.nodes().into_iter().map(|n| NodeView { node: n.name, url: n.url, load: n.load }).collect();
+    Ok(axum::Json(NodesOk { nodes }))
 }
 
+/// 200 while the process lives.
+#[utoipa::path(get, path = "/healthz", tag = "server",
+    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain")))]
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Whether this node can serve: its store and broker answer.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct Ready {
+    /// `ok` or `unavailable`.
+    store: &'static str,
+    /// `ok` or `unavailable`.
+    broker: &'static str,
+    /// With PostgreSQL shards: each one's breaker, under its given name (or `#n`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    shards: Option<Vec<crate::store::ShardStatus>>,
+}
+
+/// 200 when storage and broker answer, 503 otherwise.
+#[utoipa::path(get, path = "/readyz", tag = "server",
+    responses((status = 200, body = Ready), (status = 503, description = "not ready", body = Ready)))]
 async fn ready(State(s): State<AppState>) -> Response {
-    let store = s.chats.store().ready().await;
+    let store = s.chats.store().ready().await.is_ok();
     let broker = s.chats.broker().ready();
-    let mut body = serde_json::json!({
-        "store": if store.is_ok() { "ok" } else { "unavailable" },
-        "broker": if broker { "ok" } else { "unavailable" },
-    });
     let shards = s.chats.store().shards();
-    if !shards.is_empty() {
-        body["shards"] = serde_json::json!(shards);
-    }
-    let status = if store.is_ok() && broker { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = Ready {
+        store: if store { "ok" } else { "unavailable" },
+        broker: if broker { "ok" } else { "unavailable" },
+        shards: (!shards.is_empty()).then_some(shards),
+    };
+    let status = if store && broker { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, axum::Json(body)).into_response()
 }
 
+/// Prometheus metrics (text format).
+#[utoipa::path(get, path = "/metrics", tag = "server",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 async fn metrics() -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::handle().render()).into_response()
 }

@@ -1,0 +1,187 @@
+//! The server API's chat routes: chats, members, events. Every route needs
+//! the api key and works only on workspaces of this node's cell.
+
+use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use herald_protocol::ids::is_valid_id;
+use herald_protocol::reply::{ChatView, FetchOk, SeqOk};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use utoipa::{IntoParams, ToSchema};
+
+use super::openapi::{ChatParam, Refusals, UserParam, WsParam};
+use super::{ApiError, ApiResult, AppState, authorize, bad, parse_json};
+use crate::error::Error;
+use crate::model::ChatKey;
+
+/// The key of a chat this node's cell serves.
+fn chat_key(s: &AppState, ws: &str, chat: &str) -> Result<ChatKey, ApiError> {
+    if !is_valid_id(ws) || !is_valid_id(chat) {
+        return Err(bad("workspace and chat must be 1 to 128 characters of A-Z a-z 0-9 _ . : -"));
+    }
+    if let Some((cell, _)) = s.cells.elsewhere(ws) {
+        return Err(ApiError(Error::Forbidden(format!("workspace {ws} is served by cell {cell}"))));
+    }
+    Ok(ChatKey::new(ws, chat))
+}
+
+/// `PUT .../chats/{chat}`'s body.
+#[derive(Deserialize, ToSchema)]
+pub(super) struct PutChatBody {
+    /// Whether clients may `join` the chat themselves (default true); a
+    /// closed chat's members are added through this API.
+    #[serde(default = "yes")]
+    open: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The path of a chat route, refused as `bad_request` when it cannot be read.
+type ChatPath = Result<Path<(String, String)>, PathRejection>;
+type MemberPath = Result<Path<(String, String, String)>, PathRejection>;
+
+fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+    p.map(|Path(t)| t).map_err(|e| bad(format!("bad path: {e}")))
+}
+
+/// Creates the chat, or sets whether it is open. Stores no event.
+#[utoipa::path(put, path = "/v1/workspaces/{ws}/chats/{chat}", tag = "chats",
+    params(WsParam, ChatParam), request_body(content = Option<PutChatBody>, description = "empty: open"),
+    responses((status = 200, body = ChatView), Refusals), security(("api_key" = [])))]
+pub(super) async fn put_chat(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    p: ChatPath,
+    body: Bytes,
+) -> ApiResult<ChatView> {
+    authorize(&s, &headers)?;
+    let (ws, chat) = path(p)?;
+    let key = chat_key(&s, &ws, &chat)?;
+    let open = if body.is_empty() { true } else { parse_json::<PutChatBody>(&body)?.open };
+    Ok(axum::Json(s.chats.put_chat(key, open).await?))
+}
+
+/// The chat: its latest seq, member count and whether it is open.
+#[utoipa::path(get, path = "/v1/workspaces/{ws}/chats/{chat}", tag = "chats",
+    params(WsParam, ChatParam), responses((status = 200, body = ChatView), Refusals), security(("api_key" = [])))]
+pub(super) async fn get_chat(State(s): State<AppState>, headers: HeaderMap, p: ChatPath) -> ApiResult<ChatView> {
+    authorize(&s, &headers)?;
+    let (ws, chat) = path(p)?;
+    Ok(axum::Json(s.chats.get_chat(chat_key(&s, &ws, &chat)?).await?))
+}
+
+/// Adds a member (a `join` event; none if already a member). Creates the chat, open, if it does not exist.
+#[utoipa::path(put, path = "/v1/workspaces/{ws}/chats/{chat}/members/{user}", tag = "chats",
+    params(WsParam, ChatParam, UserParam), responses((status = 200, body = SeqOk), Refusals),
+    security(("api_key" = [])))]
+pub(super) async fn add_member(State(s): State<AppState>, headers: HeaderMap, p: MemberPath) -> ApiResult<SeqOk> {
+    authorize(&s, &headers)?;
+    let (ws, chat, user) = path(p)?;
+    let key = chat_key(&s, &ws, &chat)?;
+    if !is_valid_id(&user) {
+        return Err(bad("user must be a valid id"));
+    }
+    Ok(axum::Json(s.chats.add_member(key, &user).await?))
+}
+
+/// Removes a member (a `leave` event, which ends their watches).
+#[utoipa::path(delete, path = "/v1/workspaces/{ws}/chats/{chat}/members/{user}", tag = "chats",
+    params(WsParam, ChatParam, UserParam), responses((status = 200, body = SeqOk), Refusals),
+    security(("api_key" = [])))]
+pub(super) async fn remove_member(State(s): State<AppState>, headers: HeaderMap, p: MemberPath) -> ApiResult<SeqOk> {
+    authorize(&s, &headers)?;
+    let (ws, chat, user) = path(p)?;
+    let key = chat_key(&s, &ws, &chat)?;
+    if !is_valid_id(&user) {
+        return Err(bad("user must be a valid id"));
+    }
+    Ok(axum::Json(s.chats.remove_member(key, &user).await?))
+}
+
+/// The type of a posted event.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum PostedType {
+    Message,
+    System,
+}
+
+/// `POST .../events`'s body.
+#[derive(Deserialize, ToSchema)]
+pub(super) struct PostEventBody {
+    #[serde(rename = "type")]
+    kind: PostedType,
+    /// The author: required for a `message`, optional for a `system` event.
+    #[schema(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
+    user: Option<String>,
+    /// Any JSON value, at most the body limit serialized.
+    #[schema(value_type = serde_json::Value)]
+    body: Box<RawValue>,
+    /// Sending again with the same `client_id` returns the first seq and stores nothing new.
+    #[schema(min_length = 1, max_length = 128)]
+    client_id: Option<String>,
+}
+
+/// Posts a `message` or `system` event to an existing chat, as the server
+/// (the author need not be a member; 404 when the chat does not exist).
+#[utoipa::path(post, path = "/v1/workspaces/{ws}/chats/{chat}/events", tag = "chats",
+    params(WsParam, ChatParam), request_body = PostEventBody,
+    responses((status = 200, body = SeqOk), Refusals), security(("api_key" = [])))]
+pub(super) async fn post_event(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    p: ChatPath,
+    body: Bytes,
+) -> ApiResult<SeqOk> {
+    authorize(&s, &headers)?;
+    let (ws, chat) = path(p)?;
+    let key = chat_key(&s, &ws, &chat)?;
+    let req: PostEventBody = parse_json(&body)?;
+    let system = matches!(req.kind, PostedType::System);
+    if let Some(u) = &req.user {
+        if !is_valid_id(u) {
+            return Err(bad("user must be a valid id"));
+        }
+    } else if !system {
+        return Err(bad("a message needs a user"));
+    }
+    if req.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > herald_protocol::request::MAX_CLIENT_ID_LEN) {
+        return Err(bad("client_id must be 1 to 128 bytes"));
+    }
+    Ok(axum::Json(s.chats.post_event(key, system, req.user.as_deref(), req.body, req.client_id).await?))
+}
+
+/// `GET .../events`'s query.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct EventsQuery {
+    /// Events with seq above this (default 0: from the start).
+    after: Option<u64>,
+    /// At most this many (default 100, at most 500; a page is also cut by size, then `more` is true).
+    #[param(minimum = 1)]
+    limit: Option<u32>,
+}
+
+/// A page of the chat's events, in seq order.
+#[utoipa::path(get, path = "/v1/workspaces/{ws}/chats/{chat}/events", tag = "chats",
+    params(WsParam, ChatParam, EventsQuery), responses((status = 200, body = FetchOk), Refusals),
+    security(("api_key" = [])))]
+pub(super) async fn get_events(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    p: ChatPath,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+) -> ApiResult<FetchOk> {
+    authorize(&s, &headers)?;
+    let (ws, chat) = path(p)?;
+    let key = chat_key(&s, &ws, &chat)?;
+    let Query(q) = query.map_err(|e| bad(format!("bad query: {e}")))?;
+    if q.limit == Some(0) {
+        return Err(bad("limit must be at least 1"));
+    }
+    Ok(axum::Json(s.chats.admin_fetch(key, q.after.unwrap_or(0), q.limit).await?))
+}

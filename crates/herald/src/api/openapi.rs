@@ -1,0 +1,168 @@
+//! `GET /v1/openapi.json`: the OpenAPI 3 document of the HTTP API, made
+//! from the route handlers' own annotations and the types they read and
+//! answer, so it cannot drift from the code. The WebSocket protocol is not in
+//! it (docs/protocol.md describes it).
+
+use herald_protocol::frame::ErrorBody;
+use herald_protocol::reply::{ChatView, FetchOk, SeqOk};
+use herald_protocol::{ErrorCode, Event, EventType};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
+
+use super::chats::{PostEventBody, PostedType, PutChatBody};
+
+/// The `{ws}` of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct WsParam {
+    /// The workspace.
+    #[param(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
+    #[allow(dead_code)] // read by the path extractor, named here for the document
+    ws: String,
+}
+
+/// The `{chat}` of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ChatParam {
+    /// The chat.
+    #[param(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
+    #[allow(dead_code)]
+    chat: String,
+}
+
+/// The `{user}` of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct UserParam {
+    /// The user.
+    #[param(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
+    #[allow(dead_code)]
+    user: String,
+}
+
+/// An HTTP error: `{"error": {"code", "message", "retry_after_ms"?}}`.
+#[derive(ToSchema)]
+#[allow(dead_code)] // the document's shape of what `ApiError` writes
+pub struct ErrorEnvelope {
+    error: ErrorBody,
+}
+
+/// The answers of a route that needs the api key, besides its success.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub enum Refusals {
+    /// A bad id, body or query.
+    #[response(status = 400)]
+    BadRequest(ErrorEnvelope),
+    /// No api key, or a wrong one.
+    #[response(status = 401)]
+    Unauthenticated(ErrorEnvelope),
+    /// Not allowed: another cell's workspace, a closed chat, a member missing.
+    #[response(status = 403)]
+    Forbidden(ErrorEnvelope),
+    /// No such chat or event.
+    #[response(status = 404)]
+    NotFound(ErrorEnvelope),
+    /// A body over the limit.
+    #[response(status = 413)]
+    TooLarge(ErrorEnvelope),
+    /// Throttled: retry after `retry_after_ms` (also the `Retry-After` header).
+    #[response(status = 429)]
+    Throttled(ErrorEnvelope),
+    /// Storage unavailable: retry after `retry_after_ms` (also the `Retry-After` header).
+    #[response(status = 503)]
+    Unavailable(ErrorEnvelope),
+}
+
+/// The `api_key` security scheme: `Authorization: Bearer <api key>`.
+struct ApiKey;
+
+impl Modify for ApiKey {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("api_key", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "herald HTTP API",
+        description = "The server API of herald, a real-time chat server. Routes marked with the api_key \
+                       scheme need `Authorization: Bearer <api key>`. Clients speak the WebSocket protocol \
+                       at `GET /v1/ws?ws={workspace}` (see docs/protocol.md), which is not described here."
+    ),
+    paths(
+        super::chats::put_chat,
+        super::chats::get_chat,
+        super::chats::add_member,
+        super::chats::remove_member,
+        super::chats::post_event,
+        super::chats::get_events,
+        super::issue_token,
+        super::gateway_for,
+        super::admin_drain,
+        super::admin_nodes,
+        super::healthz,
+        super::ready,
+        super::metrics,
+        openapi_json,
+    ),
+    components(schemas(
+        ChatView, SeqOk, FetchOk, Event, EventType, ErrorBody, ErrorCode, ErrorEnvelope, PutChatBody,
+        PostEventBody, PostedType, super::TokenBody, super::TokenOk, super::GatewayOk, super::DrainBody,
+        super::DrainOk, super::NodesOk, super::NodeView, super::Ready,
+    )),
+    modifiers(&ApiKey),
+)]
+struct ApiDoc;
+
+/// The document, as JSON.
+pub fn document() -> String {
+    let mut doc = ApiDoc::openapi();
+    doc.info.version = env!("CARGO_PKG_VERSION").into();
+    doc.to_json().expect("the OpenAPI document serializes")
+}
+
+/// This document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "server",
+    responses((status = 200, description = "The OpenAPI 3 document of this API", content_type = "application/json")))]
+pub async fn openapi_json() -> impl axum::response::IntoResponse {
+    static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let doc = DOC.get_or_init(document).clone();
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_names_every_route_and_its_security() {
+        let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        for (path, methods) in [
+            ("/v1/workspaces/{ws}/chats/{chat}", &["put", "get"][..]),
+            ("/v1/workspaces/{ws}/chats/{chat}/members/{user}", &["put", "delete"]),
+            ("/v1/workspaces/{ws}/chats/{chat}/events", &["post", "get"]),
+            ("/v1/tokens", &["post"]),
+            ("/v1/gateway", &["get"]),
+            ("/v1/admin/drain", &["post"]),
+            ("/v1/admin/nodes", &["get"]),
+            ("/healthz", &["get"]),
+            ("/readyz", &["get"]),
+            ("/metrics", &["get"]),
+            ("/v1/openapi.json", &["get"]),
+        ] {
+            for m in methods {
+                assert!(paths[path][m].is_object(), "{m} {path} missing");
+            }
+        }
+        assert_eq!(doc["components"]["securitySchemes"]["api_key"]["scheme"], "bearer");
+        assert!(paths["/v1/tokens"]["post"]["security"].is_array());
+        assert!(paths["/v1/gateway"]["get"]["security"].is_null(), "the gateway needs no key");
+        let id_pattern = r"^[A-Za-z0-9_.:-]{1,128}$";
+        assert_eq!(id_pattern, doc["paths"]["/v1/gateway"]["get"]["parameters"][0]["schema"]["pattern"]);
+    }
+}
