@@ -115,6 +115,7 @@ fn assert_consecutive(events: &[Value], from: u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
 async fn a_watcher_on_one_node_gets_every_event_sent_on_the_others_in_order() {
     let cell = Cell::start(3).await;
     let mut w = cell.nodes[0].client("w", "watcher").await;
@@ -132,6 +133,7 @@ async fn a_watcher_on_one_node_gets_every_event_sent_on_the_others_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
 async fn restarting_a_nats_server_under_load_loses_nothing() {
     let mut cell = Cell::start(3).await;
     let mut watchers = Vec::new();
@@ -174,6 +176,7 @@ async fn restarting_a_nats_server_under_load_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
 async fn a_drained_node_moves_its_clients_over_the_window_not_at_once() {
     let cell = Cell::start(3).await;
     let victim = &cell.nodes[0];
@@ -215,6 +218,7 @@ async fn a_drained_node_moves_its_clients_over_the_window_not_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
 async fn adding_a_fourth_node_moves_about_a_quarter_of_the_workspaces() {
     let mut cell = Cell::start(3).await;
     let wss: Vec<String> = (0..400).map(|i| format!("team-{i}")).collect();
@@ -242,6 +246,7 @@ async fn adding_a_fourth_node_moves_about_a_quarter_of_the_workspaces() {
 /// When a node joins, it takes its share: the clients of the workspaces that
 /// now route to it are asked to reconnect (spread over the window), no others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
 async fn a_joining_node_takes_exactly_its_share_of_clients() {
     use herald::cluster::{Node, route};
     let mut cell = Cell::start_with(0).await;
@@ -294,6 +299,7 @@ async fn a_joining_node_takes_exactly_its_share_of_clients() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
 async fn kill_9_of_a_node_under_load_its_clients_resume_on_the_others_with_nothing_missing() {
     let cell = Cell::start(2).await;
     // The victim is a real process, in the same cell.
@@ -367,6 +373,7 @@ async fn kill_9_of_a_node_under_load_its_clients_resume_on_the_others_with_nothi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
 async fn nginx_keeps_a_workspace_on_one_node_and_spreads_workspaces() {
     let cell = Cell::start(3).await;
     let dir = tempfile::tempdir().unwrap();

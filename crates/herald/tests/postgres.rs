@@ -29,6 +29,7 @@ fn p99(mut v: Vec<Duration>) -> Duration {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
 async fn a_dead_shard_fails_fast_and_the_other_keeps_its_latency() {
     let (a, b) = (PgCluster::start(), PgCluster::start());
     let stores = vec![create_database(&a.admin_url).await, create_database(&b.admin_url).await];
@@ -164,6 +165,7 @@ async fn patient_sender(mut c: Client, chat: String, stop: Arc<AtomicBool>) -> V
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
 async fn a_shard_that_is_back_takes_writes_from_every_node_within_two_seconds() {
     let pg = PgCluster::start();
     let stores = vec![create_database(&pg.admin_url).await];

@@ -40,6 +40,7 @@ async fn recorded_name(db: &str) -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql) and openssl; scripts/test.sh runs it"]
 async fn a_second_node_naming_a_shard_differently_refuses_to_start() {
     let pg = PgCluster::start();
     let db = create_database(&pg.admin_url).await;
@@ -55,6 +56,7 @@ async fn a_second_node_naming_a_shard_differently_refuses_to_start() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql) and openssl; scripts/test.sh runs it"]
 async fn a_list_reaching_one_database_twice_refuses_to_start() {
     let pg = PgCluster::start();
     let db = create_database(&pg.admin_url).await;
@@ -68,6 +70,7 @@ async fn a_list_reaching_one_database_twice_refuses_to_start() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql) and openssl; scripts/test.sh runs it"]
 async fn bare_urls_route_as_before_and_clients_never_see_a_host() {
     let pg = PgCluster::start();
     let dbs = [create_database(&pg.admin_url).await, create_database(&pg.admin_url).await];
@@ -109,6 +112,7 @@ async fn bare_urls_route_as_before_and_clients_never_see_a_host() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql) and openssl; scripts/test.sh runs it"]
 async fn a_shard_from_before_names_adopts_the_first_name_and_refuses_another() {
     let pg = PgCluster::start();
     let db = create_database(&pg.admin_url).await;
@@ -161,6 +165,7 @@ fn tls_url(db: &str, ca: &Path) -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql) and openssl; scripts/test.sh runs it"]
 async fn a_tls_shard_is_used_encrypted_and_only_with_a_trusted_certificate() {
     let (pki, stranger) = (TestPki::new(), TestPki::new());
     let pg = PgCluster::start_tls(&pki.server);
@@ -180,6 +185,7 @@ async fn a_tls_shard_is_used_encrypted_and_only_with_a_trusted_certificate() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql) and openssl; scripts/test.sh runs it"]
 async fn sslmode_require_refuses_a_server_without_tls() {
     let pg = PgCluster::start();
     let db = create_database(&pg.admin_url).await;
@@ -190,6 +196,7 @@ async fn sslmode_require_refuses_a_server_without_tls() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql) and openssl; scripts/test.sh runs it"]
 async fn a_shard_url_that_comes_to_reach_another_database_is_refused_while_running() {
     let pg = PgCluster::start();
     let db = create_database(&pg.admin_url).await;
