@@ -33,6 +33,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need+=(nats-server)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
 [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v prometheus >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
