@@ -35,6 +35,9 @@ pub struct AppState {
     pub cells: Arc<Cells>,
     /// Window over which an admin drain spreads reconnects.
     pub drain_window: std::time::Duration,
+    /// `--public-url` as given: what `/v1/gateway` hands out on one node too
+    /// (behind a TLS proxy, `wss://...`, which the `Host` header cannot tell).
+    pub public_url: Option<Arc<str>>,
 }
 
 /// The demo page and its script (the SDK and the page's code, bundled by
@@ -300,7 +303,8 @@ struct GatewayQuery {
 }
 
 /// `GET /v1/gateway?ws=`: the node this workspace's clients should use. On
-/// one node, this node, at the address the client reached it by.
+/// one node, this node: at its `--public-url`, or else at the address the
+/// client reached it by.
 async fn gateway_for(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -320,8 +324,14 @@ async fn gateway_for(
     let (base, node) = match s.cluster.route(&ws) {
         Some(n) if s.cluster.nodes().len() > 1 => (n.url, n.name),
         _ => {
-            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
-            (format!("ws://{host}"), s.gateway.config().node.clone())
+            let base = match &s.public_url {
+                Some(url) => url.trim_end_matches('/').to_string(),
+                None => {
+                    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+                    format!("ws://{host}")
+                }
+            };
+            (base, s.gateway.config().node.clone())
         }
     };
     Ok(axum::Json(serde_json::json!({ "url": format!("{base}/v1/ws?ws={ws}"), "node": node })))
@@ -403,6 +413,7 @@ mod tests {
             cluster: Cluster::single(&config.node, "ws://127.0.0.1:1"),
             cells: core.cells,
             drain_window: config.drain_window,
+            public_url: None,
         };
         router(state, false)
     }
