@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Copy the embedded store to a file, consistently, while a server runs on it.
     Backup(BackupArgs),
 }
@@ -37,7 +37,7 @@ struct BackupArgs {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Backup(args) => {
             let s = herald::backup::backup(&args.data, &args.to)?;
             println!(
