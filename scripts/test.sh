@@ -32,6 +32,9 @@ command -v curl >/dev/null || need+=(curl)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need+=(nats-server)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
+# tests/deploy.rs: certificates, and `systemd-analyze verify` of deploy/herald.service.
+command -v openssl >/dev/null || need+=(openssl)
+command -v systemd-analyze >/dev/null || need+=(systemd)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v prometheus >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then

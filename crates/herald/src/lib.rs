@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod backup;
 pub mod broker;
 pub mod chat;
 pub mod cluster;

@@ -1,7 +1,10 @@
-//! The `herald` binary: parses the command line and runs the server library.
+//! The `herald` binary: parses the command line and runs the server library
+//! (`serve`) or copies a running server's embedded store (`backup`).
+
+use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use herald::config::ServeArgs;
 
 #[global_allocator]
@@ -17,11 +20,41 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Copy the embedded store to a file, consistently, while a server runs on it.
+    Backup(BackupArgs),
+}
+
+#[derive(Args)]
+struct BackupArgs {
+    /// The server's data directory (its `--data`).
+    #[arg(long, env = "HERALD_DATA")]
+    data: PathBuf,
+    /// The backup file; replaced only once the new copy is whole and checked.
+    #[arg(long)]
+    to: PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
-    let Command::Serve(args) = Cli::parse().command;
+    match Cli::parse().command {
+        Command::Serve(args) => serve(*args),
+        Command::Backup(args) => {
+            let s = herald::backup::backup(&args.data, &args.to)?;
+            println!(
+                "herald backup: {} -> {}: chats={} events={} bytes={} ms={}",
+                args.data.display(),
+                args.to.display(),
+                s.chats,
+                s.events,
+                s.bytes,
+                s.took.as_millis()
+            );
+            Ok(())
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.merge_file()?.resolve()?;
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -31,7 +31,8 @@ const REPLAY_EVENTS: usize = 5_000;
 /// Delay between hearing of a new node and moving clients to it.
 const REBALANCE_SETTLE: Duration = Duration::from_secs(2);
 /// Time allowed, beyond the drain window, for connections to close at shutdown.
-const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// Public for the check that a service manager's stop timeout outlasts it.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// How long a node waits at start for its shards' check; a shard that has
 /// not answered by then is checked when it first does.
@@ -170,6 +171,7 @@ pub async fn run(
         gateway: gateway.clone(),
         api_key: config.api_key.as_str().into(),
         dev_mode: config.dev_mode,
+        public_url: config.public_url.as_deref().map(Arc::from),
     };
     let app = api::router(state, config.diag_echo);
     let addr = listener.local_addr()?;

@@ -33,6 +33,9 @@ pub struct AppState {
     pub cells: Arc<Cells>,
     /// Window over which an admin drain spreads reconnects.
     pub drain_window: std::time::Duration,
+    /// `--public-url` as given: what `/v1/gateway` hands out on one node too
+    /// (behind a TLS proxy, `wss://...`, which the `Host` header cannot tell).
+    pub public_url: Option<Arc<str>>,
 }
 
 /// The demo page and its script (the SDK and the page's code, bundled by
@@ -195,7 +198,7 @@ struct GatewayOk {
 }
 
 /// The WebSocket URL this workspace's clients should use: on one node, this
-/// node at the address the client reached it by; in a cell, the node the
+/// node at its `--public-url`, or else at the address the client reached it by; in a cell, the node the
 /// workspace routes to; for another cell's workspace, that cell's URL.
 #[utoipa::path(get, path = "/v1/gateway", tag = "clients", params(GatewayQuery),
     responses((status = 200, body = GatewayOk), openapi::Refusals))]
@@ -217,8 +220,14 @@ async fn gateway_for(
     let (base, node) = match s.cluster.route(&ws) {
         Some(n) if s.cluster.nodes().len() > 1 => (n.url, n.name),
         _ => {
-            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
-            (format!("ws://{host}"), s.gateway.config().node.clone())
+            let base = match &s.public_url {
+                Some(url) => url.trim_end_matches('/').to_string(),
+                None => {
+                    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+                    format!("ws://{host}")
+                }
+            };
+            (base, s.gateway.config().node.clone())
         }
     };
     Ok(axum::Json(GatewayOk { url: format!("{base}/v1/ws?ws={ws}"), node }))
@@ -348,6 +357,7 @@ mod tests {
             cluster: Cluster::single(&config.node, "ws://127.0.0.1:1"),
             cells: core.cells,
             drain_window: config.drain_window,
+            public_url: None,
         };
         router(state, false)
     }

@@ -25,6 +25,9 @@ use super::apply::{self, ChatRow, Outcome, Reply, Tx};
 use super::{Alive, BoxFuture, Fetched, Store, StoreError, Write, Written, sql_seq};
 use crate::model::{ChatInfo, ChatKey};
 
+/// The database file in `--data` (beside it, SQLite's `-wal` and `-shm`).
+pub const DB_FILE: &str = "herald.db";
+
 /// Schema version kept in `PRAGMA user_version`.
 const SCHEMA_VERSION: i64 = 1;
 
@@ -106,7 +109,7 @@ impl SqliteStore {
     /// Opens (creating if needed) the store in directory `dir` and starts its writer thread.
     pub fn open(dir: &Path) -> anyhow::Result<SqliteStore> {
         std::fs::create_dir_all(dir)?;
-        let path = dir.join("herald.db");
+        let path = dir.join(DB_FILE);
         let conn = Connection::open(&path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // FULL: every commit is fsynced, so an acknowledged event survives a power cut too.

@@ -5,7 +5,9 @@
 
 pub mod chaos;
 pub mod nats;
+pub mod nginx;
 pub mod pg;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -191,6 +193,11 @@ pub struct Client {
 impl Client {
     pub async fn connect(url: &str) -> Client {
         let (ws, _) = tokio_tungstenite::connect_async(url).await.expect("websocket connect");
+        Client::over(ws)
+    }
+
+    /// A client over a WebSocket opened some other way (through TLS, say).
+    pub fn over(ws: WebSocketStream<MaybeTlsStream<TcpStream>>) -> Client {
         Client { ws, next_id: 1, pushes: Default::default(), replies: Default::default(), closed: None }
     }
 

@@ -1,7 +1,9 @@
 //! A real NATS cluster of three servers (Debian's nats-server) on free
-//! loopback ports, each restartable, all killed when dropped.
+//! loopback ports, each restartable, all killed when dropped. Started with
+//! flags, or from config files a test renders (`start_from_config`).
 
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::free_port;
@@ -9,11 +11,25 @@ use super::free_port;
 pub struct NatsServer {
     pub port: u16,
     cluster_port: u16,
-    monitor_port: u16,
+    pub monitor_port: u16,
     routes: String,
     log: std::path::PathBuf,
+    /// Started with `-c` this file instead of flags.
+    conf: Option<std::path::PathBuf>,
     child: Option<Child>,
 }
+
+/// One server's ports, and the cluster ports of all three (its own among
+/// them), for rendering its config file.
+pub struct NatsPorts {
+    pub client: u16,
+    pub cluster: u16,
+    pub monitor: u16,
+    pub cluster_ports: Vec<u16>,
+}
+
+/// Makes a server's config file text from its ports.
+type Render = Arc<dyn Fn(&NatsPorts) -> String + Send + Sync>;
 
 pub struct NatsCluster {
     pub servers: Vec<NatsServer>,
@@ -31,10 +47,18 @@ fn binary() -> &'static str {
 
 impl NatsServer {
     fn spawn(&mut self) {
-        let child = Command::new(binary())
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-m", &self.monitor_port.to_string()])
-            .args(["--cluster_name", "herald", "--cluster", &format!("nats://127.0.0.1:{}", self.cluster_port)])
-            .args(["--routes", &self.routes])
+        let mut cmd = Command::new(binary());
+        match &self.conf {
+            Some(conf) => {
+                cmd.arg("-c").arg(conf);
+            }
+            None => {
+                cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-m", &self.monitor_port.to_string()])
+                    .args(["--cluster_name", "herald", "--cluster", &format!("nats://127.0.0.1:{}", self.cluster_port)])
+                    .args(["--routes", &self.routes]);
+            }
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("nats log"))
             .spawn()
@@ -76,9 +100,19 @@ impl NatsCluster {
     /// stopped and started again on fresh ports (at most three tries); the
     /// servers' own logs are printed when it never forms.
     pub async fn start() -> NatsCluster {
+        Self::start_with(None).await
+    }
+
+    /// [`NatsCluster::start`] with each server started from the config file
+    /// `render` makes from its ports.
+    pub async fn start_from_config(render: impl Fn(&NatsPorts) -> String + Send + Sync + 'static) -> NatsCluster {
+        Self::start_with(Some(Arc::new(render))).await
+    }
+
+    async fn start_with(render: Option<Render>) -> NatsCluster {
         let mut logs = String::new();
         for attempt in 1..=3 {
-            let c = NatsCluster::spawn();
+            let c = NatsCluster::spawn(render.as_ref());
             if c.wait_routed(Duration::from_secs(15)).await {
                 return c;
             }
@@ -96,9 +130,10 @@ impl NatsCluster {
         panic!("NATS cluster did not form in three tries; server logs:\n{logs}");
     }
 
-    fn spawn() -> NatsCluster {
+    fn spawn(render: Option<&Render>) -> NatsCluster {
         let logs = tempfile::tempdir().expect("tempdir");
         let ports: Vec<(u16, u16, u16)> = (0..3).map(|_| (free_port(), free_port(), free_port())).collect();
+        let cluster_ports: Vec<u16> = ports.iter().map(|p| p.1).collect();
         let mut servers: Vec<NatsServer> = ports
             .iter()
             .enumerate()
@@ -113,6 +148,17 @@ impl NatsCluster {
                     .collect::<Vec<_>>()
                     .join(","),
                 log: logs.path().join(format!("nats-{i}.log")),
+                conf: render.map(|render| {
+                    let path = logs.path().join(format!("nats-{i}.conf"));
+                    let ports = NatsPorts {
+                        client: port,
+                        cluster: cluster_port,
+                        monitor: monitor_port,
+                        cluster_ports: cluster_ports.clone(),
+                    };
+                    std::fs::write(&path, render(&ports)).expect("write a NATS config");
+                    path
+                }),
                 child: None,
             })
             .collect();
