@@ -30,8 +30,10 @@ const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// What a client is told to wait when its shard's queue is full.
 const BUSY_RETRY_MS: u64 = 200;
 
-/// The cool-down gates clients' own probes only; the background probe runs
-/// every [`PROBE_EVERY`] regardless, so the cool-down need not grow long.
+/// An open breaker admits one probe once its cool-down has passed (500 ms,
+/// doubling while probes fail, at most 2 s). The background prober asks
+/// every [`PROBE_EVERY`] like any client, so a shard that is back is found
+/// within about the longest cool-down plus one tick, traffic or not.
 const BREAKER: BreakerConfig =
     BreakerConfig { failures: 3, cooldown: Duration::from_millis(500), max_cooldown: Duration::from_secs(2) };
 
