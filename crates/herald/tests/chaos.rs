@@ -20,7 +20,7 @@
 //!
 //! `HERALD_CHAOS_SEED` replays a seed (the bouncer's choices and timings and the clients' choices; real
 //! timing stays the machine's). `HERALD_CHAOS_SECS` sets the length of the load (default 30 s). The run
-//! prints its seed and figures; `cargo test -p herald --test chaos -- --nocapture` shows them when it
+//! prints its seed and figures; `cargo test -p herald --test chaos -- --include-ignored --nocapture` shows them when it
 //! passes. A failed run keeps the node logs and a timeline (`HERALD_CHAOS_KEEP=1`: a passed one too).
 //! docs/reliability.md has the long run's figures.
 
