@@ -317,18 +317,6 @@ impl Breaker {
         }
     }
 
-    /// A probe of an open breaker now, whatever its cool-down: a background
-    /// check of the resource (not a client's call), so that a resource that
-    /// is back is found within one check. `None` unless the breaker is open.
-    pub fn probe_now(&self) -> Option<Admitted<'_>> {
-        let mut b = self.inner.lock().expect("breaker lock");
-        if b.state != BreakerState::Open {
-            return None;
-        }
-        b.state = BreakerState::HalfOpen;
-        Some(self.call(true))
-    }
-
     fn call(&self, probe: bool) -> Admitted<'_> {
         Admitted { breaker: self, probe, recorded: false }
     }
@@ -428,35 +416,25 @@ mod breaker_tests {
         assert_eq!(again.record(true), Some(BreakerState::Closed));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_background_probe_ignores_the_cooldown() {
-        let b = breaker();
-        for _ in 0..3 {
-            b.admit().unwrap().record(false);
+    /// A task waiting in `h`'s queue (returned once it waits); it yields whether it got in.
+    async fn queued(h: &std::sync::Arc<Bulkhead>) -> tokio::task::JoinHandle<bool> {
+        let h2 = h.clone();
+        let task = tokio::spawn(async move { h2.enter().await.is_some() });
+        while h.waiting() == 0 {
+            tokio::task::yield_now().await;
         }
-        assert!(b.admit().is_err(), "clients still fail fast during the cool-down");
-        let probe = b.probe_now().expect("open: a probe now");
-        assert_eq!(probe.record(true), Some(BreakerState::Closed));
-        assert!(b.probe_now().is_none(), "closed: nothing to probe");
+        task
     }
 
     #[tokio::test]
     async fn a_waiter_dropped_in_the_queue_gives_its_place_back() {
         let h = std::sync::Arc::new(Bulkhead::new(1, 1));
         let first = h.enter().await.unwrap();
-        let h2 = h.clone();
-        let waiter = tokio::spawn(async move { h2.enter().await.is_some() });
-        while h.waiting() == 0 {
-            tokio::task::yield_now().await;
-        }
+        let waiter = queued(&h).await;
         waiter.abort();
         let _ = waiter.await;
         assert_eq!(h.waiting(), 0, "the cancelled waiter left the queue");
-        let h3 = h.clone();
-        let next = tokio::spawn(async move { h3.enter().await.is_some() });
-        while h.waiting() == 0 {
-            tokio::task::yield_now().await;
-        }
+        let next = queued(&h).await;
         drop(first);
         assert!(next.await.unwrap(), "the queue still admits");
         assert_eq!(h.in_flight(), 0);
@@ -466,11 +444,7 @@ mod breaker_tests {
     async fn bulkhead_refuses_beyond_its_queue() {
         let h = std::sync::Arc::new(Bulkhead::new(1, 1));
         let first = h.enter().await.unwrap();
-        let h2 = h.clone();
-        let waiter = tokio::spawn(async move { h2.enter().await.is_some() });
-        while h.waiting() == 0 {
-            tokio::task::yield_now().await;
-        }
+        let waiter = queued(&h).await;
         assert!(h.enter().await.is_none(), "queue full: refused at once");
         drop(first);
         assert!(waiter.await.unwrap());

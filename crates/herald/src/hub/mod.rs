@@ -135,7 +135,7 @@ impl Watcher {
     fn buffer_if_syncing(&mut self, event: &Arc<Published>, limit: usize) -> bool {
         let Some(buf) = &mut self.syncing else { return false };
         buf.first.get_or_insert(event.seq);
-        if event.kind == herald_protocol::EventType::Leave && event.user.as_deref() == Some(&*self.user) {
+        if start::ends(event, &self.user) {
             buf.leaves.push(event.seq);
         }
         let len = event.frame.as_str().len();
