@@ -12,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 
-step() { printf '\n== %s\n' "$*"; }
+started=$SECONDS
+step() { printf '\n== [%dm%02ds] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*"; }
 pids=()
 pg_dirs=()
 cleanup() {
@@ -75,8 +76,6 @@ wait_http "http://127.0.0.1:$port/healthz"
 scripts/schemathesis.sh "http://127.0.0.1:$port" "$st_key"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; rm -rf "$data"
 
-step "fuzz targets: the committed corpus and 10 s of new inputs each (request parser, a connection)"
-scripts/fuzz.sh 10
 
 step "autobahn conformance (WebSocket layer, through --diag-echo)"
 port=$(free_port)
