@@ -6,6 +6,8 @@
 //! task of its own: a caller that goes away mid-request cannot leave a stored
 //! event unannounced.
 
+mod live;
+
 use std::sync::Arc;
 use std::time::Instant;
 

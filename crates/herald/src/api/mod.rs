@@ -52,6 +52,7 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
         .route("/v1/workspaces/{ws}/chats/{chat}", put(chats::put_chat).get(chats::get_chat))
         .route("/v1/workspaces/{ws}/chats/{chat}/members/{user}", put(chats::add_member).delete(chats::remove_member))
         .route("/v1/workspaces/{ws}/chats/{chat}/events", post(chats::post_event).get(chats::get_events))
+        .route("/v1/workspaces/{ws}/chats/{chat}/presence", get(chats::get_presence))
         .route("/v1/tokens", post(issue_token))
         .route("/v1/gateway", get(gateway_for))
         .route("/v1/admin/drain", post(admin_drain))

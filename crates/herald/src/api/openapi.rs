@@ -4,7 +4,7 @@
 //! it (docs/protocol.md describes it).
 
 use herald_protocol::frame::ErrorBody;
-use herald_protocol::reply::{ChatView, FetchOk, SeqOk};
+use herald_protocol::reply::{ChatView, FetchOk, PresenceOk, SeqOk};
 use herald_protocol::{ErrorCode, Event, EventType};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
@@ -100,6 +100,7 @@ impl Modify for ApiKey {
         super::chats::remove_member,
         super::chats::post_event,
         super::chats::get_events,
+        super::chats::get_presence,
         super::issue_token,
         super::gateway_for,
         super::admin_drain,
@@ -110,7 +111,7 @@ impl Modify for ApiKey {
         openapi_json,
     ),
     components(schemas(
-        ChatView, SeqOk, FetchOk, Event, EventType, ErrorBody, ErrorCode, ErrorEnvelope, PutChatBody,
+        ChatView, SeqOk, FetchOk, PresenceOk, Event, EventType, ErrorBody, ErrorCode, ErrorEnvelope, PutChatBody,
         PostEventBody, PostedType, super::TokenBody, super::TokenOk, super::GatewayOk, super::DrainBody,
         super::DrainOk, super::NodesOk, super::NodeView, super::Ready,
     )),
@@ -146,6 +147,7 @@ mod tests {
             ("/v1/workspaces/{ws}/chats/{chat}", &["put", "get"][..]),
             ("/v1/workspaces/{ws}/chats/{chat}/members/{user}", &["put", "delete"]),
             ("/v1/workspaces/{ws}/chats/{chat}/events", &["post", "get"]),
+            ("/v1/workspaces/{ws}/chats/{chat}/presence", &["get"]),
             ("/v1/tokens", &["post"]),
             ("/v1/gateway", &["get"]),
             ("/v1/admin/drain", &["post"]),
