@@ -170,7 +170,8 @@ async fn measure(args: &PresenceArgs, run: u32, server: &Server) -> anyhow::Resu
         tasks.push(tokio::spawn(async move {
             let mut failures = Failures::default();
             for i in 0..share {
-                let r = if i % 2 == 0 { bounded(c.watch(&chat)).await.map(drop) } else { bounded(c.unwatch(&chat)).await };
+                let r =
+                    if i % 2 == 0 { bounded(c.watch(&chat)).await.map(drop) } else { bounded(c.unwatch(&chat)).await };
                 if let Err(f) = r {
                     failures.add_failure(&f);
                     break;

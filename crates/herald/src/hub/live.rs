@@ -293,7 +293,10 @@ impl Hub {
         let now = Instant::now();
         for watched in self.entries() {
             let mut state = watched.state.lock().expect("hub chat lock");
-            let changes = state.live.presence.expire(|from| (cell.live)(from), now);
+            let (changes, again) = state.live.presence.expire(|from| (cell.live)(from), now);
+            for of in again {
+                self.broker.signal(&watched.key, &Signal::Ask { of: Some(of) });
+            }
             if !changes.is_empty() {
                 metrics::counter!("herald_presence_expired_total").increment(changes.len() as u64);
             }

@@ -45,8 +45,9 @@ struct Remote {
     n: u64,
     users: HashSet<Arc<str>>,
     heard: Instant,
-    /// Set while this node waits for the sender's whole set: when it asked.
-    asked: Option<Instant>,
+    /// Set while this node waits for the sender's whole set: when it first
+    /// asked, and when it last did.
+    asked: Option<(Instant, Instant)>,
     /// Parts of a state answer being put together: (epoch, n, next part, users).
     pending: Option<(u64, u64, u32, Vec<Arc<str>>)>,
 }
@@ -214,15 +215,26 @@ impl Presence {
         changes
     }
 
-    /// Drops the sets of nodes not heard of, by this chat's signals or by
-    /// the cell (`live`), for [`REMOTE_TTL`]. Returns the union's changes.
-    pub fn expire(&mut self, live: impl Fn(&str) -> bool, now: Instant) -> Vec<Change> {
-        let dead: Vec<Arc<str>> = self
-            .remote
-            .iter()
-            .filter(|(from, r)| now.duration_since(r.heard) >= REMOTE_TTL && !live(from))
-            .map(|(from, _)| from.clone())
-            .collect();
+    /// Drops the sets of nodes that said nothing of this chat for
+    /// [`REMOTE_TTL`] and that either the cell no longer hears of (`live`) or
+    /// left an ask unanswered that long (a node with watchers answers in
+    /// milliseconds; one without has nobody present). Returns the union's
+    /// changes, and the nodes to ask again (an ask may have been lost).
+    pub fn expire(&mut self, live: impl Fn(&str) -> bool, now: Instant) -> (Vec<Change>, Vec<String>) {
+        let mut dead: Vec<Arc<str>> = Vec::new();
+        let mut again = Vec::new();
+        for (from, r) in &mut self.remote {
+            let silent = now.duration_since(r.heard) >= REMOTE_TTL;
+            let unanswered = r.asked.is_some_and(|(first, _)| now.duration_since(first) >= REMOTE_TTL);
+            if silent && (unanswered || !live(from)) {
+                dead.push(from.clone());
+            } else if let Some((first, last)) = r.asked
+                && now.duration_since(last) >= ASK_AGAIN
+            {
+                r.asked = Some((first, now));
+                again.push(from.to_string());
+            }
+        }
         let mut changes = Vec::new();
         for from in dead {
             let r = self.remote.remove(&from).expect("listed");
@@ -230,7 +242,7 @@ impl Presence {
                 changes.extend(self.union_remove(user));
             }
         }
-        changes
+        (changes, again)
     }
 
     fn remote_of(&mut self, from: &str, now: Instant) -> &mut Remote {
@@ -253,10 +265,11 @@ impl Presence {
         if !behind {
             return None;
         }
-        if r.asked.is_some_and(|at| now.duration_since(at) < ASK_AGAIN) {
-            return None;
+        match r.asked {
+            Some((_, last)) if now.duration_since(last) < ASK_AGAIN => return None,
+            Some((first, _)) => r.asked = Some((first, now)),
+            None => r.asked = Some((now, now)),
         }
-        r.asked = Some(now);
         metrics::counter!("herald_presence_asks_total").increment(1);
         Some(from.to_string())
     }
@@ -348,10 +361,24 @@ mod tests {
         assert!(p.receive(&parts[0], now).changes.is_empty());
         assert_eq!(p.receive(&parts[1], now).changes.len(), STATE_PART_USERS + 5);
         assert_eq!(p.count(), STATE_PART_USERS + 5);
-        assert!(p.expire(|_| false, now + Duration::from_secs(1)).is_empty(), "heard of recently");
-        assert!(p.expire(|_| true, now + REMOTE_TTL).is_empty(), "the cell still hears of it");
-        assert_eq!(p.expire(|_| false, now + REMOTE_TTL).len(), STATE_PART_USERS + 5);
+        assert!(p.expire(|_| false, now + Duration::from_secs(1)).0.is_empty(), "heard of recently");
+        assert!(p.expire(|_| true, now + REMOTE_TTL).0.is_empty(), "the cell still hears of it");
+        assert_eq!(p.expire(|_| false, now + REMOTE_TTL).0.len(), STATE_PART_USERS + 5);
         assert_eq!(p.count(), 0);
+    }
+
+    #[test]
+    fn an_ask_is_repeated_and_a_silent_node_that_never_answers_is_dropped() {
+        let mut p = Presence::default();
+        let now = Instant::now();
+        p.receive(&delta("b@1", 1, 1, "ann", true), now);
+        // Its removal of ann was lost; the beat shows it; the ask is lost too.
+        let o = p.receive(&Signal::Beat { from: "b@1".into(), epoch: 1, n: 2 }, now);
+        assert_eq!(o.ask.as_deref(), Some("b@1"));
+        let (changes, again) = p.expire(|_| true, now + ASK_AGAIN);
+        assert_eq!((changes, again), (vec![], vec!["b@1".to_string()]), "asked again");
+        let (changes, _) = p.expire(|_| true, now + REMOTE_TTL);
+        assert_eq!(changes, vec![(u("ann"), false)], "alive, but with nothing here to answer about");
     }
 
     #[test]
