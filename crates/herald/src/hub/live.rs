@@ -172,9 +172,14 @@ impl Hub {
         present: bool,
         change: Option<Change>,
     ) {
-        let delta = Signal::Delta { from: self.me().into(), epoch: state.live.epoch, n, user: user.into(), present };
-        self.broker.signal(&watched.key, &delta);
-        if !state.live.beat_timer {
+        // A node alone has nobody to tell.
+        let in_cell = self.cell.get().is_some();
+        if in_cell {
+            let delta =
+                Signal::Delta { from: self.me().into(), epoch: state.live.epoch, n, user: user.into(), present };
+            self.broker.signal(&watched.key, &delta);
+        }
+        if in_cell && !state.live.beat_timer {
             state.live.beat_timer = true;
             self.later(BEAT_AFTER, watched, |hub, watched| async move {
                 let mut state = watched.state.lock().expect("hub chat lock");
