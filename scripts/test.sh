@@ -99,4 +99,7 @@ fi
 step "demo page: bundle up to date, and two browsers chatting in Chromium"
 (cd web && npm install --no-audit --no-fund --loglevel=error && npm run -s check-dist && HERALD_BIN=$herald npm test)
 
+step "the SDK as a package: npm pack, installed from the tarball into a fresh project, chatting from Node and from a browser bundle"
+(cd sdk/ts && HERALD_BIN=$herald npm run -s test:pack)
+
 step "all tests passed"
