@@ -196,6 +196,13 @@ impl Cluster {
         self.me.lock().expect("me lock").node.clone()
     }
 
+    /// This node as it announces itself (its name and URL), leaving or not.
+    /// `load` is what it last announced: 0 on a node without a cell.
+    pub fn this_node(&self) -> Node {
+        let me = self.me.lock().expect("me lock");
+        Node { name: me.node.clone(), url: me.url.clone(), load: me.load }
+    }
+
     /// Live nodes, this one included unless it is leaving, sorted by name.
     pub fn nodes(&self) -> Vec<Node> {
         let now = Instant::now();
@@ -332,6 +339,11 @@ impl Cells {
             "--cells must include this node's --cell {me}"
         );
         Ok(Cells { me: me.to_string(), all })
+    }
+
+    /// This node's cell.
+    pub fn name(&self) -> &str {
+        &self.me
     }
 
     /// The cell workspace `ws` belongs to.

@@ -554,4 +554,50 @@ async fn the_users_of_a_killed_node_stop_being_present_within_10_s() {
         presence_count_within(node, "g", 1, Duration::from_secs(10).saturating_sub(killed.elapsed())).await;
     }
     eprintln!("a killed node's users stopped being present after {took:?}");
+/// The admin page's view of a cell: every node with its connections (the
+/// others' as they announce them), each shard's breaker, and a node that
+/// drains shown as draining by itself and gone from the others' lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server and PostgreSQL (Debian packages); scripts/test.sh runs it"]
+async fn admin_status_shows_every_node_of_the_cell_with_its_connections() {
+    let cell = Cell::start(2).await;
+    let (a, b) = (&cell.nodes[0], &cell.nodes[1]);
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        clients.push(b.client("w", &format!("u{i}")).await);
+    }
+    let deadline = Instant::now() + WAIT;
+    let seen = loop {
+        let (st, v) = a.http("GET", "/v1/admin/status", None).await;
+        assert_eq!(st, 200, "{v}");
+        if v["nodes"].as_array().is_some_and(|n| n.len() == 2) && v["nodes"][1]["connections"] == 3 {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "node-0 never saw node-1's 3 connections: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(seen["node"], "node-0");
+    assert_eq!(seen["connections"], 0);
+    assert_eq!(seen["nodes"][0]["node"], "node-0");
+    assert_eq!((seen["nodes"][0]["this"].clone(), seen["nodes"][1]["this"].clone()), (json!(true), json!(false)));
+    assert_eq!(seen["nodes"][1]["node"], "node-1");
+    assert_eq!(seen["nodes"][1]["url"], format!("ws://{}", b.addr));
+    let shards = seen["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 2, "{seen}");
+    assert!(shards.iter().all(|s| s["breaker"] == "closed"), "{seen}");
+
+    let (st, _) = b.http("POST", "/v1/admin/drain", Some(json!({"window_ms": 200}))).await;
+    assert_eq!(st, 200);
+    let (_, v) = b.http("GET", "/v1/admin/status", None).await;
+    assert_eq!(v["draining"], true);
+    assert_eq!(v["nodes"].as_array().map(Vec::len), Some(2), "a draining node still lists itself: {v}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, v) = a.http("GET", "/v1/admin/status", None).await;
+        if v["nodes"].as_array().map(Vec::len) == Some(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node-0 still lists the drained node-1: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
