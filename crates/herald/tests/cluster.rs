@@ -554,6 +554,8 @@ async fn the_users_of_a_killed_node_stop_being_present_within_10_s() {
         presence_count_within(node, "g", 1, Duration::from_secs(10).saturating_sub(killed.elapsed())).await;
     }
     eprintln!("a killed node's users stopped being present after {took:?}");
+}
+
 /// The admin page's view of a cell: every node with its connections (the
 /// others' as they announce them), each shard's breaker, and a node that
 /// drains shown as draining by itself and gone from the others' lists.
