@@ -11,7 +11,8 @@
 //! GET /metrics), pushes per change, presence pushes the watchers read, and
 //! the server's CPU time per change (from `/proc/PID/stat`; it includes the
 //! `watch` and `unwatch` requests themselves, the store read of each `watch`
-//! among them).
+//! among them). The server runs with the per-connection request rate raised,
+//! so that a churner's back-to-back requests are not throttled.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -101,7 +102,8 @@ fn parse_counters(body: &str) -> (f64, f64) {
 }
 
 async fn run_once(args: &PresenceArgs, run: u32) -> anyhow::Result<Value> {
-    let server = Server::open(&args.target, &[]).await?;
+    // A churner's requests come back to back: the per-connection request rate is raised, as for `sends`.
+    let server = Server::open(&args.target, &crate::sends::SendsArgs::server_flags()).await?;
     let out = measure(args, run, &server).await;
     let log = server.stop().await?;
     let mut out = out?;
