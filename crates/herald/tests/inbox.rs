@@ -85,7 +85,10 @@ async fn the_inbox_lists_a_users_chats_by_activity_with_exact_unread_counts() {
     bob.ok(json!({"op": "send", "chat": "c", "body": "v1"})).await; // 3
     bob.ok(json!({"op": "edit", "chat": "c", "target": 3, "body": "v2"})).await; // 4
     let c = entry(&alice.ok(json!({"op": "inbox"})).await, "c");
-    assert_eq!((c["last"]["body"].clone(), c["last"]["edited"].clone(), c["unread"].clone()), (json!("v2"), json!(4), json!(1)));
+    assert_eq!(
+        (c["last"]["body"].clone(), c["last"]["edited"].clone(), c["unread"].clone()),
+        (json!("v2"), json!(4), json!(1))
+    );
 
     // The server API's route answers the same.
     let op = alice.ok(json!({"op": "inbox"})).await;
@@ -131,8 +134,13 @@ async fn inbox_pages_follow_their_cursor_through_every_chat_once() {
         }
         cursor = Some(page["cursor"].as_str().unwrap().to_string());
         // The HTTP route takes the same cursor.
-        let (status, http) =
-            s.http("GET", &format!("/v1/workspaces/acme/users/alice/inbox?limit=3&cursor={}", cursor.as_ref().unwrap()), None).await;
+        let (status, http) = s
+            .http(
+                "GET",
+                &format!("/v1/workspaces/acme/users/alice/inbox?limit=3&cursor={}", cursor.as_ref().unwrap()),
+                None,
+            )
+            .await;
         assert_eq!(status, 200, "{http}");
     }
     assert_eq!(pages, 3);

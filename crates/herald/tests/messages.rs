@@ -141,12 +141,12 @@ async fn the_server_api_edits_and_deletes_any_message() {
 
     // Refusals, each with its status and code.
     for (method, p, body, want) in [
-        ("DELETE", format!("{path}/2"), None, 404),                            // already deleted
-        ("PATCH", format!("{path}/2"), Some(json!({"body": 1})), 404),         // deleted
-        ("PATCH", format!("{path}/1"), Some(json!({"body": 1})), 404),         // a join
-        ("DELETE", format!("{path}/99"), None, 404),                           // beyond the log
+        ("DELETE", format!("{path}/2"), None, 404), // already deleted
+        ("PATCH", format!("{path}/2"), Some(json!({"body": 1})), 404), // deleted
+        ("PATCH", format!("{path}/1"), Some(json!({"body": 1})), 404), // a join
+        ("DELETE", format!("{path}/99"), None, 404), // beyond the log
         ("DELETE", "/v1/workspaces/acme/chats/none/events/1".into(), None, 404), // no chat
-        ("PATCH", format!("{path}/3"), Some(json!({"user": "x"})), 400),       // no body
+        ("PATCH", format!("{path}/3"), Some(json!({"user": "x"})), 400), // no body
         ("PATCH", format!("{path}/3"), Some(json!({"body": 1, "user": "a b"})), 400),
         ("PATCH", format!("{path}/3"), Some(json!({"body": "x".repeat(17 * 1024)})), 413),
         ("DELETE", format!("{path}/abc"), None, 400),

@@ -25,7 +25,10 @@ async fn a_banned_user_is_removed_and_cannot_come_back_until_unbanned() {
     assert_eq!(s.http("PUT", &format!("{G}/bans/alice"), None).await, (200, json!({})));
     // A leave event, seen by the chat; alice's watch ends with it.
     let leave = bob.events("g", 1).await.remove(0);
-    assert_eq!((leave["type"].clone(), leave["user"].clone(), leave["seq"].clone()), (json!("leave"), json!("alice"), json!(3)));
+    assert_eq!(
+        (leave["type"].clone(), leave["user"].clone(), leave["seq"].clone()),
+        (json!("leave"), json!("alice"), json!(3))
+    );
     assert_eq!(alice.events("g", 1).await[0]["type"], "leave");
     assert_eq!(s.http("GET", G, None).await.1["members"], 1);
 

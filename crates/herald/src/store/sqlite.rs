@@ -821,4 +821,89 @@ mod tests {
         }
         assert!(matches!(store.write(put("c")).await, Err(StoreError::Unavailable(_))));
     }
+
+    /// A file written by a herald of schema 1 (the v1 schema as it was, with
+    /// its rows): the store opens it, migrates it, and counts as if it had
+    /// always kept the counts.
+    #[tokio::test]
+    async fn a_schema_1_file_is_migrated_with_its_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute_batch(
+                r#"INSERT INTO chats VALUES (1, 'w', 'g', 1, 6, 2, 1000);
+                   INSERT INTO members VALUES (1, 'alice', 3, 1000), (1, 'bob', 0, 1001);
+                   INSERT INTO events VALUES
+                     (1, 1, 'join', 'alice', 1000, '{}', NULL),
+                     (1, 2, 'join', 'bob', 1001, '{}', NULL),
+                     (1, 3, 'message', 'bob', 1002, '{"t":1}', 'c1'),
+                     (1, 4, 'message', 'alice', 1003, '{"t":2}', NULL),
+                     (1, 5, 'message', 'bob', 1004, '{"t":3}', NULL),
+                     (1, 6, 'reaction', 'alice', 1005, '{"target":5,"emoji":"+1","on":true}', NULL);
+                   PRAGMA user_version = 1;"#,
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let key = ChatKey::new("w", "g");
+        let alice = store.inbox_entry(&key, "alice").await.unwrap().unwrap();
+        assert_eq!((alice.seq, alice.ts, alice.read, alice.unread), (6, 1005, 3, 1), "bob's 5 only: {alice:?}");
+        assert_eq!(alice.last.as_ref().map(|e| e.seq), Some(5));
+        let bob = store.inbox_entry(&key, "bob").await.unwrap().unwrap();
+        assert_eq!(bob.unread, 1, "alice's 4 only");
+        // New messages continue the migrated counts.
+        let sent = store
+            .write(Write::Append {
+                key: key.clone(),
+                user: Some("bob".into()),
+                system: false,
+                body: RawValue::from_string("1".into()).unwrap(),
+                client_id: Some("c1".into()),
+                member_only: true,
+            })
+            .await
+            .unwrap();
+        assert_eq!(sent.seq, 3, "the migrated client_id still answers its first seq");
+        store
+            .write(Write::Append {
+                key: key.clone(),
+                user: Some("bob".into()),
+                system: false,
+                body: RawValue::from_string("2".into()).unwrap(),
+                client_id: None,
+                member_only: true,
+            })
+            .await
+            .unwrap();
+        assert_eq!(store.inbox_entry(&key, "alice").await.unwrap().unwrap().unread, 2);
+        store.close().await;
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[tokio::test]
+    async fn member_tells_members_mutes_and_missing_chats_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let key = ChatKey::new("w", "g");
+        assert!(matches!(store.member(&key, "alice").await, Err(StoreError::NotFound(_))));
+        store
+            .write(Write::Join { key: key.clone(), user: "alice".into(), actor: super::super::Actor::Client })
+            .await
+            .unwrap();
+        assert_eq!(store.member(&key, "alice").await.unwrap(), Some(Member { read: 0, muted_until_ms: None }));
+        assert_eq!(store.member(&key, "bob").await.unwrap(), None);
+        let mute = |muted, until_ms| Write::Mute { key: key.clone(), user: "alice".into(), muted, until_ms };
+        store.write(mute(true, None)).await.unwrap();
+        assert_eq!(store.member(&key, "alice").await.unwrap().unwrap().muted_until_ms, Some(i64::MAX));
+        let until = apply::now_ms() + 60_000;
+        store.write(mute(true, Some(until))).await.unwrap();
+        assert_eq!(store.member(&key, "alice").await.unwrap().unwrap().muted_until_ms, Some(until));
+        store.write(mute(true, Some(1))).await.unwrap();
+        assert_eq!(store.member(&key, "alice").await.unwrap().unwrap().muted_until_ms, None, "a mute that ended");
+        store.write(mute(false, None)).await.unwrap();
+        assert_eq!(store.member(&key, "alice").await.unwrap().unwrap().muted_until_ms, None);
+    }
 }
