@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use futures_util::{SinkExt, StreamExt};
 use herald_protocol::EventType;
 use herald_protocol::frame::ErrorBody;
-use herald_protocol::reply::{FetchOk, HelloOk, JoinOk, SeqOk, WatchOk};
+use herald_protocol::reply::{FetchOk, HelloOk, InboxOk, JoinOk, SeqOk, WatchOk};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -70,6 +70,7 @@ pub enum Stage {
     Watch,
     Send,
     Fetch,
+    Inbox,
     /// The step did not finish in its time.
     Timeout,
 }
@@ -84,6 +85,7 @@ impl Stage {
             Stage::Watch => "watch",
             Stage::Send => "send",
             Stage::Fetch => "fetch",
+            Stage::Inbox => "inbox",
             Stage::Timeout => "timeout",
         }
     }
@@ -167,6 +169,8 @@ struct Req<'a> {
     after: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cursor: Option<&'a str>,
 }
 
 /// Any server frame: a reply (`id` with `ok` or `err`) or a push (`ev`).
@@ -269,6 +273,11 @@ impl Client {
         self.request(Req { op: "fetch", chat: Some(chat), after: Some(after), limit: Some(limit), ..Req::default() })
             .await
             .map_err(at(Stage::Fetch))
+    }
+
+    /// A page of this user's `inbox`, after `cursor`.
+    pub async fn inbox(&mut self, limit: u32, cursor: Option<&str>) -> Result<InboxOk, Failure> {
+        self.request(Req { op: "inbox", limit: Some(limit), cursor, ..Req::default() }).await.map_err(at(Stage::Inbox))
     }
 
     /// Sends one request and reads until its reply; pushes read meanwhile are dropped.
