@@ -41,6 +41,8 @@ const MEMBERS: u64 = 4;
 const REACTION_EVERY: u64 = 10;
 /// About one message in this many is deleted.
 const DELETED_ONE_IN: u64 = 50;
+/// A started server opens (or migrates) its store within this.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 /// Rows per COPY chunk sent to PostgreSQL.
 const COPY_CHUNK: usize = 1 << 16;
 
@@ -110,8 +112,11 @@ pub async fn run(args: InboxArgs) -> anyhow::Result<Vec<Value>> {
         }
     };
     let built = Instant::now();
-    // herald creates its schema, then the bench fills it.
-    Server::start_in(&args.target, &flags, data.path()).await?.stop().await?;
+    // herald creates its schema (once ready, it has), then the bench fills it.
+    let first = Server::start_in(&args.target, &flags, data.path()).await?;
+    let ready = wait_ready(&first).await;
+    first.stop().await?;
+    ready?;
     let expected = match &pg {
         None => load_sqlite(&plan, data.path())?,
         Some(db) => load_postgres(&plan, &db.url).await?,
@@ -127,6 +132,20 @@ pub async fn run(args: InboxArgs) -> anyhow::Result<Vec<Value>> {
     Ok(runs)
 }
 
+/// Waits until the server answers `/readyz` with 200: its store is open.
+async fn wait_ready(server: &Server) -> anyhow::Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Ok(a) = crate::http::get(server.addr, "/readyz", None).await
+            && a.status == 200
+        {
+            return Ok(());
+        }
+        ensure!(Instant::now() < deadline, "the server was not ready in {READY_TIMEOUT:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// One run: a server on the built store, `reads` whole inboxes.
 async fn measure(
     args: &InboxArgs,
@@ -136,7 +155,10 @@ async fn measure(
     build_s: f64,
 ) -> anyhow::Result<Value> {
     let server = Server::start_in(&args.target, flags, data).await?;
-    let outcome = read_inboxes(args, &server, expected).await;
+    let outcome = match wait_ready(&server).await {
+        Ok(()) => read_inboxes(args, &server, expected).await,
+        Err(e) => Err(e),
+    };
     let log = server.stop().await?;
     let mut out = outcome?;
     out["build_s"] = json!(build_s);
@@ -385,7 +407,8 @@ impl PgDatabase {
     async fn create(admin: &str) -> anyhow::Result<PgDatabase> {
         let client = pg_connect(admin).await?;
         let name = format!("herald_bench_inbox_{:08x}", std::process::id());
-        client.batch_execute(&format!("DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}")).await?;
+        client.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).await?;
+        client.batch_execute(&format!("CREATE DATABASE {name}")).await?;
         let base = admin.rsplit_once('/').context("--pg-admin needs a database in its URL")?.0;
         Ok(PgDatabase { admin: admin.to_string(), url: format!("{base}/{name}"), name })
     }
@@ -476,7 +499,9 @@ async fn load_postgres(plan: &Plan, url: &str) -> anyhow::Result<HashMap<String,
     for (_, def) in &indexes {
         client.batch_execute(def).await?;
     }
-    client.batch_execute(&format!("SELECT setval('chats_id_seq', {}); VACUUM ANALYZE", plan.chats)).await?;
+    client.batch_execute(&format!("SELECT setval('chats_id_seq', {})", plan.chats)).await?;
+    // Its own statement: VACUUM cannot run in the implicit transaction of a multi-statement batch.
+    client.batch_execute("VACUUM ANALYZE").await?;
     Ok(expected)
 }
 
