@@ -80,12 +80,14 @@ async fn a_muted_member_reads_but_cannot_write_until_unmuted() {
         json!({"op": "react", "chat": "g", "target": mine, "emoji": "+1"}),
         json!({"op": "edit", "chat": "g", "target": mine, "body": "y"}),
         json!({"op": "delete", "chat": "g", "target": mine}),
+        json!({"op": "typing", "chat": "g"}),
     ] {
         let err = alice.err(req, "forbidden").await;
         assert!(err["message"].as_str().unwrap().contains("muted"), "{err}");
     }
-    // Reading is unaffected.
+    // Reading is unaffected, and so is asking who is here.
     assert_eq!(alice.ok(json!({"op": "fetch", "chat": "g", "after": 0})).await["seq"], mine);
+    alice.ok(json!({"op": "presence", "chat": "g"})).await;
     alice.ok(json!({"op": "watch", "chat": "g"})).await;
     alice.ok(json!({"op": "read", "chat": "g", "seq": mine})).await;
     // Leaving and joining again does not end a mute.
@@ -100,6 +102,7 @@ async fn a_muted_member_reads_but_cannot_write_until_unmuted() {
 
     assert_eq!(s.http("DELETE", &format!("{G}/mutes/alice"), None).await, (200, json!({})));
     alice.ok(json!({"op": "send", "chat": "g", "body": "after"})).await;
+    alice.ok(json!({"op": "typing", "chat": "g"})).await;
     alice.ok(json!({"op": "edit", "chat": "g", "target": mine, "body": "edited"})).await;
 
     // A mute with an end: refused until then, allowed after, without anyone unmuting.

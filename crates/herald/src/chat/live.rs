@@ -18,10 +18,15 @@ impl Chats {
         &self.hub
     }
 
-    /// Fails unless `user` is a member of `key` (`forbidden`; `not_found` for no chat).
-    async fn check_member(&self, key: &ChatKey, user: &str) -> Result<(), Error> {
-        // TODO(v1.1 merge): use Store::member and refuse a muted member's typing (forbidden).
-        self.store.fetch(key, Some(user), 0, 0).await?;
+    /// Fails unless `user` is a member of `key` (`forbidden`; `not_found` for
+    /// no chat); with `speaking`, also while the member is muted.
+    async fn check_member(&self, key: &ChatKey, user: &str, speaking: bool) -> Result<(), Error> {
+        let Some(member) = self.store.member(key, user).await? else {
+            return Err(Error::Forbidden(format!("not a member of {}", key.chat)));
+        };
+        if speaking && member.muted_until_ms.is_some() {
+            return Err(Error::Forbidden(format!("you are muted in {}", key.chat)));
+        }
         Ok(())
     }
 
@@ -29,7 +34,7 @@ impl Chats {
     /// `hub::TYPING_EVERY`, requests inside that window answered and not pushed.
     pub async fn typing(&self, c: &Caller, chat: &str) -> Result<(), Error> {
         let key = c.key(chat);
-        self.check_member(&key, &c.user).await?;
+        self.check_member(&key, &c.user, true).await?;
         if self.hub.admit_typing(&key, &c.user, Instant::now()) {
             self.hub.typing(&key, &c.user);
         } else {
@@ -42,7 +47,7 @@ impl Chats {
     /// watches the chat, that watch gets presence pushes from now on.
     pub async fn presence(&self, c: &Caller, outbox: &Outbox, chat: &str) -> Result<PresenceOk, Error> {
         let key = c.key(chat);
-        self.check_member(&key, &c.user).await?;
+        self.check_member(&key, &c.user, false).await?;
         Ok(self.hub.presence(&key, Some(outbox.id())).await)
     }
 
