@@ -1,10 +1,13 @@
 //! `Chat`: the handle for one chat, and the state machine of watching it.
 //!
-//! Owns: the chat's requests (join, leave, send, react, read, fetch, paged history), and for a watched
-//! chat the last delivered seq, the buffer of out-of-order pushes, gap repair by paged `fetch`, and
-//! resuming with `watch after=` on a new link, so that the application sees every event once, in seq order.
+//! Owns: the chat's requests (join, leave, send, react, read, edit, delete, typing, presence, fetch,
+//! paged history), and for a watched chat the last delivered seq, the buffer of out-of-order pushes, gap
+//! repair by paged `fetch`, and resuming with `watch after=` on a new link, so that the application sees
+//! every event once, in seq order; then feeding what it delivers to the chat's message list, and routing
+//! typing and presence pushes, with a presence resync after every watch reply.
 //! Does not own: the link, request ids, the outbox or the page size (client.ts, outbox.ts, page-size.ts,
-//! reached through `ChatHost`).
+//! reached through `ChatHost`), nor the rules of the message list, typing or presence (messages.ts,
+//! typing.ts, presence.ts).
 //!
 //! Watch states:
 //!
@@ -23,8 +26,24 @@
 
 import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
+import { MessageList, type MessageListOptions } from './messages.js';
 import type { PageSize } from './page-size.js';
-import type { ChatEvent, EventPush, FetchOk, HeraldEvent, JoinOk, NotifyPush, RequestArgs, RequestOk, SeqOk, WatchOk } from './types.js';
+import { Presence, type PresenceState } from './presence.js';
+import { Typing } from './typing.js';
+import type {
+  ChatEvent,
+  EventPush,
+  FetchOk,
+  HeraldEvent,
+  JoinOk,
+  NotifyPush,
+  PresenceOk,
+  PresencePush,
+  RequestArgs,
+  RequestOk,
+  SeqOk,
+  WatchOk,
+} from './types.js';
 
 /** Where a chat stands with respect to watching. */
 export type WatchState = 'unwatched' | 'subscribing' | 'live' | 'repairing' | 'suspended';
@@ -51,8 +70,24 @@ export interface ChatEvents {
   event: ChatEvent;
   /** The watch state changed. */
   state: WatchStateChange;
-  /** Watching failed for good (forbidden, not found) or a repair fetch failed. */
+  /** Watching failed for good (forbidden, not found), a repair fetch failed, or a presence sync did. */
   error: HeraldError;
+  /** The others typing changed (someone started, expired, or sent their message); sorted. */
+  typing: TypingChange;
+  /** Who is present changed (after `watch({ presence: true })`). */
+  presence: PresenceChange;
+}
+
+/** The payload of a chat's `typing` event. */
+export interface TypingChange {
+  chat: string;
+  /** Others typing now, sorted; empty when nobody is. */
+  users: string[];
+}
+
+/** The payload of a chat's `presence` event. */
+export interface PresenceChange extends PresenceState {
+  chat: string;
 }
 
 /** Options of `Chat.send`. */
@@ -65,6 +100,11 @@ export interface SendOptions {
 export interface WatchOptions {
   /** Resume after this seq (e.g. one the application stored); events after it are delivered. */
   after?: number;
+  /**
+   * Keep `chat.present` current: a `presence` request after every watch reply (so after each
+   * reconnect too), then the server's presence pushes. Default false: one more request per chat.
+   */
+  presence?: boolean;
 }
 
 /** Options of `Chat.history`. */
@@ -89,6 +129,8 @@ export interface ChatHost {
   readonly pageSize: PageSize;
   /** Buffered pushes allowed per chat. */
   readonly maxBufferedEvents: number;
+  /** The user of the current connection, or null; one's own typing is never shown. */
+  readonly user: string | null;
 }
 
 /** Codes after which watching or fetching may work later, on this link or the next. */
@@ -127,12 +169,29 @@ export class Chat extends Emitter<ChatEvents> {
   /** Repair fetches in a row that made no progress. */
   private stalls = 0;
   private waiters: Array<{ resolve(ok: WatchOk): void; reject(err: HeraldError): void }> = [];
+  /** Created by the first `messages()` call; fed every delivered event from then on. */
+  private list: MessageList | null = null;
+  private readonly typists: Typing;
+  /** Whether the application asked for presence with its watch. */
+  private wantPresence = false;
+  private readonly presenceState = new Presence();
+  /** Presence pushes that came while a presence request was out, applied on top of its reply. */
+  private presenceHeld: PresencePush[] | null = null;
+  private cancelPresenceRetry: (() => void) | null = null;
 
   /** @internal Created by `HeraldClient.chat`. */
   constructor(id: string, host: ChatHost) {
     super();
     this.id = id;
     this.host = host;
+    this.typists = new Typing({
+      get connected() {
+        return host.connected;
+      },
+      sendTyping: () => this.typing(),
+      schedule: host.schedule,
+      changed: (users) => this.emit('typing', { chat: id, users }),
+    });
   }
 
   /** The watch state. */
@@ -143,6 +202,26 @@ export class Chat extends Emitter<ChatEvents> {
   /** The seq of the last event delivered to the application, or null when none is known yet. */
   get lastSeq(): number | null {
     return this.last;
+  }
+
+  /** Others typing in this chat now (from typing pushes, each kept 5 s), sorted. */
+  get typingUsers(): string[] {
+    return this.typists.users;
+  }
+
+  /** Who is present, kept current after `watch({ presence: true })`; null before the first reply. */
+  get present(): PresenceState | null {
+    return this.presenceState.state;
+  }
+
+  /**
+   * The chat's message list: its `message` and `system` events with edits and deletes applied, fed with
+   * every event this handle delivers from now on (pushes and gap repair, in seq order). Load older ones
+   * with `list.load(...)` from `history()`. The same list on every call; emptied when the watch ends.
+   */
+  messages(opts: MessageListOptions = {}): MessageList {
+    if (this.list === null) this.list = new MessageList(opts);
+    return this.list;
   }
 
   /** Joins the chat (creating an open chat that does not exist yet). */
@@ -167,6 +246,11 @@ export class Chat extends Emitter<ChatEvents> {
       return Promise.reject(new TypeError('herald: `after` must be a non-negative integer'));
     }
     const p = new Promise<WatchOk>((resolve, reject) => this.waiters.push({ resolve, reject }));
+    if (opts.presence === true && !this.wantPresence) {
+      this.wantPresence = true;
+      // Already watching: the next watch reply would be the next reconnect's, so sync now.
+      if (this.wanted && (this.watchState === 'live' || this.watchState === 'repairing')) this.syncPresence(this.epoch);
+    }
     if (this.wanted) {
       if (this.watchState === 'live' || this.watchState === 'repairing') this.settleWaiters({ chat: this.id, seq: this.last ?? 0 });
       return p;
@@ -203,6 +287,42 @@ export class Chat extends Emitter<ChatEvents> {
   /** Moves this member's read position forward to `seq`; resolves with the position now stored. */
   read(seq: number): Promise<SeqOk> {
     return this.host.request('read', { chat: this.id, seq });
+  }
+
+  /**
+   * Replaces the body of this user's message `target`; resolves with the `edit` event's seq. `not_found`
+   * when `target` is not a message of this chat or is deleted, `forbidden` for another's message or
+   * while muted; the body has `send`'s size limit. Not retried across a link drop: a `disconnected`
+   * rejection means the outcome is unknown (the watch shows whether it was stored).
+   */
+  edit(target: number, body: unknown): Promise<SeqOk> {
+    return this.host.request('edit', { chat: this.id, target, body });
+  }
+
+  /**
+   * Deletes this user's message `target`: the server erases its body for good. Resolves with the
+   * `delete` event's seq; errors as for `edit`.
+   */
+  delete(target: number): Promise<SeqOk> {
+    return this.host.request('delete', { chat: this.id, target });
+  }
+
+  /** The bare `typing` request; `notifyTyping()` is what a text box should call. */
+  async typing(): Promise<void> {
+    await this.host.request('typing', { chat: this.id });
+  }
+
+  /**
+   * Call on every keystroke: sends `typing` at most once every 2 s, and only while connected; errors are
+   * ignored (typing is a hint). Returns whether a request went out.
+   */
+  notifyTyping(): boolean {
+    return this.typists.typed();
+  }
+
+  /** The bare `presence` request: how many are present, and at most 100 of them, sorted. */
+  presence(): Promise<PresenceOk> {
+    return this.host.request('presence', { chat: this.id });
   }
 
   /**
@@ -263,6 +383,10 @@ export class Chat extends Emitter<ChatEvents> {
     this.buffer.clear();
     this.known = 0;
     this.stalls = 0;
+    this.presenceHeld = null;
+    this.cancelPresenceTimer();
+    // Nobody's typing pushes reach us while offline; presence is kept on show until the resync.
+    this.typists.clear();
     this.setState('suspended');
   }
 
@@ -284,6 +408,24 @@ export class Chat extends Emitter<ChatEvents> {
     // Out of order, or we are subscribing or repairing: hold it, and make sure a repair covers the gap.
     this.hold(ev);
     if (this.watchState === 'live') this.repair();
+  }
+
+  /** @internal A `typing` push: `user` is typing here. */
+  onTypingPush(user: string): void {
+    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
+    if (user === this.host.user) return; // this user on another device
+    this.typists.pushed(user);
+  }
+
+  /** @internal A `presence` push. */
+  onPresencePush(push: PresencePush): void {
+    if (!this.wantPresence || this.watchState === 'unwatched' || this.watchState === 'suspended') return;
+    if (this.presenceHeld !== null) {
+      this.presenceHeld.push(push);
+      return;
+    }
+    if (this.presenceState.apply(push)) this.emitPresence();
+    if (this.presenceState.stale) this.syncPresence(this.epoch);
   }
 
   /** @internal A `notify` push: events up to `seq` exist. */
@@ -327,7 +469,50 @@ export class Chat extends Emitter<ChatEvents> {
     // A waiter's callback may have unwatched; only go on if this round is still current.
     if (epoch !== this.epoch) return;
     this.setState('live');
+    // After the watch, so that this connection is present, and its pushes flow, before asking.
+    if (this.wantPresence) this.syncPresence(epoch);
     this.catchUp();
+  }
+
+  /** Fetches presence (once at a time per watch round) and applies the pushes held meanwhile. */
+  private syncPresence(epoch: number): void {
+    if (this.presenceHeld !== null) return;
+    this.cancelPresenceTimer();
+    this.presenceHeld = [];
+    this.presence().then(
+      (ok) => {
+        if (epoch !== this.epoch) return;
+        const held = this.presenceHeld ?? [];
+        this.presenceHeld = null;
+        this.presenceState.reset(ok);
+        for (const push of held) this.presenceState.apply(push);
+        this.emitPresence();
+      },
+      (err: unknown) => {
+        if (epoch !== this.epoch) return;
+        this.presenceHeld = null;
+        const e = err instanceof HeraldError ? err : new HeraldError('internal', String(err), { op: 'presence' });
+        if (e.code === 'disconnected' || e.code === 'closed') return; // the next watch reply syncs again
+        if (TRANSIENT.has(e.code)) {
+          this.cancelPresenceRetry = this.host.schedule(() => {
+            this.cancelPresenceRetry = null;
+            if (epoch === this.epoch) this.syncPresence(epoch);
+          }, e.retryAfterMs ?? DEFAULT_RETRY_MS);
+          return;
+        }
+        this.emit('error', e); // the watch goes on without presence
+      },
+    );
+  }
+
+  private emitPresence(): void {
+    const state = this.presenceState.state;
+    if (state !== null) this.emit('presence', { chat: this.id, ...state });
+  }
+
+  private cancelPresenceTimer(): void {
+    this.cancelPresenceRetry?.();
+    this.cancelPresenceRetry = null;
   }
 
   /** Delivers held events in order, then repairs if a gap or a notify is still open. */
@@ -430,6 +615,12 @@ export class Chat extends Emitter<ChatEvents> {
     this.last = null;
     this.known = 0;
     this.stalls = 0;
+    this.wantPresence = false;
+    this.presenceHeld = null;
+    this.cancelPresenceTimer();
+    this.presenceState.clear();
+    this.typists.clear();
+    this.list?.clear();
     if (this.watchState !== 'unwatched') this.setState('unwatched');
     const waiters = this.waiters;
     this.waiters = [];
@@ -469,6 +660,9 @@ export class Chat extends Emitter<ChatEvents> {
   private deliver(ev: HeraldEvent): void {
     this.last = ev.seq;
     const out: ChatEvent = { ...ev, chat: this.id };
+    // Before the listeners, so that a listener reading the list sees this event in it.
+    this.list?.apply(ev);
+    if (ev.type === 'message' && ev.user !== undefined) this.typists.remove(ev.user);
     this.emit('event', out);
     this.host.delivered(out);
   }
