@@ -28,7 +28,7 @@ import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
 import { MessageList, type MessageListOptions } from './messages.js';
 import type { PageSize } from './page-size.js';
-import { Presence, type PresenceState } from './presence.js';
+import { PresenceTracker, type PresenceState } from './presence.js';
 import { Typing } from './typing.js';
 import type {
   ChatEvent,
@@ -172,12 +172,7 @@ export class Chat extends Emitter<ChatEvents> {
   /** Created by the first `messages()` call; fed every delivered event from then on. */
   private list: MessageList | null = null;
   private readonly typists: Typing;
-  /** Whether the application asked for presence with its watch. */
-  private wantPresence = false;
-  private readonly presenceState = new Presence();
-  /** Presence pushes that came while a presence request was out, applied on top of its reply. */
-  private presenceHeld: PresencePush[] | null = null;
-  private cancelPresenceRetry: (() => void) | null = null;
+  private readonly presenceTracker: PresenceTracker;
 
   /** @internal Created by `HeraldClient.chat`. */
   constructor(id: string, host: ChatHost) {
@@ -191,6 +186,12 @@ export class Chat extends Emitter<ChatEvents> {
       sendTyping: () => this.typing(),
       schedule: host.schedule,
       changed: (users) => this.emit('typing', { chat: id, users }),
+    });
+    this.presenceTracker = new PresenceTracker({
+      request: () => this.presence(),
+      schedule: host.schedule,
+      changed: (state) => this.emit('presence', { chat: id, ...state }),
+      failed: (err) => this.emit('error', err),
     });
   }
 
@@ -211,7 +212,7 @@ export class Chat extends Emitter<ChatEvents> {
 
   /** Who is present, kept current after `watch({ presence: true })`; null before the first reply. */
   get present(): PresenceState | null {
-    return this.presenceState.state;
+    return this.presenceTracker.state;
   }
 
   /**
@@ -246,10 +247,10 @@ export class Chat extends Emitter<ChatEvents> {
       return Promise.reject(new TypeError('herald: `after` must be a non-negative integer'));
     }
     const p = new Promise<WatchOk>((resolve, reject) => this.waiters.push({ resolve, reject }));
-    if (opts.presence === true && !this.wantPresence) {
-      this.wantPresence = true;
+    if (opts.presence === true && !this.presenceTracker.enabled) {
+      this.presenceTracker.enable();
       // Already watching: the next watch reply would be the next reconnect's, so sync now.
-      if (this.wanted && (this.watchState === 'live' || this.watchState === 'repairing')) this.syncPresence(this.epoch);
+      if (this.wanted && (this.watchState === 'live' || this.watchState === 'repairing')) this.presenceTracker.sync();
     }
     if (this.wanted) {
       if (this.watchState === 'live' || this.watchState === 'repairing') this.settleWaiters({ chat: this.id, seq: this.last ?? 0 });
@@ -383,8 +384,7 @@ export class Chat extends Emitter<ChatEvents> {
     this.buffer.clear();
     this.known = 0;
     this.stalls = 0;
-    this.presenceHeld = null;
-    this.cancelPresenceTimer();
+    this.presenceTracker.suspend();
     // Nobody's typing pushes reach us while offline; presence is kept on show until the resync.
     this.typists.clear();
     this.setState('suspended');
@@ -419,13 +419,8 @@ export class Chat extends Emitter<ChatEvents> {
 
   /** @internal A `presence` push. */
   onPresencePush(push: PresencePush): void {
-    if (!this.wantPresence || this.watchState === 'unwatched' || this.watchState === 'suspended') return;
-    if (this.presenceHeld !== null) {
-      this.presenceHeld.push(push);
-      return;
-    }
-    if (this.presenceState.apply(push)) this.emitPresence();
-    if (this.presenceState.stale) this.syncPresence(this.epoch);
+    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
+    this.presenceTracker.pushed(push);
   }
 
   /** @internal A `notify` push: events up to `seq` exist. */
@@ -470,49 +465,8 @@ export class Chat extends Emitter<ChatEvents> {
     if (epoch !== this.epoch) return;
     this.setState('live');
     // After the watch, so that this connection is present, and its pushes flow, before asking.
-    if (this.wantPresence) this.syncPresence(epoch);
+    this.presenceTracker.sync();
     this.catchUp();
-  }
-
-  /** Fetches presence (once at a time per watch round) and applies the pushes held meanwhile. */
-  private syncPresence(epoch: number): void {
-    if (this.presenceHeld !== null) return;
-    this.cancelPresenceTimer();
-    this.presenceHeld = [];
-    this.presence().then(
-      (ok) => {
-        if (epoch !== this.epoch) return;
-        const held = this.presenceHeld ?? [];
-        this.presenceHeld = null;
-        this.presenceState.reset(ok);
-        for (const push of held) this.presenceState.apply(push);
-        this.emitPresence();
-      },
-      (err: unknown) => {
-        if (epoch !== this.epoch) return;
-        this.presenceHeld = null;
-        const e = err instanceof HeraldError ? err : new HeraldError('internal', String(err), { op: 'presence' });
-        if (e.code === 'disconnected' || e.code === 'closed') return; // the next watch reply syncs again
-        if (TRANSIENT.has(e.code)) {
-          this.cancelPresenceRetry = this.host.schedule(() => {
-            this.cancelPresenceRetry = null;
-            if (epoch === this.epoch) this.syncPresence(epoch);
-          }, e.retryAfterMs ?? DEFAULT_RETRY_MS);
-          return;
-        }
-        this.emit('error', e); // the watch goes on without presence
-      },
-    );
-  }
-
-  private emitPresence(): void {
-    const state = this.presenceState.state;
-    if (state !== null) this.emit('presence', { chat: this.id, ...state });
-  }
-
-  private cancelPresenceTimer(): void {
-    this.cancelPresenceRetry?.();
-    this.cancelPresenceRetry = null;
   }
 
   /** Delivers held events in order, then repairs if a gap or a notify is still open. */
@@ -615,10 +569,7 @@ export class Chat extends Emitter<ChatEvents> {
     this.last = null;
     this.known = 0;
     this.stalls = 0;
-    this.wantPresence = false;
-    this.presenceHeld = null;
-    this.cancelPresenceTimer();
-    this.presenceState.clear();
+    this.presenceTracker.stop();
     this.typists.clear();
     this.list?.clear();
     if (this.watchState !== 'unwatched') this.setState('unwatched');

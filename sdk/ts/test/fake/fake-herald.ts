@@ -380,7 +380,7 @@ export class FakeHerald {
           target.edited = ev.seq;
           ok({ seq: ev.seq });
         } else {
-          const ev = this.store(chatId, 'delete', { target: target.seq }, user);
+          // Erased before the delete event is stored, so that its inbox pushes count without it.
           target.body = null;
           target.deleted = true;
           delete target.edited;
@@ -388,7 +388,7 @@ export class FakeHerald {
             const b = e.body as { target?: number } | null;
             if (e.type === 'edit' && b?.target === target.seq) e.body = { target: target.seq, body: null };
           }
-          ok({ seq: ev.seq });
+          ok({ seq: this.store(chatId, 'delete', { target: target.seq }, user).seq });
         }
         return;
       }
