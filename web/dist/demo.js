@@ -347,6 +347,8 @@ var Typing = class {
   host;
   /** When the last `typing` request went out (ms), or null for never. */
   sentAt = null;
+  /** Cancels the trailing request, when one is scheduled. */
+  cancelTrailing = null;
   /** Others typing, with the timer that expires each. */
   typists = /* @__PURE__ */ new Map();
   /** Others typing now, sorted. */
@@ -354,14 +356,21 @@ var Typing = class {
     return [...this.typists.keys()].sort();
   }
   /**
-   * This user typed: sends `typing` unless one went out less than 2 s ago. Nothing is sent offline (a
-   * request parked until a reconnect would announce typing that is long over). Returns whether a
-   * request went out. Errors (a muted member's `forbidden`, a dropped link) are ignored: typing is a hint.
+   * This user typed: sends `typing` unless one went out less than 2 s ago, in which case one goes out
+   * when those 2 s are over. Nothing is sent offline (a request parked until a reconnect would announce
+   * typing that is long over). Returns whether a request went out now. Errors (a muted member's
+   * `forbidden`, a dropped link) are ignored: typing is a hint.
    */
   typed() {
+    if (!this.host.connected) return !1;
     let now = Date.now();
-    return !this.host.connected || this.sentAt !== null && now - this.sentAt < 2e3 ? !1 : (this.sentAt = now, this.host.sendTyping().catch(() => {
-    }), !0);
+    return this.sentAt === null || now - this.sentAt >= 2e3 ? (this.stopTrailing(), this.send(now), !0) : (this.cancelTrailing === null && (this.cancelTrailing = this.host.schedule(() => {
+      this.cancelTrailing = null, this.host.connected && this.send(Date.now());
+    }, this.sentAt + 2e3 + 250 - now)), !1);
+  }
+  /** This user sent their message (or left): a trailing `typing` would announce typing that is over. */
+  stopTrailing() {
+    this.cancelTrailing?.(), this.cancelTrailing = null;
   }
   /** A `typing` push: `user` typed; (re)starts their expiry. */
   pushed(user) {
@@ -375,6 +384,10 @@ var Typing = class {
   remove(user) {
     let cancel = this.typists.get(user);
     cancel !== void 0 && (cancel(), this.typists.delete(user), this.host.changed(this.users));
+  }
+  send(now) {
+    this.sentAt = now, this.host.sendTyping().catch(() => {
+    });
   }
   /** Forgets everyone (the link dropped or the watch ended: nobody's pushes will come). */
   clear() {
@@ -486,7 +499,7 @@ var WATCH_TRANSITIONS = {
    * wait unsent.
    */
   send(body, opts = {}) {
-    return this.host.send(this.id, body, opts.clientId);
+    return this.typists.stopTrailing(), this.host.send(this.id, body, opts.clientId);
   }
   /** Adds (`on` true, the default) or takes back a reaction to the event `target`. */
   react(target, emoji, on = !0) {
@@ -517,8 +530,9 @@ var WATCH_TRANSITIONS = {
     await this.host.request("typing", { chat: this.id });
   }
   /**
-   * Call on every keystroke: sends `typing` at most once every 2 s, and only while connected; errors are
-   * ignored (typing is a hint). Returns whether a request went out.
+   * Call on every keystroke: sends `typing` at most once every 2 s (keystrokes inside the 2 s are
+   * announced by one request when they are over, unless a `send` comes first), and only while
+   * connected; errors are ignored (typing is a hint). Returns whether a request went out now.
    */
   notifyTyping() {
     return this.typists.typed();
@@ -693,7 +707,7 @@ var WATCH_TRANSITIONS = {
   }
   /** Ends watching locally; rejects pending `watch()` promises with `err` when given. */
   stop(err) {
-    this.wanted = !1, this.epoch++, this.cancelTimer(), this.buffer.clear(), this.last = null, this.known = 0, this.stalls = 0, this.presenceTracker.stop(), this.typists.clear(), this.list?.clear(), this.watchState !== "unwatched" && this.setState("unwatched");
+    this.wanted = !1, this.epoch++, this.cancelTimer(), this.buffer.clear(), this.last = null, this.known = 0, this.stalls = 0, this.presenceTracker.stop(), this.typists.stopTrailing(), this.typists.clear(), this.list?.clear(), this.watchState !== "unwatched" && this.setState("unwatched");
     let waiters = this.waiters;
     this.waiters = [];
     let reason = err ?? new HeraldError("closed", `herald: chat ${this.id} is no longer watched`);

@@ -277,6 +277,7 @@ export class Chat extends Emitter<ChatEvents> {
    * wait unsent.
    */
   send(body: unknown, opts: SendOptions = {}): Promise<SeqOk> {
+    this.typists.stopTrailing();
     return this.host.send(this.id, body, opts.clientId);
   }
 
@@ -314,8 +315,9 @@ export class Chat extends Emitter<ChatEvents> {
   }
 
   /**
-   * Call on every keystroke: sends `typing` at most once every 2 s, and only while connected; errors are
-   * ignored (typing is a hint). Returns whether a request went out.
+   * Call on every keystroke: sends `typing` at most once every 2 s (keystrokes inside the 2 s are
+   * announced by one request when they are over, unless a `send` comes first), and only while
+   * connected; errors are ignored (typing is a hint). Returns whether a request went out now.
    */
   notifyTyping(): boolean {
     return this.typists.typed();
@@ -570,6 +572,7 @@ export class Chat extends Emitter<ChatEvents> {
     this.known = 0;
     this.stalls = 0;
     this.presenceTracker.stop();
+    this.typists.stopTrailing();
     this.typists.clear();
     this.list?.clear();
     if (this.watchState !== 'unwatched') this.setState('unwatched');

@@ -1,12 +1,20 @@
 //! Typing indicators for one chat: saying that this user types, and knowing who else does.
 //!
 //! Owns: throttling this user's `typing` requests (at most one every 2 s while the user types, the
-//! server's own push window) and the set of others typing, each of whom expires 5 s after their last
-//! push, or at once when their message arrives. Does not own: the request (sent through the chat) or
+//! server's own push window, with one trailing request for keystrokes inside the window) and the set of
+//! others typing, each of whom expires 5 s after their last push, or at once when their message arrives. Does not own: the request (sent through the chat) or
 //! which pushes belong to this chat (client.ts routes them).
 
 /** The server pushes one member's typing at most once per this window; sending more often is wasted. */
 export const TYPING_SEND_INTERVAL_MS = 2_000;
+
+/**
+ * Keystrokes inside the window are announced by one request at its end, plus this margin: the server
+ * measures its 2 s between arrivals, and a request that overtook the previous one's latency by a few
+ * milliseconds would be answered ok and not pushed. Without a trailing request, a short burst of typing
+ * soon after the last request (say, the next message right after sending one) would never show.
+ */
+const TRAILING_MARGIN_MS = 250;
 
 /**
  * How long someone counts as typing after their last push. The protocol says clients show typing for
@@ -30,6 +38,8 @@ export interface TypingHost {
 export class Typing {
   /** When the last `typing` request went out (ms), or null for never. */
   private sentAt: number | null = null;
+  /** Cancels the trailing request, when one is scheduled. */
+  private cancelTrailing: (() => void) | null = null;
   /** Others typing, with the timer that expires each. */
   private readonly typists = new Map<string, () => void>();
 
@@ -41,17 +51,32 @@ export class Typing {
   }
 
   /**
-   * This user typed: sends `typing` unless one went out less than 2 s ago. Nothing is sent offline (a
-   * request parked until a reconnect would announce typing that is long over). Returns whether a
-   * request went out. Errors (a muted member's `forbidden`, a dropped link) are ignored: typing is a hint.
+   * This user typed: sends `typing` unless one went out less than 2 s ago, in which case one goes out
+   * when those 2 s are over. Nothing is sent offline (a request parked until a reconnect would announce
+   * typing that is long over). Returns whether a request went out now. Errors (a muted member's
+   * `forbidden`, a dropped link) are ignored: typing is a hint.
    */
   typed(): boolean {
-    const now = Date.now();
     if (!this.host.connected) return false;
-    if (this.sentAt !== null && now - this.sentAt < TYPING_SEND_INTERVAL_MS) return false;
-    this.sentAt = now;
-    this.host.sendTyping().catch(() => {});
-    return true;
+    const now = Date.now();
+    if (this.sentAt === null || now - this.sentAt >= TYPING_SEND_INTERVAL_MS) {
+      this.stopTrailing();
+      this.send(now);
+      return true;
+    }
+    if (this.cancelTrailing === null) {
+      this.cancelTrailing = this.host.schedule(() => {
+        this.cancelTrailing = null;
+        if (this.host.connected) this.send(Date.now());
+      }, this.sentAt + TYPING_SEND_INTERVAL_MS + TRAILING_MARGIN_MS - now);
+    }
+    return false;
+  }
+
+  /** This user sent their message (or left): a trailing `typing` would announce typing that is over. */
+  stopTrailing(): void {
+    this.cancelTrailing?.();
+    this.cancelTrailing = null;
   }
 
   /** A `typing` push: `user` typed; (re)starts their expiry. */
@@ -72,6 +97,11 @@ export class Typing {
     cancel();
     this.typists.delete(user);
     this.host.changed(this.users);
+  }
+
+  private send(now: number): void {
+    this.sentAt = now;
+    this.host.sendTyping().catch(() => {});
   }
 
   /** Forgets everyone (the link dropped or the watch ended: nobody's pushes will come). */

@@ -37,6 +37,38 @@ describe('typing', () => {
     expect(sentAt).toEqual([0, 2000, 4000]);
     expect(aliceConn.sent('typing')).toHaveLength(3);
     expect(aliceConn.sent('typing')[0]).toMatchObject({ chat: 'general' });
+    // The keystrokes after 4 s are announced once, when the window is over (4 s + 2 s + 250 ms).
+    await tick(1649); // the loop ended at 4.6 s
+    expect(aliceConn.sent('typing')).toHaveLength(3);
+    await tick(1);
+    expect(aliceConn.sent('typing')).toHaveLength(4);
+    await tick(10_000);
+    expect(aliceConn.sent('typing')).toHaveLength(4);
+    alice.close();
+    bob.close();
+  });
+
+  it('announces a short burst of typing right after the last request, unless the message is sent first', async () => {
+    const { alice, bob, achat, bchat, aliceConn } = await pair();
+    achat.notifyTyping();
+    await tick();
+    await achat.send({ text: 'first' });
+    await tick();
+    expect(bchat.typingUsers).toEqual([]); // her message ended her typing
+    // She starts the next message at once: inside the window, so nothing goes out yet...
+    await tick(300);
+    expect(achat.notifyTyping()).toBe(false);
+    expect(achat.notifyTyping()).toBe(false);
+    await tick(1950);
+    // ...and then one request, which the server pushes: bob sees her typing again.
+    expect(aliceConn.sent('typing')).toHaveLength(2);
+    expect(bchat.typingUsers).toEqual(['alice']);
+    // A burst cut short by the send: no trailing request after the message.
+    await tick(100);
+    expect(achat.notifyTyping()).toBe(false);
+    await achat.send({ text: 'second' });
+    await tick(5000);
+    expect(aliceConn.sent('typing')).toHaveLength(2);
     alice.close();
     bob.close();
   });
