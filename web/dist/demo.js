@@ -1866,7 +1866,7 @@ var REACTIONS = [
   }
   /** The text of a message as it is now: edited, or gone. */
   drawBody(m, message) {
-    m.el.querySelector("form.edit-form")?.remove(), m.textEl.hidden = !1, message.deleted ? (m.el.dataset.deleted = "true", m.textEl.textContent = "message deleted", m.ownEl?.remove(), m.ownEl = null) : m.textEl.textContent = messageText(message.body), message.edited !== void 0 && !message.deleted && (m.el.dataset.edited = String(message.edited), m.textEl.title = `edited (#${message.edited})`, m.textEl.dataset.mark = "edited");
+    m.el.querySelector("form.edit-form")?.remove(), m.textEl.hidden = !1, message.deleted ? (m.el.dataset.deleted = "true", m.textEl.textContent = "message deleted", m.ownEl?.remove(), m.ownEl = null) : m.textEl.textContent = messageText(message.body), message.edited !== void 0 && !message.deleted ? (m.el.dataset.edited = String(message.edited), m.textEl.title = `edited (#${message.edited})`, m.textEl.dataset.mark = "edited") : (m.textEl.removeAttribute("title"), delete m.textEl.dataset.mark);
   }
   /** Swaps a message's text for a one-line form; Enter saves through the SDK, Escape gives up. */
   startEdit(m) {

@@ -274,6 +274,10 @@ export class ChatView {
       m.el.dataset.edited = String(message.edited);
       m.textEl.title = `edited (#${message.edited})`;
       m.textEl.dataset.mark = 'edited';
+    } else {
+      // A deleted message was perhaps edited first; nothing of that is left to mark.
+      m.textEl.removeAttribute('title');
+      delete m.textEl.dataset.mark;
     }
   }
 

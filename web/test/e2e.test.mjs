@@ -416,6 +416,7 @@ describe('demo page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
     for (const who of [alice, bob]) {
       await until(UI_TIMEOUT_MS, `${who.name} sees the delete`, async () => (await row(who).getAttribute('data-deleted')) === 'true');
       assert.equal(await row(who).locator('.text').textContent(), 'message deleted');
+      assert.equal(await row(who).locator('.text').getAttribute('data-mark'), null, 'a deleted message is not marked edited');
     }
     assert.equal(await row(alice).locator('button.edit').count(), 0, 'a deleted message cannot be edited');
 
