@@ -63,7 +63,7 @@ step "the core server's integration tests again, on two PostgreSQL shards"
 pg_dir=$(mktemp -d)/pg
 pg_dirs+=("$pg_dir")
 pg_url=$(scripts/pg.sh start "$pg_dir" "$(free_port)")
-HERALD_TEST_STORE=postgres HERALD_TEST_PG_URL=$pg_url cargo test -q -p herald --test protocol --test auth --test http_api --test lifecycle
+HERALD_TEST_STORE=postgres HERALD_TEST_PG_URL=$pg_url cargo test -q -p herald --test protocol --test auth --test http_api --test lifecycle --test admin
 
 step "the HTTP API against its own OpenAPI document (Schemathesis: no 5xx, every answer as documented)"
 port=$(free_port)
@@ -98,5 +98,8 @@ fi
 
 step "demo page: bundle up to date, and two browsers chatting in Chromium"
 (cd web && npm install --no-audit --no-fund --loglevel=error && npm run -s check-dist && HERALD_BIN=$herald npm test)
+
+step "the SDK as a package: npm pack, installed from the tarball into a fresh project, chatting from Node and from a browser bundle"
+(cd sdk/ts && HERALD_BIN=$herald npm run -s test:pack)
 
 step "all tests passed"

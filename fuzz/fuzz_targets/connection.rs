@@ -105,7 +105,8 @@ enum Arg {
     Token(&'static str, &'static str),
 }
 
-const OPS: [&str; 10] = ["hello", "join", "leave", "watch", "unwatch", "send", "react", "read", "fetch", "ping"];
+const OPS: [&str; 12] =
+    ["hello", "join", "leave", "watch", "unwatch", "send", "react", "read", "fetch", "ping", "typing", "presence"];
 
 impl Script {
     /// The readable form (an input starting with `#`): one frame per line,
@@ -712,6 +713,20 @@ impl Model {
                     last = s;
                 }
                 m.known = m.known.max(seq);
+            }
+            Op::Typing { chat } => {
+                ctx.ensure(self.joined.contains(chat), "typing ok for a chat this user is not a member of");
+                ctx.ensure(v.as_object().is_some_and(Map::is_empty), "typing ok is not {}");
+            }
+            Op::Presence { chat } => {
+                ctx.ensure(self.joined.contains(chat), "presence ok for a chat this user is not a member of");
+                let count = v.get("count").and_then(Value::as_u64).unwrap_or_else(|| ctx.fail("presence without count"));
+                let users =
+                    v.get("users").and_then(Value::as_array).unwrap_or_else(|| ctx.fail("presence without users"));
+                ctx.ensure(users.len() as u64 <= count && users.len() <= 100, "presence lists too many users");
+                let names: Vec<&str> = users.iter().filter_map(Value::as_str).collect();
+                ctx.ensure(names.len() == users.len(), "presence users are not strings");
+                ctx.ensure(names.windows(2).all(|w| w[0] < w[1]), "presence users not sorted");
             }
         }
     }

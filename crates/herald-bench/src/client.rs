@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use futures_util::{SinkExt, StreamExt};
 use herald_protocol::EventType;
 use herald_protocol::frame::ErrorBody;
-use herald_protocol::reply::{FetchOk, HelloOk, JoinOk, SeqOk, WatchOk};
+use herald_protocol::reply::{EmptyOk, FetchOk, HelloOk, JoinOk, PresenceOk, SeqOk, WatchOk};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -70,6 +70,8 @@ pub enum Stage {
     Watch,
     Send,
     Fetch,
+    Unwatch,
+    Presence,
     /// The step did not finish in its time.
     Timeout,
 }
@@ -84,6 +86,8 @@ impl Stage {
             Stage::Watch => "watch",
             Stage::Send => "send",
             Stage::Fetch => "fetch",
+            Stage::Unwatch => "unwatch",
+            Stage::Presence => "presence",
             Stage::Timeout => "timeout",
         }
     }
@@ -257,6 +261,19 @@ impl Client {
         self.request(Req { op: "watch", chat: Some(chat), ..Req::default() }).await.map_err(at(Stage::Watch))
     }
 
+    /// `unwatch` `chat`.
+    pub async fn unwatch(&mut self, chat: &str) -> Result<(), Failure> {
+        self.request::<EmptyOk>(Req { op: "unwatch", chat: Some(chat), ..Req::default() })
+            .await
+            .map(drop)
+            .map_err(at(Stage::Unwatch))
+    }
+
+    /// `presence` of `chat`; a watch of it gets presence pushes from then on.
+    pub async fn presence(&mut self, chat: &str) -> Result<PresenceOk, Failure> {
+        self.request(Req { op: "presence", chat: Some(chat), ..Req::default() }).await.map_err(at(Stage::Presence))
+    }
+
     /// `send` `body` to `chat`; the reply means the message is durable.
     pub async fn send(&mut self, chat: &str, body: &RawValue) -> Result<SeqOk, Failure> {
         self.request(Req { op: "send", chat: Some(chat), body: Some(body), ..Req::default() })
@@ -330,6 +347,29 @@ impl Client {
                 _ = stop.wait_for(|s| *s) => return Held::Stopped,
                 frame = self.next_frame() => match frame {
                     Ok(_) | Err(ClientError::BadFrame(_)) => {}
+                    Err(_) => return Held::Dropped,
+                },
+            }
+        }
+    }
+
+    /// Like [`Client::drain_until`], counting the pushes whose `ev` is `ev` into `seen`.
+    pub async fn count_pushes_until(
+        &mut self,
+        stop: &mut watch::Receiver<bool>,
+        ev: &str,
+        seen: &std::sync::atomic::AtomicU64,
+    ) -> Held {
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return Held::Stopped,
+                frame = self.next_frame() => match frame {
+                    Ok(f) => {
+                        if f.ev.as_deref() == Some(ev) {
+                            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    Err(ClientError::BadFrame(_)) => {}
                     Err(_) => return Held::Dropped,
                 },
             }

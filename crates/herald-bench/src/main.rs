@@ -5,6 +5,8 @@
 //! closed-loop join flood in `joins`), `joinflood` (joins into one chat at a
 //! rising rate, with a `quiet` chat beside), `fanout` (one chat, many
 //! watchers, a rising rate), `churn` (short-lived connections at a set rate),
+//! `presence` (presence changes in a chat of 100 or thousands of present
+//! users: pushes and server CPU per change),
 //! `compare` (herald beside its peers, `peer` and `pclient`) and `smoke`
 //! (everything tiny, for the test suite). Shared pieces: `client` (one herald
 //! WebSocket client), `conn` (a client of herald or a peer), `target` (the
@@ -27,6 +29,7 @@ mod latency;
 mod machine;
 mod pclient;
 mod peer;
+mod presence;
 mod quiet;
 mod report;
 mod sends;
@@ -65,6 +68,8 @@ pub(crate) enum Command {
     Joinflood(joinflood::JoinfloodArgs),
     /// Short-lived connections at a set rate (connect, hello, join+watch, hold, close); broker subscription ops vs churn.
     Churn(churn::ChurnArgs),
+    /// Presence changes in a chat of P present users (watch/unwatch churn): pushes and server CPU per change.
+    Presence(presence::PresenceArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
@@ -89,6 +94,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Fanout(args) => fanout::run(args).await,
         Command::Churn(args) => churn::run(args).await,
         Command::Joinflood(args) => joinflood::run(args).await,
+        Command::Presence(args) => presence::run(args).await,
         Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Worker(_) => anyhow::bail!("a worker runs on its own"),

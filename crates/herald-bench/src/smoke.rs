@@ -3,7 +3,8 @@
 //! watchers, two short steps; then again with hot-chat coalescing on and the
 //! watchers fetching what each `notify` tells them of), churn (400
 //! short-lived connections) and
-//! joinflood (two short steps: 100 joins at 200/s, 200 at 400/s, a quiet chat beside). Fails (non-zero exit) when a scenario errs or
+//! joinflood (two short steps: 100 joins at 200/s, 200 at 400/s, a quiet chat beside) and
+//! presence (30 present users, 5 of them churning, 100 changes). Fails (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
 
@@ -47,6 +48,7 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         ),
         ("churn".into(), words("churn --rate 200 --duration-s 2 --hold-ms 100 --chats 10")),
         ("joinflood".into(), words("joinflood --start 200 --steps 2 --step-s 0.5 --quiet-rate 20")),
+        ("presence".into(), words("presence --present 30 --churners 5 --changes 100 --settle-ms 300")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
@@ -114,6 +116,8 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
         "sends" => yes("all_delivered") && num("acked") == num("sent"),
         "joins" => yes("members_match"),
         "churn" => num("completed") == num("planned"),
+        // Every change counted and pushed to the 25 watchers (fewer than 100 present: one push per watcher).
+        "presence" => num("changes") >= 100.0 && num("pushes_per_change") >= 25.0 && num("dropped") == 0.0,
         // Every join offered acked and counted as a member; the ladder's rate verdict is not checked
         // (a loaded machine may fall behind a step's rate without anything being wrong).
         "joinflood" => {

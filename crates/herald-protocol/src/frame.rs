@@ -102,6 +102,45 @@ pub fn reconnect_push(after_ms: u64, reason: &str) -> String {
     serde_json::to_string(&ReconnectPush { ev: "reconnect", after_ms, reason }).expect("pushes serialize")
 }
 
+#[derive(Serialize)]
+struct TypingPush<'a> {
+    ev: &'static str,
+    chat: &'a str,
+    user: &'a str,
+}
+
+/// `{"ev": "typing", "chat": chat, "user": user}`: `user` is typing in `chat`.
+pub fn typing_push(chat: &str, user: &str) -> String {
+    serde_json::to_string(&TypingPush { ev: "typing", chat, user }).expect("pushes serialize")
+}
+
+#[derive(Serialize)]
+struct PresenceUserPush<'a> {
+    ev: &'static str,
+    chat: &'a str,
+    user: &'a str,
+    present: bool,
+}
+
+/// `{"ev": "presence", "chat": chat, "user": user, "present": present}`:
+/// `user` became present in `chat`, or stopped being present.
+pub fn presence_user_push(chat: &str, user: &str, present: bool) -> String {
+    serde_json::to_string(&PresenceUserPush { ev: "presence", chat, user, present }).expect("pushes serialize")
+}
+
+#[derive(Serialize)]
+struct PresenceCountPush<'a> {
+    ev: &'static str,
+    chat: &'a str,
+    count: u64,
+}
+
+/// `{"ev": "presence", "chat": chat, "count": count}`: how many users are
+/// present, for chats with more than 100 of them.
+pub fn presence_count_push(chat: &str, count: u64) -> String {
+    serde_json::to_string(&PresenceCountPush { ev: "presence", chat, count }).expect("pushes serialize")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +175,15 @@ mod tests {
         assert_eq!(ok_reply(7, &serde_json::json!({})), r#"{"id":7,"ok":{}}"#);
         assert_eq!(notify_push("g", 57), r#"{"ev":"notify","chat":"g","seq":57}"#);
         assert_eq!(reconnect_push(2300, "drain"), r#"{"ev":"reconnect","after_ms":2300,"reason":"drain"}"#);
+    }
+
+    #[test]
+    fn live_pushes() {
+        assert_eq!(typing_push("general", "alice"), r#"{"ev":"typing","chat":"general","user":"alice"}"#);
+        assert_eq!(
+            presence_user_push("general", "bob", true),
+            r#"{"ev":"presence","chat":"general","user":"bob","present":true}"#
+        );
+        assert_eq!(presence_count_push("general", 5312), r#"{"ev":"presence","chat":"general","count":5312}"#);
     }
 }

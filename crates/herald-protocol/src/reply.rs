@@ -58,3 +58,16 @@ pub struct ChatView {
     pub members: u64,
     pub open: bool,
 }
+
+/// The most users a presence answer lists; `count` says how many there are.
+pub const PRESENCE_USERS_MAX: usize = 100;
+
+/// `presence`'s answer, also `GET .../presence`: who is present in a chat.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PresenceOk {
+    /// Users with at least one connection watching the chat, on any node.
+    pub count: u64,
+    /// At most 100 of them, sorted.
+    pub users: Vec<String>,
+}

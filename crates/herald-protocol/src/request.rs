@@ -33,6 +33,9 @@ pub enum Op {
     Read { chat: String, seq: u64 },
     Fetch { chat: String, after: u64, limit: Option<u32> },
     Ping,
+    // v1.1 live ops: typing and presence.
+    Typing { chat: String },
+    Presence { chat: String },
 }
 
 impl Op {
@@ -49,6 +52,8 @@ impl Op {
             Op::Read { .. } => "read",
             Op::Fetch { .. } => "fetch",
             Op::Ping => "ping",
+            Op::Typing { .. } => "typing",
+            Op::Presence { .. } => "presence",
         }
     }
 
@@ -64,6 +69,7 @@ impl Op {
             | Op::React { chat, .. }
             | Op::Read { chat, .. }
             | Op::Fetch { chat, .. } => Some(chat),
+            Op::Typing { chat } | Op::Presence { chat } => Some(chat),
         }
     }
 }
@@ -174,6 +180,8 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
             Op::Fetch { chat, after, limit: wire.limit }
         }
         "ping" => Op::Ping,
+        "typing" => Op::Typing { chat: chat()? },
+        "presence" => Op::Presence { chat: chat()? },
         other => {
             let shown: String = other.chars().take(32).collect();
             return Err(bad(None, format!("unknown op \"{shown}\"")));
@@ -194,6 +202,8 @@ fn op_static_name(op: &str) -> Option<&'static str> {
         "read" => "read",
         "fetch" => "fetch",
         "ping" => "ping",
+        "typing" => "typing",
+        "presence" => "presence",
         _ => return None,
     })
 }
@@ -241,6 +251,24 @@ mod tests {
         assert!(matches!(
             parse_frame(r#"{"id":3,"op":"watch","chat":"g"}"#).unwrap().op,
             Op::Watch { after: None, .. }
+        ));
+    }
+
+    #[test]
+    fn parses_the_live_ops() {
+        assert!(
+            matches!(parse_frame(r#"{"id":1,"op":"typing","chat":"g"}"#).unwrap().op, Op::Typing { chat } if chat == "g")
+        );
+        assert!(
+            matches!(parse_frame(r#"{"id":2,"op":"presence","chat":"g"}"#).unwrap().op, Op::Presence { chat } if chat == "g")
+        );
+        assert!(matches!(
+            parse_frame(r#"{"id":3,"op":"typing"}"#),
+            Err(BadFrame::BadRequest { id: 3, op: Some("typing"), .. })
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":4,"op":"presence","chat":"no spaces"}"#),
+            Err(BadFrame::BadRequest { id: 4, op: Some("presence"), .. })
         ));
     }
 

@@ -6,6 +6,8 @@
 //! task of its own: a caller that goes away mid-request cannot leave a stored
 //! event unannounced.
 
+mod live;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -74,6 +76,11 @@ impl Chats {
 
     pub fn broker(&self) -> &Arc<dyn Broker> {
         &self.broker
+    }
+
+    /// Chats that connections of this node watch now.
+    pub fn watched_chats(&self) -> usize {
+        self.hub.chats()
     }
 
     /// Applies `write` and publishes its event, on a task that finishes even if the caller goes away.

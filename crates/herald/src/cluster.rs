@@ -54,6 +54,9 @@ pub struct Node {
 pub struct Cluster {
     /// Every node incarnation heard of: name to start time.
     incarnations: Mutex<HashMap<String, u64>>,
+    /// When each node name was last heard of, with the incarnation heard,
+    /// leaving nodes included (their watchers are still there while they drain).
+    heard_at: Mutex<HashMap<String, (u64, Instant)>>,
     /// Bumped with the name of each node that joins, for rebalancing.
     joined: tokio::sync::watch::Sender<Option<String>>,
     me: Mutex<Announce>,
@@ -66,6 +69,7 @@ impl Cluster {
     pub fn single(node: &str, url: &str) -> Arc<Cluster> {
         Arc::new(Cluster {
             incarnations: Mutex::new(HashMap::new()),
+            heard_at: Mutex::new(HashMap::new()),
             joined: tokio::sync::watch::Sender::new(None),
             me: Mutex::new(me(node, url)),
             peers: Mutex::new(HashMap::new()),
@@ -84,6 +88,7 @@ impl Cluster {
         let subject = format!("herald.{cell}.nodes");
         let cluster = Arc::new(Cluster {
             incarnations: Mutex::new(HashMap::new()),
+            heard_at: Mutex::new(HashMap::new()),
             joined: tokio::sync::watch::Sender::new(None),
             me: Mutex::new(me(node, url)),
             peers: Mutex::new(HashMap::new()),
@@ -138,6 +143,7 @@ impl Cluster {
         if a.node == self.me.lock().expect("me lock").node {
             return;
         }
+        self.heard_at.lock().expect("heard_at lock").insert(a.node.clone(), (a.started_ms, Instant::now()));
         if a.leaving {
             if peers.remove(&a.node).is_some() {
                 tracing::info!(node = %a.node, "node is leaving the cell");
@@ -171,9 +177,30 @@ impl Cluster {
         self.joined.subscribe()
     }
 
+    /// This node's incarnation, `name@started_ms`: a restarted node is another one.
+    pub fn incarnation(&self) -> String {
+        let me = self.me.lock().expect("me lock");
+        format!("{}@{}", me.node, me.started_ms)
+    }
+
+    /// Whether incarnation `inc` (as [`Cluster::incarnation`] writes it) was
+    /// heard of within the last [`NODE_TTL`]; a restart of it ends it.
+    pub fn live(&self, inc: &str) -> bool {
+        let Some((name, started)) = inc.rsplit_once('@') else { return false };
+        let heard = self.heard_at.lock().expect("heard_at lock");
+        heard.get(name).is_some_and(|(s, at)| s.to_string() == started && at.elapsed() < NODE_TTL)
+    }
+
     /// This node's name.
     pub fn name(&self) -> String {
         self.me.lock().expect("me lock").node.clone()
+    }
+
+    /// This node as it announces itself (its name and URL), leaving or not.
+    /// `load` is what it last announced: 0 on a node without a cell.
+    pub fn this_node(&self) -> Node {
+        let me = self.me.lock().expect("me lock");
+        Node { name: me.node.clone(), url: me.url.clone(), load: me.load }
     }
 
     /// Live nodes, this one included unless it is leaving, sorted by name.
@@ -312,6 +339,11 @@ impl Cells {
             "--cells must include this node's --cell {me}"
         );
         Ok(Cells { me: me.to_string(), all })
+    }
+
+    /// This node's cell.
+    pub fn name(&self) -> &str {
+        &self.me
     }
 
     /// The cell workspace `ws` belongs to.

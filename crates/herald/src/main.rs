@@ -71,6 +71,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             println!("  HERALD_JWT_SECRET={}", config.tokens.secret.as_deref().unwrap_or_default());
             println!("  HERALD_API_KEY={}", config.api_key);
             println!("  demo page: http://{addr}/   dev tokens: POST http://{addr}/v1/dev/token (loopback only)");
+            println!("  admin page: http://{addr}/admin (sign in with the HERALD_API_KEY above)");
         }
         println!("herald listening on {addr}");
         herald::run(listener, config, shutdown_signal()).await

@@ -48,6 +48,18 @@ pub fn spawn_upkeep() {
     });
 }
 
+/// The sum of metric `name`'s samples over all its label sets in `rendered`
+/// (the Prometheus text [`handle`] renders); 0 when it has none yet. For
+/// counters and gauges: a histogram's samples are its `_bucket`, `_sum` and
+/// `_count` lines, which are other names.
+pub fn sum(rendered: &str, name: &str) -> f64 {
+    rendered
+        .lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{')))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_gauge!("herald_connections", "Open WebSocket connections");
@@ -78,4 +90,21 @@ fn describe() {
     describe_counter!("herald_broker_subscribes_total", "Broker subscriptions made (first local watcher of a chat)");
     describe_counter!("herald_broker_unsubscribes_total", "Broker subscriptions ended");
     describe_gauge!("herald_broker_subjects", "Live broker subscriptions");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_sum_adds_every_label_set_of_one_name_only() {
+        let text = "# HELP herald_pushes_total Event frames\n\
+                    # TYPE herald_pushes_total counter\n\
+                    herald_pushes_total 7\n\
+                    herald_requests_total{op=\"send\",outcome=\"ok\"} 5\n\
+                    herald_requests_total{op=\"hello\",outcome=\"ok\"} 2\n\
+                    herald_requests_totally 100\n\
+                    herald_request_seconds_count{op=\"send\"} 5\n";
+        assert_eq!(super::sum(text, "herald_requests_total"), 7.0);
+        assert_eq!(super::sum(text, "herald_pushes_total"), 7.0);
+        assert_eq!(super::sum(text, "herald_broker_subjects"), 0.0);
+    }
 }

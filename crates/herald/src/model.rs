@@ -68,3 +68,44 @@ impl Published {
         })
     }
 }
+
+/// Something a node says to the other nodes on a chat's subject that is not
+/// an event: never stored, never sequenced. The broker keeps signals apart
+/// from events (a NATS header), so the hub's seq and gap logic never sees one.
+///
+/// Presence travels as each node's local set of present users: a change is a
+/// `Delta` numbered per (node incarnation, chat entry); a receiver that sees
+/// a number missing asks that node for its whole set (`Ask` with `of`), and a
+/// `Beat` after a burst of changes tells receivers the latest number, so a
+/// lost last change is noticed too.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Signal {
+    /// `user` is typing (already throttled by the typist's node).
+    Typing { user: String },
+    /// One change of the sender's local set: its `n`th for this chat since the
+    /// sender's entry `epoch` began (1 is the first, from an empty set).
+    Delta { from: String, epoch: u64, n: u64, user: String, present: bool },
+    /// The sender's latest delta number.
+    Beat { from: String, epoch: u64, n: u64 },
+    /// Send your local set: every node (`of` absent) or only that incarnation.
+    Ask {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        of: Option<String>,
+    },
+    /// The sender's whole local set as of delta `n`, in `parts` parts (0-based `part`).
+    State { from: String, epoch: u64, n: u64, part: u32, parts: u32, users: Vec<String> },
+}
+
+impl Signal {
+    /// The metrics label of this kind.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Signal::Typing { .. } => "typing",
+            Signal::Delta { .. } => "delta",
+            Signal::Beat { .. } => "beat",
+            Signal::Ask { .. } => "ask",
+            Signal::State { .. } => "state",
+        }
+    }
+}

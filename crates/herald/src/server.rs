@@ -155,7 +155,14 @@ pub async fn run(
     let cluster = match &nats {
         Some(n) => {
             let gw = gateway.clone();
-            Cluster::join(n.client(), &config.cell, &config.node, &public_url, move || gw.connections() as u64)
+            let cluster =
+                Cluster::join(n.client(), &config.cell, &config.node, &public_url, move || gw.connections() as u64);
+            let peers = Arc::downgrade(&cluster);
+            chats.hub().set_cell(
+                cluster.incarnation(),
+                Arc::new(move |inc: &str| peers.upgrade().is_some_and(|c| c.live(inc))),
+            );
+            cluster
         }
         None => Cluster::single(&config.node, &public_url),
     };

@@ -436,3 +436,170 @@ async fn nginx_keeps_a_workspace_on_one_node_and_spreads_workspaces() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The next push of kind `ev` within `wait`, passing over others (events of joins and the like).
+async fn push_of(c: &mut Client, ev: &str, wait: Duration) -> Option<Value> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let p = c.push_within(deadline.saturating_duration_since(Instant::now())).await?;
+        if p["ev"] == ev {
+            return Some(p);
+        }
+    }
+}
+
+/// Polls `node`'s presence route until `count` users are present; how long it took.
+async fn presence_count_within(node: &TestServer, chat: &str, count: u64, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (status, body) = node.http("GET", &format!("/v1/workspaces/w/chats/{chat}/presence"), None).await;
+        assert_eq!(status, 200, "{body}");
+        if body["count"] == count {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < within, "{} still says {body}, not {count}", node.addr);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
+async fn presence_and_typing_reach_the_other_nodes() {
+    let cell = Cell::start(3).await;
+    let mut alice = cell.nodes[0].client("w", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    alice.ok(json!({"op": "watch", "chat": "g"})).await;
+    assert_eq!(alice.ok(json!({"op": "presence", "chat": "g"})).await["count"], 1);
+
+    let mut bob = cell.nodes[1].client("w", "bob").await;
+    bob.ok(json!({"op": "join", "chat": "g"})).await;
+    bob.ok(json!({"op": "watch", "chat": "g"})).await;
+    let seen = push_of(&mut alice, "presence", Duration::from_secs(2)).await;
+    assert_eq!(seen, Some(json!({"ev": "presence", "chat": "g", "user": "bob", "present": true})), "within 2 s");
+    // bob's node learnt alice's presence when it started watching.
+    let mut both = json!({"count": 2, "users": ["alice", "bob"]});
+    assert_eq!(bob.ok(json!({"op": "presence", "chat": "g"})).await, both);
+    // Every node agrees, node-2 (no watcher of the chat) by asking the others.
+    for node in &cell.nodes {
+        presence_count_within(node, "g", 2, Duration::from_secs(2)).await;
+    }
+    assert_eq!(cell.nodes[2].http("GET", "/v1/workspaces/w/chats/g/presence", None).await.1, both);
+
+    // Typing crosses nodes both ways, and never comes back to the typist.
+    bob.ok(json!({"op": "typing", "chat": "g"})).await;
+    let typing = push_of(&mut alice, "typing", Duration::from_secs(2)).await;
+    assert_eq!(typing, Some(json!({"ev": "typing", "chat": "g", "user": "bob"})));
+    alice.ok(json!({"op": "typing", "chat": "g"})).await;
+    assert_eq!(push_of(&mut bob, "typing", Duration::from_secs(2)).await.unwrap()["user"], "alice");
+    assert_eq!(push_of(&mut bob, "typing", Duration::from_millis(300)).await, None, "bob's own typing is not his");
+
+    // bob on a second node: still present when he stops watching on the first.
+    let mut bob_too = cell.nodes[2].client("w", "bob").await;
+    bob_too.ok(json!({"op": "watch", "chat": "g"})).await;
+    bob.ok(json!({"op": "unwatch", "chat": "g"})).await;
+    assert_eq!(push_of(&mut alice, "presence", Duration::from_millis(1500)).await, None, "bob watches on node-2");
+    drop(bob_too);
+    let gone = push_of(&mut alice, "presence", Duration::from_secs(2)).await;
+    assert_eq!(gone, Some(json!({"ev": "presence", "chat": "g", "user": "bob", "present": false})));
+    both = json!({"count": 1, "users": ["alice"]});
+    for node in &cell.nodes {
+        presence_count_within(node, "g", 1, Duration::from_secs(2)).await;
+    }
+    assert_eq!(cell.nodes[1].http("GET", "/v1/workspaces/w/chats/g/presence", None).await.1, both);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
+async fn the_users_of_a_killed_node_stop_being_present_within_10_s() {
+    let cell = Cell::start(2).await;
+    let data = data_dir();
+    let env = [("HERALD_BROKER", cell.nats.urls().join(",")), ("HERALD_NODE", "victim".to_string())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut victim = BinServer::start(data.path(), &cell.stores, &env);
+    victim.wait_ready().await;
+
+    let mut alice = cell.nodes[0].client("w", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    alice.ok(json!({"op": "watch", "chat": "g"})).await;
+    alice.ok(json!({"op": "presence", "chat": "g"})).await;
+    let mut on_victim = Vec::new();
+    for user in ["carol", "dave"] {
+        let token = cell.nodes[0].token("w", user).await;
+        let mut c = Client::connect(&format!("ws://{}/v1/ws?ws=w", victim.addr)).await;
+        c.ok(json!({"op": "hello", "token": token})).await;
+        c.ok(json!({"op": "join", "chat": "g"})).await;
+        c.ok(json!({"op": "watch", "chat": "g"})).await;
+        on_victim.push(c);
+    }
+    for node in &cell.nodes {
+        presence_count_within(node, "g", 3, Duration::from_secs(2)).await;
+    }
+    for _ in 0..2 {
+        assert_eq!(push_of(&mut alice, "presence", Duration::from_secs(2)).await.unwrap()["present"], true);
+    }
+
+    victim.kill9();
+    let killed = Instant::now();
+    let mut gone = Vec::new();
+    while gone.len() < 2 {
+        let left = Duration::from_secs(10).saturating_sub(killed.elapsed());
+        let p = push_of(&mut alice, "presence", left).await.expect("the victim's users stop being present within 10 s");
+        assert_eq!(p["present"], false, "{p}");
+        gone.push(p["user"].as_str().unwrap().to_string());
+    }
+    gone.sort();
+    assert_eq!(gone, ["carol", "dave"]);
+    let took = killed.elapsed();
+    for node in &cell.nodes {
+        presence_count_within(node, "g", 1, Duration::from_secs(10).saturating_sub(killed.elapsed())).await;
+    }
+    eprintln!("a killed node's users stopped being present after {took:?}");
+}
+
+/// The admin page's view of a cell: every node with its connections (the
+/// others' as they announce them), each shard's breaker, and a node that
+/// drains shown as draining by itself and gone from the others' lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server and PostgreSQL (Debian packages); scripts/test.sh runs it"]
+async fn admin_status_shows_every_node_of_the_cell_with_its_connections() {
+    let cell = Cell::start(2).await;
+    let (a, b) = (&cell.nodes[0], &cell.nodes[1]);
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        clients.push(b.client("w", &format!("u{i}")).await);
+    }
+    let deadline = Instant::now() + WAIT;
+    let seen = loop {
+        let (st, v) = a.http("GET", "/v1/admin/status", None).await;
+        assert_eq!(st, 200, "{v}");
+        if v["nodes"].as_array().is_some_and(|n| n.len() == 2) && v["nodes"][1]["connections"] == 3 {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "node-0 never saw node-1's 3 connections: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(seen["node"], "node-0");
+    assert_eq!(seen["connections"], 0);
+    assert_eq!(seen["nodes"][0]["node"], "node-0");
+    assert_eq!((seen["nodes"][0]["this"].clone(), seen["nodes"][1]["this"].clone()), (json!(true), json!(false)));
+    assert_eq!(seen["nodes"][1]["node"], "node-1");
+    assert_eq!(seen["nodes"][1]["url"], format!("ws://{}", b.addr));
+    let shards = seen["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 2, "{seen}");
+    assert!(shards.iter().all(|s| s["breaker"] == "closed"), "{seen}");
+
+    let (st, _) = b.http("POST", "/v1/admin/drain", Some(json!({"window_ms": 200}))).await;
+    assert_eq!(st, 200);
+    let (_, v) = b.http("GET", "/v1/admin/status", None).await;
+    assert_eq!(v["draining"], true);
+    assert_eq!(v["nodes"].as_array().map(Vec::len), Some(2), "a draining node still lists itself: {v}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, v) = a.http("GET", "/v1/admin/status", None).await;
+        if v["nodes"].as_array().map(Vec::len) == Some(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node-0 still lists the drained node-1: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -6,7 +6,7 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use herald_protocol::ids::is_valid_id;
-use herald_protocol::reply::{ChatView, FetchOk, SeqOk};
+use herald_protocol::reply::{ChatView, FetchOk, PresenceOk, SeqOk};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
@@ -184,4 +184,16 @@ pub(super) async fn get_events(
         return Err(bad("limit must be at least 1"));
     }
     Ok(axum::Json(s.chats.admin_fetch(key, q.after.unwrap_or(0), q.limit).await?))
+}
+
+/// Who is present in the chat: users with a connection watching it on any
+/// node of the cell. `users` lists at most 100 of them, sorted.
+#[utoipa::path(get, path = "/v1/workspaces/{ws}/chats/{chat}/presence", tag = "chats",
+    params(WsParam, ChatParam), responses((status = 200, body = PresenceOk), Refusals),
+    security(("api_key" = [])))]
+pub(super) async fn get_presence(State(s): State<AppState>, headers: HeaderMap, p: ChatPath) -> ApiResult<PresenceOk> {
+    authorize(&s, &headers)?;
+    let (ws, chat) = path(p)?;
+    let key = chat_key(&s, &ws, &chat)?;
+    Ok(axum::Json(s.chats.admin_presence(key).await?))
 }

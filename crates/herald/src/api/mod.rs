@@ -1,5 +1,6 @@
 //! The HTTP side: the server API (api key), tokens, `/v1/gateway`, health,
-//! metrics, and in development mode the demo page and dev tokens.
+//! metrics, the admin page and its routes (`admin`), and in development mode
+//! the demo page and dev tokens.
 //! [`router`] builds the whole app so tests can drive it without a socket.
 
 use std::net::SocketAddr;
@@ -43,6 +44,7 @@ pub struct AppState {
 const DEMO_PAGE: &str = include_str!("../../../../web/demo.html");
 const DEMO_JS: &str = include_str!("../../../../web/dist/demo.js");
 
+mod admin;
 mod chats;
 pub mod openapi;
 
@@ -52,10 +54,14 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
         .route("/v1/workspaces/{ws}/chats/{chat}", put(chats::put_chat).get(chats::get_chat))
         .route("/v1/workspaces/{ws}/chats/{chat}/members/{user}", put(chats::add_member).delete(chats::remove_member))
         .route("/v1/workspaces/{ws}/chats/{chat}/events", post(chats::post_event).get(chats::get_events))
+        .route("/v1/workspaces/{ws}/chats/{chat}/presence", get(chats::get_presence))
         .route("/v1/tokens", post(issue_token))
         .route("/v1/gateway", get(gateway_for))
-        .route("/v1/admin/drain", post(admin_drain))
-        .route("/v1/admin/nodes", get(admin_nodes))
+        .route("/v1/admin/status", get(admin::admin_status))
+        .route("/v1/admin/drain", post(admin::admin_drain))
+        .route("/v1/admin/nodes", get(admin::admin_nodes))
+        .route("/admin", get(admin::page))
+        .route("/admin.js", get(admin::script))
         .route("/healthz", get(healthz))
         .route("/v1/openapi.json", get(openapi::openapi_json))
         .route("/readyz", get(ready))
@@ -231,59 +237,6 @@ async fn gateway_for(
         }
     };
     Ok(axum::Json(GatewayOk { url: format!("{base}/v1/ws?ws={ws}"), node }))
-}
-
-/// `POST /v1/admin/drain`'s body (optional).
-#[derive(Deserialize, Default, utoipa::ToSchema)]
-struct DrainBody {
-    /// Spread the reconnects over this many ms instead of `--drain-window-ms`.
-    window_ms: Option<u64>,
-}
-
-/// What a drain started.
-#[derive(serde::Serialize, utoipa::ToSchema)]
-struct DrainOk {
-    /// Connections asked to reconnect.
-    draining: usize,
-    window_ms: u64,
-}
-
-/// Takes this node out of routing and moves its clients away, spread over
-/// the drain window; the node keeps running (new WebSockets get 503).
-#[utoipa::path(post, path = "/v1/admin/drain", tag = "admin", request_body(content = Option<DrainBody>),
-    responses((status = 200, body = DrainOk), openapi::Refusals), security(("api_key" = [])))]
-async fn admin_drain(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<DrainOk> {
-    authorize(&s, &headers)?;
-    let req: DrainBody = if body.is_empty() { DrainBody::default() } else { parse_json(&body)? };
-    let window = req.window_ms.map(std::time::Duration::from_millis).unwrap_or(s.drain_window);
-    let connections = s.gateway.connections();
-    s.cluster.leave().await;
-    s.gateway.drain(window, "drain");
-    Ok(axum::Json(DrainOk { draining: connections, window_ms: window.as_millis() as u64 }))
-}
-
-/// One node of the cell.
-#[derive(serde::Serialize, utoipa::ToSchema)]
-struct NodeView {
-    node: String,
-    url: String,
-    /// Its open connections, as it last announced them.
-    load: u64,
-}
-
-/// The cell's live nodes.
-#[derive(serde::Serialize, utoipa::ToSchema)]
-struct NodesOk {
-    nodes: Vec<NodeView>,
-}
-
-/// The live nodes of this cell as this node sees them.
-#[utoipa::path(get, path = "/v1/admin/nodes", tag = "admin",
-    responses((status = 200, body = NodesOk), openapi::Refusals), security(("api_key" = [])))]
-async fn admin_nodes(State(s): State<AppState>, headers: HeaderMap) -> ApiResult<NodesOk> {
-    authorize(&s, &headers)?;
-    let nodes = s.cluster.nodes().into_iter().map(|n| NodeView { node: n.name, url: n.url, load: n.load }).collect();
-    Ok(axum::Json(NodesOk { nodes }))
 }
 
 /// 200 while the process lives.

@@ -4,7 +4,7 @@
 //! it (docs/protocol.md describes it).
 
 use herald_protocol::frame::ErrorBody;
-use herald_protocol::reply::{ChatView, FetchOk, SeqOk};
+use herald_protocol::reply::{ChatView, FetchOk, PresenceOk, SeqOk};
 use herald_protocol::{ErrorCode, Event, EventType};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
@@ -100,19 +100,22 @@ impl Modify for ApiKey {
         super::chats::remove_member,
         super::chats::post_event,
         super::chats::get_events,
+        super::chats::get_presence,
         super::issue_token,
         super::gateway_for,
-        super::admin_drain,
-        super::admin_nodes,
+        super::admin::admin_status,
+        super::admin::admin_drain,
+        super::admin::admin_nodes,
         super::healthz,
         super::ready,
         super::metrics,
         openapi_json,
     ),
     components(schemas(
-        ChatView, SeqOk, FetchOk, Event, EventType, ErrorBody, ErrorCode, ErrorEnvelope, PutChatBody,
-        PostEventBody, PostedType, super::TokenBody, super::TokenOk, super::GatewayOk, super::DrainBody,
-        super::DrainOk, super::NodesOk, super::NodeView, super::Ready,
+        ChatView, SeqOk, FetchOk, PresenceOk, Event, EventType, ErrorBody, ErrorCode, ErrorEnvelope, PutChatBody,
+        PostEventBody, PostedType, super::TokenBody, super::TokenOk, super::GatewayOk, super::admin::DrainBody,
+        super::admin::DrainOk, super::admin::NodesOk, super::admin::NodeView, super::admin::AdminStatus,
+        super::admin::StatusNode, super::admin::StatusShard, super::Ready,
     )),
     modifiers(&ApiKey),
 )]
@@ -146,8 +149,10 @@ mod tests {
             ("/v1/workspaces/{ws}/chats/{chat}", &["put", "get"][..]),
             ("/v1/workspaces/{ws}/chats/{chat}/members/{user}", &["put", "delete"]),
             ("/v1/workspaces/{ws}/chats/{chat}/events", &["post", "get"]),
+            ("/v1/workspaces/{ws}/chats/{chat}/presence", &["get"]),
             ("/v1/tokens", &["post"]),
             ("/v1/gateway", &["get"]),
+            ("/v1/admin/status", &["get"]),
             ("/v1/admin/drain", &["post"]),
             ("/v1/admin/nodes", &["get"]),
             ("/healthz", &["get"]),
@@ -160,7 +165,13 @@ mod tests {
             }
         }
         assert_eq!(doc["components"]["securitySchemes"]["api_key"]["scheme"], "bearer");
-        assert!(paths["/v1/tokens"]["post"]["security"].is_array());
+        for (path, m) in [("/v1/tokens", "post"), ("/v1/admin/status", "get"), ("/v1/admin/drain", "post")] {
+            assert!(paths[path][m]["security"].is_array(), "{m} {path} needs the api key");
+        }
+        let status = &doc["components"]["schemas"]["AdminStatus"]["properties"];
+        for field in ["connections", "watched_chats", "broker_subscriptions", "nodes", "shards", "requests_total"] {
+            assert!(status[field].is_object(), "AdminStatus lacks {field}");
+        }
         assert!(paths["/v1/gateway"]["get"]["security"].is_null(), "the gateway needs no key");
         let id_pattern = r"^[A-Za-z0-9_.:-]{1,128}$";
         assert_eq!(id_pattern, doc["paths"]["/v1/gateway"]["get"]["parameters"][0]["schema"]["pattern"]);

@@ -17,14 +17,21 @@
 //!   held, so they must not block or call back into the hub; a subscription
 //!   that fails is retried by the broker itself until it is unsubscribed.
 //!
+//! Signals ([`Signal`]: typing, presence) ride the same per-chat subjects as
+//! events but never reach the event path: [`Broker::signal`] sends one to the
+//! other nodes watching the chat (this node handles its own part itself),
+//! in the order this node sent them, and [`Sink::signal`] hands one received
+//! to the hub. Like events, signals are hints: presence repairs a lost one.
+//!
 //! Backends: [`memory`] (one node, in process), [`nats`] (nodes joined over NATS).
 
 pub mod memory;
 pub mod nats;
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-use crate::model::{ChatKey, Published};
+use crate::model::{ChatKey, Published, Signal};
 use crate::store::BoxFuture;
 
 /// Where a broker delivers events: the node's hub.
@@ -34,6 +41,9 @@ pub trait Sink: Send + Sync + 'static {
     fn resync(&self);
     /// Catch up one chat from the store (after its subscription reached every broker server).
     fn catch_up(&self, key: &ChatKey);
+    /// A signal from another node about `key`; `reply`, when set, is where
+    /// an answer goes (a [`Broker::gather`] waiting for it).
+    fn signal(&self, key: &ChatKey, signal: Signal, reply: Option<String>);
 }
 
 /// Node-to-node fan-out. See the module documentation for the contract.
@@ -55,5 +65,16 @@ pub trait Broker: Send + Sync + 'static {
     /// checks its chats against the log now and then (`hub::tail`).
     fn may_lose(&self) -> bool {
         false
+    }
+    /// Sends `signal` about `key` to the other nodes watching it, never to
+    /// this one. Signals of one chat leave in the order of these calls. Must
+    /// not block: the hub calls it with a chat's lock held.
+    fn signal(&self, _key: &ChatKey, _signal: &Signal) {}
+    /// Sends `signal` to `to`, the reply address of a [`Broker::gather`].
+    fn answer(&self, _to: &str, _signal: &Signal) {}
+    /// Sends `ask` to the other nodes watching `key` and collects what they
+    /// answer within `wait`. One node: nobody else to ask.
+    fn gather(&self, _key: &ChatKey, _ask: &Signal, _wait: Duration) -> BoxFuture<'_, Vec<Signal>> {
+        Box::pin(std::future::ready(Vec::new()))
     }
 }

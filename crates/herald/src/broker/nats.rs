@@ -14,6 +14,10 @@
 //! slow-consumer drop, this broker asks the hub to catch up every chat; after
 //! a new subscription, it asks again for that chat once the interest has had
 //! time to reach every server of the cluster.
+//!
+//! Signals (typing, presence) share the chat's subject; a `Herald-Signal`
+//! header tells them from events, so the event decoder never sees one. They
+//! leave through one queue and one task, in the order the hub sent them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,8 +32,11 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use super::{Broker, Sink};
-use crate::model::{ChatKey, Published};
+use crate::model::{ChatKey, Published, Signal};
 use crate::store::BoxFuture;
+
+/// The header that marks a message on a chat's subject as a signal, not an event.
+const SIGNAL_HEADER: &str = "Herald-Signal";
 
 /// Time for a new subscription's interest to travel the cluster's routes;
 /// the chat is caught up from the log once this has passed.
@@ -49,6 +56,8 @@ pub struct NatsBroker {
     subs: Mutex<HashMap<ChatKey, Sub>>,
     connected: Arc<AtomicBool>,
     me: Weak<NatsBroker>,
+    /// Signals to send, in order: (subject, reply subject, payload).
+    signals: tokio::sync::mpsc::UnboundedSender<(String, Option<String>, bytes::Bytes)>,
 }
 
 struct Sub {
@@ -127,7 +136,25 @@ impl NatsBroker {
                 }
             }
         });
+        let (signals, mut signals_rx) =
+            tokio::sync::mpsc::unbounded_channel::<(String, Option<String>, bytes::Bytes)>();
+        let signal_client = client.clone();
+        tokio::spawn(async move {
+            while let Some((subject, reply, payload)) = signals_rx.recv().await {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert(SIGNAL_HEADER, "1");
+                let sent = match reply {
+                    Some(reply) => signal_client.publish_with_reply_and_headers(subject, reply, headers, payload).await,
+                    None => signal_client.publish_with_headers(subject, headers, payload).await,
+                };
+                if let Err(e) = sent {
+                    metrics::counter!("herald_broker_errors_total", "kind" => "signal").increment(1);
+                    tracing::debug!(error = %e, "NATS signal publish failed; presence repairs it");
+                }
+            }
+        });
         Ok(Arc::new_cyclic(|me| NatsBroker {
+            signals,
             connected: connected.clone(),
             client,
             prefix: format!("herald.{cell}"),
@@ -186,6 +213,20 @@ impl NatsBroker {
             });
             while let Some(msg) = sub.next().await {
                 metrics::counter!("herald_broker_received_total").increment(1);
+                if msg.headers.as_ref().is_some_and(|h| h.get(SIGNAL_HEADER).is_some()) {
+                    match serde_json::from_slice::<Signal>(&msg.payload) {
+                        Ok(signal) => {
+                            if let Some(sink) = sink.get().and_then(Weak::upgrade) {
+                                sink.signal(&key, signal, msg.reply.map(|r| r.to_string()));
+                            }
+                        }
+                        Err(e) => {
+                            metrics::counter!("herald_broker_errors_total", "kind" => "decode").increment(1);
+                            tracing::warn!(%subject, error = %e, "undecodable NATS signal dropped");
+                        }
+                    }
+                    continue;
+                }
                 match decode(&key, msg.payload) {
                     Some(event) => {
                         if let Some(sink) = sink.get().and_then(Weak::upgrade) {
@@ -288,5 +329,51 @@ impl Broker for NatsBroker {
 
     fn may_lose(&self) -> bool {
         true
+    }
+
+    fn signal(&self, key: &ChatKey, signal: &Signal) {
+        self.send_signal(self.subject(key), None, signal);
+    }
+
+    fn answer(&self, to: &str, signal: &Signal) {
+        self.send_signal(to.to_string(), None, signal);
+    }
+
+    fn gather(&self, key: &ChatKey, ask: &Signal, wait: Duration) -> BoxFuture<'_, Vec<Signal>> {
+        let (subject, payload) = (self.subject(key), serde_json::to_vec(ask));
+        Box::pin(async move {
+            let Ok(payload) = payload else { return Vec::new() };
+            let inbox = self.client.new_inbox();
+            let mut sub = match self.client.subscribe(inbox.clone()).await {
+                Ok(sub) => sub,
+                Err(e) => {
+                    metrics::counter!("herald_broker_errors_total", "kind" => "subscribe").increment(1);
+                    tracing::warn!(error = %e, "cannot ask the other nodes");
+                    return Vec::new();
+                }
+            };
+            // Sent after the inbox subscription, on the same connection: no answer can come before it.
+            let _ = self.signals.send((subject, Some(inbox), payload.into()));
+            let mut answers = Vec::new();
+            let deadline = tokio::time::Instant::now() + wait;
+            while let Ok(Some(msg)) = tokio::time::timeout_at(deadline, sub.next()).await {
+                if let Ok(signal) = serde_json::from_slice::<Signal>(&msg.payload) {
+                    answers.push(signal);
+                }
+            }
+            answers
+        })
+    }
+}
+
+impl NatsBroker {
+    fn send_signal(&self, subject: String, reply: Option<String>, signal: &Signal) {
+        match serde_json::to_vec(signal) {
+            Ok(payload) => {
+                metrics::counter!("herald_signals_sent_total", "kind" => signal.label()).increment(1);
+                let _ = self.signals.send((subject, reply, payload.into()));
+            }
+            Err(e) => tracing::error!(error = %e, "a signal did not serialize"),
+        }
     }
 }

@@ -143,6 +143,11 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
         Op::React { chat, target, emoji, on } => ok(ok_reply(id, &chats.react(c, &chat, target, emoji, on).await?)),
         Op::Read { chat, seq } => ok(ok_reply(id, &chats.read(c, &chat, seq).await?)),
         Op::Fetch { chat, after, limit } => ok(ok_reply(id, &chats.fetch(c, &chat, after, limit).await?)),
+        Op::Typing { chat } => {
+            chats.typing(c, &chat).await?;
+            ok(ok_reply(id, &EmptyOk {}))
+        }
+        Op::Presence { chat } => ok(ok_reply(id, &chats.presence(c, &s.outbox, &chat).await?)),
         Op::Hello { .. } | Op::Ping => unreachable!("answered by the connection itself"),
     }
 }

@@ -106,6 +106,11 @@ impl Gateway {
         self.conns.lock().expect("conns lock").len()
     }
 
+    /// Whether this node drains (by SIGTERM or `POST /v1/admin/drain`): it refuses new connections.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
     /// Asks every connection to reconnect after a delay spread uniformly over
     /// `window`, then closes it with 4012; refuses new connections from now on.
     pub fn drain(&self, window: Duration, reason: &'static str) {

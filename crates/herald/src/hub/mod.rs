@@ -15,6 +15,8 @@
 //!   (a hint lost for the last event of a burst, a publisher that died right
 //!   after its commit): the bound on how late a watcher can hear of an event.
 //! - [`hot`]: hot chats, pushed as coalesced `notify` frames.
+//! - [`live`]: typing and presence, ephemeral signals between nodes turned
+//!   into pushes; [`presence`]: a chat's presence bookkeeping.
 //!
 //! The hub reads the log through the [`Store`], never through the chat layer.
 //!
@@ -24,6 +26,8 @@
 //! hub knows a connection only as its [`Outbox`].
 
 mod hot;
+mod live;
+mod presence;
 mod sequencer;
 mod start;
 mod tail;
@@ -34,11 +38,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::broker::{Broker, Sink};
-use crate::model::{ChatKey, Published};
+use crate::model::{ChatKey, Published, Signal};
 use crate::outbox::{ConnId, Frame, Outbox};
 use crate::store::Store;
 
 pub use hot::HOT_NOTIFY_EVERY;
+pub use live::{COUNT_EVERY, TYPING_EVERY};
 pub use sequencer::GAP_WAIT;
 pub use tail::TAIL_EVERY;
 
@@ -65,6 +70,12 @@ pub struct Hub {
     /// Tokens of the gap reads of watches being started.
     gap_reads: std::sync::atomic::AtomicU64,
     started: tokio::time::Instant,
+    /// This node in its cell, for presence (unset on a node alone).
+    cell: std::sync::OnceLock<live::CellView>,
+    /// The last presence epoch given to a chat entry.
+    epochs: std::sync::atomic::AtomicU64,
+    /// When each member last had a typing push, per chat.
+    typing: live::Gate,
 }
 
 /// Part of the chat map.
@@ -96,6 +107,8 @@ struct ChatState {
     unannounced: Option<u64>,
     /// Whether the timer that announces it is running.
     notify_timer: bool,
+    /// Typing and presence.
+    live: live::LiveState,
 }
 
 struct Watcher {
@@ -107,6 +120,11 @@ struct Watcher {
     /// Boxed: every watcher carries this field, few carry a buffer, so a
     /// pointer (8 bytes) beats an inline buffer in every idle watch.
     syncing: Option<Box<SyncBuffer>>,
+    /// Counted in the chat's presence: set once the watch is live.
+    present: bool,
+    /// Gets presence pushes: the connection asked `presence` for this chat
+    /// while watching it (a v1 client, which never does, gets none).
+    follows: bool,
 }
 
 /// Live events kept for a watcher while its replay is read.
@@ -178,11 +196,15 @@ impl Hub {
             sync_bytes,
             gap_reads: std::sync::atomic::AtomicU64::new(0),
             started: tokio::time::Instant::now(),
+            cell: std::sync::OnceLock::new(),
+            epochs: std::sync::atomic::AtomicU64::new(0),
+            typing: live::Gate::default(),
         });
         let sink: Arc<dyn Sink> = hub.clone();
         broker.attach(Arc::downgrade(&sink));
         if broker.may_lose() {
             tail::spawn(Arc::downgrade(&hub));
+            live::spawn_sweep(Arc::downgrade(&hub));
         }
         hub
     }
@@ -205,8 +227,11 @@ impl Hub {
             return;
         };
         let mut state = watched.state.lock().expect("hub chat lock");
-        if state.watchers.remove(&conn).is_none() {
+        let Some(gone) = state.watchers.remove(&conn) else {
             return;
+        };
+        if gone.present {
+            self.watch_absent(&watched, &mut state, &gone.user);
         }
         metrics::gauge!("herald_watches").decrement(1.0);
         if state.watchers.is_empty() {
@@ -268,6 +293,11 @@ impl Sink for Hub {
     fn resync(&self) {
         tracing::info!(chats = self.chats(), "checking every watched chat against the log");
         self.tail_now.notify_one();
+        self.presence_resync();
+    }
+
+    fn signal(&self, key: &ChatKey, signal: Signal, reply: Option<String>) {
+        self.on_signal(key, signal, reply);
     }
 
     fn catch_up(&self, key: &ChatKey) {

@@ -95,7 +95,11 @@ impl Hub {
             return false;
         }
         for conn in &ended {
-            state.watchers.remove(conn);
+            if let Some(gone) = state.watchers.remove(conn)
+                && gone.present
+            {
+                self.watch_absent(watched, state, &gone.user);
+            }
         }
         metrics::gauge!("herald_watches").decrement(ended.len() as f64);
         state.watchers.is_empty()

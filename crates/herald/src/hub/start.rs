@@ -44,8 +44,27 @@ impl Hub {
             })
             .clone();
         let mut state = watched.state.lock().expect("hub chat lock");
-        let watcher = Watcher { outbox: outbox.clone(), user: user.clone(), next: 0, syncing: Some(Box::default()) };
-        let previous = state.watchers.insert(outbox.id(), watcher);
+        if created {
+            state.live.epoch = self.new_epoch();
+        }
+        let mut watcher = Watcher {
+            outbox: outbox.clone(),
+            user: user.clone(),
+            next: 0,
+            syncing: Some(Box::default()),
+            present: false,
+            follows: false,
+        };
+        // A watch again on the same connection stays present meanwhile: no flicker.
+        let previous = state.watchers.remove(&outbox.id());
+        if let Some(p) = &previous {
+            if p.user == watcher.user {
+                (watcher.present, watcher.follows) = (p.present, p.follows);
+            } else if p.present {
+                self.watch_absent(&watched, &mut state, &p.user);
+            }
+        }
+        state.watchers.insert(outbox.id(), watcher);
         drop(state);
         if created {
             metrics::gauge!("herald_hub_chats").increment(1.0);
@@ -70,6 +89,9 @@ impl Hub {
             return false;
         }
         if state.next.is_none() {
+            // The entry's first watch to finish: the chat layer waited for the
+            // subscription, so the other nodes' answers reach this node.
+            self.ask_everyone(key);
             state.next = Some(replay.latest + 1);
             state.tail_seen = replay.latest;
             // Syncing watchers only buffer what this releases: this one stays.
@@ -77,6 +99,13 @@ impl Hub {
             self.arm_gap_timer(&watched, &mut state);
         }
         let chat_next = state.next.expect("started");
+        if let Some(w) = state.watchers.get_mut(&conn)
+            && !w.present
+        {
+            w.present = true;
+            let user = w.user.clone();
+            self.watch_present(&watched, &mut state, &user);
+        }
         let Some(w) = state.watchers.get_mut(&conn) else { return false };
         w.outbox.push(replay.reply);
         w.next = replay.frames.first().map_or(replay.latest + 1, |(seq, _)| *seq);
@@ -168,7 +197,10 @@ impl Hub {
     /// Removes `conn`'s watcher from `watched`, its `leave` having ended it,
     /// and the chat's entry if it was the last.
     fn end_watcher(&self, watched: &Arc<Watched>, mut state: std::sync::MutexGuard<'_, ChatState>, conn: ConnId) {
-        if state.watchers.remove(&conn).is_some() {
+        if let Some(gone) = state.watchers.remove(&conn) {
+            if gone.present {
+                self.watch_absent(watched, &mut state, &gone.user);
+            }
             metrics::gauge!("herald_watches").decrement(1.0);
         }
         let emptied = state.watchers.is_empty();

@@ -1,0 +1,274 @@
+//! End-to-end test of the admin page: a real herald started with secrets (so not in development mode:
+//! the page is served in every mode), Debian's Chromium driven by playwright-core.
+//!
+//! Owns: starting and stopping herald and the browser for this test, and what an operator must see: a
+//! wrong api key refused, the right one let in, a connected client counted and its watched chat
+//! counted, rates appearing, the webhooks placeholder, and after pressing drain (and confirming), the
+//! node shown draining while the client is asked to reconnect and closed with 4012. Leaves
+//! web/test-artifacts/admin.png and admin-herald.log behind, also when it fails.
+//!
+//!     HERALD_BIN=/path/to/herald npm test     default: ../target/release/herald from web/
+//!     CHROMIUM_BIN=/path/to/chromium          default: /usr/bin/chromium (Debian's package)
+
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const webDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const HERALD_BIN = resolve(webDir, process.env.HERALD_BIN ?? '../target/release/herald');
+const CHROMIUM_BIN = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
+const ARTIFACTS = join(webDir, 'test-artifacts');
+
+const API_KEY = 'admin-test-api-key-0123456789abcdef0123';
+const JWT_SECRET = 'admin-test-jwt-secret-0123456789abcdef01';
+/** A short drain window, so the client's reconnect push and its close come within test time. */
+const DRAIN_WINDOW_MS = 1000;
+
+const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+const START_TIMEOUT_MS = 20_000;
+/** The page refreshes every 2 s; a figure must show within a few refreshes. */
+const UI_TIMEOUT_MS = 15_000;
+const STOP_TIMEOUT_MS = 10_000;
+const TEST_TIMEOUT_MS = 120_000;
+
+function within(ms, what, p) {
+  let timer;
+  const t = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no result within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+}
+
+async function until(ms, what, check, describeState = async () => '') {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`${what}: not true within ${ms} ms. ${await describeState()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Starts herald with secrets on 127.0.0.1:0; resolves with its base URL, read from its "herald listening on" line. */
+async function startHerald(log) {
+  if (!existsSync(HERALD_BIN)) {
+    throw new Error(`herald binary not found at ${HERALD_BIN}: run \`cargo build --release -p herald\` or set HERALD_BIN`);
+  }
+  const data = mkdtempSync(join(tmpdir(), 'herald-admin-'));
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HERALD_')));
+  env.HERALD_API_KEY = API_KEY;
+  env.HERALD_JWT_SECRET = JWT_SECRET;
+  const args = ['serve', '--listen', '127.0.0.1:0', '--data', data, '--node', 'admin-test-node', '--drain-window-ms', String(DRAIN_WINDOW_MS)];
+  const proc = spawn(HERALD_BIN, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const exited = new Promise((r) => proc.once('exit', (code, signal) => r({ code, signal })));
+  let out = '';
+  const addr = new Promise((resolveAddr, reject) => {
+    proc.stdout.setEncoding('utf8');
+    proc.stdout.on('data', (chunk) => {
+      log.push(chunk);
+      out += chunk;
+      const m = /herald listening on (\S+)/.exec(out);
+      if (m) resolveAddr(m[1]);
+    });
+    proc.stderr.setEncoding('utf8');
+    proc.stderr.on('data', (chunk) => log.push(chunk));
+    proc.once('error', reject);
+    exited.then(({ code, signal }) => reject(new Error(`herald exited early (code ${code}, signal ${signal}); see admin-herald.log`)));
+  });
+  const stop = async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGTERM');
+      try {
+        await within(STOP_TIMEOUT_MS, 'herald stopping after SIGTERM', exited);
+      } catch {
+        proc.kill('SIGKILL');
+        await exited;
+      }
+    }
+    rmSync(data, { recursive: true, force: true });
+  };
+  try {
+    const base = `http://${await within(START_TIMEOUT_MS, 'herald printing its address', addr)}`;
+    await until(START_TIMEOUT_MS, 'herald answering /healthz', async () => {
+      try {
+        return (await fetch(`${base}/healthz`)).ok;
+      } catch {
+        return false;
+      }
+    });
+    return { base, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/**
+ * A chat client in its own browser context: a bare WebSocket that says hello, joins and watches
+ * `general` of workspace `acme`, and records every push and its close code in `window.seen`.
+ */
+async function openClient(browser, base) {
+  const res = await fetch(`${base}/v1/tokens`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ workspace: 'acme', user: 'alice' }),
+  });
+  assert.equal(res.status, 200, 'a token for the client');
+  const { token } = await res.json();
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(`${base}/healthz`);
+  const wsUrl = `${base.replace('http://', 'ws://')}/v1/ws?ws=acme`;
+  await page.evaluate(
+    ({ wsUrl, token }) =>
+      new Promise((resolveWatch, reject) => {
+        const seen = { pushes: [], close: null };
+        window.seen = seen;
+        const ws = new WebSocket(wsUrl);
+        const requests = [
+          { id: 1, op: 'hello', token },
+          { id: 2, op: 'join', chat: 'general' },
+          { id: 3, op: 'watch', chat: 'general' },
+        ];
+        ws.onopen = () => ws.send(JSON.stringify(requests.shift()));
+        ws.onmessage = (m) => {
+          const f = JSON.parse(m.data);
+          if (f.ev !== undefined) {
+            seen.pushes.push(f);
+          } else if (f.err !== undefined) {
+            reject(new Error(`request ${f.id} failed: ${JSON.stringify(f.err)}`));
+          } else if (requests.length > 0) {
+            ws.send(JSON.stringify(requests.shift()));
+          } else {
+            resolveWatch();
+          }
+        };
+        ws.onclose = (e) => {
+          seen.close = e.code;
+          reject(new Error(`closed ${e.code} before the watch`));
+        };
+      }),
+    { wsUrl, token },
+  );
+  return { context, page };
+}
+
+describe('admin page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
+  const heraldLog = [];
+  const pageErrors = [];
+  let herald = null;
+  let server = null;
+  let browser = null;
+  let admin = null;
+  /** Whether the test saved its screenshot of the drained node; otherwise the page as a failure left it is saved. */
+  let shot = false;
+
+  before(async () => {
+    if (!existsSync(CHROMIUM_BIN)) {
+      throw new Error(
+        `Chromium not found at ${CHROMIUM_BIN}. This test drives Debian's Chromium (Playwright's browser download is not used): ` +
+          'install it as root with `apt-get update && apt-get install -y chromium`, or set CHROMIUM_BIN.',
+      );
+    }
+    mkdirSync(ARTIFACTS, { recursive: true });
+    herald = await startHerald(heraldLog);
+    server = await chromium.launchServer({ executablePath: CHROMIUM_BIN, args: CHROMIUM_ARGS, timeout: START_TIMEOUT_MS });
+    browser = await chromium.connect(server.wsEndpoint(), { timeout: START_TIMEOUT_MS });
+  });
+
+  after(async () => {
+    try {
+      if (admin !== null && !shot) {
+        await within(UI_TIMEOUT_MS, 'screenshot', admin.screenshot({ path: join(ARTIFACTS, 'admin.png'), fullPage: true })).catch((e) =>
+          console.error(`screenshot failed: ${e.message}`),
+        );
+      }
+    } finally {
+      if (browser !== null) await within(STOP_TIMEOUT_MS, 'closing the browser', browser.close()).catch(() => {});
+      if (server !== null) {
+        const pid = server.process().pid;
+        await within(STOP_TIMEOUT_MS, 'stopping the browser', server.close()).catch(() => {
+          console.error(`browser did not close; killing pid ${pid}`);
+          server.kill();
+        });
+      }
+      if (herald !== null) await herald.stop();
+      if (existsSync(ARTIFACTS)) writeFileSync(join(ARTIFACTS, 'admin-herald.log'), heraldLog.join(''));
+    }
+  });
+
+  test('refuses a wrong key, shows a watching client, and drains the node', { timeout: TEST_TIMEOUT_MS }, async () => {
+    const client = await openClient(browser, herald.base);
+
+    const context = await browser.newContext({ viewport: { width: 1000, height: 1000 } });
+    admin = await context.newPage();
+    admin.setDefaultTimeout(UI_TIMEOUT_MS);
+    admin.on('pageerror', (e) => pageErrors.push(e.message));
+    await admin.goto(`${herald.base}/admin`);
+
+    // A wrong key: refused, said so, nothing shown, nothing kept.
+    await admin.fill('#key', 'not-the-key');
+    await admin.click('#sign-in');
+    await admin.waitForSelector('#login-error:not([hidden])');
+    assert.match(await admin.textContent('#login-error'), /refused/);
+    assert.equal(await admin.isVisible('#dash'), false);
+    assert.equal(await admin.evaluate(() => sessionStorage.length), 0);
+
+    // The right key: the node, its one connection and its one watched chat.
+    await admin.fill('#key', API_KEY);
+    await admin.click('#sign-in');
+    await admin.waitForSelector('#dash:not([hidden])');
+    assert.equal(await admin.isVisible('#login'), false);
+    const text = (sel) => admin.textContent(sel);
+    await until(UI_TIMEOUT_MS, 'the page shows one connection and one watched chat', async () =>
+      (await text('#connections')) === '1' && (await text('#watched-chats')) === '1',
+    async () => `connections ${await text('#connections')}, watched chats ${await text('#watched-chats')}`);
+    assert.equal(await text('#node-name'), 'admin-test-node');
+    assert.equal(await admin.getAttribute('#node-state', 'data-state'), 'serving');
+    assert.equal(await admin.getAttribute('#nodes tr[data-this="true"]', 'data-node'), 'admin-test-node');
+    assert.equal(await admin.getAttribute('#nodes tr[data-this="true"] td[data-connections]', 'data-connections'), '1');
+    assert.ok(Number(await text('#broker-subscriptions')) >= 1, 'the watched chat is subscribed at the broker');
+    assert.equal(await admin.isVisible('#no-shards'), true, 'the embedded store has no shards');
+    assert.equal(await text('#webhooks'), 'no webhooks configured');
+    // Rates need two refreshes; then they are numbers (0.0 when idle: requests count WebSocket ops, not the page's polls).
+    await until(UI_TIMEOUT_MS, 'rates computed between refreshes', async () => /^[0-9.,]+$/.test(await text('#request-rate')) && /^[0-9.,]+$/.test(await text('#push-rate')));
+
+    // The key survives a reload of the tab (session storage), not a sign-out.
+    await admin.reload();
+    await admin.waitForSelector('#dash:not([hidden])');
+
+    // Drain, confirming the dialog.
+    let asked = null;
+    admin.once('dialog', async (d) => {
+      asked = `${d.type()}: ${d.message()}`;
+      await d.accept();
+    });
+    await admin.click('#drain');
+    await admin.waitForSelector('#node-state[data-state="draining"]');
+    assert.match(asked ?? '', /^confirm: Drain this node/);
+    assert.match(await text('#drain-result'), /1 connection\(s\) asked to reconnect over 1000 ms/);
+    assert.equal(await admin.isDisabled('#drain'), true);
+
+    // The client was asked to reconnect, then closed with 4012; the page counts it gone.
+    await until(UI_TIMEOUT_MS, 'the client closed with 4012', async () => (await client.page.evaluate(() => window.seen.close)) === 4012);
+    const pushes = await client.page.evaluate(() => window.seen.pushes);
+    const reconnect = pushes.find((p) => p.ev === 'reconnect');
+    assert.ok(reconnect, `a reconnect push: ${JSON.stringify(pushes)}`);
+    assert.equal(reconnect.reason, 'drain');
+    assert.ok(reconnect.after_ms <= DRAIN_WINDOW_MS, JSON.stringify(reconnect));
+    await until(UI_TIMEOUT_MS, 'the page shows no connection left', async () => (await text('#connections')) === '0');
+    await admin.screenshot({ path: join(ARTIFACTS, 'admin.png'), fullPage: true });
+    shot = true;
+
+    await admin.click('#sign-out');
+    await admin.waitForSelector('#login:not([hidden])');
+    assert.equal(await admin.evaluate(() => sessionStorage.length), 0);
+    assert.deepEqual(pageErrors, [], 'uncaught errors in the admin page');
+    await client.context.close();
+  });
+});
