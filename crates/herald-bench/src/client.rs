@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use futures_util::{SinkExt, StreamExt};
 use herald_protocol::EventType;
 use herald_protocol::frame::ErrorBody;
-use herald_protocol::reply::{EmptyOk, FetchOk, HelloOk, JoinOk, PresenceOk, SeqOk, WatchOk};
+use herald_protocol::reply::{EmptyOk, FetchOk, HelloOk, InboxOk, JoinOk, PresenceOk, SeqOk, WatchOk};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -72,6 +72,7 @@ pub enum Stage {
     Fetch,
     Unwatch,
     Presence,
+    Inbox,
     /// The step did not finish in its time.
     Timeout,
 }
@@ -88,6 +89,7 @@ impl Stage {
             Stage::Fetch => "fetch",
             Stage::Unwatch => "unwatch",
             Stage::Presence => "presence",
+            Stage::Inbox => "inbox",
             Stage::Timeout => "timeout",
         }
     }
@@ -171,6 +173,8 @@ struct Req<'a> {
     after: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cursor: Option<&'a str>,
 }
 
 /// Any server frame: a reply (`id` with `ok` or `err`) or a push (`ev`).
@@ -286,6 +290,11 @@ impl Client {
         self.request(Req { op: "fetch", chat: Some(chat), after: Some(after), limit: Some(limit), ..Req::default() })
             .await
             .map_err(at(Stage::Fetch))
+    }
+
+    /// A page of this user's `inbox`, after `cursor`.
+    pub async fn inbox(&mut self, limit: u32, cursor: Option<&str>) -> Result<InboxOk, Failure> {
+        self.request(Req { op: "inbox", limit: Some(limit), cursor, ..Req::default() }).await.map_err(at(Stage::Inbox))
     }
 
     /// Sends one request and reads until its reply; pushes read meanwhile are dropped.

@@ -11,7 +11,7 @@
 //! (everything tiny, for the test suite). Shared pieces: `client` (one herald
 //! WebSocket client), `conn` (a client of herald or a peer), `target` (the
 //! run's server, herald or a peer), `handshake` (the upgrade), `fleet`
-//! (opening many, bounded), `server` (herald under test), `report`,
+//! (opening many, bounded), `inbox` (one user's inbox in a bulk-loaded store), `server` (herald under test), `report`,
 //! `latency`, `machine`, `token`, `http`.
 
 mod churn;
@@ -23,6 +23,7 @@ mod fleet;
 mod handshake;
 mod http;
 mod idle;
+mod inbox;
 mod joinflood;
 mod joins;
 mod latency;
@@ -70,6 +71,8 @@ pub(crate) enum Command {
     Churn(churn::ChurnArgs),
     /// Presence changes in a chat of P present users (watch/unwatch churn): pushes and server CPU per change.
     Presence(presence::PresenceArgs),
+    /// One user's inbox in a large store (bulk-loaded): latency of reading every page, p50 and p99.
+    Inbox(inbox::InboxArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
@@ -95,6 +98,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Churn(args) => churn::run(args).await,
         Command::Joinflood(args) => joinflood::run(args).await,
         Command::Presence(args) => presence::run(args).await,
+        Command::Inbox(args) => inbox::run(args).await,
         Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Worker(_) => anyhow::bail!("a worker runs on its own"),

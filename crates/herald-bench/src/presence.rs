@@ -11,7 +11,8 @@
 //! GET /metrics), pushes per change, presence pushes the watchers read, and
 //! the server's CPU time per change (from `/proc/PID/stat`; it includes the
 //! `watch` and `unwatch` requests themselves, the store read of each `watch`
-//! among them).
+//! among them). The server runs with the per-connection request rate raised,
+//! so that a churner's back-to-back requests are not throttled.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +49,10 @@ pub struct PresenceArgs {
     /// Presence changes (watches plus unwatches) in the measured window.
     #[arg(long, default_value_t = 2000)]
     pub changes: usize,
+    /// Changes per second offered, all churners together (0: each churner back to back).
+    /// Above 100 present users the count is pushed at most every 5 s, so the window's length matters.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
     /// Wait after setup, before measuring, in ms (past the 5 s count window, so setup's pushes are done).
     #[arg(long, default_value_t = 5500)]
     pub settle_ms: u64,
@@ -75,6 +80,7 @@ pub async fn run(args: PresenceArgs) -> anyhow::Result<Vec<Value>> {
         "1 <= --churners < --present <= {MAX_PRESENT}"
     );
     anyhow::ensure!(args.changes >= 1, "--changes at least 1");
+    anyhow::ensure!(args.rate >= 0.0 && args.rate.is_finite(), "--rate must be 0 or more");
     let runs = report::repeat(&args.run, |r| run_once(&args, r)).await?;
     report::emit("presence", &args, &runs, COLUMNS, args.run.json);
     Ok(runs)
@@ -101,7 +107,8 @@ fn parse_counters(body: &str) -> (f64, f64) {
 }
 
 async fn run_once(args: &PresenceArgs, run: u32) -> anyhow::Result<Value> {
-    let server = Server::open(&args.target, &[]).await?;
+    // A churner's requests come back to back: the per-connection request rate is raised, as for `sends`.
+    let server = Server::open(&args.target, &crate::sends::SendsArgs::server_flags()).await?;
     let out = measure(args, run, &server).await;
     let log = server.stop().await?;
     let mut out = out?;
@@ -167,9 +174,17 @@ async fn measure(args: &PresenceArgs, run: u32, server: &Server) -> anyhow::Resu
     for (k, mut c) in churners.into_iter().enumerate() {
         let chat = chat.clone();
         let share = args.changes / args.churners + usize::from(k < args.changes % args.churners);
+        let mut pace = (args.rate > 0.0).then(|| {
+            let mut t = tokio::time::interval(Duration::from_secs_f64(args.churners as f64 / args.rate));
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            t
+        });
         tasks.push(tokio::spawn(async move {
             let mut failures = Failures::default();
             for i in 0..share {
+                if let Some(p) = pace.as_mut() {
+                    p.tick().await;
+                }
                 let r =
                     if i % 2 == 0 { bounded(c.watch(&chat)).await.map(drop) } else { bounded(c.unwatch(&chat)).await };
                 if let Err(f) = r {

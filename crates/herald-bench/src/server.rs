@@ -78,7 +78,7 @@ pub struct LogSummary {
 struct Started {
     child: Child,
     /// Removed when the server is stopped.
-    _data: tempfile::TempDir,
+    _data: Option<tempfile::TempDir>,
     log: Arc<Mutex<LogSummary>>,
 }
 
@@ -101,23 +101,36 @@ impl Server {
                 rss_kib(pid).with_context(|| format!("no process {pid}"))?;
                 Ok(Server { pid, addr: parse_ws_url(url)?, jwt_secret, api_key: target.api_key.clone(), started: None })
             }
-            _ => Server::start(target, flags).await,
+            _ => {
+                let data = tempfile::TempDir::with_prefix("herald-bench-")?;
+                Server::start(target, flags, data.path().to_path_buf(), Some(data)).await
+            }
         }
     }
 
-    async fn start(target: &TargetArgs, flags: &[String]) -> anyhow::Result<Server> {
+    /// Starts a server on the data directory `data` (a store the scenario
+    /// prepares and removes itself).
+    pub async fn start_in(target: &TargetArgs, flags: &[String], data: &std::path::Path) -> anyhow::Result<Server> {
+        Server::start(target, flags, data.to_path_buf(), None).await
+    }
+
+    async fn start(
+        target: &TargetArgs,
+        flags: &[String],
+        data_path: PathBuf,
+        data: Option<tempfile::TempDir>,
+    ) -> anyhow::Result<Server> {
         let bin = match &target.server_bin {
             Some(b) => b.clone(),
             None => std::env::current_exe()?.with_file_name("herald"),
         };
         anyhow::ensure!(bin.exists(), "no server binary at {} (build it, or pass --server-bin)", bin.display());
-        let data = tempfile::TempDir::with_prefix("herald-bench-")?;
         // A second node of a cluster gets the first one's secrets (fanout --nodes 2).
         let jwt_secret = target.jwt_secret.clone().unwrap_or_else(random_hex);
         let api_key = target.api_key.clone().unwrap_or_else(random_hex);
         let mut child = Command::new(&bin)
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-            .arg(data.path())
+            .arg(&data_path)
             .args(flags)
             .args(&target.server_args)
             .env("HERALD_JWT_SECRET", &jwt_secret)

@@ -2,9 +2,10 @@
 //! suite: idle (200 connections), sends, the join flood, fanout (100
 //! watchers, two short steps; then again with hot-chat coalescing on and the
 //! watchers fetching what each `notify` tells them of), churn (400
-//! short-lived connections) and
-//! joinflood (two short steps: 100 joins at 200/s, 200 at 400/s, a quiet chat beside) and
-//! presence (30 present users, 5 of them churning, 100 changes). Fails (non-zero exit) when a scenario errs or
+//! short-lived connections), joinflood (two short steps: 100 joins at
+//! 200/s, 200 at 400/s, a quiet chat beside), presence (30 present users, 5
+//! of them churning, 100 changes) and inbox (300 chats, 6,000 events, one
+//! user in 50 of them, pages of 20). Fails (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
 
@@ -49,6 +50,7 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         ("churn".into(), words("churn --rate 200 --duration-s 2 --hold-ms 100 --chats 10")),
         ("joinflood".into(), words("joinflood --start 200 --steps 2 --step-s 0.5 --quiet-rate 20")),
         ("presence".into(), words("presence --present 30 --churners 5 --changes 100 --settle-ms 300")),
+        ("inbox".into(), words("inbox --chats 300 --events 6000 --member-chats 50 --limit 20 --reads 3")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
@@ -132,6 +134,7 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
                 && num("watcher_errors") == 0.0
                 && (name != "fanout coalesced" || (num("fetched") > 0.0 && num("notifies") > 0.0))
         }
+        "inbox" => yes("exact") && num("chats_listed") > 0.0,
         _ => true,
     };
     if !ok {

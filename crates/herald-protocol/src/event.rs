@@ -14,6 +14,9 @@ pub enum EventType {
     Join,
     Leave,
     System,
+    // v1.1: the message lifecycle.
+    Edit,
+    Delete,
 }
 
 impl EventType {
@@ -26,6 +29,8 @@ impl EventType {
             EventType::Join => "join",
             EventType::Leave => "leave",
             EventType::System => "system",
+            EventType::Edit => "edit",
+            EventType::Delete => "delete",
         }
     }
 
@@ -38,6 +43,8 @@ impl EventType {
             "join" => EventType::Join,
             "leave" => EventType::Leave,
             "system" => EventType::System,
+            "edit" => EventType::Edit,
+            "delete" => EventType::Delete,
             _ => return None,
         })
     }
@@ -61,6 +68,18 @@ pub struct Event {
     pub body: Box<RawValue>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
+    /// v1.1, `message` events only: the seq of the latest `edit` of this
+    /// message; absent when it was never edited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited: Option<u64>,
+    /// v1.1, `message` events only: true once the message was deleted (its
+    /// `body` is then `null`); absent otherwise.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub deleted: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl PartialEq for Event {
@@ -71,5 +90,7 @@ impl PartialEq for Event {
             && self.ts == other.ts
             && self.body.get() == other.body.get()
             && self.client_id == other.client_id
+            && self.edited == other.edited
+            && self.deleted == other.deleted
     }
 }

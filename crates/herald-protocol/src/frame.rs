@@ -55,6 +55,10 @@ pub struct EventPush<'a> {
     pub body: &'a RawValue,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edited: Option<u64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 impl<'a> EventPush<'a> {
@@ -69,6 +73,8 @@ impl<'a> EventPush<'a> {
             ts: event.ts,
             body: &event.body,
             client_id: event.client_id.as_deref(),
+            edited: event.edited,
+            deleted: event.deleted,
         }
     }
 
@@ -154,6 +160,8 @@ mod tests {
             ts: 1732233600123,
             body: RawValue::from_string(r#"{"text":"hi"}"#.into()).unwrap(),
             client_id: Some("m-17".into()),
+            edited: None,
+            deleted: false,
         };
         assert_eq!(
             EventPush::new("general", &ev).encode(),

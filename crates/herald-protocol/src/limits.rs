@@ -17,3 +17,6 @@ pub const REQUEST_BURST: u32 = 200;
 /// Default and largest `limit` of `fetch`.
 pub const FETCH_DEFAULT: u32 = 100;
 pub const FETCH_MAX: u32 = 500;
+/// Default and largest `limit` of `inbox` (v1.1).
+pub const INBOX_DEFAULT: u32 = 50;
+pub const INBOX_MAX: u32 = 200;

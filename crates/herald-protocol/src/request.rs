@@ -36,7 +36,14 @@ pub enum Op {
     // v1.1 live ops: typing and presence.
     Typing { chat: String },
     Presence { chat: String },
+    // v1.1: the message lifecycle and the inbox.
+    Edit { chat: String, target: u64, body: Box<RawValue> },
+    Delete { chat: String, target: u64 },
+    Inbox { limit: Option<u32>, cursor: Option<String>, live: bool },
 }
+
+/// The longest `inbox` cursor a server reads; its own are far shorter.
+pub const MAX_CURSOR_LEN: usize = 512;
 
 impl Op {
     /// The op's wire name, also its metrics label.
@@ -54,13 +61,16 @@ impl Op {
             Op::Ping => "ping",
             Op::Typing { .. } => "typing",
             Op::Presence { .. } => "presence",
+            Op::Edit { .. } => "edit",
+            Op::Delete { .. } => "delete",
+            Op::Inbox { .. } => "inbox",
         }
     }
 
     /// The chat this op is about, if any.
     pub fn chat(&self) -> Option<&str> {
         match self {
-            Op::Hello { .. } | Op::Ping => None,
+            Op::Hello { .. } | Op::Ping | Op::Inbox { .. } => None,
             Op::Join { chat }
             | Op::Leave { chat }
             | Op::Watch { chat, .. }
@@ -68,7 +78,9 @@ impl Op {
             | Op::Send { chat, .. }
             | Op::React { chat, .. }
             | Op::Read { chat, .. }
-            | Op::Fetch { chat, .. } => Some(chat),
+            | Op::Fetch { chat, .. }
+            | Op::Edit { chat, .. }
+            | Op::Delete { chat, .. } => Some(chat),
             Op::Typing { chat } | Op::Presence { chat } => Some(chat),
         }
     }
@@ -101,6 +113,8 @@ struct Wire<'a> {
     on: Option<bool>,
     seq: Option<u64>,
     limit: Option<u32>,
+    cursor: Option<String>,
+    live: Option<bool>,
 }
 
 /// Parses one text frame.
@@ -182,6 +196,16 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
         "ping" => Op::Ping,
         "typing" => Op::Typing { chat: chat()? },
         "presence" => Op::Presence { chat: chat()? },
+        "edit" | "delete" | "inbox" => {
+            let args = V11Args {
+                target: wire.target,
+                body: wire.body,
+                limit: wire.limit,
+                cursor: wire.cursor,
+                live: wire.live,
+            };
+            lifecycle_op(op_static, args, &bad, chat)?
+        }
         other => {
             let shown: String = other.chars().take(32).collect();
             return Err(bad(None, format!("unknown op \"{shown}\"")));
@@ -204,7 +228,48 @@ fn op_static_name(op: &str) -> Option<&'static str> {
         "ping" => "ping",
         "typing" => "typing",
         "presence" => "presence",
+        "edit" => "edit",
+        "delete" => "delete",
+        "inbox" => "inbox",
         _ => return None,
+    })
+}
+
+/// The v1.1 ops `edit`, `delete` and `inbox`, kept apart from v1's.
+struct V11Args {
+    target: Option<u64>,
+    body: Option<Box<RawValue>>,
+    limit: Option<u32>,
+    cursor: Option<String>,
+    live: Option<bool>,
+}
+
+fn lifecycle_op(
+    op_static: Option<&'static str>,
+    wire: V11Args,
+    bad: &dyn Fn(Option<&'static str>, String) -> BadFrame,
+    chat: impl FnOnce() -> Result<String, BadFrame>,
+) -> Result<Op, BadFrame> {
+    let target = |t: Option<u64>| t.ok_or_else(|| bad(op_static, "missing \"target\" (the seq of a message)".into()));
+    Ok(match op_static.unwrap_or_default() {
+        "edit" => {
+            let chat = chat()?;
+            let target = target(wire.target)?;
+            let Some(body) = wire.body else {
+                return Err(bad(op_static, "missing \"body\"".into()));
+            };
+            Op::Edit { chat, target, body }
+        }
+        "delete" => Op::Delete { chat: chat()?, target: target(wire.target)? },
+        _ => {
+            if wire.limit == Some(0) {
+                return Err(bad(op_static, "\"limit\" must be at least 1".into()));
+            }
+            if wire.cursor.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_CURSOR_LEN) {
+                return Err(bad(op_static, "\"cursor\" must be a cursor from an earlier inbox reply".into()));
+            }
+            Op::Inbox { limit: wire.limit, cursor: wire.cursor, live: wire.live.unwrap_or(false) }
+        }
     })
 }
 
@@ -270,6 +335,39 @@ mod tests {
             parse_frame(r#"{"id":4,"op":"presence","chat":"no spaces"}"#),
             Err(BadFrame::BadRequest { id: 4, op: Some("presence"), .. })
         ));
+    }
+
+    #[test]
+    fn parses_the_lifecycle_and_inbox_ops() {
+        match parse_frame(r#"{"id":1,"op":"edit","chat":"g","target":4,"body":{"text":"x"}}"#).unwrap().op {
+            Op::Edit { chat, target, body } => {
+                assert_eq!((chat.as_str(), target, body.get()), ("g", 4, r#"{"text":"x"}"#))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse_frame(r#"{"id":2,"op":"delete","chat":"g","target":4}"#).unwrap().op,
+            Op::Delete { target: 4, .. }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":3,"op":"inbox"}"#).unwrap().op,
+            Op::Inbox { limit: None, cursor: None, live: false }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":3,"op":"inbox","limit":5,"cursor":"ab","live":true}"#).unwrap().op,
+            Op::Inbox { limit: Some(5), live: true, .. }
+        ));
+        for bad in [
+            r#"{"id":4,"op":"edit","chat":"g","body":1}"#,
+            r#"{"id":4,"op":"edit","chat":"g","target":1}"#,
+            r#"{"id":4,"op":"delete","chat":"g"}"#,
+            r#"{"id":4,"op":"delete","target":1}"#,
+            r#"{"id":4,"op":"inbox","limit":0}"#,
+            r#"{"id":4,"op":"inbox","cursor":""}"#,
+            r#"{"id":4,"op":"inbox","live":"yes"}"#,
+        ] {
+            assert!(matches!(parse_frame(bad), Err(BadFrame::BadRequest { id: 4, .. })), "{bad}");
+        }
     }
 
     #[test]

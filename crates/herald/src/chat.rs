@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use herald_protocol::frame::EventPush;
 use herald_protocol::limits::FETCH_MAX;
-use herald_protocol::reply::{ChatView, FetchOk, JoinOk, SeqOk};
+use herald_protocol::reply::{ChatView, EmptyOk, FetchOk, InboxOk, JoinOk, SeqOk};
 use serde_json::value::RawValue;
 
 use crate::broker::Broker;
@@ -22,7 +22,7 @@ use crate::guard::JoinThrottle;
 use crate::hub::{Hub, Replay};
 use crate::model::{ChatKey, Published};
 use crate::outbox::{Frame, Outbox};
-use crate::store::{Actor, Store, Write, Written};
+use crate::store::{Actor, InboxCursor, Store, Write, Written};
 
 /// Longest a watch waits for the broker to confirm its subscription.
 const SUBSCRIBE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -318,6 +318,87 @@ impl Chats {
     pub async fn admin_fetch(&self, key: ChatKey, after: u64, limit: Option<u32>) -> Result<FetchOk, Error> {
         self.fetch_as(&key, None, after, limit).await
     }
+
+    // v1.1: the message lifecycle, moderation and the inbox.
+
+    /// A member's `edit` of their own message `target`.
+    pub async fn edit(&self, c: &Caller, chat: &str, target: u64, body: Box<RawValue>) -> Result<SeqOk, Error> {
+        self.check_body(&body)?;
+        let user = Some(c.user.clone());
+        let w = self.write(Write::Edit { key: c.key(chat), user, actor: Actor::Client, target, body }).await?;
+        Ok(SeqOk { seq: w.seq })
+    }
+
+    /// A member's `delete` of their own message `target`.
+    pub async fn delete(&self, c: &Caller, chat: &str, target: u64) -> Result<SeqOk, Error> {
+        let user = Some(c.user.clone());
+        let w = self.write(Write::Delete { key: c.key(chat), user, actor: Actor::Client, target }).await?;
+        Ok(SeqOk { seq: w.seq })
+    }
+
+    /// The server API's edit of any message, by `user` if given.
+    pub async fn admin_edit(
+        &self,
+        key: ChatKey,
+        target: u64,
+        body: Box<RawValue>,
+        user: Option<&str>,
+    ) -> Result<SeqOk, Error> {
+        self.check_body(&body)?;
+        let w = self.write(Write::Edit { key, user: user.map(Arc::from), actor: Actor::Admin, target, body }).await?;
+        Ok(SeqOk { seq: w.seq })
+    }
+
+    /// The server API's delete of any message.
+    pub async fn admin_delete(&self, key: ChatKey, target: u64) -> Result<SeqOk, Error> {
+        let w = self.write(Write::Delete { key, user: None, actor: Actor::Admin, target }).await?;
+        Ok(SeqOk { seq: w.seq })
+    }
+
+    /// Bans `user` (a `leave` event if they were a member), or lifts the ban.
+    pub async fn set_ban(&self, key: ChatKey, user: &str, banned: bool) -> Result<EmptyOk, Error> {
+        self.write(Write::Ban { key, user: user.into(), banned }).await?;
+        Ok(EmptyOk {})
+    }
+
+    /// Mutes `user` until `until_ms` (without it, until unmuted), or unmutes.
+    pub async fn set_mute(
+        &self,
+        key: ChatKey,
+        user: &str,
+        muted: bool,
+        until_ms: Option<i64>,
+    ) -> Result<EmptyOk, Error> {
+        self.write(Write::Mute { key, user: user.into(), muted, until_ms }).await?;
+        Ok(EmptyOk {})
+    }
+
+    /// A page of `user`'s inbox in workspace `ws`.
+    pub async fn inbox(
+        &self,
+        ws: &str,
+        user: &str,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<InboxOk, Error> {
+        let limit =
+            limit.unwrap_or(herald_protocol::limits::INBOX_DEFAULT).clamp(1, herald_protocol::limits::INBOX_MAX);
+        let after =
+            match cursor {
+                None => None,
+                Some(text) => Some(InboxCursor::decode(text).ok_or_else(|| {
+                    Error::BadRequest("\"cursor\" is not a cursor from an earlier inbox reply".into())
+                })?),
+            };
+        let started = Instant::now();
+        let mut chats = self.store.inbox(ws, user, after.as_ref(), limit).await?;
+        metrics::histogram!("herald_inbox_seconds").record(started.elapsed().as_secs_f64());
+        let more = chats.len() > limit as usize;
+        chats.truncate(limit as usize);
+        let cursor =
+            chats.last().filter(|_| more).map(|last| InboxCursor { ts: last.ts, chat: last.chat.clone() }.encode());
+        Ok(InboxOk { chats, more, cursor })
+    }
 }
 
 /// A watch between [`Hub::begin_watch`] and [`Hub::finish_watch`]: if it is
@@ -407,7 +488,16 @@ mod tests {
 
     fn leave(key: &ChatKey, user: &str, seq: u64) -> Arc<Published> {
         let body = RawValue::from_string("{}".into()).unwrap();
-        let e = Event { seq, kind: EventType::Leave, user: Some(user.into()), ts: 0, body, client_id: None };
+        let e = Event {
+            seq,
+            kind: EventType::Leave,
+            user: Some(user.into()),
+            ts: 0,
+            body,
+            client_id: None,
+            edited: None,
+            deleted: false,
+        };
         Published::new(key.clone(), &e)
     }
 
@@ -460,7 +550,16 @@ mod tests {
 
     fn message(key: &ChatKey, seq: u64) -> Arc<Published> {
         let body = RawValue::from_string("{}".into()).unwrap();
-        let e = Event { seq, kind: EventType::Message, user: Some("alice".into()), ts: 0, body, client_id: None };
+        let e = Event {
+            seq,
+            kind: EventType::Message,
+            user: Some("alice".into()),
+            ts: 0,
+            body,
+            client_id: None,
+            edited: None,
+            deleted: false,
+        };
         Published::new(key.clone(), &e)
     }
 

@@ -207,3 +207,50 @@ async fn a_shard_that_is_back_takes_writes_from_every_node_within_two_seconds() 
         assert!(first_ok <= Duration::from_secs(2), "node {n} took {first_ok:?} to write to a shard that was back");
     }
 }
+
+/// The schema a herald of protocol v1 left in a shard (version 2), for the migration test.
+const SCHEMA_V2: &str = include_str!("fixtures/pg_schema_v2.sql");
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
+async fn a_shard_of_schema_2_is_migrated_with_its_counts() {
+    let pg = PgCluster::start();
+    let url = create_database(&pg.admin_url).await;
+    {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client.batch_execute(SCHEMA_V2).await.unwrap();
+        client
+            .batch_execute(
+                r#"INSERT INTO chats (id, ws, chat, open, seq, members, created_ms) VALUES (1, 'w', 'g', true, 6, 2, 1000);
+                   INSERT INTO members VALUES (1, 'alice', 3, 1000), (1, 'bob', 0, 1001);
+                   INSERT INTO events VALUES
+                     (1, 1, 'join', 'alice', 1000, '{}', NULL),
+                     (1, 2, 'join', 'bob', 1001, '{}', NULL),
+                     (1, 3, 'message', 'bob', 1002, '{"t":1}', 'c1'),
+                     (1, 4, 'message', 'alice', 1003, '{"t":2}', NULL),
+                     (1, 5, 'message', 'bob', 1004, '{"t":3}', NULL),
+                     (1, 6, 'reaction', 'alice', 1005, '{"target":5,"emoji":"+1","on":true}', NULL);
+                   SELECT setval('chats_id_seq', 1);"#,
+            )
+            .await
+            .unwrap();
+    }
+    let s = TestServer::start_with(|c| c.stores = vec![url.clone()]).await;
+    let (status, inbox) = s.http("GET", "/v1/workspaces/w/users/alice/inbox", None).await;
+    assert_eq!(status, 200, "{inbox}");
+    let g = &inbox["chats"][0];
+    assert_eq!(
+        (g["seq"].clone(), g["ts"].clone(), g["read"].clone(), g["unread"].clone()),
+        (json!(6), json!(1005), json!(3), json!(1))
+    );
+    assert_eq!(g["last"]["seq"], 5);
+    // New messages continue the migrated counts; the migrated client_id still answers.
+    let mut bob = s.client("w", "bob").await;
+    assert_eq!(bob.ok(json!({"op": "send", "chat": "g", "body": 1, "client_id": "c1"})).await["seq"], 3);
+    bob.ok(json!({"op": "send", "chat": "g", "body": 2})).await;
+    let (_, inbox) = s.http("GET", "/v1/workspaces/w/users/alice/inbox", None).await;
+    assert_eq!(inbox["chats"][0]["unread"], 2);
+    let (_, inbox) = s.http("GET", "/v1/workspaces/w/users/bob/inbox", None).await;
+    assert_eq!(inbox["chats"][0]["unread"], 1, "alice's one message");
+}

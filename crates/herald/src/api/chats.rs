@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::model::ChatKey;
 
 /// The key of a chat this node's cell serves.
-fn chat_key(s: &AppState, ws: &str, chat: &str) -> Result<ChatKey, ApiError> {
+pub(super) fn chat_key(s: &AppState, ws: &str, chat: &str) -> Result<ChatKey, ApiError> {
     if !is_valid_id(ws) || !is_valid_id(chat) {
         return Err(bad("workspace and chat must be 1 to 128 characters of A-Z a-z 0-9 _ . : -"));
     }
@@ -41,10 +41,10 @@ fn yes() -> bool {
 }
 
 /// The path of a chat route, refused as `bad_request` when it cannot be read.
-type ChatPath = Result<Path<(String, String)>, PathRejection>;
-type MemberPath = Result<Path<(String, String, String)>, PathRejection>;
+pub(super) type ChatPath = Result<Path<(String, String)>, PathRejection>;
+pub(super) type MemberPath = Result<Path<(String, String, String)>, PathRejection>;
 
-fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+pub(super) fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     p.map(|Path(t)| t).map_err(|e| bad(format!("bad path: {e}")))
 }
 

@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{get, patch, post, put};
 use herald_protocol::frame::ErrorBody;
 use herald_protocol::ids::is_valid_id;
 use serde::Deserialize;
@@ -46,6 +46,7 @@ const DEMO_JS: &str = include_str!("../../../../web/dist/demo.js");
 
 mod admin;
 mod chats;
+mod moderation;
 pub mod openapi;
 
 /// The whole HTTP app.
@@ -55,6 +56,13 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
         .route("/v1/workspaces/{ws}/chats/{chat}/members/{user}", put(chats::add_member).delete(chats::remove_member))
         .route("/v1/workspaces/{ws}/chats/{chat}/events", post(chats::post_event).get(chats::get_events))
         .route("/v1/workspaces/{ws}/chats/{chat}/presence", get(chats::get_presence))
+        .route(
+            "/v1/workspaces/{ws}/chats/{chat}/events/{seq}",
+            patch(moderation::edit_event).delete(moderation::delete_event),
+        )
+        .route("/v1/workspaces/{ws}/chats/{chat}/bans/{user}", put(moderation::ban).delete(moderation::unban))
+        .route("/v1/workspaces/{ws}/chats/{chat}/mutes/{user}", put(moderation::mute).delete(moderation::unmute))
+        .route("/v1/workspaces/{ws}/users/{user}/inbox", get(moderation::inbox))
         .route("/v1/tokens", post(issue_token))
         .route("/v1/gateway", get(gateway_for))
         .route("/v1/admin/status", get(admin::admin_status))

@@ -4,12 +4,13 @@
 //! it (docs/protocol.md describes it).
 
 use herald_protocol::frame::ErrorBody;
-use herald_protocol::reply::{ChatView, FetchOk, PresenceOk, SeqOk};
+use herald_protocol::reply::{ChatView, EmptyOk, FetchOk, InboxEntry, InboxOk, PresenceOk, SeqOk};
 use herald_protocol::{ErrorCode, Event, EventType};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
 use super::chats::{PostEventBody, PostedType, PutChatBody};
+use super::moderation::{EditBody, MuteBody};
 
 /// The `{ws}` of a path.
 #[derive(IntoParams)]
@@ -101,6 +102,13 @@ impl Modify for ApiKey {
         super::chats::post_event,
         super::chats::get_events,
         super::chats::get_presence,
+        super::moderation::edit_event,
+        super::moderation::delete_event,
+        super::moderation::ban,
+        super::moderation::unban,
+        super::moderation::mute,
+        super::moderation::unmute,
+        super::moderation::inbox,
         super::issue_token,
         super::gateway_for,
         super::admin::admin_status,
@@ -115,7 +123,8 @@ impl Modify for ApiKey {
         ChatView, SeqOk, FetchOk, PresenceOk, Event, EventType, ErrorBody, ErrorCode, ErrorEnvelope, PutChatBody,
         PostEventBody, PostedType, super::TokenBody, super::TokenOk, super::GatewayOk, super::admin::DrainBody,
         super::admin::DrainOk, super::admin::NodesOk, super::admin::NodeView, super::admin::AdminStatus,
-        super::admin::StatusNode, super::admin::StatusShard, super::Ready,
+        super::admin::StatusNode, super::admin::StatusShard, super::Ready, EditBody, MuteBody, EmptyOk, InboxOk,
+        InboxEntry,
     )),
     modifiers(&ApiKey),
 )]
@@ -150,6 +159,10 @@ mod tests {
             ("/v1/workspaces/{ws}/chats/{chat}/members/{user}", &["put", "delete"]),
             ("/v1/workspaces/{ws}/chats/{chat}/events", &["post", "get"]),
             ("/v1/workspaces/{ws}/chats/{chat}/presence", &["get"]),
+            ("/v1/workspaces/{ws}/chats/{chat}/events/{seq}", &["patch", "delete"]),
+            ("/v1/workspaces/{ws}/chats/{chat}/bans/{user}", &["put", "delete"]),
+            ("/v1/workspaces/{ws}/chats/{chat}/mutes/{user}", &["put", "delete"]),
+            ("/v1/workspaces/{ws}/users/{user}/inbox", &["get"]),
             ("/v1/tokens", &["post"]),
             ("/v1/gateway", &["get"]),
             ("/v1/admin/status", &["get"]),

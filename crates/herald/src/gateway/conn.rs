@@ -368,6 +368,7 @@ impl Conn {
             node: self.gw.cfg.node.clone(),
             session: session_id,
             heartbeat_ms: self.gw.cfg.heartbeat.as_millis() as u64,
+            protocol: herald_protocol::reply::PROTOCOL_VERSION.to_string(),
         };
         self.outbox.push(Frame::from(ok_reply(id, &ok)));
         metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "ok").increment(1);

@@ -107,7 +107,16 @@ impl ModelLog {
         }
         let seq = s.events.len() as u64 + 1;
         let body = RawValue::from_string(format!("{{\"n\":{seq}}}")).unwrap();
-        s.events.push(Event { seq, kind, user: Some(user.to_string()), ts: 0, body, client_id: None });
+        s.events.push(Event {
+            seq,
+            kind,
+            user: Some(user.to_string()),
+            ts: 0,
+            body,
+            client_id: None,
+            edited: None,
+            deleted: false,
+        });
         seq
     }
 

@@ -10,7 +10,16 @@ use serde_json::value::RawValue;
 
 fn stored(seq: u64) -> Event {
     let body = RawValue::from_string("{}".into()).unwrap();
-    Event { seq, kind: EventType::Message, user: Some("u".into()), ts: 0, body, client_id: None }
+    Event {
+        seq,
+        kind: EventType::Message,
+        user: Some("u".into()),
+        ts: 0,
+        body,
+        client_id: None,
+        edited: None,
+        deleted: false,
+    }
 }
 
 fn event(key: &ChatKey, seq: u64) -> Arc<Published> {

@@ -26,6 +26,12 @@ pub(crate) struct ChatRow {
     pub seq: u64,
     pub members: u64,
     pub open: bool,
+    /// The `message` events stored in the chat, kept as a count.
+    pub messages: u64,
+    /// The latest event's ts (the chat's creation before its first event): the inbox's order.
+    pub ts: i64,
+    /// The seq of the latest `message` event, 0 if none: the inbox's `last`.
+    pub last_message: u64,
 }
 
 impl ChatRow {
@@ -53,7 +59,23 @@ pub(crate) trait Tx {
         user: Option<&str>,
         client_id: &str,
     ) -> Result<Option<u64>, Self::Error>;
-    async fn insert_event(&mut self, chat: i64, event: &Event) -> Result<(), Self::Error>;
+    async fn insert_event(&mut self, chat: i64, event: &Event, meta: EventMeta) -> Result<(), Self::Error>;
+    // v1.1: the message lifecycle and moderation.
+    /// Whether `user` is banned from the chat.
+    async fn is_banned(&mut self, chat: i64, user: &str) -> Result<bool, Self::Error>;
+    async fn set_banned(&mut self, chat: i64, user: &str, banned: bool) -> Result<(), Self::Error>;
+    /// The stored mute of `user` (its end, `i64::MAX` for none), whether or not it has run out.
+    async fn mute(&mut self, chat: i64, user: &str) -> Result<Option<i64>, Self::Error>;
+    /// Mutes `user` until `until_ms`, or unmutes with `None`.
+    async fn set_mute(&mut self, chat: i64, user: &str, until_ms: Option<i64>) -> Result<(), Self::Error>;
+    /// How many `message` events of `user` the chat held before this transaction.
+    async fn own_messages(&mut self, chat: i64, user: &str) -> Result<u64, Self::Error>;
+    /// The `message` event `seq` of the chat, if it is one.
+    async fn load_message(&mut self, chat: i64, seq: u64) -> Result<Option<MessageRow>, Self::Error>;
+    /// Gives message `target` its latest body and the seq of the edit that set it.
+    async fn edit_message(&mut self, chat: i64, target: u64, body: &RawValue, edit: u64) -> Result<(), Self::Error>;
+    /// Erases message `target`'s body and the new bodies in its `edit` events, and marks it deleted.
+    async fn erase_message(&mut self, chat: i64, target: u64) -> Result<(), Self::Error>;
     /// Writes back a row's seq, member count and open flag.
     async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error>;
     /// Reads ahead, in few round trips, what the batch's writes on the chats
@@ -65,6 +87,34 @@ pub(crate) trait Tx {
     async fn finish(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
+}
+
+/// What an event row keeps beside the event, for the inbox's counts and the lifecycle.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct EventMeta {
+    /// `message` events: its place (from 1) among the chat's messages.
+    pub ord: Option<u64>,
+    /// `message` events: its place (from 1) among its sender's messages in the chat.
+    pub user_ord: Option<u64>,
+    /// `edit` and `delete` events: the message they change.
+    pub target: Option<u64>,
+}
+
+/// A `message` event as the lifecycle rules need it.
+#[derive(Debug, Clone)]
+pub(crate) struct MessageRow {
+    pub user: Option<String>,
+    pub deleted: bool,
+}
+
+/// Whether a stored mute end means muted at `now_ms`.
+pub(crate) fn is_muted(until_ms: Option<i64>, now_ms: i64) -> bool {
+    until_ms.is_some_and(|until| until > now_ms)
+}
+
+/// The body of an `edit` event: `{"target": 41, "body": <the new body>}`.
+pub(crate) fn edit_body(target: u64, body: &RawValue) -> Box<RawValue> {
+    RawValue::from_string(format!("{{\"target\":{target},\"body\":{}}}", body.get())).expect("edit body is JSON")
 }
 
 /// What one write decided: a client's answer, or a backend failure that fails the batch.
@@ -90,7 +140,8 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
     let mut keys: Vec<&ChatKey> = writes.iter().map(|w| w.key()).collect();
     keys.sort();
     keys.dedup();
-    let mut batch = Batch { rows: HashMap::with_capacity(keys.len()), dirty: Vec::new(), now_ms: now_ms() };
+    let mut batch =
+        Batch { rows: HashMap::with_capacity(keys.len()), dirty: Vec::new(), own: HashMap::new(), now_ms: now_ms() };
     for key in keys {
         if let Some(row) = tx.load_chat(key).await? {
             batch.rows.insert(key.clone(), row);
@@ -113,11 +164,14 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
 struct Batch {
     rows: HashMap<ChatKey, ChatRow>,
     dirty: Vec<ChatKey>,
+    /// Messages per (chat, sender) as this batch moved them, read once each.
+    own: HashMap<(i64, String), u64>,
     now_ms: i64,
 }
 
 impl Batch {
     /// Stores the next event of `key`.
+    #[allow(clippy::too_many_arguments)] // each is a column of the event; a struct would only rename them
     async fn append<T: Tx>(
         &mut self,
         tx: &mut T,
@@ -126,10 +180,29 @@ impl Batch {
         user: Option<&str>,
         body: Box<RawValue>,
         client_id: Option<&str>,
+        target: Option<u64>,
     ) -> Result<Event, T::Error> {
+        let id = self.rows[key].id;
+        let mut meta = EventMeta { target, ..EventMeta::default() };
+        if kind == EventType::Message {
+            // A message has an author: the server API refuses one without.
+            let sender = user.unwrap_or_default();
+            let own = match self.own.get(&(id, sender.to_owned())) {
+                Some(n) => *n,
+                None => tx.own_messages(id, sender).await?,
+            };
+            self.own.insert((id, sender.to_owned()), own + 1);
+            meta.user_ord = Some(own + 1);
+        }
         let row = self.rows.get_mut(key).expect("row loaded before append");
         row.seq += 1;
-        let (id, seq) = (row.id, row.seq);
+        row.ts = self.now_ms;
+        if kind == EventType::Message {
+            row.messages += 1;
+            row.last_message = row.seq;
+            meta.ord = Some(row.messages);
+        }
+        let seq = row.seq;
         self.dirty.push(key.clone());
         let event = Event {
             seq,
@@ -138,9 +211,25 @@ impl Batch {
             ts: self.now_ms,
             body,
             client_id: client_id.map(str::to_owned),
+            edited: None,
+            deleted: false,
         };
-        tx.insert_event(id, &event).await?;
+        tx.insert_event(id, &event, meta).await?;
         Ok(event)
+    }
+
+    /// Refuses a muted member's write.
+    async fn check_mute<T: Tx>(
+        &self,
+        tx: &mut T,
+        key: &ChatKey,
+        chat: i64,
+        user: &str,
+    ) -> Result<Option<StoreError>, T::Error> {
+        if is_muted(tx.mute(chat, user).await?, self.now_ms) {
+            return Ok(Some(StoreError::Forbidden(format!("{user} is muted in {}", key.chat))));
+        }
+        Ok(None)
     }
 
     fn done(&self, key: &ChatKey, event: Event) -> Outcome {
@@ -177,12 +266,15 @@ impl Batch {
                 if tx.read_position(row.id, user).await?.is_some() {
                     return unchanged(row, row.seq);
                 }
+                if tx.is_banned(row.id, user).await? {
+                    return Ok(Err(StoreError::Forbidden(format!("{user} is banned from {}", key.chat))));
+                }
                 if !row.open && *actor == Actor::Client {
                     return Ok(Err(StoreError::Forbidden(format!("{} is closed; ask to be added", key.chat))));
                 }
                 tx.add_member(row.id, user, self.now_ms).await?;
                 self.rows.get_mut(key).expect("row loaded").members += 1;
-                let event = self.append(tx, key, EventType::Join, Some(user), empty_body(), None).await?;
+                let event = self.append(tx, key, EventType::Join, Some(user), empty_body(), None, None).await?;
                 Ok(self.done(key, event))
             }
             Write::Leave { user, actor, .. } => {
@@ -196,7 +288,7 @@ impl Batch {
                 }
                 let r = self.rows.get_mut(key).expect("row loaded");
                 r.members = r.members.saturating_sub(1);
-                let event = self.append(tx, key, EventType::Leave, Some(user), empty_body(), None).await?;
+                let event = self.append(tx, key, EventType::Leave, Some(user), empty_body(), None, None).await?;
                 Ok(self.done(key, event))
             }
             Write::Append { user, system, body, client_id, member_only, .. } => {
@@ -205,6 +297,9 @@ impl Batch {
                     if tx.read_position(row.id, u).await?.is_none() {
                         return Ok(Err(not_member()));
                     }
+                    if let Some(refused) = self.check_mute(tx, key, row.id, u).await? {
+                        return Ok(Err(refused));
+                    }
                 }
                 if let Some(cid) = client_id
                     && let Some(seq) = tx.find_client_id(row.id, user.as_deref(), cid).await?
@@ -212,19 +307,23 @@ impl Batch {
                     return unchanged(row, seq);
                 }
                 let kind = if *system { EventType::System } else { EventType::Message };
-                let event = self.append(tx, key, kind, user.as_deref(), body.clone(), client_id.as_deref()).await?;
+                let event =
+                    self.append(tx, key, kind, user.as_deref(), body.clone(), client_id.as_deref(), None).await?;
                 Ok(self.done(key, event))
             }
             Write::React { user, target, emoji, on, .. } => {
                 if tx.read_position(row.id, user).await?.is_none() {
                     return Ok(Err(not_member()));
                 }
+                if let Some(refused) = self.check_mute(tx, key, row.id, user).await? {
+                    return Ok(Err(refused));
+                }
                 if *target == 0 || *target > row.seq {
                     return Ok(Err(StoreError::NotFound(format!("no event {target} in {}", key.chat))));
                 }
                 let body = serde_json::json!({"target": target, "emoji": emoji, "on": on});
                 let body = serde_json::value::to_raw_value(&body).expect("reaction body serializes");
-                let event = self.append(tx, key, EventType::Reaction, Some(user), body, None).await?;
+                let event = self.append(tx, key, EventType::Reaction, Some(user), body, None, None).await?;
                 Ok(self.done(key, event))
             }
             Write::Read { user, seq, .. } => {
@@ -240,11 +339,85 @@ impl Batch {
                 }
                 tx.set_read_position(row.id, user, *seq).await?;
                 let body = RawValue::from_string(format!("{{\"seq\":{seq}}}")).expect("read body is JSON");
-                let event = self.append(tx, key, EventType::Read, Some(user), body, None).await?;
+                let event = self.append(tx, key, EventType::Read, Some(user), body, None, None).await?;
                 let info = self.rows[key].info();
                 Ok(Ok(Written { event: Some(event), seq: *seq, info }))
             }
+            Write::Edit { user, actor, target, body, .. } => {
+                self.apply_lifecycle(tx, key, row, user.as_deref(), *actor, *target, Some(body)).await
+            }
+            Write::Delete { user, actor, target, .. } => {
+                self.apply_lifecycle(tx, key, row, user.as_deref(), *actor, *target, None).await
+            }
+            Write::Ban { user, banned, .. } => {
+                tx.set_banned(row.id, user, *banned).await?;
+                if !*banned || !tx.remove_member(row.id, user).await? {
+                    return unchanged(row, row.seq);
+                }
+                let r = self.rows.get_mut(key).expect("row loaded");
+                r.members = r.members.saturating_sub(1);
+                let event = self.append(tx, key, EventType::Leave, Some(user), empty_body(), None, None).await?;
+                Ok(self.done(key, event))
+            }
+            Write::Mute { user, muted, until_ms, .. } => {
+                let until = muted.then(|| until_ms.unwrap_or(i64::MAX));
+                tx.set_mute(row.id, user, until).await?;
+                unchanged(row, row.seq)
+            }
         }
+    }
+
+    /// An `edit` (with its new `body`) or a `delete` of message `target`.
+    #[allow(clippy::too_many_arguments)]
+    async fn apply_lifecycle<T: Tx>(
+        &mut self,
+        tx: &mut T,
+        key: &ChatKey,
+        row: ChatRow,
+        user: Option<&str>,
+        actor: Actor,
+        target: u64,
+        body: Option<&RawValue>,
+    ) -> Result<Outcome, T::Error> {
+        if actor == Actor::Client {
+            let Some(u) = user else { return Ok(Err(StoreError::Forbidden("a client edit needs a user".into()))) };
+            if tx.read_position(row.id, u).await?.is_none() {
+                return Ok(Err(StoreError::Forbidden(format!("not a member of {}", key.chat))));
+            }
+            if let Some(refused) = self.check_mute(tx, key, row.id, u).await? {
+                return Ok(Err(refused));
+            }
+        }
+        let found = match target {
+            0 => None,
+            t if t > row.seq => None,
+            t => tx.load_message(row.id, t).await?,
+        };
+        let message = match found {
+            Some(m) if !m.deleted => m,
+            _ => {
+                return Ok(Err(StoreError::NotFound(format!(
+                    "no message {target} in {} (or it was deleted)",
+                    key.chat
+                ))));
+            }
+        };
+        if actor == Actor::Client && message.user.as_deref() != user {
+            return Ok(Err(StoreError::Forbidden(format!("message {target} is another user's"))));
+        }
+        let (kind, event_body) = match body {
+            Some(b) => (EventType::Edit, edit_body(target, b)),
+            None => (
+                EventType::Delete,
+                RawValue::from_string(format!("{{\"target\":{target}}}")).expect("delete body is JSON"),
+            ),
+        };
+        let event = self.append(tx, key, kind, user, event_body, None, Some(target)).await?;
+        match body {
+            Some(b) => tx.edit_message(row.id, target, b, event.seq).await?,
+            None => tx.erase_message(row.id, target).await?,
+        }
+        Ok(self.done(key, event))
     }
 }
 

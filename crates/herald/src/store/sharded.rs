@@ -11,7 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BoxFuture, Fetched, ShardName, ShardStatus, Store, StoreError, Write, Written};
+use herald_protocol::reply::InboxEntry;
+
+use super::{BoxFuture, Fetched, InboxCursor, Member, ShardName, ShardStatus, Store, StoreError, Write, Written};
 use crate::guard::{Breaker, BreakerConfig, BreakerState, Bulkhead};
 use crate::hashing::rendezvous;
 use crate::model::{ChatInfo, ChatKey};
@@ -188,6 +190,47 @@ impl Store for Sharded {
             }
             Ok(heads)
         })
+    }
+
+    fn member<'a>(&'a self, key: &'a ChatKey, user: &'a str) -> BoxFuture<'a, Result<Option<Member>, StoreError>> {
+        let shard = self.shard(key);
+        Box::pin(shard.guarded(shard.store.member(key, user)))
+    }
+
+    /// Every shard's page of this user's chats, merged: each shard answers
+    /// in the same order (latest activity, then name) from the same cursor,
+    /// so the first `limit` of the merge are the page. Unlike `heads`, a
+    /// shard that fails fails the inbox: a page that silently left out a
+    /// shard's chats would also skip them on every later page.
+    fn inbox<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<&'a InboxCursor>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<InboxEntry>, StoreError>> {
+        Box::pin(async move {
+            let pages = futures_util::future::join_all(
+                self.shards.iter().map(|s| s.guarded(s.store.inbox(ws, user, after, limit))),
+            )
+            .await;
+            let mut all = Vec::new();
+            for page in pages {
+                all.extend(page?);
+            }
+            all.sort_by(super::inbox_order);
+            all.truncate(limit as usize + 1);
+            Ok(all)
+        })
+    }
+
+    fn inbox_entry<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<Option<InboxEntry>, StoreError>> {
+        let shard = self.shard(key);
+        Box::pin(shard.guarded(shard.store.inbox_entry(key, user)))
     }
 
     /// Ready while at least one shard answers: a node with one shard down still

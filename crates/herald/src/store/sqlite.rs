@@ -21,15 +21,18 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
 
-use super::apply::{self, ChatRow, Outcome, Reply, Tx};
-use super::{Alive, BoxFuture, Fetched, Store, StoreError, Write, Written, sql_seq};
+use super::apply::{self, ChatRow, EventMeta, MessageRow, Outcome, Reply, Tx};
+use super::{Alive, BoxFuture, Fetched, InboxCursor, Member, Store, StoreError, Write, Written, sql_seq};
 use crate::model::{ChatInfo, ChatKey};
+use herald_protocol::reply::InboxEntry;
 
 /// The database file in `--data` (beside it, SQLite's `-wal` and `-shm`).
 pub const DB_FILE: &str = "herald.db";
 
-/// Schema version kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 1;
+/// Schema version kept in `PRAGMA user_version`. Version 2 (protocol v1.1)
+/// added the message lifecycle, mutes, bans and the inbox's counts
+/// ([`SCHEMA_V2`]); a version 1 file is migrated at start.
+const SCHEMA_VERSION: i64 = 2;
 
 /// The schema. `events` is clustered by (chat, seq) so a fetch is one range scan.
 const SCHEMA: &str = "
@@ -64,6 +67,56 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE UNIQUE INDEX IF NOT EXISTS events_client_id ON events (chat_id, user, client_id)
     WHERE client_id IS NOT NULL;
 ";
+
+/// Version 2, from version 1: columns, then their values for rows stored
+/// before (counts kept as counts start from the log once, here).
+const MIGRATE_V2: &str = "
+ALTER TABLE chats ADD COLUMN messages INTEGER NOT NULL DEFAULT 0;     -- message events, kept as a count
+ALTER TABLE chats ADD COLUMN last_ts INTEGER NOT NULL DEFAULT 0;      -- the latest event's ts
+ALTER TABLE chats ADD COLUMN last_message INTEGER NOT NULL DEFAULT 0; -- the latest message's seq
+ALTER TABLE events ADD COLUMN ord INTEGER;       -- a message's place among the chat's messages
+ALTER TABLE events ADD COLUMN user_ord INTEGER;  -- a message's place among its sender's messages in the chat
+ALTER TABLE events ADD COLUMN target INTEGER;    -- edit and delete events: the message they change
+ALTER TABLE events ADD COLUMN edited INTEGER;    -- messages: the seq of the latest edit
+ALTER TABLE events ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+UPDATE events SET ord = n.o, user_ord = n.uo FROM (
+    SELECT chat_id, seq,
+           row_number() OVER (PARTITION BY chat_id ORDER BY seq) AS o,
+           row_number() OVER (PARTITION BY chat_id, user ORDER BY seq) AS uo
+      FROM events WHERE type = 'message') AS n
+ WHERE events.chat_id = n.chat_id AND events.seq = n.seq;
+UPDATE chats SET
+    messages = (SELECT count(*) FROM events e WHERE e.chat_id = chats.id AND e.type = 'message'),
+    last_message = coalesce((SELECT max(seq) FROM events e WHERE e.chat_id = chats.id AND e.type = 'message'), 0),
+    last_ts = coalesce((SELECT ts FROM events e WHERE e.chat_id = chats.id ORDER BY seq DESC LIMIT 1), created_ms);
+";
+
+/// Version 2's tables and indexes. The partial indexes hold only message
+/// rows (or deleted ones, which are rare): an unread count is a few lookups
+/// in them, never a scan of a chat's history.
+const SCHEMA_V2: &str = "
+CREATE INDEX IF NOT EXISTS members_user ON members (user, chat_id);
+CREATE INDEX IF NOT EXISTS events_messages ON events (chat_id, seq, ord) WHERE ord IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_own ON events (chat_id, user, seq, user_ord) WHERE ord IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_deleted ON events (chat_id, seq, user) WHERE deleted = 1;
+CREATE INDEX IF NOT EXISTS events_target ON events (chat_id, target) WHERE target IS NOT NULL;
+CREATE TABLE IF NOT EXISTS bans (
+    chat_id INTEGER NOT NULL,
+    user    TEXT NOT NULL,
+    PRIMARY KEY (chat_id, user)
+) WITHOUT ROWID;
+-- Mutes outlive a membership: leaving and joining again does not end one.
+CREATE TABLE IF NOT EXISTS mutes (
+    chat_id  INTEGER NOT NULL,
+    user     TEXT NOT NULL,
+    until_ms INTEGER NOT NULL,   -- 9223372036854775807: until unmuted
+    PRIMARY KEY (chat_id, user)
+) WITHOUT ROWID;
+";
+
+/// How often the writer retries a WAL checkpoint that readers held up, after
+/// a batch that erased a body: the erased bytes must leave the files soon.
+const ERASE_CHECKPOINT_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Most writes taken into one transaction. Bounds a batch's latency and the
 /// work lost to a batch that fails and is retried write by write.
@@ -120,15 +173,26 @@ impl SqliteStore {
         if version > SCHEMA_VERSION {
             anyhow::bail!("{} has schema version {version}; this herald knows {SCHEMA_VERSION}", path.display());
         }
-        conn.execute_batch(SCHEMA)?;
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        // Erased bodies are overwritten with zeros in the file, not just unlinked.
+        conn.pragma_update(None, "secure_delete", "ON")?;
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(SCHEMA)?;
+        if version < 2 {
+            tx.execute_batch(MIGRATE_V2)?;
+            if version == 1 {
+                tracing::info!(path = %path.display(), "sqlite store migrated from schema 1 to 2");
+            }
+        }
+        tx.execute_batch(SCHEMA_V2)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        tx.commit()?;
 
         let (tx, rx) = sync_channel(WRITE_QUEUE);
         let writer_alive = Arc::new(AtomicBool::new(true));
         let alive = Alive(writer_alive.clone(), "sqlite");
         std::thread::Builder::new()
             .name("herald-sqlite-writer".into())
-            .spawn(move || Writer { conn }.run(rx, alive))?;
+            .spawn(move || Writer { conn, checkpoint_due: false }.run(rx, alive))?;
         Ok(SqliteStore {
             jobs: tx,
             writer_alive,
@@ -219,7 +283,7 @@ impl Store for SqliteStore {
                     return Ok(Err(StoreError::Forbidden(format!("not a member of {}", key.chat))));
                 }
                 let mut stmt = tx.prepare_cached(
-                    "SELECT seq, type, user, ts, body, client_id FROM events
+                    "SELECT seq, type, user, ts, body, client_id, edited, deleted FROM events
                          WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
                 )?;
                 let events = stmt
@@ -239,6 +303,51 @@ impl Store for SqliteStore {
         Box::pin(
             self.read(move |conn| keys.iter().map(|key| load_chat(conn, key).map(|row| row.map(|r| r.seq))).collect()),
         )
+    }
+
+    fn member<'a>(&'a self, key: &'a ChatKey, user: &'a str) -> BoxFuture<'a, Result<Option<Member>, StoreError>> {
+        let (key, user) = (key.clone(), user.to_owned());
+        Box::pin(async move {
+            self.read(move |conn| {
+                let Some(row) = load_chat(conn, &key)? else {
+                    return Ok(Err(StoreError::NotFound(format!("no chat {}", key.chat))));
+                };
+                Ok(Ok(member_of(conn, row.id, &user, apply::now_ms())?))
+            })
+            .await?
+        })
+    }
+
+    fn inbox<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<&'a InboxCursor>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<InboxEntry>, StoreError>> {
+        let (ws, user) = (ws.to_owned(), user.to_owned());
+        let (ts, chat) = after.map_or((i64::MAX, String::new()), |c| (c.ts, c.chat.clone()));
+        Box::pin(self.read(move |conn| {
+            let sql = INBOX_SQL.replace(
+                "{filter}",
+                "m.user = ?1 AND c.ws = ?2 AND (c.last_ts < ?3 OR (c.last_ts = ?3 AND c.chat > ?4))
+                 ORDER BY c.last_ts DESC, c.chat LIMIT ?5",
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            stmt.query_map(params![user, ws, ts, chat, i64::from(limit) + 1], inbox_entry_from_row)?.collect()
+        }))
+    }
+
+    fn inbox_entry<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<Option<InboxEntry>, StoreError>> {
+        let (key, user) = (key.clone(), user.to_owned());
+        Box::pin(self.read(move |conn| {
+            let sql = INBOX_SQL.replace("{filter}", "m.user = ?1 AND c.ws = ?2 AND c.chat = ?3");
+            conn.prepare_cached(&sql)?.query_row(params![user, &*key.ws, &*key.chat], inbox_entry_from_row).optional()
+        }))
     }
 
     /// Ready while the writer runs and a reader answers: a node whose
@@ -266,28 +375,92 @@ impl Store for SqliteStore {
 }
 
 fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
-    let kind: String = r.get(1)?;
-    let body: String = r.get(4)?;
-    Ok(Event {
-        seq: r.get::<_, i64>(0)? as u64,
-        kind: EventType::parse(&kind).unwrap_or(EventType::System),
-        user: r.get(2)?,
-        ts: r.get(3)?,
-        body: RawValue::from_string(body).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?,
-        client_id: r.get(5)?,
-    })
+    event_from_row_at(r, 0)
 }
 
 fn load_chat(conn: &Connection, key: &ChatKey) -> rusqlite::Result<Option<ChatRow>> {
-    conn.prepare_cached("SELECT id, seq, members, open FROM chats WHERE ws = ?1 AND chat = ?2")?
-        .query_row(params![&*key.ws, &*key.chat], |r| {
-            Ok(ChatRow {
-                id: r.get(0)?,
-                seq: r.get::<_, i64>(1)? as u64,
-                members: r.get::<_, i64>(2)? as u64,
-                open: r.get(3)?,
-            })
+    conn.prepare_cached(
+        "SELECT id, seq, members, open, messages, last_ts, last_message FROM chats WHERE ws = ?1 AND chat = ?2",
+    )?
+    .query_row(params![&*key.ws, &*key.chat], |r| {
+        Ok(ChatRow {
+            id: r.get(0)?,
+            seq: r.get::<_, i64>(1)? as u64,
+            members: r.get::<_, i64>(2)? as u64,
+            open: r.get(3)?,
+            messages: r.get::<_, i64>(4)? as u64,
+            ts: r.get(5)?,
+            last_message: r.get::<_, i64>(6)? as u64,
         })
+    })
+    .optional()
+}
+
+/// The inbox's query: the chats chosen by `{filter}` (a page of a user's
+/// chats, or one chat), each with the counts its unread number is made of
+/// (see [`super::unread`]) and its latest message as fetch shows it. Every
+/// count is an index lookup (`events_messages`, `events_own`,
+/// `events_deleted`); no chat's history is read.
+const INBOX_SQL: &str = "
+SELECT p.chat, p.seq, p.last_ts, p.read_seq, p.messages,
+    coalesce((SELECT e.ord FROM events e WHERE e.chat_id = p.id AND e.seq <= p.read_seq AND e.ord IS NOT NULL
+              ORDER BY e.seq DESC LIMIT 1), 0),
+    coalesce((SELECT e.user_ord FROM events e WHERE e.chat_id = p.id AND e.user = p.user AND e.ord IS NOT NULL
+              ORDER BY e.seq DESC LIMIT 1), 0),
+    coalesce((SELECT e.user_ord FROM events e WHERE e.chat_id = p.id AND e.user = p.user AND e.seq <= p.read_seq
+              AND e.ord IS NOT NULL ORDER BY e.seq DESC LIMIT 1), 0),
+    (SELECT count(*) FROM events e WHERE e.chat_id = p.id AND e.deleted = 1 AND e.seq > p.read_seq
+              AND e.user IS NOT p.user),
+    l.seq, l.type, l.user, l.ts, l.body, l.client_id, l.edited, l.deleted
+FROM (SELECT c.id, c.chat, c.seq, c.last_ts, c.messages, c.last_message, m.read_seq, m.user
+        FROM members m JOIN chats c ON c.id = m.chat_id
+       WHERE {filter}) AS p
+LEFT JOIN events l ON l.chat_id = p.id AND l.seq = p.last_message
+ORDER BY p.last_ts DESC, p.chat
+";
+
+fn inbox_entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InboxEntry> {
+    let n = |i: usize| r.get::<_, i64>(i).map(|v| v as u64);
+    let read = n(3)?;
+    let last = match r.get::<_, Option<i64>>(9)? {
+        None => None,
+        Some(_) => Some(event_from_row_at(r, 9)?),
+    };
+    Ok(InboxEntry {
+        chat: r.get(0)?,
+        seq: n(1)?,
+        ts: r.get(2)?,
+        read,
+        unread: super::unread(n(4)?, n(5)?, n(6)?, n(7)?, n(8)?),
+        last,
+    })
+}
+
+/// An event from the eight columns of a row starting at `at`, in fetch's order.
+fn event_from_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Event> {
+    let kind: String = r.get(at + 1)?;
+    let body: String = r.get(at + 4)?;
+    Ok(Event {
+        seq: r.get::<_, i64>(at)? as u64,
+        kind: EventType::parse(&kind).unwrap_or(EventType::System),
+        user: r.get(at + 2)?,
+        ts: r.get(at + 3)?,
+        body: RawValue::from_string(body).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?,
+        client_id: r.get(at + 5)?,
+        edited: r.get::<_, Option<i64>>(at + 6)?.map(|v| v as u64),
+        deleted: r.get(at + 7)?,
+    })
+}
+
+fn member_of(conn: &Connection, chat_id: i64, user: &str, now_ms: i64) -> rusqlite::Result<Option<Member>> {
+    let Some(read) = read_position(conn, chat_id, user)? else { return Ok(None) };
+    let until = mute_of(conn, chat_id, user)?;
+    Ok(Some(Member { read, muted_until_ms: until.filter(|_| apply::is_muted(until, now_ms)) }))
+}
+
+fn mute_of(conn: &Connection, chat_id: i64, user: &str) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT until_ms FROM mutes WHERE chat_id = ?1 AND user = ?2")?
+        .query_row(params![chat_id, user], |r| r.get(0))
         .optional()
 }
 
@@ -300,6 +473,9 @@ fn read_position(conn: &Connection, chat_id: i64, user: &str) -> rusqlite::Resul
 /// The writer thread's state: the one read-write connection.
 struct Writer {
     conn: Connection,
+    /// A batch erased a body and the WAL still holds it: checkpoint (and
+    /// truncate) the WAL as soon as readers let it.
+    checkpoint_due: bool,
 }
 
 impl Writer {
@@ -307,14 +483,26 @@ impl Writer {
         let mut batch: Vec<(Write, Reply)> = Vec::with_capacity(64);
         loop {
             let mut close = None;
-            match rx.recv() {
+            let job = if self.checkpoint_due {
+                match rx.recv_timeout(ERASE_CHECKPOINT_RETRY) {
+                    Ok(job) => Ok(job),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        self.checkpoint_erased();
+                        continue;
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(()),
+                }
+            } else {
+                rx.recv().map_err(|_| ())
+            };
+            match job {
                 Ok(Job::Write(w, r)) => batch.push((w, r)),
                 Ok(Job::Close(done)) => close = Some(done),
                 #[cfg(test)]
                 Ok(Job::Fail(Failure::Exit)) => return,
                 #[cfg(test)]
                 Ok(Job::Fail(Failure::Panic)) => self.supervised(&mut batch, |_, _| panic!("injected writer failure")),
-                Err(_) => return,
+                Err(()) => return,
             }
             while close.is_none() && batch.len() < MAX_BATCH {
                 match rx.try_recv() {
@@ -328,11 +516,30 @@ impl Writer {
             if !batch.is_empty() {
                 self.supervised(&mut batch, Writer::commit_batch);
             }
+            if self.checkpoint_due {
+                self.checkpoint_erased();
+            }
             if let Some(done) = close {
                 let _ = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)");
                 tracing::info!("sqlite writer flushed and stopped");
                 let _ = done.send(());
                 return;
+            }
+        }
+    }
+
+    /// Copies the WAL into the database and truncates it, so that a body a
+    /// delete erased (zeroed in the database by `secure_delete`) is in no
+    /// file any more. Readers still on an older snapshot hold the WAL: then
+    /// it is tried again shortly.
+    fn checkpoint_erased(&mut self) {
+        let busy: rusqlite::Result<i64> = self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0));
+        match busy {
+            Ok(0) => self.checkpoint_due = false,
+            Ok(_) => metrics::counter!("herald_store_checkpoints_retried_total").increment(1),
+            Err(e) => {
+                tracing::warn!(error = %e, "wal checkpoint after an erasure failed; retrying");
+                metrics::counter!("herald_store_errors_total", "kind" => "checkpoint").increment(1);
             }
         }
     }
@@ -360,7 +567,12 @@ impl Writer {
         let started = Instant::now();
         let writes: Vec<&Write> = batch.iter().map(|(w, _)| w).collect();
         match self.apply(&writes) {
-            Ok(outcomes) => apply::answer_committed(batch, outcomes, started),
+            Ok(outcomes) => {
+                let erased =
+                    batch.iter().zip(&outcomes).any(|((w, _), o)| matches!(w, Write::Delete { .. }) && o.is_ok());
+                self.checkpoint_due |= erased;
+                apply::answer_committed(batch, outcomes, started)
+            }
             Err(e) => {
                 metrics::counter!("herald_store_errors_total", "kind" => "commit").increment(1);
                 if batch.len() == 1 {
@@ -413,10 +625,18 @@ impl Tx for SqliteTx<'_> {
     async fn create_chat(&mut self, key: &ChatKey, open: bool, now_ms: i64) -> rusqlite::Result<ChatRow> {
         self.0
             .prepare_cached(
-                "INSERT INTO chats (ws, chat, open, seq, members, created_ms) VALUES (?1, ?2, ?3, 0, 0, ?4)",
+                "INSERT INTO chats (ws, chat, open, seq, members, created_ms, last_ts) VALUES (?1, ?2, ?3, 0, 0, ?4, ?4)",
             )?
             .execute(params![&*key.ws, &*key.chat, open, now_ms])?;
-        Ok(ChatRow { id: self.0.last_insert_rowid(), seq: 0, members: 0, open })
+        Ok(ChatRow {
+            id: self.0.last_insert_rowid(),
+            seq: 0,
+            members: 0,
+            open,
+            messages: 0,
+            ts: now_ms,
+            last_message: 0,
+        })
     }
 
     async fn read_position(&mut self, chat: i64, user: &str) -> rusqlite::Result<Option<u64>> {
@@ -457,22 +677,114 @@ impl Tx for SqliteTx<'_> {
             .optional()
     }
 
-    async fn insert_event(&mut self, chat: i64, e: &Event) -> rusqlite::Result<()> {
+    async fn insert_event(&mut self, chat: i64, e: &Event, meta: EventMeta) -> rusqlite::Result<()> {
         self.0
             .prepare_cached(
-                "INSERT INTO events (chat_id, seq, type, user, ts, body, client_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO events (chat_id, seq, type, user, ts, body, client_id, ord, user_ord, target)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )?
-            .execute(params![chat, e.seq as i64, e.kind.as_str(), e.user, e.ts, e.body.get(), e.client_id])?;
+            .execute(params![
+                chat,
+                e.seq as i64,
+                e.kind.as_str(),
+                e.user,
+                e.ts,
+                e.body.get(),
+                e.client_id,
+                meta.ord.map(|v| v as i64),
+                meta.user_ord.map(|v| v as i64),
+                meta.target.map(sql_seq),
+            ])?;
         Ok(())
     }
 
     async fn save_chat(&mut self, row: &ChatRow) -> rusqlite::Result<()> {
-        self.0.prepare_cached("UPDATE chats SET seq = ?2, members = ?3, open = ?4 WHERE id = ?1")?.execute(params![
-            row.id,
-            row.seq as i64,
-            row.members as i64,
-            row.open
-        ])?;
+        self.0
+            .prepare_cached(
+                "UPDATE chats SET seq = ?2, members = ?3, open = ?4, messages = ?5, last_ts = ?6, last_message = ?7
+                 WHERE id = ?1",
+            )?
+            .execute(params![
+                row.id,
+                row.seq as i64,
+                row.members as i64,
+                row.open,
+                row.messages as i64,
+                row.ts,
+                row.last_message as i64
+            ])?;
+        Ok(())
+    }
+
+    async fn is_banned(&mut self, chat: i64, user: &str) -> rusqlite::Result<bool> {
+        self.0
+            .prepare_cached("SELECT 1 FROM bans WHERE chat_id = ?1 AND user = ?2")?
+            .query_row(params![chat, user], |_| Ok(()))
+            .optional()
+            .map(|found| found.is_some())
+    }
+
+    async fn set_banned(&mut self, chat: i64, user: &str, banned: bool) -> rusqlite::Result<()> {
+        let sql = if banned {
+            "INSERT OR IGNORE INTO bans (chat_id, user) VALUES (?1, ?2)"
+        } else {
+            "DELETE FROM bans WHERE chat_id = ?1 AND user = ?2"
+        };
+        self.0.prepare_cached(sql)?.execute(params![chat, user])?;
+        Ok(())
+    }
+
+    async fn mute(&mut self, chat: i64, user: &str) -> rusqlite::Result<Option<i64>> {
+        mute_of(self.0, chat, user)
+    }
+
+    async fn set_mute(&mut self, chat: i64, user: &str, until_ms: Option<i64>) -> rusqlite::Result<()> {
+        match until_ms {
+            Some(until) => self
+                .0
+                .prepare_cached("INSERT OR REPLACE INTO mutes (chat_id, user, until_ms) VALUES (?1, ?2, ?3)")?
+                .execute(params![chat, user, until])?,
+            None => self
+                .0
+                .prepare_cached("DELETE FROM mutes WHERE chat_id = ?1 AND user = ?2")?
+                .execute(params![chat, user])?,
+        };
+        Ok(())
+    }
+
+    async fn own_messages(&mut self, chat: i64, user: &str) -> rusqlite::Result<u64> {
+        self.0
+            .prepare_cached(
+                "SELECT user_ord FROM events WHERE chat_id = ?1 AND user = ?2 AND ord IS NOT NULL
+                 ORDER BY seq DESC LIMIT 1",
+            )?
+            .query_row(params![chat, user], |r| r.get::<_, i64>(0))
+            .optional()
+            .map(|n| n.unwrap_or(0) as u64)
+    }
+
+    async fn load_message(&mut self, chat: i64, seq: u64) -> rusqlite::Result<Option<MessageRow>> {
+        self.0
+            .prepare_cached("SELECT user, deleted FROM events WHERE chat_id = ?1 AND seq = ?2 AND type = 'message'")?
+            .query_row(params![chat, sql_seq(seq)], |r| Ok(MessageRow { user: r.get(0)?, deleted: r.get(1)? }))
+            .optional()
+    }
+
+    async fn edit_message(&mut self, chat: i64, target: u64, body: &RawValue, edit: u64) -> rusqlite::Result<()> {
+        self.0
+            .prepare_cached("UPDATE events SET body = ?3, edited = ?4 WHERE chat_id = ?1 AND seq = ?2")?
+            .execute(params![chat, sql_seq(target), body.get(), sql_seq(edit)])?;
+        Ok(())
+    }
+
+    async fn erase_message(&mut self, chat: i64, target: u64) -> rusqlite::Result<()> {
+        self.0
+            .prepare_cached("UPDATE events SET body = 'null', deleted = 1 WHERE chat_id = ?1 AND seq = ?2")?
+            .execute(params![chat, sql_seq(target)])?;
+        let erased_edit = apply::edit_body(target, &RawValue::from_string("null".into()).expect("null is JSON"));
+        self.0
+            .prepare_cached("UPDATE events SET body = ?3 WHERE chat_id = ?1 AND target = ?2 AND type = 'edit'")?
+            .execute(params![chat, sql_seq(target), erased_edit.get()])?;
         Ok(())
     }
 }
@@ -508,5 +820,90 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert!(matches!(store.write(put("c")).await, Err(StoreError::Unavailable(_))));
+    }
+
+    /// A file written by a herald of schema 1 (the v1 schema as it was, with
+    /// its rows): the store opens it, migrates it, and counts as if it had
+    /// always kept the counts.
+    #[tokio::test]
+    async fn a_schema_1_file_is_migrated_with_its_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute_batch(
+                r#"INSERT INTO chats VALUES (1, 'w', 'g', 1, 6, 2, 1000);
+                   INSERT INTO members VALUES (1, 'alice', 3, 1000), (1, 'bob', 0, 1001);
+                   INSERT INTO events VALUES
+                     (1, 1, 'join', 'alice', 1000, '{}', NULL),
+                     (1, 2, 'join', 'bob', 1001, '{}', NULL),
+                     (1, 3, 'message', 'bob', 1002, '{"t":1}', 'c1'),
+                     (1, 4, 'message', 'alice', 1003, '{"t":2}', NULL),
+                     (1, 5, 'message', 'bob', 1004, '{"t":3}', NULL),
+                     (1, 6, 'reaction', 'alice', 1005, '{"target":5,"emoji":"+1","on":true}', NULL);
+                   PRAGMA user_version = 1;"#,
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let key = ChatKey::new("w", "g");
+        let alice = store.inbox_entry(&key, "alice").await.unwrap().unwrap();
+        assert_eq!((alice.seq, alice.ts, alice.read, alice.unread), (6, 1005, 3, 1), "bob's 5 only: {alice:?}");
+        assert_eq!(alice.last.as_ref().map(|e| e.seq), Some(5));
+        let bob = store.inbox_entry(&key, "bob").await.unwrap().unwrap();
+        assert_eq!(bob.unread, 1, "alice's 4 only");
+        // New messages continue the migrated counts.
+        let sent = store
+            .write(Write::Append {
+                key: key.clone(),
+                user: Some("bob".into()),
+                system: false,
+                body: RawValue::from_string("1".into()).unwrap(),
+                client_id: Some("c1".into()),
+                member_only: true,
+            })
+            .await
+            .unwrap();
+        assert_eq!(sent.seq, 3, "the migrated client_id still answers its first seq");
+        store
+            .write(Write::Append {
+                key: key.clone(),
+                user: Some("bob".into()),
+                system: false,
+                body: RawValue::from_string("2".into()).unwrap(),
+                client_id: None,
+                member_only: true,
+            })
+            .await
+            .unwrap();
+        assert_eq!(store.inbox_entry(&key, "alice").await.unwrap().unwrap().unread, 2);
+        store.close().await;
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[tokio::test]
+    async fn member_tells_members_mutes_and_missing_chats_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let key = ChatKey::new("w", "g");
+        assert!(matches!(store.member(&key, "alice").await, Err(StoreError::NotFound(_))));
+        store
+            .write(Write::Join { key: key.clone(), user: "alice".into(), actor: super::super::Actor::Client })
+            .await
+            .unwrap();
+        assert_eq!(store.member(&key, "alice").await.unwrap(), Some(Member { read: 0, muted_until_ms: None }));
+        assert_eq!(store.member(&key, "bob").await.unwrap(), None);
+        let mute = |muted, until_ms| Write::Mute { key: key.clone(), user: "alice".into(), muted, until_ms };
+        store.write(mute(true, None)).await.unwrap();
+        assert_eq!(store.member(&key, "alice").await.unwrap().unwrap().muted_until_ms, Some(i64::MAX));
+        let until = apply::now_ms() + 60_000;
+        store.write(mute(true, Some(until))).await.unwrap();
+        assert_eq!(store.member(&key, "alice").await.unwrap().unwrap().muted_until_ms, Some(until));
+        store.write(mute(true, Some(1))).await.unwrap();
+        assert_eq!(store.member(&key, "alice").await.unwrap().unwrap().muted_until_ms, None, "a mute that ended");
+        store.write(mute(false, None)).await.unwrap();
+        assert_eq!(store.member(&key, "alice").await.unwrap().unwrap().muted_until_ms, None);
     }
 }

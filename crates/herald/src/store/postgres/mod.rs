@@ -23,12 +23,13 @@ use serde_json::value::RawValue;
 use tokio::sync::{OnceCell, mpsc, oneshot};
 use tokio_postgres::NoTls;
 
-use super::apply::{ChatRow, Reply};
+use super::apply::{self, ChatRow, Reply};
 use super::pg_tls;
 use super::shard_identity::{self, Claims, IdentityError};
 use super::shard_spec::{ShardName, ShardSpec, TlsMode, chain};
-use super::{Alive, BoxFuture, Fetched, Store, StoreError, Write, Written, sql_seq};
+use super::{Alive, BoxFuture, Fetched, InboxCursor, Member, Store, StoreError, Write, Written, sql_seq};
 use crate::model::{ChatInfo, ChatKey};
+use herald_protocol::reply::InboxEntry;
 
 mod writer;
 use writer::Writer;
@@ -37,8 +38,10 @@ use writer::Writer;
 /// Version 2 added `herald_shard`: a shard from version 1 gets it on its
 /// first start under version 2, recording the name that node gives it (see
 /// [`shard_identity::check`]).
+/// Version 3 added the message lifecycle, mutes, bans and the inbox's counts
+/// (protocol v1.1), with the values of rows stored before.
 const SCHEMA: &str = include_str!("schema.sql");
-const SCHEMA_VERSION: i32 = 2;
+const SCHEMA_VERSION: i32 = 3;
 /// Most writes per transaction: bounds a batch's latency and lock time.
 const MAX_BATCH: usize = 512;
 /// Writes waiting for this shard's writer before new ones are refused.
@@ -269,7 +272,7 @@ impl Store for PgShard {
             }
             let stmt = conn
                 .prepare_cached(
-                    r#"SELECT seq, type, "user", ts, body, client_id FROM events
+                    r#"SELECT seq, type, "user", ts, body, client_id, edited, deleted FROM events
                        WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"#,
                 )
                 .await
@@ -309,6 +312,71 @@ impl Store for PgShard {
         })
     }
 
+    fn member<'a>(&'a self, key: &'a ChatKey, user: &'a str) -> BoxFuture<'a, Result<Option<Member>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let Some(row) = select_chat(&conn, key, false).await.map_err(fail)? else {
+                return Err(StoreError::NotFound(format!("no chat {}", key.chat)));
+            };
+            let stmt = conn
+                .prepare_cached(
+                    r#"SELECT m.read_seq, mu.until_ms FROM members m
+                       LEFT JOIN mutes mu ON mu.chat_id = m.chat_id AND mu."user" = m."user"
+                       WHERE m.chat_id = $1 AND m."user" = $2"#,
+                )
+                .await
+                .map_err(fail)?;
+            let found = conn.query_opt(&stmt, &[&row.id, &user]).await.map_err(fail)?;
+            Ok(found.map(|r| {
+                let until: Option<i64> = r.get(1);
+                Member {
+                    read: r.get::<_, i64>(0) as u64,
+                    muted_until_ms: until.filter(|_| apply::is_muted(until, apply::now_ms())),
+                }
+            }))
+        })
+    }
+
+    fn inbox<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<&'a InboxCursor>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<InboxEntry>, StoreError>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let (ts, chat) = after.map_or((i64::MAX, ""), |c| (c.ts, c.chat.as_str()));
+            let sql = INBOX_SQL.replace(
+                "{filter}",
+                r#"m."user" = $1 AND c.ws = $2 AND (c.last_ts < $3 OR (c.last_ts = $3 AND c.chat > $4))
+                   ORDER BY c.last_ts DESC, c.chat LIMIT $5"#,
+            );
+            let stmt = conn.prepare_cached(&sql).await.map_err(fail)?;
+            let rows = conn.query(&stmt, &[&user, &ws, &ts, &chat, &(i64::from(limit) + 1)]).await.map_err(fail)?;
+            metrics::histogram!("herald_store_read_seconds").record(started.elapsed().as_secs_f64());
+            rows.iter().map(inbox_entry_from_row).collect()
+        })
+    }
+
+    fn inbox_entry<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<Option<InboxEntry>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let sql = INBOX_SQL.replace("{filter}", r#"m."user" = $1 AND c.ws = $2 AND c.chat = $3"#);
+            let stmt = conn.prepare_cached(&sql).await.map_err(fail)?;
+            let row = conn.query_opt(&stmt, &[&user, &&*key.ws, &&*key.chat]).await.map_err(fail)?;
+            row.as_ref().map(inbox_entry_from_row).transpose()
+        })
+    }
+
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             if !self.writer_alive.load(std::sync::atomic::Ordering::SeqCst) {
@@ -333,15 +401,60 @@ impl Store for PgShard {
 }
 
 fn event_from_row(r: &tokio_postgres::Row) -> Result<Event, StoreError> {
-    let kind: String = r.get(1);
-    let body: String = r.get(4);
+    event_from_row_at(r, 0)
+}
+
+/// An event from the eight columns of a row starting at `at`, in fetch's order.
+fn event_from_row_at(r: &tokio_postgres::Row, at: usize) -> Result<Event, StoreError> {
+    let kind: String = r.get(at + 1);
+    let body: String = r.get(at + 4);
     Ok(Event {
-        seq: r.get::<_, i64>(0) as u64,
+        seq: r.get::<_, i64>(at) as u64,
         kind: EventType::parse(&kind).unwrap_or(EventType::System),
-        user: r.get(2),
-        ts: r.get(3),
+        user: r.get(at + 2),
+        ts: r.get(at + 3),
         body: RawValue::from_string(body).map_err(|e| StoreError::Unavailable(format!("corrupt event body: {e}")))?,
-        client_id: r.get(5),
+        client_id: r.get(at + 5),
+        edited: r.get::<_, Option<i64>>(at + 6).map(|v| v as u64),
+        deleted: r.get(at + 7),
+    })
+}
+
+/// The inbox's query (see the SQLite store's, which this one mirrors): the
+/// chats chosen by `{filter}`, each with the counts its unread number is
+/// made of and its latest message as fetch shows it. Each count is an index
+/// lookup; no chat's history is read.
+const INBOX_SQL: &str = r#"
+SELECT p.chat, p.seq, p.last_ts, p.read_seq, p.messages,
+    coalesce((SELECT e.ord FROM events e WHERE e.chat_id = p.id AND e.seq <= p.read_seq AND e.ord IS NOT NULL
+              ORDER BY e.seq DESC LIMIT 1), 0),
+    coalesce((SELECT e.user_ord FROM events e WHERE e.chat_id = p.id AND e."user" = p."user" AND e.ord IS NOT NULL
+              ORDER BY e.seq DESC LIMIT 1), 0),
+    coalesce((SELECT e.user_ord FROM events e WHERE e.chat_id = p.id AND e."user" = p."user"
+              AND e.seq <= p.read_seq AND e.ord IS NOT NULL ORDER BY e.seq DESC LIMIT 1), 0),
+    (SELECT count(*) FROM events e WHERE e.chat_id = p.id AND e.deleted AND e.seq > p.read_seq
+              AND e."user" IS DISTINCT FROM p."user"),
+    l.seq, l.type, l."user", l.ts, l.body, l.client_id, l.edited, l.deleted
+FROM (SELECT c.id, c.chat, c.seq, c.last_ts, c.messages, c.last_message, m.read_seq, m."user"
+        FROM members m JOIN chats c ON c.id = m.chat_id
+       WHERE {filter}) AS p
+LEFT JOIN events l ON l.chat_id = p.id AND l.seq = p.last_message
+ORDER BY p.last_ts DESC, p.chat
+"#;
+
+fn inbox_entry_from_row(r: &tokio_postgres::Row) -> Result<InboxEntry, StoreError> {
+    let n = |i: usize| r.get::<_, i64>(i) as u64;
+    let last = match r.get::<_, Option<i64>>(9) {
+        None => None,
+        Some(_) => Some(event_from_row_at(r, 9)?),
+    };
+    Ok(InboxEntry {
+        chat: r.get(0),
+        seq: n(1),
+        ts: r.get(2),
+        read: n(3),
+        unread: super::unread(n(4), n(5), n(6), n(7), n(8)),
+        last,
     })
 }
 
@@ -351,18 +464,26 @@ async fn select_chat(
     lock: bool,
 ) -> Result<Option<ChatRow>, tokio_postgres::Error> {
     let sql = if lock {
-        "SELECT id, seq, members, open FROM chats WHERE ws = $1 AND chat = $2 FOR UPDATE"
+        "SELECT id, seq, members, open, messages, last_ts, last_message FROM chats WHERE ws = $1 AND chat = $2 FOR UPDATE"
     } else {
-        "SELECT id, seq, members, open FROM chats WHERE ws = $1 AND chat = $2"
+        "SELECT id, seq, members, open, messages, last_ts, last_message FROM chats WHERE ws = $1 AND chat = $2"
     };
     let stmt = conn.prepare_cached(sql).await?;
     let row = conn.query_opt(&stmt, &[&&*key.ws, &&*key.chat]).await?;
-    Ok(row.map(|r| ChatRow {
+    Ok(row.as_ref().map(chat_row))
+}
+
+/// A chat row from `id, seq, members, open, messages, last_ts, last_message`.
+pub(super) fn chat_row(r: &tokio_postgres::Row) -> ChatRow {
+    ChatRow {
         id: r.get(0),
         seq: r.get::<_, i64>(1) as u64,
         members: r.get::<_, i64>(2) as u64,
         open: r.get(3),
-    }))
+        messages: r.get::<_, i64>(4) as u64,
+        ts: r.get(5),
+        last_message: r.get::<_, i64>(6) as u64,
+    }
 }
 
 async fn read_position(

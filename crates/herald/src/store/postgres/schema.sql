@@ -1,4 +1,4 @@
--- herald's PostgreSQL schema, version 2. Applied on start by each node, under
+-- herald's PostgreSQL schema, version 3. Applied on start by each node, under
 -- an advisory lock, when herald_schema does not record it yet. One database
 -- per shard; every chat lives wholly on one shard. Every statement is
 -- idempotent: a shard of version 1 takes this file as it is.
@@ -58,4 +58,51 @@ CREATE TABLE IF NOT EXISTS herald_shard (
     created_ms bigint  NOT NULL
 );
 
+-- Version 3 (protocol v1.1): the message lifecycle, mutes, bans and the
+-- inbox's counts. Columns first, then their values for rows stored before
+-- (the counts kept as counts start from the log once, here), then indexes.
+ALTER TABLE chats ADD COLUMN IF NOT EXISTS messages bigint NOT NULL DEFAULT 0;     -- message events, as a count
+ALTER TABLE chats ADD COLUMN IF NOT EXISTS last_ts bigint NOT NULL DEFAULT 0;      -- the latest event's ts
+ALTER TABLE chats ADD COLUMN IF NOT EXISTS last_message bigint NOT NULL DEFAULT 0; -- the latest message's seq
+ALTER TABLE events ADD COLUMN IF NOT EXISTS ord bigint;       -- a message's place among the chat's messages
+ALTER TABLE events ADD COLUMN IF NOT EXISTS user_ord bigint;  -- ... among its sender's messages in the chat
+ALTER TABLE events ADD COLUMN IF NOT EXISTS target bigint;    -- edit and delete events: the message they change
+ALTER TABLE events ADD COLUMN IF NOT EXISTS edited bigint;    -- messages: the seq of the latest edit
+ALTER TABLE events ADD COLUMN IF NOT EXISTS deleted boolean NOT NULL DEFAULT false;
+
+UPDATE events SET ord = n.o, user_ord = n.uo FROM (
+    SELECT chat_id, seq,
+           row_number() OVER (PARTITION BY chat_id ORDER BY seq) AS o,
+           row_number() OVER (PARTITION BY chat_id, "user" ORDER BY seq) AS uo
+      FROM events WHERE type = 'message') AS n
+ WHERE events.chat_id = n.chat_id AND events.seq = n.seq AND events.ord IS NULL;
+UPDATE chats SET
+    messages = (SELECT count(*) FROM events e WHERE e.chat_id = chats.id AND e.type = 'message'),
+    last_message = coalesce((SELECT max(seq) FROM events e WHERE e.chat_id = chats.id AND e.type = 'message'), 0),
+    last_ts = coalesce((SELECT ts FROM events e WHERE e.chat_id = chats.id ORDER BY seq DESC LIMIT 1), created_ms)
+ WHERE last_ts = 0;
+
+-- The partial indexes hold only message rows (or deleted ones, which are
+-- rare): an unread count is a few lookups in them, never a scan of history.
+CREATE INDEX IF NOT EXISTS members_user ON members ("user", chat_id);
+CREATE INDEX IF NOT EXISTS events_messages ON events (chat_id, seq, ord) WHERE ord IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_own ON events (chat_id, "user", seq, user_ord) WHERE ord IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_deleted ON events (chat_id, seq, "user") WHERE deleted;
+CREATE INDEX IF NOT EXISTS events_target ON events (chat_id, target) WHERE target IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS bans (
+    chat_id bigint NOT NULL,
+    "user"  text   NOT NULL,
+    PRIMARY KEY (chat_id, "user")
+);
+
+-- Mutes outlive a membership: leaving and joining again does not end one.
+CREATE TABLE IF NOT EXISTS mutes (
+    chat_id  bigint NOT NULL,
+    "user"   text   NOT NULL,
+    until_ms bigint NOT NULL,   -- 9223372036854775807: until unmuted
+    PRIMARY KEY (chat_id, "user")
+);
+
 INSERT INTO herald_schema (version) VALUES (2) ON CONFLICT DO NOTHING;
+INSERT INTO herald_schema (version) VALUES (3) ON CONFLICT DO NOTHING;

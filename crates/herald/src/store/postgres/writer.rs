@@ -6,10 +6,11 @@ use std::time::Instant;
 
 use futures_util::FutureExt;
 use herald_protocol::Event;
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::store::apply::{self, ChatRow, Reply, Tx};
+use crate::store::apply::{self, ChatRow, EventMeta, MessageRow, Reply, Tx};
 
 /// This node's writer for one shard.
 pub(super) struct Writer {
@@ -79,6 +80,10 @@ struct PgTx<'a, 'b> {
     client_ids: HashMap<(i64, String, String), Option<u64>>,
     new_members: Vec<(i64, String, i64)>,
     new_events: Vec<PendingEvent>,
+    /// Read ahead with the members: each pair's mute end, ban, and message count.
+    mutes: HashMap<(i64, String), Option<i64>>,
+    bans: HashMap<(i64, String), bool>,
+    own: HashMap<(i64, String), u64>,
 }
 
 /// An event of this batch, not sent yet.
@@ -90,6 +95,7 @@ struct PendingEvent {
     ts: i64,
     body: String,
     client_id: Option<String>,
+    meta: EventMeta,
 }
 
 impl<'a, 'b> PgTx<'a, 'b> {
@@ -100,6 +106,9 @@ impl<'a, 'b> PgTx<'a, 'b> {
             client_ids: HashMap::new(),
             new_members: Vec::new(),
             new_events: Vec::new(),
+            mutes: HashMap::new(),
+            bans: HashMap::new(),
+            own: HashMap::new(),
         }
     }
 
@@ -150,7 +159,12 @@ impl<'a, 'b> PgTx<'a, 'b> {
         let (mut chats, mut seqs, mut kinds, mut users) =
             (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
         let (mut ts, mut bodies, mut cids) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut ords, mut user_ords, mut targets) =
+            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
         for e in self.new_events.drain(..) {
+            ords.push(e.meta.ord.map(|v| v as i64));
+            user_ords.push(e.meta.user_ord.map(|v| v as i64));
+            targets.push(e.meta.target.map(sql_seq));
             chats.push(e.chat);
             seqs.push(e.seq);
             kinds.push(e.kind);
@@ -160,9 +174,10 @@ impl<'a, 'b> PgTx<'a, 'b> {
             cids.push(e.client_id);
         }
         self.exec(
-            r#"INSERT INTO events (chat_id, seq, type, "user", ts, body, client_id)
-               SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[])"#,
-            &[&chats, &seqs, &kinds, &users, &ts, &bodies, &cids],
+            r#"INSERT INTO events (chat_id, seq, type, "user", ts, body, client_id, ord, user_ord, target)
+               SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[],
+                                    $7::text[], $8::bigint[], $9::bigint[], $10::bigint[])"#,
+            &[&chats, &seqs, &kinds, &users, &ts, &bodies, &cids, &ords, &user_ords, &targets],
         )
         .await
         .map(|_| ())
@@ -175,27 +190,25 @@ impl Tx for PgTx<'_, '_> {
     async fn load_chat(&mut self, key: &ChatKey) -> Result<Option<ChatRow>, Self::Error> {
         let stmt = self
             .tx
-            .prepare_cached("SELECT id, seq, members, open FROM chats WHERE ws = $1 AND chat = $2 FOR UPDATE")
+            .prepare_cached(
+                "SELECT id, seq, members, open, messages, last_ts, last_message FROM chats
+                 WHERE ws = $1 AND chat = $2 FOR UPDATE",
+            )
             .await?;
         let row = self.tx.query_opt(&stmt, &[&&*key.ws, &&*key.chat]).await?;
-        Ok(row.map(|r| ChatRow {
-            id: r.get(0),
-            seq: r.get::<_, i64>(1) as u64,
-            members: r.get::<_, i64>(2) as u64,
-            open: r.get(3),
-        }))
+        Ok(row.as_ref().map(super::chat_row))
     }
 
     async fn create_chat(&mut self, key: &ChatKey, open: bool, now_ms: i64) -> Result<ChatRow, Self::Error> {
         let stmt = self
             .tx
             .prepare_cached(
-                "INSERT INTO chats (ws, chat, open, seq, members, created_ms) VALUES ($1, $2, $3, 0, 0, $4)
+                "INSERT INTO chats (ws, chat, open, seq, members, created_ms, last_ts) VALUES ($1, $2, $3, 0, 0, $4, $4)
                  ON CONFLICT (ws, chat) DO NOTHING RETURNING id",
             )
             .await?;
         if let Some(r) = self.tx.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &open, &now_ms]).await? {
-            return Ok(ChatRow { id: r.get(0), seq: 0, members: 0, open });
+            return Ok(ChatRow { id: r.get(0), seq: 0, members: 0, open, messages: 0, ts: now_ms, last_message: 0 });
         }
         // Another node created it a moment ago: take its row (and its lock).
         Ok(self.load_chat(key).await?.expect("the conflicting row exists"))
@@ -268,7 +281,7 @@ impl Tx for PgTx<'_, '_> {
         Ok(rows.first().map(|r| r.get::<_, i64>(0) as u64))
     }
 
-    async fn insert_event(&mut self, chat: i64, e: &Event) -> Result<(), Self::Error> {
+    async fn insert_event(&mut self, chat: i64, e: &Event, meta: EventMeta) -> Result<(), Self::Error> {
         self.new_events.push(PendingEvent {
             chat,
             seq: e.seq as i64,
@@ -277,14 +290,120 @@ impl Tx for PgTx<'_, '_> {
             ts: e.ts,
             body: e.body.get().to_owned(),
             client_id: e.client_id.clone(),
+            meta,
         });
         Ok(())
     }
 
     async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error> {
         self.exec(
-            "UPDATE chats SET seq = $2, members = $3, open = $4 WHERE id = $1",
-            &[&row.id, &(row.seq as i64), &(row.members as i64), &row.open],
+            "UPDATE chats SET seq = $2, members = $3, open = $4, messages = $5, last_ts = $6, last_message = $7
+             WHERE id = $1",
+            &[
+                &row.id,
+                &(row.seq as i64),
+                &(row.members as i64),
+                &row.open,
+                &(row.messages as i64),
+                &row.ts,
+                &(row.last_message as i64),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn is_banned(&mut self, chat: i64, user: &str) -> Result<bool, Self::Error> {
+        if let Some(known) = self.bans.get(&(chat, user.to_owned())) {
+            return Ok(*known);
+        }
+        let rows = self.query(r#"SELECT 1 FROM bans WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn set_banned(&mut self, chat: i64, user: &str, banned: bool) -> Result<(), Self::Error> {
+        let sql = if banned {
+            r#"INSERT INTO bans (chat_id, "user") VALUES ($1, $2) ON CONFLICT DO NOTHING"#
+        } else {
+            r#"DELETE FROM bans WHERE chat_id = $1 AND "user" = $2"#
+        };
+        self.exec(sql, &[&chat, &user]).await?;
+        self.bans.insert((chat, user.to_owned()), banned);
+        Ok(())
+    }
+
+    async fn mute(&mut self, chat: i64, user: &str) -> Result<Option<i64>, Self::Error> {
+        if let Some(known) = self.mutes.get(&(chat, user.to_owned())) {
+            return Ok(*known);
+        }
+        let rows =
+            self.query(r#"SELECT until_ms FROM mutes WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    async fn set_mute(&mut self, chat: i64, user: &str, until_ms: Option<i64>) -> Result<(), Self::Error> {
+        match until_ms {
+            Some(until) => {
+                self.exec(
+                    r#"INSERT INTO mutes (chat_id, "user", until_ms) VALUES ($1, $2, $3)
+                       ON CONFLICT (chat_id, "user") DO UPDATE SET until_ms = EXCLUDED.until_ms"#,
+                    &[&chat, &user, &until],
+                )
+                .await?
+            }
+            None => self.exec(r#"DELETE FROM mutes WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await?,
+        };
+        self.mutes.insert((chat, user.to_owned()), until_ms);
+        Ok(())
+    }
+
+    async fn own_messages(&mut self, chat: i64, user: &str) -> Result<u64, Self::Error> {
+        if let Some(known) = self.own.get(&(chat, user.to_owned())) {
+            return Ok(*known);
+        }
+        let rows = self
+            .query(
+                r#"SELECT user_ord FROM events WHERE chat_id = $1 AND "user" = $2 AND ord IS NOT NULL
+                   ORDER BY seq DESC LIMIT 1"#,
+                &[&chat, &user],
+            )
+            .await?;
+        Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64))
+    }
+
+    async fn load_message(&mut self, chat: i64, seq: u64) -> Result<Option<MessageRow>, Self::Error> {
+        // The target may be this batch's own: send what is held back first.
+        self.flush_events().await?;
+        let rows = self
+            .query(
+                r#"SELECT "user", deleted FROM events WHERE chat_id = $1 AND seq = $2 AND type = 'message'"#,
+                &[&chat, &sql_seq(seq)],
+            )
+            .await?;
+        Ok(rows.first().map(|r| MessageRow { user: r.get(0), deleted: r.get(1) }))
+    }
+
+    async fn edit_message(&mut self, chat: i64, target: u64, body: &RawValue, edit: u64) -> Result<(), Self::Error> {
+        self.flush_events().await?;
+        self.exec(
+            "UPDATE events SET body = $3, edited = $4 WHERE chat_id = $1 AND seq = $2",
+            &[&chat, &sql_seq(target), &body.get(), &sql_seq(edit)],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn erase_message(&mut self, chat: i64, target: u64) -> Result<(), Self::Error> {
+        self.flush_events().await?;
+        self.exec(
+            "UPDATE events SET body = 'null', deleted = true WHERE chat_id = $1 AND seq = $2",
+            &[&chat, &sql_seq(target)],
+        )
+        .await?;
+        let erased_edit = apply::edit_body(target, &RawValue::from_string("null".into()).expect("null is JSON"));
+        self.exec(
+            "UPDATE events SET body = $3 WHERE chat_id = $1 AND target = $2 AND type = 'edit'",
+            &[&chat, &sql_seq(target), &erased_edit.get()],
         )
         .await
         .map(|_| ())
@@ -299,7 +418,9 @@ impl Tx for PgTx<'_, '_> {
                 Write::Join { user, .. }
                 | Write::Leave { user, .. }
                 | Write::React { user, .. }
-                | Write::Read { user, .. } => Some(user),
+                | Write::Read { user, .. }
+                | Write::Edit { user: Some(user), .. }
+                | Write::Delete { user: Some(user), .. } => Some(user),
                 Write::Append { user: Some(user), client_id, .. } => {
                     if let Some(cid) = client_id
                         && self.client_ids.insert((row.id, user.to_string(), cid.clone()), None).is_none()
@@ -310,7 +431,12 @@ impl Tx for PgTx<'_, '_> {
                     }
                     Some(user)
                 }
-                Write::Append { user: None, .. } | Write::PutChat { .. } => None,
+                Write::Append { user: None, .. }
+                | Write::PutChat { .. }
+                | Write::Edit { user: None, .. }
+                | Write::Delete { user: None, .. }
+                | Write::Ban { .. }
+                | Write::Mute { .. } => None,
             };
             if let Some(user) = user
                 && self.members.insert((row.id, user.to_string()), None).is_none()
@@ -320,15 +446,27 @@ impl Tx for PgTx<'_, '_> {
             }
         }
         if !m_chats.is_empty() {
+            // With each pair: its mute, its ban, and its messages so far (for
+            // a new message's place among its sender's), in the same round trip.
             let found = self
                 .query(
-                    r#"SELECT m.chat_id, m."user", m.read_seq FROM members m
-                       JOIN unnest($1::bigint[], $2::text[]) AS t(c, u) ON m.chat_id = t.c AND m."user" = t.u"#,
+                    r#"SELECT t.c, t.u, m.read_seq, mu.until_ms, b.chat_id IS NOT NULL,
+                              coalesce((SELECT e.user_ord FROM events e
+                                         WHERE e.chat_id = t.c AND e."user" = t.u AND e.ord IS NOT NULL
+                                         ORDER BY e.seq DESC LIMIT 1), 0)
+                       FROM unnest($1::bigint[], $2::text[]) AS t(c, u)
+                       LEFT JOIN members m ON m.chat_id = t.c AND m."user" = t.u
+                       LEFT JOIN mutes mu ON mu.chat_id = t.c AND mu."user" = t.u
+                       LEFT JOIN bans b ON b.chat_id = t.c AND b."user" = t.u"#,
                     &[&m_chats, &m_users],
                 )
                 .await?;
             for r in found {
-                self.members.insert((r.get(0), r.get(1)), Some(r.get::<_, i64>(2) as u64));
+                let pair: (i64, String) = (r.get(0), r.get(1));
+                self.members.insert(pair.clone(), r.get::<_, Option<i64>>(2).map(|v| v as u64));
+                self.mutes.insert(pair.clone(), r.get(3));
+                self.bans.insert(pair.clone(), r.get(4));
+                self.own.insert(pair, r.get::<_, i64>(5) as u64);
             }
         }
         if !c_chats.is_empty() {
