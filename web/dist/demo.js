@@ -96,6 +96,308 @@ var HeraldError = class _HeraldError extends Error {
   }
 };
 
+// ../sdk/ts/src/messages.ts
+var DEFAULT_MAX_MESSAGES = 1e4, MAX_ORPHANS = 1e3;
+function isObject(v) {
+  return typeof v == "object" && v !== null && !Array.isArray(v);
+}
+function isSeq(v) {
+  return typeof v == "number" && Number.isInteger(v) && v > 0;
+}
+var MessageList = class extends Emitter {
+  /** Seqs in increasing order; inserts are nearly always appends. */
+  seqs = [];
+  bySeq = /* @__PURE__ */ new Map();
+  orphans = /* @__PURE__ */ new Map();
+  max;
+  constructor(opts = {}) {
+    super();
+    let max = opts.maxMessages ?? DEFAULT_MAX_MESSAGES;
+    if (!Number.isInteger(max) || max <= 0) throw new TypeError("herald: `maxMessages` must be a positive integer");
+    this.max = max;
+  }
+  /** The messages, oldest first. */
+  get messages() {
+    return this.seqs.map((s) => this.bySeq.get(s));
+  }
+  /** How many messages the list holds. */
+  get size() {
+    return this.seqs.length;
+  }
+  /** The oldest message held, if any. */
+  get first() {
+    let s = this.seqs[0];
+    return s === void 0 ? void 0 : this.bySeq.get(s);
+  }
+  /** The message with this seq, if held. */
+  get(seq) {
+    return this.bySeq.get(seq);
+  }
+  /**
+   * Folds one event in: a `message` or `system` is added (or merged, when already held), an `edit` or
+   * `delete` changes its target. Other types, and events that are not well formed, are ignored.
+   */
+  apply(ev) {
+    if (!(!isObject(ev) || !isSeq(ev.seq)))
+      switch (ev.type) {
+        case "message":
+        case "system":
+          this.put(ev);
+          return;
+        case "edit": {
+          let body = ev.body;
+          if (!isObject(body) || !isSeq(body.target)) return;
+          this.change(body.target, { seq: ev.seq, deleted: !1, body: body.body });
+          return;
+        }
+        case "delete": {
+          let body = ev.body;
+          if (!isObject(body) || !isSeq(body.target)) return;
+          this.change(body.target, { seq: ev.seq, deleted: !0, body: null });
+          return;
+        }
+        default:
+          return;
+      }
+  }
+  /** Folds in fetched events (a page of `fetch` or `history`), in the order given. */
+  load(events) {
+    for (let ev of events) this.apply(ev);
+  }
+  /** Empties the list. */
+  clear() {
+    this.seqs = [], this.bySeq.clear(), this.orphans.clear();
+  }
+  // ---- internals --------------------------------------------------------------------------------
+  /** Adds a message, or merges a newer view of one already held. */
+  put(ev) {
+    let next = {
+      seq: ev.seq,
+      type: ev.type,
+      ...ev.user !== void 0 ? { user: ev.user } : {},
+      ts: ev.ts,
+      body: ev.deleted === !0 ? null : ev.body,
+      ...ev.client_id !== void 0 ? { client_id: ev.client_id } : {},
+      ...isSeq(ev.edited) ? { edited: ev.edited } : {},
+      deleted: ev.deleted === !0
+    }, orphan = this.orphans.get(ev.seq);
+    orphan !== void 0 && (this.orphans.delete(ev.seq), next = merged(next, orphan));
+    let held = this.bySeq.get(ev.seq);
+    if (held !== void 0) {
+      let kind = newer(held, next);
+      if (kind === null) return;
+      this.bySeq.set(ev.seq, next), this.emit("change", { kind, message: next });
+      return;
+    }
+    if (!(this.seqs.length >= this.max && ev.seq < this.seqs[0]))
+      for (this.insert(ev.seq), this.bySeq.set(ev.seq, next), this.emit("change", { kind: "added", message: next }); this.seqs.length > this.max; ) this.bySeq.delete(this.seqs.shift());
+  }
+  /** Applies an edit or delete to `target`, or remembers it until the target is added. */
+  change(target, o) {
+    let held = this.bySeq.get(target);
+    if (held === void 0) {
+      let known = this.orphans.get(target);
+      if (known !== void 0 && (known.deleted || known.seq >= o.seq)) return;
+      this.orphans.delete(target), this.orphans.set(target, o), this.orphans.size > MAX_ORPHANS && this.orphans.delete(this.orphans.keys().next().value);
+      return;
+    }
+    let next = merged(held, o), kind = newer(held, next);
+    kind !== null && (this.bySeq.set(target, next), this.emit("change", { kind, message: next }));
+  }
+  insert(seq) {
+    let last = this.seqs[this.seqs.length - 1];
+    if (last === void 0 || seq > last) {
+      this.seqs.push(seq);
+      return;
+    }
+    let lo = 0, hi = this.seqs.length;
+    for (; lo < hi; ) {
+      let mid = lo + hi >>> 1;
+      this.seqs[mid] < seq ? lo = mid + 1 : hi = mid;
+    }
+    this.seqs.splice(lo, 0, seq);
+  }
+};
+function merged(m, o) {
+  return m.deleted ? m : o.deleted ? { ...m, body: null, deleted: !0 } : m.edited !== void 0 && m.edited >= o.seq ? m : { ...m, body: o.body, edited: o.seq };
+}
+function newer(held, next) {
+  return held.deleted ? null : next.deleted ? "deleted" : (next.edited ?? 0) > (held.edited ?? 0) ? "edited" : null;
+}
+
+// ../sdk/ts/src/presence.ts
+var PRESENCE_LIST_MAX = 100, Presence = class {
+  count = 0;
+  users = /* @__PURE__ */ new Set();
+  known = !1;
+  /** A count-only push came: the list may name people who left, so it cannot be trusted at <= 100. */
+  partial = !1;
+  /** The state, or null before the first `presence` reply. */
+  get state() {
+    return this.known ? { count: this.count, users: [...this.users].sort() } : null;
+  }
+  /** True when the state disagrees with itself and only a `presence` reply can fix it. */
+  get stale() {
+    return this.known && this.count <= PRESENCE_LIST_MAX && (this.partial || this.users.size !== this.count);
+  }
+  /** Replaces the state with a `presence` reply. */
+  reset(ok) {
+    this.users.clear();
+    for (let u of ok.users) typeof u == "string" && this.users.add(u);
+    this.count = Number.isInteger(ok.count) && ok.count >= 0 ? ok.count : this.users.size, this.known = !0, this.partial = !1;
+  }
+  /** Applies a push; returns true when the state changed. Pushes before the first reply are dropped. */
+  apply(push) {
+    if (!this.known) return !1;
+    if (typeof push.user == "string" && typeof push.present == "boolean") {
+      let complete = this.users.size === this.count;
+      return this.users.has(push.user) === push.present ? !1 : (push.present ? this.users.add(push.user) : this.users.delete(push.user), this.count = complete ? this.users.size : Math.max(0, this.count + (push.present ? 1 : -1)), !0);
+    }
+    return typeof push.count == "number" && Number.isInteger(push.count) && push.count >= 0 ? push.count === this.count ? !1 : (this.count = push.count, this.partial = !0, !0) : !1;
+  }
+  /** Forgets the state (the watch ended). */
+  clear() {
+    this.users.clear(), this.count = 0, this.known = !1, this.partial = !1;
+  }
+}, TRANSIENT = /* @__PURE__ */ new Set(["throttled", "unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS = 1e3, PresenceTracker = class {
+  constructor(host) {
+    this.host = host;
+  }
+  host;
+  presence = new Presence();
+  on = !1;
+  /** Pushes that came while a request was out; null while none is. */
+  held = null;
+  /** Bumped when the link drops or tracking stops, so an older reply is ignored. */
+  epoch = 0;
+  cancelRetry = null;
+  /** True once enabled and until `stop`. */
+  get enabled() {
+    return this.on;
+  }
+  /** The state, or null before the first reply. */
+  get state() {
+    return this.presence.state;
+  }
+  /** Starts tracking (the next `sync` fetches). */
+  enable() {
+    this.on = !0;
+  }
+  /** Fetches the state now, unless a request is already out. Call after each watch reply. */
+  sync() {
+    if (!this.on || this.held !== null) return;
+    this.cancelTimer();
+    let epoch = this.epoch;
+    this.held = [], this.host.request().then(
+      (ok) => {
+        if (epoch !== this.epoch) return;
+        let held = this.held ?? [];
+        this.held = null, this.presence.reset(ok);
+        for (let push of held) this.presence.apply(push);
+        this.emit(), this.presence.stale && this.sync();
+      },
+      (err) => {
+        if (epoch !== this.epoch) return;
+        this.held = null;
+        let e = err instanceof HeraldError ? err : new HeraldError("internal", String(err), { op: "presence" });
+        if (!(e.code === "disconnected" || e.code === "closed")) {
+          if (TRANSIENT.has(e.code)) {
+            this.cancelRetry = this.host.schedule(() => {
+              this.cancelRetry = null, epoch === this.epoch && this.sync();
+            }, e.retryAfterMs ?? DEFAULT_RETRY_MS);
+            return;
+          }
+          this.host.failed(e);
+        }
+      }
+    );
+  }
+  /** A `presence` push for the chat while it is watched. */
+  pushed(push) {
+    if (this.on) {
+      if (this.held !== null) {
+        this.held.push(push);
+        return;
+      }
+      this.presence.apply(push) && this.emit(), this.presence.stale && this.sync();
+    }
+  }
+  /** The link dropped: a request out is void; the state stays on show until the next sync. */
+  suspend() {
+    this.epoch++, this.held = null, this.cancelTimer();
+  }
+  /** Stops tracking and forgets the state (the watch ended). */
+  stop() {
+    this.suspend(), this.on = !1, this.presence.clear();
+  }
+  emit() {
+    let state = this.presence.state;
+    state !== null && this.host.changed(state);
+  }
+  cancelTimer() {
+    this.cancelRetry?.(), this.cancelRetry = null;
+  }
+};
+
+// ../sdk/ts/src/typing.ts
+var Typing = class {
+  constructor(host) {
+    this.host = host;
+  }
+  host;
+  /** When the last `typing` request went out (ms), or null for never. */
+  sentAt = null;
+  /** Cancels the trailing request, when one is scheduled. */
+  cancelTrailing = null;
+  /** Others typing, with the timer that expires each. */
+  typists = /* @__PURE__ */ new Map();
+  /** Others typing now, sorted. */
+  get users() {
+    return [...this.typists.keys()].sort();
+  }
+  /**
+   * This user typed: sends `typing` unless one went out less than 2 s ago, in which case one goes out
+   * when those 2 s are over. Nothing is sent offline (a request parked until a reconnect would announce
+   * typing that is long over). Returns whether a request went out now. Errors (a muted member's
+   * `forbidden`, a dropped link) are ignored: typing is a hint.
+   */
+  typed() {
+    if (!this.host.connected) return !1;
+    let now = Date.now();
+    return this.sentAt === null || now - this.sentAt >= 2e3 ? (this.stopTrailing(), this.send(now), !0) : (this.cancelTrailing === null && (this.cancelTrailing = this.host.schedule(() => {
+      this.cancelTrailing = null, this.host.connected && this.send(Date.now());
+    }, this.sentAt + 2e3 + 250 - now)), !1);
+  }
+  /** This user sent their message (or left): a trailing `typing` would announce typing that is over. */
+  stopTrailing() {
+    this.cancelTrailing?.(), this.cancelTrailing = null;
+  }
+  /** A `typing` push: `user` typed; (re)starts their expiry. */
+  pushed(user) {
+    let known = this.typists.get(user);
+    known?.(), this.typists.set(
+      user,
+      this.host.schedule(() => this.remove(user), 5e3)
+    ), known === void 0 && this.host.changed(this.users);
+  }
+  /** `user`'s message arrived: they stopped typing it. */
+  remove(user) {
+    let cancel = this.typists.get(user);
+    cancel !== void 0 && (cancel(), this.typists.delete(user), this.host.changed(this.users));
+  }
+  send(now) {
+    this.sentAt = now, this.host.sendTyping().catch(() => {
+    });
+  }
+  /** Forgets everyone (the link dropped or the watch ended: nobody's pushes will come). */
+  clear() {
+    if (this.typists.size !== 0) {
+      for (let cancel of this.typists.values()) cancel();
+      this.typists.clear(), this.host.changed([]);
+    }
+  }
+};
+
 // ../sdk/ts/src/chat.ts
 var WATCH_TRANSITIONS = {
   unwatched: ["subscribing", "suspended"],
@@ -103,7 +405,7 @@ var WATCH_TRANSITIONS = {
   live: ["repairing", "suspended", "unwatched"],
   repairing: ["live", "suspended", "unwatched"],
   suspended: ["subscribing", "unwatched"]
-}, TRANSIENT = /* @__PURE__ */ new Set(["throttled", "unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS = 1e3, MAX_STALLS = 3, Chat = class extends Emitter {
+}, TRANSIENT2 = /* @__PURE__ */ new Set(["throttled", "unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS2 = 1e3, MAX_STALLS = 3, Chat = class extends Emitter {
   /** The chat id. */
   id;
   host;
@@ -122,9 +424,25 @@ var WATCH_TRANSITIONS = {
   /** Repair fetches in a row that made no progress. */
   stalls = 0;
   waiters = [];
+  /** Created by the first `messages()` call; fed every delivered event from then on. */
+  list = null;
+  typists;
+  presenceTracker;
   /** @internal Created by `HeraldClient.chat`. */
   constructor(id, host) {
-    super(), this.id = id, this.host = host;
+    super(), this.id = id, this.host = host, this.typists = new Typing({
+      get connected() {
+        return host.connected;
+      },
+      sendTyping: () => this.typing(),
+      schedule: host.schedule,
+      changed: (users) => this.emit("typing", { chat: id, users })
+    }), this.presenceTracker = new PresenceTracker({
+      request: () => this.presence(),
+      schedule: host.schedule,
+      changed: (state) => this.emit("presence", { chat: id, ...state }),
+      failed: (err) => this.emit("error", err)
+    });
   }
   /** The watch state. */
   get state() {
@@ -133,6 +451,22 @@ var WATCH_TRANSITIONS = {
   /** The seq of the last event delivered to the application, or null when none is known yet. */
   get lastSeq() {
     return this.last;
+  }
+  /** Others typing in this chat now (from typing pushes, each kept 5 s), sorted. */
+  get typingUsers() {
+    return this.typists.users;
+  }
+  /** Who is present, kept current after `watch({ presence: true })`; null before the first reply. */
+  get present() {
+    return this.presenceTracker.state;
+  }
+  /**
+   * The chat's message list: its `message` and `system` events with edits and deletes applied, fed with
+   * every event this handle delivers from now on (pushes and gap repair, in seq order). Load older ones
+   * with `list.load(...)` from `history()`. The same list on every call; emptied when the watch ends.
+   */
+  messages(opts = {}) {
+    return this.list === null && (this.list = new MessageList(opts)), this.list;
   }
   /** Joins the chat (creating an open chat that does not exist yet). */
   join() {
@@ -152,7 +486,7 @@ var WATCH_TRANSITIONS = {
     if (opts.after !== void 0 && (!Number.isInteger(opts.after) || opts.after < 0))
       return Promise.reject(new TypeError("herald: `after` must be a non-negative integer"));
     let p = new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
-    return this.wanted ? ((this.watchState === "live" || this.watchState === "repairing") && this.settleWaiters({ chat: this.id, seq: this.last ?? 0 }), p) : (this.wanted = !0, this.last = opts.after ?? null, this.known = 0, this.host.connected ? this.subscribe() : this.setState("suspended"), p);
+    return opts.presence === !0 && !this.presenceTracker.enabled && (this.presenceTracker.enable(), this.wanted && (this.watchState === "live" || this.watchState === "repairing") && this.presenceTracker.sync()), this.wanted ? ((this.watchState === "live" || this.watchState === "repairing") && this.settleWaiters({ chat: this.id, seq: this.last ?? 0 }), p) : (this.wanted = !0, this.last = opts.after ?? null, this.known = 0, this.host.connected ? this.subscribe() : this.setState("suspended"), p);
   }
   /** Stops delivering events; a later `watch()` starts from the chat's seq at that time. */
   async unwatch() {
@@ -165,7 +499,7 @@ var WATCH_TRANSITIONS = {
    * wait unsent.
    */
   send(body, opts = {}) {
-    return this.host.send(this.id, body, opts.clientId);
+    return this.typists.stopTrailing(), this.host.send(this.id, body, opts.clientId);
   }
   /** Adds (`on` true, the default) or takes back a reaction to the event `target`. */
   react(target, emoji, on = !0) {
@@ -174,6 +508,38 @@ var WATCH_TRANSITIONS = {
   /** Moves this member's read position forward to `seq`; resolves with the position now stored. */
   read(seq) {
     return this.host.request("read", { chat: this.id, seq });
+  }
+  /**
+   * Replaces the body of this user's message `target`; resolves with the `edit` event's seq. `not_found`
+   * when `target` is not a message of this chat or is deleted, `forbidden` for another's message or
+   * while muted; the body has `send`'s size limit. Not retried across a link drop: a `disconnected`
+   * rejection means the outcome is unknown (the watch shows whether it was stored).
+   */
+  edit(target, body) {
+    return this.host.request("edit", { chat: this.id, target, body });
+  }
+  /**
+   * Deletes this user's message `target`: the server erases its body for good. Resolves with the
+   * `delete` event's seq; errors as for `edit`.
+   */
+  delete(target) {
+    return this.host.request("delete", { chat: this.id, target });
+  }
+  /** The bare `typing` request; `notifyTyping()` is what a text box should call. */
+  async typing() {
+    await this.host.request("typing", { chat: this.id });
+  }
+  /**
+   * Call on every keystroke: sends `typing` at most once every 2 s (keystrokes inside the 2 s are
+   * announced by one request when they are over, unless a `send` comes first), and only while
+   * connected; errors are ignored (typing is a hint). Returns whether a request went out now.
+   */
+  notifyTyping() {
+    return this.typists.typed();
+  }
+  /** The bare `presence` request: how many are present, and at most 100 of them, sorted. */
+  presence() {
+    return this.host.request("presence", { chat: this.id });
   }
   /**
    * Fetches one page of events after `after`, without touching delivery: at most `limit` (at most 500,
@@ -216,7 +582,7 @@ var WATCH_TRANSITIONS = {
   }
   /** @internal The link dropped: keep `last`, forget the rest; the next watch's replay refills it. */
   linkDown() {
-    this.watchState !== "unwatched" && (this.epoch++, this.cancelTimer(), this.buffer.clear(), this.known = 0, this.stalls = 0, this.setState("suspended"));
+    this.watchState !== "unwatched" && (this.epoch++, this.cancelTimer(), this.buffer.clear(), this.known = 0, this.stalls = 0, this.presenceTracker.suspend(), this.typists.clear(), this.setState("suspended"));
   }
   /** @internal The client is closed for good. */
   shutdown(err) {
@@ -233,6 +599,14 @@ var WATCH_TRANSITIONS = {
       }
       this.hold(ev), this.watchState === "live" && this.repair();
     }
+  }
+  /** @internal A `typing` push: `user` is typing here. */
+  onTypingPush(user) {
+    this.watchState === "unwatched" || this.watchState === "suspended" || user !== this.host.user && this.typists.pushed(user);
+  }
+  /** @internal A `presence` push. */
+  onPresencePush(push) {
+    this.watchState === "unwatched" || this.watchState === "suspended" || this.presenceTracker.pushed(push);
   }
   /** @internal A `notify` push: events up to `seq` exist. */
   onNotify(push) {
@@ -261,7 +635,7 @@ var WATCH_TRANSITIONS = {
       this.failed(err, () => this.subscribe());
       return;
     }
-    epoch === this.epoch && (this.last === null && (this.last = ok.seq), this.settleWaiters(ok), epoch === this.epoch && (this.setState("live"), this.catchUp()));
+    epoch === this.epoch && (this.last === null && (this.last = ok.seq), this.settleWaiters(ok), epoch === this.epoch && (this.setState("live"), this.presenceTracker.sync(), this.catchUp()));
   }
   /** Delivers held events in order, then repairs if a gap or a notify is still open. */
   catchUp() {
@@ -302,7 +676,7 @@ var WATCH_TRANSITIONS = {
       if (this.stalls < MAX_STALLS) {
         this.stalls++, this.cancelRetry = this.host.schedule(() => {
           this.cancelRetry = null, this.runRepair(epoch);
-        }, DEFAULT_RETRY_MS);
+        }, DEFAULT_RETRY_MS2);
         return;
       }
       this.stalls = 0, this.emit(
@@ -322,10 +696,10 @@ var WATCH_TRANSITIONS = {
   failed(err, retry) {
     let e = err instanceof HeraldError ? err : new HeraldError("internal", String(err));
     if (!(e.code === "disconnected" || e.code === "closed")) {
-      if (TRANSIENT.has(e.code)) {
+      if (TRANSIENT2.has(e.code)) {
         this.cancelTimer(), this.cancelRetry = this.host.schedule(() => {
           this.cancelRetry = null, retry();
-        }, e.retryAfterMs ?? DEFAULT_RETRY_MS);
+        }, e.retryAfterMs ?? DEFAULT_RETRY_MS2);
         return;
       }
       this.emit("error", e), this.stop(e);
@@ -333,7 +707,7 @@ var WATCH_TRANSITIONS = {
   }
   /** Ends watching locally; rejects pending `watch()` promises with `err` when given. */
   stop(err) {
-    this.wanted = !1, this.epoch++, this.cancelTimer(), this.buffer.clear(), this.last = null, this.known = 0, this.stalls = 0, this.watchState !== "unwatched" && this.setState("unwatched");
+    this.wanted = !1, this.epoch++, this.cancelTimer(), this.buffer.clear(), this.last = null, this.known = 0, this.stalls = 0, this.presenceTracker.stop(), this.typists.stopTrailing(), this.typists.clear(), this.list?.clear(), this.watchState !== "unwatched" && this.setState("unwatched");
     let waiters = this.waiters;
     this.waiters = [];
     let reason = err ?? new HeraldError("closed", `herald: chat ${this.id} is no longer watched`);
@@ -361,7 +735,7 @@ var WATCH_TRANSITIONS = {
   deliver(ev) {
     this.last = ev.seq;
     let out = { ...ev, chat: this.id };
-    this.emit("event", out), this.host.delivered(out);
+    this.list?.apply(ev), ev.type === "message" && ev.user !== void 0 && this.typists.remove(ev.user), this.emit("event", out), this.host.delivered(out);
   }
   settleWaiters(ok) {
     let waiters = this.waiters;
@@ -413,6 +787,179 @@ function closePolicy(code) {
   }
 }
 
+// ../sdk/ts/src/inbox.ts
+var MAX_INBOX_LIMIT = 200, TRANSIENT3 = /* @__PURE__ */ new Set(["throttled", "unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS3 = 1e3;
+function isCount(v) {
+  return typeof v == "number" && Number.isInteger(v) && v >= 0;
+}
+function byActivity(a, b) {
+  return a.ts !== b.ts ? b.ts - a.ts : a.chat < b.chat ? -1 : a.chat > b.chat ? 1 : 0;
+}
+var Inbox = class extends Emitter {
+  /** @internal Created by `HeraldClient`. */
+  constructor(host) {
+    super();
+    this.host = host;
+  }
+  host;
+  items = /* @__PURE__ */ new Map();
+  wanted = !1;
+  limit;
+  /** True while the first page's request is out on the current link. */
+  syncing = !1;
+  held = [];
+  cursor;
+  hasMore = !1;
+  epoch = 0;
+  cancelRetry = null;
+  waiters = [];
+  /** The chats, latest activity first. */
+  get entries() {
+    return [...this.items.values()].sort(byActivity);
+  }
+  /** The entry of `chat`, if listed. */
+  get(chat) {
+    return this.items.get(chat);
+  }
+  /** Unread messages over every listed chat. */
+  get unread() {
+    let n = 0;
+    for (let it of this.items.values()) n += it.unread;
+    return n;
+  }
+  /** True when the server has chats past the pages loaded (`loadMore` gets them). */
+  get more() {
+    return this.hasMore;
+  }
+  /** True once started and until `stop`. */
+  get started() {
+    return this.wanted;
+  }
+  /**
+   * Loads the first page with live updates and keeps the entries current from then on, through
+   * reconnects. Resolves with the entries once the first page is in; calling it again while started
+   * only waits for the current sync.
+   */
+  start(opts = {}) {
+    if (opts.limit !== void 0 && (!Number.isInteger(opts.limit) || opts.limit < 1 || opts.limit > MAX_INBOX_LIMIT))
+      return Promise.reject(new TypeError(`herald: inbox \`limit\` must be an integer from 1 to ${MAX_INBOX_LIMIT}`));
+    let p = new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
+    return this.wanted ? (!this.syncing && this.host.connected && this.cancelRetry === null && this.settle(), p) : (this.wanted = !0, this.limit = opts.limit, this.host.connected && this.sync(), p);
+  }
+  /**
+   * Loads the next page (when `more`), merging it into the entries. Resolves with whether still more
+   * remain. A page's entry never replaces a newer one (a higher seq) that a push already brought.
+   */
+  async loadMore() {
+    if (!this.hasMore || this.cursor === void 0) return !1;
+    let epoch = this.epoch, args = { cursor: this.cursor };
+    this.limit !== void 0 && (args.limit = this.limit);
+    let page = await this.host.request("inbox", args);
+    return epoch !== this.epoch ? this.hasMore : (this.merge(page.chats), this.hasMore = page.more === !0, this.cursor = typeof page.cursor == "string" ? page.cursor : void 0, this.emit("change", this.entries), this.hasMore);
+  }
+  /**
+   * Stops following: entries are dropped and later pushes ignored. The server keeps pushing on this link
+   * until it closes (the protocol has no way to take `live` back); they are only ignored.
+   */
+  stop() {
+    this.wanted && (this.wanted = !1, this.reset(), this.rejectWaiters(new HeraldError("closed", "herald: the inbox was stopped", { op: "inbox" })), this.emit("change", []));
+  }
+  // ---- called by the client -------------------------------------------------------------------
+  /** @internal A new link is greeted: pushes come only after a new live request, so sync again. */
+  linkUp() {
+    this.wanted && this.sync();
+  }
+  /** @internal The link dropped: the entries stay on show until the next link's first page. */
+  linkDown() {
+    this.epoch++, this.syncing = !1, this.held = [], this.cancelTimer();
+  }
+  /** @internal The client is closed for good. */
+  shutdown(err) {
+    this.wanted = !1, this.reset(), this.rejectWaiters(err);
+  }
+  /** @internal An `inbox` push. */
+  onPush(push) {
+    if (this.wanted && typeof push.chat == "string") {
+      if (this.syncing) {
+        this.held.push(push);
+        return;
+      }
+      this.applyPush(push) && this.emit("change", this.entries);
+    }
+  }
+  // ---- internals --------------------------------------------------------------------------------
+  async sync() {
+    this.cancelTimer();
+    let epoch = ++this.epoch;
+    this.syncing = !0, this.held = [];
+    let args = { live: !0 };
+    this.limit !== void 0 && (args.limit = this.limit);
+    let page;
+    try {
+      page = await this.host.request("inbox", args);
+    } catch (err) {
+      if (epoch !== this.epoch) return;
+      this.syncing = !1;
+      let e = err instanceof HeraldError ? err : new HeraldError("internal", String(err), { op: "inbox" });
+      if (e.code === "disconnected" || e.code === "closed") return;
+      if (TRANSIENT3.has(e.code)) {
+        this.cancelRetry = this.host.schedule(() => {
+          this.cancelRetry = null, this.wanted && this.host.connected && this.sync();
+        }, e.retryAfterMs ?? DEFAULT_RETRY_MS3);
+        return;
+      }
+      this.wanted = !1, this.reset(), this.emit("error", e), this.rejectWaiters(e);
+      return;
+    }
+    if (epoch !== this.epoch) return;
+    this.syncing = !1, this.items.clear(), this.merge(Array.isArray(page.chats) ? page.chats : []), this.hasMore = page.more === !0, this.cursor = typeof page.cursor == "string" ? page.cursor : void 0;
+    let held = this.held;
+    this.held = [];
+    for (let push of held) this.applyPush(push);
+    this.emit("change", this.entries), this.settle();
+  }
+  /** Adds or refreshes entries from a page; an entry already at a higher seq is kept. */
+  merge(chats) {
+    for (let c of chats) {
+      let e = c;
+      if (e === null || typeof e != "object" || typeof e.chat != "string" || !isCount(e.seq)) continue;
+      let held = this.items.get(e.chat);
+      held !== void 0 && held.seq > e.seq || this.items.set(e.chat, {
+        chat: e.chat,
+        seq: e.seq,
+        ts: typeof e.ts == "number" ? e.ts : 0,
+        unread: isCount(e.unread) ? e.unread : 0,
+        read: isCount(e.read) ? e.read : 0,
+        last: e.last ?? null
+      });
+    }
+  }
+  /** Folds a push in; returns whether anything changed. */
+  applyPush(push) {
+    if (push.left === !0) return this.items.delete(push.chat);
+    if (!isCount(push.seq) || !isCount(push.unread)) return !1;
+    let held = this.items.get(push.chat);
+    return held !== void 0 ? push.seq < held.seq || push.seq === held.seq && push.unread === held.unread && push.ts === held.ts ? !1 : (this.items.set(push.chat, { ...held, seq: push.seq, ts: typeof push.ts == "number" ? push.ts : held.ts, unread: push.unread }), !0) : (this.items.set(push.chat, { chat: push.chat, seq: push.seq, ts: typeof push.ts == "number" ? push.ts : 0, unread: push.unread }), !0);
+  }
+  settle() {
+    let waiters = this.waiters;
+    this.waiters = [];
+    let entries = this.entries;
+    for (let w of waiters) w.resolve(entries);
+  }
+  rejectWaiters(err) {
+    let waiters = this.waiters;
+    this.waiters = [];
+    for (let w of waiters) w.reject(err);
+  }
+  reset() {
+    this.epoch++, this.cancelTimer(), this.items.clear(), this.held = [], this.syncing = !1, this.cursor = void 0, this.hasMore = !1;
+  }
+  cancelTimer() {
+    this.cancelRetry?.(), this.cancelRetry = null;
+  }
+};
+
 // ../sdk/ts/src/options.ts
 var MAX_FETCH_LIMIT = 500, DEFAULT_FRAME_BYTES = 64 * 1024;
 function resolveOptions(opts) {
@@ -454,7 +1001,7 @@ function nonNegative(name, v, dflt) {
 }
 
 // ../sdk/ts/src/outbox.ts
-var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS2 = 1e3, MAX_WINDOW = 32, Outbox = class {
+var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS4 = 1e3, MAX_WINDOW = 32, Outbox = class {
   constructor(host, maxQueue, maxRetries, newClientId3) {
     this.host = host;
     this.maxQueue = maxQueue;
@@ -539,14 +1086,14 @@ var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]),
       return;
     }
     if (e.code === "throttled") {
-      this.window = Math.max(1, Math.floor(this.window / 2)), this.requeue(entry), this.pause(e.retryAfterMs ?? DEFAULT_RETRY_MS2);
+      this.window = Math.max(1, Math.floor(this.window / 2)), this.requeue(entry), this.pause(e.retryAfterMs ?? DEFAULT_RETRY_MS4);
       return;
     }
     if (RETRYABLE.has(e.code) && entry.retries < this.maxRetries) {
       entry.retries++;
       let cancel = this.host.schedule(() => {
         this.delayed.delete(entry), this.requeue(entry), this.flush();
-      }, e.retryAfterMs ?? DEFAULT_RETRY_MS2);
+      }, e.retryAfterMs ?? DEFAULT_RETRY_MS4);
       this.delayed.set(entry, cancel);
       return;
     }
@@ -613,7 +1160,7 @@ var PageSize = class {
 function overLimit(s, limit) {
   return s.length * 3 <= limit ? !1 : new TextEncoder().encode(s).length > limit;
 }
-function isObject(v) {
+function isObject2(v) {
   return typeof v == "object" && v !== null && !Array.isArray(v);
 }
 var Requests = class {
@@ -669,7 +1216,7 @@ var Requests = class {
   /** Settles the request a reply answers; a reply to nothing (timed out already) is ignored. */
   settle(msg) {
     let p = this.pending.get(msg.id);
-    p !== void 0 && (clearTimeout(p.timer), this.pending.delete(msg.id), msg.err !== void 0 ? p.reject(HeraldError.fromWire(isObject(msg.err) ? msg.err : { code: "internal" }, p.op)) : p.resolve(msg.ok ?? {}));
+    p !== void 0 && (clearTimeout(p.timer), this.pending.delete(msg.id), msg.err !== void 0 ? p.reject(HeraldError.fromWire(isObject2(msg.err) ? msg.err : { code: "internal" }, p.op)) : p.resolve(msg.ok ?? {}));
   }
   /** Rejects every request written on `link` with `err`'s code: their outcome is unknown. */
   failLink(link, err) {
@@ -825,10 +1372,10 @@ function schedule(fn, ms) {
   let t = setTimeout(fn, ms);
   return () => clearTimeout(t);
 }
-function isObject2(v) {
+function isObject3(v) {
   return typeof v == "object" && v !== null && !Array.isArray(v);
 }
-function isSeq(v) {
+function isSeq2(v) {
   return typeof v == "number" && Number.isInteger(v) && v >= 0;
 }
 var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitter {
@@ -845,6 +1392,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   outbox;
   chats = /* @__PURE__ */ new Map();
   chatHost;
+  inboxState;
   current = "disconnected";
   /** The link of the current attempt or connection; null while waiting to reconnect or stopped. */
   link = null;
@@ -887,8 +1435,17 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
       delivered: (ev) => this.emit("event", ev),
       schedule,
       pageSize: this.pageSize,
-      maxBufferedEvents: this.s.maxBufferedEvents
-    };
+      maxBufferedEvents: this.s.maxBufferedEvents,
+      get user() {
+        return self.helloOk?.user ?? null;
+      }
+    }, this.inboxState = new Inbox({
+      get connected() {
+        return self.isConnected;
+      },
+      request: (op, args) => this.request(op, args),
+      schedule
+    });
   }
   /** The current state. */
   get state() {
@@ -897,6 +1454,21 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   /** The `hello` reply of the current connection (user, node, session, heartbeat), or null. */
   get session() {
     return this.helloOk;
+  }
+  /**
+   * This user's inbox: chats with unread counts, latest activity first. `start()` it to load it and keep
+   * it live through reconnects. One per client.
+   */
+  get inbox() {
+    return this.inboxState;
+  }
+  /**
+   * The bare `inbox` request: one page of this user's chats (`limit` default 50, at most 200; `cursor`
+   * from the previous page). With `live: true` this connection also gets `inbox` pushes until it closes,
+   * which only `client.inbox` reads; prefer it.
+   */
+  fetchInbox(args = {}) {
+    return this.request("inbox", args);
   }
   /** Sends not yet acknowledged (waiting, written or sleeping before a retry). */
   get unacknowledgedSends() {
@@ -928,7 +1500,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
     let err = new HeraldError("closed", "herald: the client was closed");
     this.link !== null && this.detach(this.link, "client close", err), this.generation++, this.clearTimers(), this.outbox.close(err);
     for (let chat of this.chats.values()) chat.shutdown(err);
-    this.failWaiting(err), this.setState("closed");
+    this.inboxState.shutdown(err), this.failWaiting(err), this.setState("closed");
   }
   /**
    * The handle of chat `id`; the same object for the same id, so its listeners and watch survive
@@ -997,7 +1569,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
       if (link !== this.link) return;
       chat.linkUp();
     }
-    this.outbox.flush(), this.requests.flush(link, () => link === this.link);
+    this.outbox.flush(), link === this.link && (this.inboxState.linkUp(), this.requests.flush(link, () => link === this.link));
   }
   // ---- watchdog -----------------------------------------------------------------------------
   /**
@@ -1023,6 +1595,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
     if (link === this.link) {
       this.link = null, this.helloOk = null, link.abandon(reason), this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.cancelPing?.(), this.cancelPing = null, this.cancelDrain?.(), this.cancelDrain = null, this.requests.failLink(link, err);
       for (let chat of this.chats.values()) chat.linkDown();
+      this.inboxState.linkDown();
     }
   }
   /** The current link closed or was found dead: apply the close code's policy. */
@@ -1082,7 +1655,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
       this.emit("error", new HeraldError("protocol", "herald: the server sent a frame that is not JSON"));
       return;
     }
-    if (!isObject2(msg)) {
+    if (!isObject3(msg)) {
       this.emit("error", new HeraldError("protocol", "herald: the server sent a frame that is not an object"));
       return;
     }
@@ -1096,7 +1669,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
     switch (push.ev) {
       case "event":
       case "notify": {
-        if (typeof push.chat != "string" || !isSeq(push.seq) || push.seq === 0) {
+        if (typeof push.chat != "string" || !isSeq2(push.seq) || push.seq === 0) {
           this.emit("error", new HeraldError("protocol", `herald: a ${push.ev} push without a chat or seq`));
           return;
         }
@@ -1105,8 +1678,21 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
         push.ev === "event" ? chat.onEventPush(push) : chat.onNotify(push);
         return;
       }
+      case "typing": {
+        if (typeof push.chat != "string" || typeof push.user != "string") return;
+        this.chats.get(push.chat)?.onTypingPush(push.user);
+        return;
+      }
+      case "presence": {
+        if (typeof push.chat != "string") return;
+        this.chats.get(push.chat)?.onPresencePush(push);
+        return;
+      }
+      case "inbox":
+        this.inboxState.onPush(push);
+        return;
       case "reconnect": {
-        let after = isSeq(push.after_ms) ? Math.min(push.after_ms, MAX_RECONNECT_AFTER_MS) : 0;
+        let after = isSeq2(push.after_ms) ? Math.min(push.after_ms, MAX_RECONNECT_AFTER_MS) : 0;
         this.reconnectAt = Date.now() + after, this.cancelDrain?.(), this.cancelDrain = schedule(() => {
           this.cancelDrain = null, this.lost(link, CloseCode.GoingAway, push.reason ?? "reconnect requested");
         }, after);
@@ -1115,6 +1701,29 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
       default:
         return;
     }
+  }
+};
+
+// src/chats.ts
+var ChatList = class {
+  constructor(el, open) {
+    this.el = el;
+    this.open = open;
+    el.replaceChildren();
+  }
+  el;
+  open;
+  /** Redraws the list: `items` as the inbox orders them, `current` marked. */
+  draw(items, current) {
+    let rows = items.map((item) => {
+      let li = document.createElement("li");
+      li.dataset.chat = item.chat, item.chat === current && li.setAttribute("aria-current", "true");
+      let name = document.createElement("button");
+      name.type = "button", name.className = "chat-name", name.textContent = item.chat, name.addEventListener("click", () => this.open(item.chat));
+      let badge = document.createElement("span");
+      return badge.className = "unread", badge.dataset.unread = String(item.unread), badge.textContent = String(item.unread), badge.hidden = item.unread === 0, badge.title = `${item.unread} unread`, li.append(name, badge), li;
+    });
+    this.el.replaceChildren(...rows);
   }
 };
 
@@ -1129,7 +1738,7 @@ var REACTIONS = [
     this.els = els;
     this.me = me;
     this.actions = actions;
-    els.messages.replaceChildren(), els.pending.replaceChildren(), els.members.textContent = "-", els.readers.replaceChildren();
+    els.messages.replaceChildren(), els.pending.replaceChildren(), els.members.textContent = "-", els.readers.replaceChildren(), this.setTyping([]), this.setPresent(null);
   }
   els;
   me;
@@ -1170,8 +1779,10 @@ var REACTIONS = [
       switch (ev.type) {
         case "message":
         case "system":
-          this.addMessage(ev);
+        case "edit":
+        case "delete":
           break;
+        // drawn from the SDK's message list, through showMessage
         case "join":
         case "leave":
           this.addNote(ev, `${ev.user ?? "someone"} ${ev.type === "join" ? "joined" : "left"}`), this.members !== null && ev.seq > this.membersAt && (this.members = Math.max(0, this.members + (ev.type === "join" ? 1 : -1)), this.membersAt = ev.seq, this.els.members.textContent = String(this.members));
@@ -1185,6 +1796,34 @@ var REACTIONS = [
         default:
           break;
       }
+  }
+  /** A message was added to the chat's message list, edited or deleted. */
+  showMessage({ kind, message }) {
+    if (kind === "added") {
+      this.rows.has(message.seq) || this.addMessage(message);
+      return;
+    }
+    let shown = this.shown.get(message.seq);
+    shown !== void 0 && this.drawBody(shown, message);
+  }
+  /** Others typing now. */
+  setTyping(users) {
+    let el = this.els.typing;
+    el.dataset.users = users.join(","), el.hidden = users.length === 0, users.length === 0 ? el.textContent = "" : users.length === 1 ? el.textContent = `${users[0]} is typing…` : users.length <= MAX_NAMED_READERS ? el.textContent = `${users.slice(0, -1).join(", ")} and ${users[users.length - 1]} are typing…` : el.textContent = `${users.length} people are typing…`;
+  }
+  /** Who is here; null before the first answer. */
+  setPresent(state) {
+    let el = this.els.present;
+    if (state === null) {
+      el.dataset.count = "", el.replaceChildren(document.createTextNode("-"));
+      return;
+    }
+    el.dataset.count = String(state.count);
+    let chips = state.users.map((user) => {
+      let chip = span("person", user);
+      return chip.dataset.user = user, chip;
+    }), rest = state.count - state.users.length;
+    el.replaceChildren(...chips, ...rest > 0 ? [span("label", `+${rest}`)] : []);
   }
   /** Shows a send that is queued or in flight. */
   addPending(clientId, text) {
@@ -1214,9 +1853,34 @@ var REACTIONS = [
     let foot = document.createElement("div");
     foot.className = "foot";
     let reactionsEl = span("reactions", ""), readsEl = span("reads", "");
-    foot.append(reactionsEl, readsEl), li.append(head, span("text", messageText(ev.body)), foot);
-    let shown = { seq: ev.seq, user, el: li, reactionsEl, readsEl };
-    this.rows.set(ev.seq, li), this.shown.set(ev.seq, shown), this.latestReadable = Math.max(this.latestReadable, ev.seq), this.drawReactions(shown), this.drawReads(shown), this.els.messages.append(li), user === this.me && ev.client_id !== void 0 && this.dropPending(ev.client_id), this.scrollToEnd(stick);
+    foot.append(reactionsEl, readsEl);
+    let ownEl = null;
+    ev.type === "message" && ev.user === this.me && (ownEl = span("own", ""), ownEl.append(
+      button("edit", "edit", () => this.startEdit(shown)),
+      button("delete", "delete", () => this.actions.delete(ev.seq))
+    ), foot.append(ownEl));
+    let textEl = span("text", "");
+    li.append(head, textEl, foot);
+    let shown = { seq: ev.seq, user, el: li, textEl, reactionsEl, readsEl, ownEl };
+    this.drawBody(shown, ev), this.rows.set(ev.seq, li), this.shown.set(ev.seq, shown), this.latestReadable = Math.max(this.latestReadable, ev.seq), this.drawReactions(shown), this.drawReads(shown), this.els.messages.append(li), user === this.me && ev.client_id !== void 0 && this.dropPending(ev.client_id), this.scrollToEnd(stick);
+  }
+  /** The text of a message as it is now: edited, or gone. */
+  drawBody(m, message) {
+    m.el.querySelector("form.edit-form")?.remove(), m.textEl.hidden = !1, message.deleted ? (m.el.dataset.deleted = "true", m.textEl.textContent = "message deleted", m.ownEl?.remove(), m.ownEl = null) : m.textEl.textContent = messageText(message.body), message.edited !== void 0 && !message.deleted ? (m.el.dataset.edited = String(message.edited), m.textEl.title = `edited (#${message.edited})`, m.textEl.dataset.mark = "edited") : (m.textEl.removeAttribute("title"), delete m.textEl.dataset.mark);
+  }
+  /** Swaps a message's text for a one-line form; Enter saves through the SDK, Escape gives up. */
+  startEdit(m) {
+    if (m.el.querySelector("form.edit-form") !== null) return;
+    let form = document.createElement("form");
+    form.className = "edit-form";
+    let input = document.createElement("input");
+    input.className = "edit-text", input.value = m.textEl.textContent ?? "", input.maxLength = 4e3, form.append(input), form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      let text = input.value.trim();
+      form.remove(), m.textEl.hidden = !1, text !== "" && text !== m.textEl.textContent && this.actions.edit(m.seq, text);
+    }), input.addEventListener("keydown", (e) => {
+      e.key === "Escape" && (form.remove(), m.textEl.hidden = !1);
+    }), m.textEl.hidden = !0, m.textEl.after(form), input.focus();
   }
   addNote(ev, text) {
     let stick = this.atBottom(), li = document.createElement("li");
@@ -1287,6 +1951,10 @@ var REACTIONS = [
 function messageText(body) {
   return typeof body == "object" && body !== null && typeof body.text == "string" ? body.text : JSON.stringify(body);
 }
+function button(className, text, onClick) {
+  let b = document.createElement("button");
+  return b.type = "button", b.className = className, b.textContent = text, b.addEventListener("click", onClick), b;
+}
 function span(className, text) {
   let s = document.createElement("span");
   return s.className = className, s.textContent = text, s;
@@ -1308,6 +1976,9 @@ var ui = {
   watch: $("watch"),
   members: $("members"),
   readers: $("readers"),
+  typing: $("typing"),
+  present: $("present"),
+  chats: $("chats"),
   messages: $("messages"),
   pending: $("pending"),
   sendForm: $("send-form"),
@@ -1334,6 +2005,9 @@ function newClientId2() {
   let bytes = crypto.getRandomValues(new Uint8Array(16));
   return `demo-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
 }
+function errorText(e) {
+  return e instanceof HeraldError ? `${e.code}: ${e.message}` : String(e);
+}
 function notice(text) {
   ui.notice.textContent = text, ui.notice.hidden = text === "";
 }
@@ -1344,10 +2018,14 @@ var Session = class {
   constructor(user, chatId) {
     this.user = user;
     this.client = new HeraldClient({ url: wsUrl(), workspace: WORKSPACE, token: () => devToken(WORKSPACE, user) }), this.chat = this.client.chat(chatId), this.view = new ChatView(
-      { messages: ui.messages, pending: ui.pending, members: ui.members, readers: ui.readers },
+      { messages: ui.messages, pending: ui.pending, members: ui.members, readers: ui.readers, typing: ui.typing, present: ui.present },
       user,
-      { react: (target, emoji, on) => this.react(target, emoji, on) }
-    ), this.client.on("state", ({ to }) => {
+      {
+        react: (target, emoji, on) => this.react(target, emoji, on),
+        edit: (target, text) => this.chat.edit(target, { text }).catch((e) => notice(`edit failed: ${errorText(e)}`)),
+        delete: (target) => this.chat.delete(target).catch((e) => notice(`delete failed: ${errorText(e)}`))
+      }
+    ), this.chat.messages().on("change", (change) => this.view.showMessage(change)), this.chat.on("typing", ({ users }) => this.view.setTyping(users)), this.chat.on("presence", (state) => this.view.setPresent(state)), this.client.inbox.on("change", (items) => chatList.draw(items, chatId)), this.client.on("state", ({ to }) => {
       showConnection(to, to === "connecting" ? ui.connDetail.textContent ?? "" : ""), to === "connected" && this.scheduleRead();
     }), this.client.on("disconnected", ({ code, reason, reconnectInMs }) => {
       let why = `link closed (${code}${reason ? ` ${reason}` : ""})`, next = reconnectInMs === null ? "stopped" : `retrying in ${(reconnectInMs / 1e3).toFixed(1)} s`;
@@ -1369,7 +2047,11 @@ var Session = class {
   async start() {
     await this.client.connect();
     let joined = await this.chat.join();
-    this.ended || (this.view.setMembers(joined.members, joined.seq), await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS) }));
+    this.ended || (this.view.setMembers(joined.members, joined.seq), this.client.inbox.start().catch((e) => notice(`chat list: ${errorText(e)}`)), await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS), presence: !0 }));
+  }
+  /** The user typed in the message box; the SDK sends at most one `typing` every 2 s. */
+  typed() {
+    this.chat.notifyTyping();
   }
   /** Queues a message. The SDK keeps it through link drops and stores it once; the row shows until then. */
   send(text) {
@@ -1411,7 +2093,9 @@ var Session = class {
       this.view.readableSeq > target && this.scheduleRead();
     }
   }
-}, session = null;
+}, session = null, chatList = new ChatList(ui.chats, (chat) => {
+  ui.chat.value = chat, ui.joinForm.requestSubmit();
+});
 ui.name.value = params.get("name") ?? `user${Math.floor(Math.random() * 1e4)}`;
 ui.chat.value = params.get("chat") ?? "general";
 showConnection("disconnected", "");
@@ -1432,5 +2116,8 @@ ui.sendForm.addEventListener("submit", (e) => {
   e.preventDefault();
   let text = ui.text.value.trim();
   session === null || text === "" || (session.send(text), ui.text.value = "");
+});
+ui.text.addEventListener("input", () => {
+  ui.text.value !== "" && session?.typed();
 });
 document.addEventListener("visibilitychange", () => session?.scheduleRead());

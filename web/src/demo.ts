@@ -2,11 +2,14 @@
 //! then chat through `@herald/client`.
 //!
 //! Owns: the page's controls, one session per Join (a `HeraldClient` with a dev token, the chat's join,
-//! watch, sends, reactions and read position) and the connection state shown. Does not own: drawing the
-//! chat (view.ts) or anything about the protocol: reconnects, resuming, gap repair and idempotent sends
-//! are the SDK's, which is the point of the page.
+//! watch with presence, sends, edits, deletes, reactions, typing and read position, and the user's
+//! inbox) and the connection state shown. Does not own: drawing the chat (view.ts) or the chat list
+//! (chats.ts), or anything about the protocol: reconnects, resuming, gap repair, idempotent sends,
+//! applying edits, expiring typing and resyncing presence and the inbox are the SDK's, which is the
+//! point of the page.
 
 import { HeraldClient, HeraldError, type Chat, type ClientState } from '../../sdk/ts/src/index.ts';
+import { ChatList } from './chats.ts';
 import { ChatView } from './view.ts';
 
 /** Ids are 1 to 128 of these characters (docs/protocol.md, "Words"). */
@@ -43,6 +46,9 @@ const ui = {
   watch: $('watch'),
   members: $('members'),
   readers: $('readers'),
+  typing: $('typing'),
+  present: $('present'),
+  chats: $('chats'),
   messages: $<HTMLOListElement>('messages'),
   pending: $<HTMLOListElement>('pending'),
   sendForm: $<HTMLFormElement>('send-form'),
@@ -76,6 +82,10 @@ function newClientId(): string {
   return `demo-${Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')}`;
 }
 
+function errorText(e: unknown): string {
+  return e instanceof HeraldError ? `${e.code}: ${e.message}` : String(e);
+}
+
 function notice(text: string): void {
   ui.notice.textContent = text;
   ui.notice.hidden = text === '';
@@ -103,10 +113,19 @@ class Session {
     this.client = new HeraldClient({ url: wsUrl(), workspace: WORKSPACE, token: () => devToken(WORKSPACE, user) });
     this.chat = this.client.chat(chatId);
     this.view = new ChatView(
-      { messages: ui.messages, pending: ui.pending, members: ui.members, readers: ui.readers },
+      { messages: ui.messages, pending: ui.pending, members: ui.members, readers: ui.readers, typing: ui.typing, present: ui.present },
       user,
-      { react: (target, emoji, on) => this.react(target, emoji, on) },
+      {
+        react: (target, emoji, on) => this.react(target, emoji, on),
+        edit: (target, text) => this.chat.edit(target, { text }).catch((e: unknown) => notice(`edit failed: ${errorText(e)}`)),
+        delete: (target) => this.chat.delete(target).catch((e: unknown) => notice(`delete failed: ${errorText(e)}`)),
+      },
     );
+    // Messages come from the SDK's list, which applies edits and deletes to what is shown.
+    this.chat.messages().on('change', (change) => this.view.showMessage(change));
+    this.chat.on('typing', ({ users }) => this.view.setTyping(users));
+    this.chat.on('presence', (state) => this.view.setPresent(state));
+    this.client.inbox.on('change', (items) => chatList.draw(items, chatId));
 
     this.client.on('state', ({ to }) => {
       // Keep why the last link ended on screen while reconnecting; the SDK tells it just before this.
@@ -137,7 +156,14 @@ class Session {
     const joined = await this.chat.join();
     if (this.ended) return;
     this.view.setMembers(joined.members, joined.seq);
-    await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS) });
+    // After the join, so the list has the chat just entered.
+    this.client.inbox.start().catch((e: unknown) => notice(`chat list: ${errorText(e)}`));
+    await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS), presence: true });
+  }
+
+  /** The user typed in the message box; the SDK sends at most one `typing` every 2 s. */
+  typed(): void {
+    this.chat.notifyTyping();
   }
 
   /** Queues a message. The SDK keeps it through link drops and stores it once; the row shows until then. */
@@ -194,6 +220,12 @@ class Session {
 
 let session: Session | null = null;
 
+/** Opening a chat from the list is a Join with that chat, under the same name. */
+const chatList = new ChatList(ui.chats, (chat) => {
+  ui.chat.value = chat;
+  ui.joinForm.requestSubmit();
+});
+
 ui.name.value = params.get('name') ?? `user${Math.floor(Math.random() * 10_000)}`;
 ui.chat.value = params.get('chat') ?? 'general';
 showConnection('disconnected', '');
@@ -223,6 +255,10 @@ ui.sendForm.addEventListener('submit', (e) => {
   if (session === null || text === '') return;
   session.send(text);
   ui.text.value = '';
+});
+
+ui.text.addEventListener('input', () => {
+  if (ui.text.value !== '') session?.typed();
 });
 
 document.addEventListener('visibilitychange', () => session?.scheduleRead());

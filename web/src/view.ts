@@ -1,19 +1,24 @@
-//! What the page shows of one chat: the message list with reactions and read markers, the members
-//! count, each reader's position, and the sends that are not acknowledged yet.
+//! What the page shows of one chat: the message list with reactions, read markers, edits and deletes,
+//! the members count, each reader's position, who is typing, who is here, and the sends that are not
+//! acknowledged yet.
 //!
 //! Owns: folding delivered events into that state and keeping the DOM in step with it. Does not own:
-//! the connection or any request (demo.ts); it learns of events only through `apply`, which the SDK
-//! calls once per event, in seq order.
+//! the connection or any request (demo.ts); it learns of events through `apply`, which the SDK calls
+//! once per event, in seq order, and of messages through `showMessage`, from the SDK's message list
+//! (which applies edits and deletes), and of typing and presence through `setTyping` and `setPresent`.
 //!
 //! Element hooks (the end-to-end test relies on them):
 //!   #messages > li[data-seq]             one per stored message or join/leave/system event, never twice
-//!   li.msg[data-user]                    a message; .text its text
+//!   li.msg[data-user]                    a message; .text its text; data-edited, data-deleted when so
+//!   button.edit, button.delete           on one's own messages; form.edit-form > input.edit-text to edit
+//!   #typing[data-users]                  "alice is typing…", hidden when nobody is
+//!   #present[data-count] > [data-user]   who is here (watching the chat now)
 //!   button.react[data-emoji]             a reaction toggle; data-count, aria-pressed (mine)
 //!   .reads[data-read-count]              members other than the author whose read position is >= seq
 //!   #pending > li[data-client-id]        a send not yet stored; data-failed when it gave up
 //!   #members                             the members count; #readers each member's read position
 
-import type { ChatEvent } from '../../sdk/ts/src/index.ts';
+import type { ChatEvent, Message, MessageChange, PresenceState } from '../../sdk/ts/src/index.ts';
 
 /** The reactions offered on every message: the wire value and how it is drawn. */
 export const REACTIONS: ReadonlyArray<{ emoji: string; label: string }> = [
@@ -29,12 +34,18 @@ export interface ViewElements {
   pending: HTMLOListElement;
   members: HTMLElement;
   readers: HTMLElement;
+  typing: HTMLElement;
+  present: HTMLElement;
 }
 
 /** Calls the view makes back into the page. */
 export interface ViewActions {
   /** The user clicked a reaction: add it (`on`) or take it back. */
   react(target: number, emoji: string, on: boolean): void;
+  /** The user saved a new text for their message `target`. */
+  edit(target: number, text: string): void;
+  /** The user deleted their message `target`. */
+  delete(target: number): void;
 }
 
 /** A message on the page. */
@@ -42,8 +53,11 @@ interface Shown {
   seq: number;
   user: string;
   el: HTMLLIElement;
+  textEl: HTMLElement;
   reactionsEl: HTMLElement;
   readsEl: HTMLElement;
+  /** Edit and delete buttons (one's own messages only, until deleted). */
+  ownEl: HTMLElement | null;
 }
 
 /** A read marker names readers one by one up to this many, then only counts them. */
@@ -79,6 +93,8 @@ export class ChatView {
     els.pending.replaceChildren();
     els.members.textContent = '-';
     els.readers.replaceChildren();
+    this.setTyping([]);
+    this.setPresent(null);
   }
 
   /** The seq to report as read when the user has seen everything shown. */
@@ -107,8 +123,9 @@ export class ChatView {
     switch (ev.type) {
       case 'message':
       case 'system':
-        this.addMessage(ev);
-        break;
+      case 'edit':
+      case 'delete':
+        break; // drawn from the SDK's message list, through showMessage
       case 'join':
       case 'leave':
         this.addNote(ev, `${ev.user ?? 'someone'} ${ev.type === 'join' ? 'joined' : 'left'}`);
@@ -127,6 +144,46 @@ export class ChatView {
       default:
         break; // a type this page does not know: nothing to draw
     }
+  }
+
+  /** A message was added to the chat's message list, edited or deleted. */
+  showMessage({ kind, message }: MessageChange): void {
+    if (kind === 'added') {
+      if (!this.rows.has(message.seq)) this.addMessage(message);
+      return;
+    }
+    const shown = this.shown.get(message.seq);
+    if (shown !== undefined) this.drawBody(shown, message);
+  }
+
+  /** Others typing now. */
+  setTyping(users: string[]): void {
+    const el = this.els.typing;
+    el.dataset.users = users.join(',');
+    el.hidden = users.length === 0;
+    if (users.length === 0) el.textContent = '';
+    else if (users.length === 1) el.textContent = `${users[0]} is typing…`;
+    else if (users.length <= MAX_NAMED_READERS) el.textContent = `${users.slice(0, -1).join(', ')} and ${users[users.length - 1]} are typing…`;
+    else el.textContent = `${users.length} people are typing…`;
+  }
+
+  /** Who is here; null before the first answer. */
+  setPresent(state: PresenceState | null): void {
+    const el = this.els.present;
+    if (state === null) {
+      el.dataset.count = '';
+      el.replaceChildren(document.createTextNode('-'));
+      return;
+    }
+    el.dataset.count = String(state.count);
+    const chips = state.users.map((user) => {
+      const chip = span('person', user);
+      chip.dataset.user = user;
+      return chip;
+    });
+    // Past 100 the server lists only some: say how many more there are.
+    const rest = state.count - state.users.length;
+    el.replaceChildren(...chips, ...(rest > 0 ? [span('label', `+${rest}`)] : []));
   }
 
   /** Shows a send that is queued or in flight. */
@@ -155,7 +212,7 @@ export class ChatView {
 
   // ---- messages ---------------------------------------------------------------------------------
 
-  private addMessage(ev: ChatEvent): void {
+  private addMessage(ev: Message): void {
     const stick = this.atBottom();
     const user = ev.user ?? 'system';
     const li = document.createElement('li');
@@ -176,9 +233,20 @@ export class ChatView {
     const reactionsEl = span('reactions', '');
     const readsEl = span('reads', '');
     foot.append(reactionsEl, readsEl);
+    let ownEl: HTMLElement | null = null;
+    if (ev.type === 'message' && ev.user === this.me) {
+      ownEl = span('own', '');
+      ownEl.append(
+        button('edit', 'edit', () => this.startEdit(shown)),
+        button('delete', 'delete', () => this.actions.delete(ev.seq)),
+      );
+      foot.append(ownEl);
+    }
 
-    li.append(head, span('text', messageText(ev.body)), foot);
-    const shown: Shown = { seq: ev.seq, user, el: li, reactionsEl, readsEl };
+    const textEl = span('text', '');
+    li.append(head, textEl, foot);
+    const shown: Shown = { seq: ev.seq, user, el: li, textEl, reactionsEl, readsEl, ownEl };
+    this.drawBody(shown, ev);
     this.rows.set(ev.seq, li);
     this.shown.set(ev.seq, shown);
     this.latestReadable = Math.max(this.latestReadable, ev.seq);
@@ -188,6 +256,56 @@ export class ChatView {
 
     if (user === this.me && ev.client_id !== undefined) this.dropPending(ev.client_id);
     this.scrollToEnd(stick);
+  }
+
+  /** The text of a message as it is now: edited, or gone. */
+  private drawBody(m: Shown, message: Message): void {
+    m.el.querySelector('form.edit-form')?.remove();
+    m.textEl.hidden = false;
+    if (message.deleted) {
+      m.el.dataset.deleted = 'true';
+      m.textEl.textContent = 'message deleted';
+      m.ownEl?.remove();
+      m.ownEl = null;
+    } else {
+      m.textEl.textContent = messageText(message.body);
+    }
+    if (message.edited !== undefined && !message.deleted) {
+      m.el.dataset.edited = String(message.edited);
+      m.textEl.title = `edited (#${message.edited})`;
+      m.textEl.dataset.mark = 'edited';
+    } else {
+      // A deleted message was perhaps edited first; nothing of that is left to mark.
+      m.textEl.removeAttribute('title');
+      delete m.textEl.dataset.mark;
+    }
+  }
+
+  /** Swaps a message's text for a one-line form; Enter saves through the SDK, Escape gives up. */
+  private startEdit(m: Shown): void {
+    if (m.el.querySelector('form.edit-form') !== null) return;
+    const form = document.createElement('form');
+    form.className = 'edit-form';
+    const input = document.createElement('input');
+    input.className = 'edit-text';
+    input.value = m.textEl.textContent ?? '';
+    input.maxLength = 4000;
+    form.append(input);
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const text = input.value.trim();
+      form.remove();
+      m.textEl.hidden = false;
+      if (text !== '' && text !== m.textEl.textContent) this.actions.edit(m.seq, text);
+    });
+    input.addEventListener('keydown', (e) => {
+      if (e.key !== 'Escape') return;
+      form.remove();
+      m.textEl.hidden = false;
+    });
+    m.textEl.hidden = true;
+    m.textEl.after(form);
+    input.focus();
   }
 
   private addNote(ev: ChatEvent, text: string): void {
@@ -310,6 +428,15 @@ function messageText(body: unknown): string {
     return (body as { text: string }).text;
   }
   return JSON.stringify(body);
+}
+
+function button(className: string, text: string, onClick: () => void): HTMLButtonElement {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = className;
+  b.textContent = text;
+  b.addEventListener('click', onClick);
+  return b;
 }
 
 function span(className: string, text: string): HTMLSpanElement {

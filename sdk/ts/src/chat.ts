@@ -1,10 +1,13 @@
 //! `Chat`: the handle for one chat, and the state machine of watching it.
 //!
-//! Owns: the chat's requests (join, leave, send, react, read, fetch, paged history), and for a watched
-//! chat the last delivered seq, the buffer of out-of-order pushes, gap repair by paged `fetch`, and
-//! resuming with `watch after=` on a new link, so that the application sees every event once, in seq order.
+//! Owns: the chat's requests (join, leave, send, react, read, edit, delete, typing, presence, fetch,
+//! paged history), and for a watched chat the last delivered seq, the buffer of out-of-order pushes, gap
+//! repair by paged `fetch`, and resuming with `watch after=` on a new link, so that the application sees
+//! every event once, in seq order; then feeding what it delivers to the chat's message list, and routing
+//! typing and presence pushes, with a presence resync after every watch reply.
 //! Does not own: the link, request ids, the outbox or the page size (client.ts, outbox.ts, page-size.ts,
-//! reached through `ChatHost`).
+//! reached through `ChatHost`), nor the rules of the message list, typing or presence (messages.ts,
+//! typing.ts, presence.ts).
 //!
 //! Watch states:
 //!
@@ -23,8 +26,24 @@
 
 import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
+import { MessageList, type MessageListOptions } from './messages.js';
 import type { PageSize } from './page-size.js';
-import type { ChatEvent, EventPush, FetchOk, HeraldEvent, JoinOk, NotifyPush, RequestArgs, RequestOk, SeqOk, WatchOk } from './types.js';
+import { PresenceTracker, type PresenceState } from './presence.js';
+import { Typing } from './typing.js';
+import type {
+  ChatEvent,
+  EventPush,
+  FetchOk,
+  HeraldEvent,
+  JoinOk,
+  NotifyPush,
+  PresenceOk,
+  PresencePush,
+  RequestArgs,
+  RequestOk,
+  SeqOk,
+  WatchOk,
+} from './types.js';
 
 /** Where a chat stands with respect to watching. */
 export type WatchState = 'unwatched' | 'subscribing' | 'live' | 'repairing' | 'suspended';
@@ -51,8 +70,24 @@ export interface ChatEvents {
   event: ChatEvent;
   /** The watch state changed. */
   state: WatchStateChange;
-  /** Watching failed for good (forbidden, not found) or a repair fetch failed. */
+  /** Watching failed for good (forbidden, not found), a repair fetch failed, or a presence sync did. */
   error: HeraldError;
+  /** The others typing changed (someone started, expired, or sent their message); sorted. */
+  typing: TypingChange;
+  /** Who is present changed (after `watch({ presence: true })`). */
+  presence: PresenceChange;
+}
+
+/** The payload of a chat's `typing` event. */
+export interface TypingChange {
+  chat: string;
+  /** Others typing now, sorted; empty when nobody is. */
+  users: string[];
+}
+
+/** The payload of a chat's `presence` event. */
+export interface PresenceChange extends PresenceState {
+  chat: string;
 }
 
 /** Options of `Chat.send`. */
@@ -65,6 +100,11 @@ export interface SendOptions {
 export interface WatchOptions {
   /** Resume after this seq (e.g. one the application stored); events after it are delivered. */
   after?: number;
+  /**
+   * Keep `chat.present` current: a `presence` request after every watch reply (so after each
+   * reconnect too), then the server's presence pushes. Default false: one more request per chat.
+   */
+  presence?: boolean;
 }
 
 /** Options of `Chat.history`. */
@@ -89,6 +129,8 @@ export interface ChatHost {
   readonly pageSize: PageSize;
   /** Buffered pushes allowed per chat. */
   readonly maxBufferedEvents: number;
+  /** The user of the current connection, or null; one's own typing is never shown. */
+  readonly user: string | null;
 }
 
 /** Codes after which watching or fetching may work later, on this link or the next. */
@@ -127,12 +169,30 @@ export class Chat extends Emitter<ChatEvents> {
   /** Repair fetches in a row that made no progress. */
   private stalls = 0;
   private waiters: Array<{ resolve(ok: WatchOk): void; reject(err: HeraldError): void }> = [];
+  /** Created by the first `messages()` call; fed every delivered event from then on. */
+  private list: MessageList | null = null;
+  private readonly typists: Typing;
+  private readonly presenceTracker: PresenceTracker;
 
   /** @internal Created by `HeraldClient.chat`. */
   constructor(id: string, host: ChatHost) {
     super();
     this.id = id;
     this.host = host;
+    this.typists = new Typing({
+      get connected() {
+        return host.connected;
+      },
+      sendTyping: () => this.typing(),
+      schedule: host.schedule,
+      changed: (users) => this.emit('typing', { chat: id, users }),
+    });
+    this.presenceTracker = new PresenceTracker({
+      request: () => this.presence(),
+      schedule: host.schedule,
+      changed: (state) => this.emit('presence', { chat: id, ...state }),
+      failed: (err) => this.emit('error', err),
+    });
   }
 
   /** The watch state. */
@@ -143,6 +203,26 @@ export class Chat extends Emitter<ChatEvents> {
   /** The seq of the last event delivered to the application, or null when none is known yet. */
   get lastSeq(): number | null {
     return this.last;
+  }
+
+  /** Others typing in this chat now (from typing pushes, each kept 5 s), sorted. */
+  get typingUsers(): string[] {
+    return this.typists.users;
+  }
+
+  /** Who is present, kept current after `watch({ presence: true })`; null before the first reply. */
+  get present(): PresenceState | null {
+    return this.presenceTracker.state;
+  }
+
+  /**
+   * The chat's message list: its `message` and `system` events with edits and deletes applied, fed with
+   * every event this handle delivers from now on (pushes and gap repair, in seq order). Load older ones
+   * with `list.load(...)` from `history()`. The same list on every call; emptied when the watch ends.
+   */
+  messages(opts: MessageListOptions = {}): MessageList {
+    if (this.list === null) this.list = new MessageList(opts);
+    return this.list;
   }
 
   /** Joins the chat (creating an open chat that does not exist yet). */
@@ -167,6 +247,11 @@ export class Chat extends Emitter<ChatEvents> {
       return Promise.reject(new TypeError('herald: `after` must be a non-negative integer'));
     }
     const p = new Promise<WatchOk>((resolve, reject) => this.waiters.push({ resolve, reject }));
+    if (opts.presence === true && !this.presenceTracker.enabled) {
+      this.presenceTracker.enable();
+      // Already watching: the next watch reply would be the next reconnect's, so sync now.
+      if (this.wanted && (this.watchState === 'live' || this.watchState === 'repairing')) this.presenceTracker.sync();
+    }
     if (this.wanted) {
       if (this.watchState === 'live' || this.watchState === 'repairing') this.settleWaiters({ chat: this.id, seq: this.last ?? 0 });
       return p;
@@ -192,6 +277,7 @@ export class Chat extends Emitter<ChatEvents> {
    * wait unsent.
    */
   send(body: unknown, opts: SendOptions = {}): Promise<SeqOk> {
+    this.typists.stopTrailing();
     return this.host.send(this.id, body, opts.clientId);
   }
 
@@ -203,6 +289,43 @@ export class Chat extends Emitter<ChatEvents> {
   /** Moves this member's read position forward to `seq`; resolves with the position now stored. */
   read(seq: number): Promise<SeqOk> {
     return this.host.request('read', { chat: this.id, seq });
+  }
+
+  /**
+   * Replaces the body of this user's message `target`; resolves with the `edit` event's seq. `not_found`
+   * when `target` is not a message of this chat or is deleted, `forbidden` for another's message or
+   * while muted; the body has `send`'s size limit. Not retried across a link drop: a `disconnected`
+   * rejection means the outcome is unknown (the watch shows whether it was stored).
+   */
+  edit(target: number, body: unknown): Promise<SeqOk> {
+    return this.host.request('edit', { chat: this.id, target, body });
+  }
+
+  /**
+   * Deletes this user's message `target`: the server erases its body for good. Resolves with the
+   * `delete` event's seq; errors as for `edit`.
+   */
+  delete(target: number): Promise<SeqOk> {
+    return this.host.request('delete', { chat: this.id, target });
+  }
+
+  /** The bare `typing` request; `notifyTyping()` is what a text box should call. */
+  async typing(): Promise<void> {
+    await this.host.request('typing', { chat: this.id });
+  }
+
+  /**
+   * Call on every keystroke: sends `typing` at most once every 2 s (keystrokes inside the 2 s are
+   * announced by one request when they are over, unless a `send` comes first), and only while
+   * connected; errors are ignored (typing is a hint). Returns whether a request went out now.
+   */
+  notifyTyping(): boolean {
+    return this.typists.typed();
+  }
+
+  /** The bare `presence` request: how many are present, and at most 100 of them, sorted. */
+  presence(): Promise<PresenceOk> {
+    return this.host.request('presence', { chat: this.id });
   }
 
   /**
@@ -263,6 +386,9 @@ export class Chat extends Emitter<ChatEvents> {
     this.buffer.clear();
     this.known = 0;
     this.stalls = 0;
+    this.presenceTracker.suspend();
+    // Nobody's typing pushes reach us while offline; presence is kept on show until the resync.
+    this.typists.clear();
     this.setState('suspended');
   }
 
@@ -284,6 +410,19 @@ export class Chat extends Emitter<ChatEvents> {
     // Out of order, or we are subscribing or repairing: hold it, and make sure a repair covers the gap.
     this.hold(ev);
     if (this.watchState === 'live') this.repair();
+  }
+
+  /** @internal A `typing` push: `user` is typing here. */
+  onTypingPush(user: string): void {
+    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
+    if (user === this.host.user) return; // this user on another device
+    this.typists.pushed(user);
+  }
+
+  /** @internal A `presence` push. */
+  onPresencePush(push: PresencePush): void {
+    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
+    this.presenceTracker.pushed(push);
   }
 
   /** @internal A `notify` push: events up to `seq` exist. */
@@ -327,6 +466,8 @@ export class Chat extends Emitter<ChatEvents> {
     // A waiter's callback may have unwatched; only go on if this round is still current.
     if (epoch !== this.epoch) return;
     this.setState('live');
+    // After the watch, so that this connection is present, and its pushes flow, before asking.
+    this.presenceTracker.sync();
     this.catchUp();
   }
 
@@ -430,6 +571,10 @@ export class Chat extends Emitter<ChatEvents> {
     this.last = null;
     this.known = 0;
     this.stalls = 0;
+    this.presenceTracker.stop();
+    this.typists.stopTrailing();
+    this.typists.clear();
+    this.list?.clear();
     if (this.watchState !== 'unwatched') this.setState('unwatched');
     const waiters = this.waiters;
     this.waiters = [];
@@ -469,6 +614,9 @@ export class Chat extends Emitter<ChatEvents> {
   private deliver(ev: HeraldEvent): void {
     this.last = ev.seq;
     const out: ChatEvent = { ...ev, chat: this.id };
+    // Before the listeners, so that a listener reading the list sees this event in it.
+    this.list?.apply(ev);
+    if (ev.type === 'message' && ev.user !== undefined) this.typists.remove(ev.user);
     this.emit('event', out);
     this.host.delivered(out);
   }

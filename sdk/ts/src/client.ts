@@ -3,7 +3,8 @@
 //! Owns: the connection state machine (disconnected, connecting, connected, closed), the `hello`
 //! handshake, the ping watchdog, carrying out the reconnect policy per close code (codes.ts) with
 //! full-jitter backoff (backoff.ts) and the page size of the SDK's own fetches (page-size.ts), and
-//! routing frames: replies to requests.ts, pushes to chat handles.
+//! routing frames: replies to requests.ts, pushes to chat handles and the inbox. Pushes, event types and
+//! fields it does not know are ignored (the rule from protocol 1.1 on).
 //! Does not own: request ids and timeouts (requests.ts), per-chat ordering and gap repair (chat.ts),
 //! unsent messages (outbox.ts), socket details (transport.ts) or token caching (token.ts).
 //!
@@ -20,13 +21,14 @@ import { Chat, type ChatHost } from './chat.js';
 import { closePolicy, CloseCode } from './codes.js';
 import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
+import { Inbox } from './inbox.js';
 import { resolveOptions, type ClientOptions, type Settings } from './options.js';
 import { newClientId, Outbox } from './outbox.js';
 import { PageSize } from './page-size.js';
 import { Requests } from './requests.js';
 import { TokenSource } from './token.js';
 import { ABNORMAL_CLOSURE, endpointUrl, Link, resolveWebSocket, type WebSocketConstructor } from './transport.js';
-import type { ChatEvent, HelloOk, Op, PushFrame, ReplyFrame, RequestArgs, RequestOk, SeqOk } from './types.js';
+import type { ChatEvent, HelloOk, InboxOk, Op, PushFrame, ReplyFrame, RequestArgs, RequestOk, SeqOk } from './types.js';
 
 /** Where the client stands. */
 export type ClientState = 'disconnected' | 'connecting' | 'connected' | 'closed';
@@ -131,6 +133,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
   private readonly outbox: Outbox;
   private readonly chats = new Map<string, Chat>();
   private readonly chatHost: ChatHost;
+  private readonly inboxState: Inbox;
 
   private current: ClientState = 'disconnected';
   /** The link of the current attempt or connection; null while waiting to reconnect or stopped. */
@@ -185,7 +188,17 @@ export class HeraldClient extends Emitter<ClientEvents> {
       schedule,
       pageSize: this.pageSize,
       maxBufferedEvents: this.s.maxBufferedEvents,
+      get user() {
+        return self.helloOk?.user ?? null;
+      },
     };
+    this.inboxState = new Inbox({
+      get connected() {
+        return self.isConnected;
+      },
+      request: (op, args) => this.request(op, args),
+      schedule,
+    });
   }
 
   /** The current state. */
@@ -196,6 +209,23 @@ export class HeraldClient extends Emitter<ClientEvents> {
   /** The `hello` reply of the current connection (user, node, session, heartbeat), or null. */
   get session(): HelloOk | null {
     return this.helloOk;
+  }
+
+  /**
+   * This user's inbox: chats with unread counts, latest activity first. `start()` it to load it and keep
+   * it live through reconnects. One per client.
+   */
+  get inbox(): Inbox {
+    return this.inboxState;
+  }
+
+  /**
+   * The bare `inbox` request: one page of this user's chats (`limit` default 50, at most 200; `cursor`
+   * from the previous page). With `live: true` this connection also gets `inbox` pushes until it closes,
+   * which only `client.inbox` reads; prefer it.
+   */
+  fetchInbox(args: RequestArgs['inbox'] = {}): Promise<InboxOk> {
+    return this.request('inbox', args);
   }
 
   /** Sends not yet acknowledged (waiting, written or sleeping before a retry). */
@@ -241,6 +271,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
     this.clearTimers();
     this.outbox.close(err);
     for (const chat of this.chats.values()) chat.shutdown(err);
+    this.inboxState.shutdown(err);
     this.failWaiting(err);
     this.setState('closed');
   }
@@ -341,6 +372,8 @@ export class HeraldClient extends Emitter<ClientEvents> {
       chat.linkUp();
     }
     this.outbox.flush();
+    if (link !== this.link) return;
+    this.inboxState.linkUp();
     this.requests.flush(link, () => link === this.link);
   }
 
@@ -384,6 +417,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
     this.cancelDrain = null;
     this.requests.failLink(link, err);
     for (const chat of this.chats.values()) chat.linkDown();
+    this.inboxState.linkDown();
   }
 
   /** The current link closed or was found dead: apply the close code's policy. */
@@ -521,6 +555,19 @@ export class HeraldClient extends Emitter<ClientEvents> {
         else chat.onNotify(push);
         return;
       }
+      case 'typing': {
+        if (typeof push.chat !== 'string' || typeof push.user !== 'string') return;
+        this.chats.get(push.chat)?.onTypingPush(push.user);
+        return;
+      }
+      case 'presence': {
+        if (typeof push.chat !== 'string') return;
+        this.chats.get(push.chat)?.onPresencePush(push);
+        return;
+      }
+      case 'inbox':
+        this.inboxState.onPush(push);
+        return;
       case 'reconnect': {
         const after = isSeq(push.after_ms) ? Math.min(push.after_ms, MAX_RECONNECT_AFTER_MS) : 0;
         this.reconnectAt = Date.now() + after;

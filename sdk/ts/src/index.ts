@@ -5,7 +5,22 @@
 export { HeraldClient } from './client.js';
 export type { ClientEvents, ClientState, DisconnectInfo, StateChange } from './client.js';
 export { Chat } from './chat.js';
-export type { ChatEvents, HistoryOptions, SendOptions, WatchOptions, WatchState, WatchStateChange } from './chat.js';
+export type {
+  ChatEvents,
+  HistoryOptions,
+  PresenceChange,
+  SendOptions,
+  TypingChange,
+  WatchOptions,
+  WatchState,
+  WatchStateChange,
+} from './chat.js';
+export { Inbox } from './inbox.js';
+export type { InboxEvents, InboxItem, InboxOptions } from './inbox.js';
+export { MessageList } from './messages.js';
+export type { Message, MessageChange, MessageListEvents, MessageListOptions } from './messages.js';
+export type { PresenceState } from './presence.js';
+export { TYPING_EXPIRY_MS, TYPING_SEND_INTERVAL_MS } from './typing.js';
 export type { ClientOptions } from './options.js';
 export { HeraldError, isHeraldError } from './errors.js';
 export type { HeraldErrorInit } from './errors.js';
@@ -22,7 +37,11 @@ export type {
   FetchOk,
   HeraldEvent,
   HelloOk,
+  InboxEntry,
+  InboxOk,
   JoinOk,
+  KnownEventType,
+  PresenceOk,
   SeqOk,
   WatchOk,
 } from './types.js';

@@ -1,17 +1,28 @@
-//! Wire shapes of herald protocol version 1, as the server sends and receives them.
+//! Wire shapes of herald protocol version 1.1, as the server sends and receives them.
 //!
 //! Owns: the TypeScript spelling of docs/protocol.md's frames (requests, replies, pushes, events).
+//! From 1.1 on, a client ignores `ev` values, event types and fields it does not know, so every shape
+//! here is what this version reads, not a promise that nothing else arrives.
 //! Does not own: codes (codes.ts), errors (errors.ts) or any behaviour. Field names stay in the
 //! protocol's snake_case on purpose, so a frame can be read against the contract without a mapping.
 
-/** The kinds of event a chat stores. */
-export type EventType = 'message' | 'reaction' | 'read' | 'join' | 'leave' | 'system';
+/** The kinds of event a chat stores, as of protocol 1.1. */
+export type KnownEventType = 'message' | 'reaction' | 'read' | 'join' | 'leave' | 'system' | 'edit' | 'delete';
+
+/**
+ * An event's type: one this version knows, or a later version's, which the SDK delivers (its seq counts)
+ * and applications ignore.
+ */
+export type EventType = KnownEventType | (string & {});
 
 /**
  * One stored event of a chat. `seq` numbers a chat's events 1, 2, 3, ... with no gaps and no reuse.
  *
  * `body` depends on `type`: as sent for `message` and `system`; `{target, emoji, on}` for `reaction`;
- * `{seq}` for `read`; `{}` for `join` and `leave`.
+ * `{seq}` for `read`; `{}` for `join` and `leave`; `{target, body}` for `edit`; `{target}` for `delete`.
+ *
+ * The stored view (fetch, watch replay) shows an edited message with its latest body and `edited`, and a
+ * deleted one with `body: null` and `deleted: true`; a live push shows an event as it was when stored.
  */
 export interface HeraldEvent {
   /** The event's position in its chat, from 1. */
@@ -26,6 +37,10 @@ export interface HeraldEvent {
   body: unknown;
   /** The sender's idempotency key, present on messages sent with one. */
   client_id?: string;
+  /** On a `message` of the stored view: the seq of its latest `edit` event. */
+  edited?: number;
+  /** On a `message` of the stored view: true once deleted (its `body` is then null). */
+  deleted?: boolean;
 }
 
 /** A delivered event together with the chat it belongs to. */
@@ -42,6 +57,8 @@ export interface HelloOk {
   session: string;
   /** How often the client should prove the link alive; drives the ping watchdog. */
   heartbeat_ms: number;
+  /** The protocol version the server speaks (`"1.1"`); absent from version 1 servers. */
+  protocol?: string;
 }
 
 /** `ok` of `join`. */
@@ -59,7 +76,7 @@ export interface WatchOk {
   seq: number;
 }
 
-/** `ok` of `send`, `react` and `read` (for `read`, the stored read position). */
+/** `ok` of `send`, `react`, `read`, `edit` and `delete` (for `read`, the stored read position). */
 export interface SeqOk {
   seq: number;
 }
@@ -69,6 +86,34 @@ export interface FetchOk {
   events: HeraldEvent[];
   seq: number;
   more: boolean;
+}
+
+/** `ok` of `presence`: `count` present users, and at most 100 of them, sorted. */
+export interface PresenceOk {
+  count: number;
+  users: string[];
+}
+
+/** One chat of the `inbox` reply. */
+export interface InboxEntry {
+  chat: string;
+  /** The chat's latest seq. */
+  seq: number;
+  /** The time of the chat's latest event (ms since the Unix epoch). */
+  ts: number;
+  /** This user's read position. */
+  read: number;
+  /** Messages above `read` from other users, not deleted. */
+  unread: number;
+  /** The latest `message` event as `fetch` shows it, or null. */
+  last: HeraldEvent | null;
+}
+
+/** `ok` of `inbox`: this user's chats, latest activity first; `cursor` fetches the next page when `more`. */
+export interface InboxOk {
+  chats: InboxEntry[];
+  more: boolean;
+  cursor?: string;
 }
 
 /** The `err` object of a reply. */
@@ -105,8 +150,38 @@ export interface ReconnectPush {
   reason?: string;
 }
 
-/** Every frame the server sends without an `id`. */
-export type PushFrame = EventPush | NotifyPush | ReconnectPush;
+/** `{"ev":"typing"}`: `user` is typing in `chat`; show it for about 5 s. */
+export interface TypingPush {
+  ev: 'typing';
+  chat: string;
+  user: string;
+}
+
+/**
+ * `{"ev":"presence"}`: either `user` started (`present: true`) or stopped being present, while the chat
+ * has at most 100 present users; or, above that, only the new `count`.
+ */
+export interface PresencePush {
+  ev: 'presence';
+  chat: string;
+  user?: string;
+  present?: boolean;
+  count?: number;
+}
+
+/** `{"ev":"inbox"}`: one of this user's chats changed (after `inbox` with `live: true`). */
+export interface InboxPush {
+  ev: 'inbox';
+  chat: string;
+  seq: number;
+  ts: number;
+  unread: number;
+  /** True when this user left the chat. */
+  left?: boolean;
+}
+
+/** Every frame the server sends without an `id` that this version reads. */
+export type PushFrame = EventPush | NotifyPush | ReconnectPush | TypingPush | PresencePush | InboxPush;
 
 /** Request operations and the arguments each takes (the `id` and `op` fields are added by the client). */
 export interface RequestArgs {
@@ -120,6 +195,11 @@ export interface RequestArgs {
   read: { chat: string; seq: number };
   fetch: { chat: string; after: number; limit?: number };
   ping: Record<string, never>;
+  edit: { chat: string; target: number; body: unknown };
+  delete: { chat: string; target: number };
+  typing: { chat: string };
+  presence: { chat: string };
+  inbox: { limit?: number; cursor?: string; live?: boolean };
 }
 
 /** The `ok` shape of each operation. */
@@ -134,6 +214,11 @@ export interface RequestOk {
   read: SeqOk;
   fetch: FetchOk;
   ping: Record<string, never>;
+  edit: SeqOk;
+  delete: SeqOk;
+  typing: Record<string, never>;
+  presence: PresenceOk;
+  inbox: InboxOk;
 }
 
 /** The name of a request operation. */

@@ -1,9 +1,11 @@
 //! An in-process fake herald for unit tests: a WebSocket class plus a tiny protocol server behind it.
 //!
 //! Owns: enough of docs/protocol.md (hello, join, watch with a bounded replay, unwatch, send with client_id
-//! dedupe, react, read, fetch paging bounded in count and bytes, ping) to drive the client, plus knobs a
-//! real server does not have: refuse connects, stop answering pings, hold pushes back, intercept any
-//! request, cut a link with any close code, close with 4008 when one frame overflows the outbound queue.
+//! dedupe, react, read, fetch paging bounded in count and bytes, ping; from 1.1 edit and delete with the
+//! stored view, typing with its 2 s window, presence with per-user pushes, inbox with live pushes) to
+//! drive the client, plus knobs a real server does not have: refuse connects, stop answering pings, hold
+//! pushes back, intercept any request, cut a link with any close code, close with 4008 when one frame
+//! overflows the outbound queue. Each connection acts as the user `userFor(token)` names.
 //! Does not own: timing. Everything is delivered on microtasks, so tests drive time with fake timers.
 
 import type { HeraldEvent } from '../../src/types.js';
@@ -43,6 +45,10 @@ export class FakeSocket implements WebSocketLike {
   dead = false;
   /** Frames the server sent on this socket (replies and pushes), in order. */
   readonly out: unknown[] = [];
+  /** The user this connection acts as, set by `hello`. */
+  user = '';
+  /** Set by `inbox` with `live: true`. */
+  inboxLive = false;
 
   constructor(
     readonly url: string,
@@ -74,6 +80,7 @@ export class FakeSocket implements WebSocketLike {
     if (this.readyState === CLOSING || this.readyState === CLOSED) return;
     this.clientCloseCode = code ?? 1005;
     this.readyState = CLOSING;
+    this.server.gone(this);
     queueMicrotask(() => {
       this.readyState = CLOSED;
       this.onclose?.({ code: code ?? 1005, reason: reason ?? '' });
@@ -105,6 +112,7 @@ export class FakeSocket implements WebSocketLike {
   serverClose(code: number, reason = ''): void {
     if (this.readyState === CLOSED) return;
     this.readyState = CLOSING;
+    this.server.gone(this);
     queueMicrotask(() => {
       this.readyState = CLOSED;
       this.onclose?.({ code, reason });
@@ -131,6 +139,10 @@ interface ChatState {
   members: Set<string>;
   /** (user, client_id) -> seq: the idempotency the real server promises. */
   clientIds: Map<string, number>;
+  /** Each member's read position. */
+  reads: Map<string, number>;
+  /** When each member's typing was last pushed (ms). */
+  typedAt: Map<string, number>;
 }
 
 /** The fake server. `new FakeHerald().WebSocket` is what the client gets as its WebSocket class. */
@@ -153,8 +165,10 @@ export class FakeHerald {
   intercept: Interceptor | null = null;
   /** Every token presented in a hello, in order. */
   readonly tokens: string[] = [];
-  /** The user every authenticated connection acts as. */
+  /** The user of connections whose token `userFor` does not name another. */
   user = 'alice';
+  /** The user a `hello` token stands for: `user:<name>` names one, anything else is `user`. */
+  userFor: (token: string) => string = (token) => (token.startsWith('user:') ? token.slice(5) : this.user);
   /**
    * Bytes of events one fetch reply may hold (at least one event), as herald bounds replies in bytes:
    * a page may then hold fewer events than `limit` while `more` is true.
@@ -203,7 +217,41 @@ export class FakeHerald {
     if (clientId !== undefined) ev.client_id = clientId;
     c.events.push(ev);
     if (this.autoPush) for (const s of this.sockets) if (s.watching.has(chat)) this.push(s, chat, ev);
+    this.inboxPush(chat);
     return ev;
+  }
+
+  /** Users with a connection watching `chat`, sorted. */
+  present(chat: string): string[] {
+    const users = new Set<string>();
+    for (const s of this.sockets) if (s.readyState === OPEN && s.watching.has(chat)) users.add(s.user);
+    return [...users].sort();
+  }
+
+  /** This user's inbox entries, latest activity first. */
+  inbox(user: string): Array<{ chat: string; seq: number; ts: number; read: number; unread: number; last: HeraldEvent | null }> {
+    const out = [];
+    for (const [id, c] of this.chats) {
+      if (!c.members.has(user)) continue;
+      const read = c.reads.get(user) ?? 0;
+      const messages = c.events.filter((e) => e.type === 'message');
+      out.push({
+        chat: id,
+        seq: c.events.length,
+        ts: c.events[c.events.length - 1]?.ts ?? 0,
+        read,
+        unread: messages.filter((e) => e.seq > read && e.user !== user && e.deleted !== true).length,
+        last: messages[messages.length - 1] ?? null,
+      });
+    }
+    return out.sort((a, b) => b.ts - a.ts || (a.chat < b.chat ? -1 : 1));
+  }
+
+  /** A socket closed: it no longer watches anything, which may end its user's presence. */
+  gone(conn: FakeSocket): void {
+    const chats = [...conn.watching];
+    conn.watching.clear();
+    for (const chat of chats) this.presenceChanged(chat, conn, false);
   }
 
   /** Pushes one stored event of `chat` (by seq) to `socket`. */
@@ -229,9 +277,10 @@ export class FakeHerald {
       if (frame.op === 'hello' && typeof frame.token === 'string') this.tokens.push(frame.token);
       if (frame.op === 'hello' && typeof frame.token === 'string' && this.acceptToken(frame.token)) {
         conn.authed = true;
+        conn.user = this.userFor(frame.token);
         conn.serverSend({
           id: frame.id,
-          ok: { user: this.user, workspace: 'acme', node: 'fake-1', session: `s${this.sockets.length}`, heartbeat_ms: this.heartbeatMs },
+          ok: { user: conn.user, workspace: 'acme', node: 'fake-1', session: `s${this.sockets.length}`, heartbeat_ms: this.heartbeatMs, protocol: '1.1' },
         });
       } else {
         conn.serverSend({ id: frame.id, err: { code: 'unauthenticated', message: 'bad token' } });
@@ -242,23 +291,27 @@ export class FakeHerald {
     if (this.intercept?.(conn, frame)) return;
     const ok = (v: unknown) => conn.serverSend({ id: frame.id, ok: v });
     const chatId = frame.chat as string;
+    const user = conn.user;
+    const err = (code: string, message: string) => conn.serverSend({ id: frame.id, err: { code, message } });
     switch (frame.op) {
       case 'ping':
         if (this.answerPings) ok({});
         return;
       case 'join': {
         const c = this.chat(chatId);
-        if (!c.members.has(this.user)) {
-          c.members.add(this.user);
-          this.store(chatId, 'join', {});
+        if (!c.members.has(user)) {
+          c.members.add(user);
+          this.store(chatId, 'join', {}, user);
         }
         ok({ chat: chatId, seq: c.events.length, members: c.members.size });
         return;
       }
       case 'watch': {
         const c = this.chat(chatId);
+        const was = conn.watching.has(chatId);
         conn.watching.add(chatId);
         ok({ chat: chatId, seq: c.events.length });
+        if (!was) this.presenceChanged(chatId, conn, true);
         if (typeof frame.after === 'number' && this.autoPush) {
           const backlog = c.events.slice(frame.after);
           for (const ev of backlog.slice(0, this.replayEvents)) this.push(conn, chatId, ev);
@@ -268,35 +321,103 @@ export class FakeHerald {
       }
       case 'leave': {
         const c = this.chat(chatId);
-        if (c.members.delete(this.user)) this.store(chatId, 'leave', {});
-        for (const s of this.sockets) s.watching.delete(chatId);
+        if (c.members.delete(user)) {
+          this.store(chatId, 'leave', {}, user);
+          for (const s of this.sockets) if (s.user === user && s.inboxLive) s.serverSend({ ev: 'inbox', chat: chatId, seq: c.events.length, ts: this.ts, unread: 0, left: true });
+        }
+        for (const s of this.sockets) {
+          if (s.user === user && s.watching.delete(chatId)) this.presenceChanged(chatId, s, false);
+        }
         ok({});
         return;
       }
       case 'unwatch':
-        conn.watching.delete(chatId);
+        if (conn.watching.delete(chatId)) this.presenceChanged(chatId, conn, false);
         ok({});
         return;
       case 'send': {
         const c = this.chat(chatId);
         const cid = typeof frame.client_id === 'string' ? frame.client_id : undefined;
-        const key = `${this.user}\u0000${cid}`;
+        const key = `${user}\u0000${cid}`;
         const seen = cid === undefined ? undefined : c.clientIds.get(key);
         if (seen !== undefined) {
           ok({ seq: seen });
           return;
         }
-        const ev = this.store(chatId, 'message', frame.body, this.user, cid);
+        const ev = this.store(chatId, 'message', frame.body, user, cid);
         if (cid !== undefined) c.clientIds.set(key, ev.seq);
         ok({ seq: ev.seq });
         return;
       }
       case 'react':
-        ok({ seq: this.store(chatId, 'reaction', { target: frame.target, emoji: frame.emoji, on: frame.on ?? true }).seq });
+        ok({ seq: this.store(chatId, 'reaction', { target: frame.target, emoji: frame.emoji, on: frame.on ?? true }, user).seq });
         return;
-      case 'read':
-        ok({ seq: this.store(chatId, 'read', { seq: frame.seq }).seq });
+      case 'read': {
+        const c = this.chat(chatId);
+        const to = frame.seq as number;
+        if (to > (c.reads.get(user) ?? 0)) {
+          c.reads.set(user, to);
+          this.store(chatId, 'read', { seq: to }, user);
+        }
+        ok({ seq: c.reads.get(user) ?? 0 });
         return;
+      }
+      case 'edit':
+      case 'delete': {
+        const c = this.chat(chatId);
+        const target = c.events[(frame.target as number) - 1];
+        if (target === undefined || target.type !== 'message' || target.deleted === true) {
+          err('not_found', 'no such message');
+          return;
+        }
+        if (target.user !== user) {
+          err('forbidden', "another user's message");
+          return;
+        }
+        if (frame.op === 'edit') {
+          const ev = this.store(chatId, 'edit', { target: target.seq, body: frame.body }, user);
+          target.body = frame.body;
+          target.edited = ev.seq;
+          ok({ seq: ev.seq });
+        } else {
+          // Erased before the delete event is stored, so that its inbox pushes count without it.
+          target.body = null;
+          target.deleted = true;
+          delete target.edited;
+          for (const e of c.events) {
+            const b = e.body as { target?: number } | null;
+            if (e.type === 'edit' && b?.target === target.seq) e.body = { target: target.seq, body: null };
+          }
+          ok({ seq: this.store(chatId, 'delete', { target: target.seq }, user).seq });
+        }
+        return;
+      }
+      case 'typing': {
+        const c = this.chat(chatId);
+        const now = Date.now();
+        const at = c.typedAt.get(user);
+        if (at === undefined || now - at >= 2000) {
+          c.typedAt.set(user, now);
+          for (const s of this.sockets) if (s.user !== user && s.watching.has(chatId)) s.serverSend({ ev: 'typing', chat: chatId, user });
+        }
+        ok({});
+        return;
+      }
+      case 'presence': {
+        const users = this.present(chatId);
+        ok({ count: users.length, users: users.slice(0, 100) });
+        return;
+      }
+      case 'inbox': {
+        const all = this.inbox(user);
+        const limit = Math.min(typeof frame.limit === 'number' ? frame.limit : 50, 200);
+        const from = typeof frame.cursor === 'string' ? Number(frame.cursor) : 0;
+        const chats = all.slice(from, from + limit);
+        const more = from + limit < all.length;
+        ok(more ? { chats, more, cursor: String(from + limit) } : { chats, more });
+        if (frame.live === true) conn.inboxLive = true;
+        return;
+      }
       case 'fetch': {
         const c = this.chat(chatId);
         const limit = Math.min(typeof frame.limit === 'number' ? frame.limit : 100, 500);
@@ -308,6 +429,25 @@ export class FakeHerald {
       }
       default:
         conn.serverSend({ id: frame.id, err: { code: 'bad_request', message: `unknown op ${frame.op}` } });
+    }
+  }
+
+  /** `conn` started or stopped watching `chat`: push its user's presence change to the chat's watchers. */
+  private presenceChanged(chat: string, conn: FakeSocket, watching: boolean): void {
+    const others = this.sockets.some((s) => s !== conn && s.readyState === OPEN && s.user === conn.user && s.watching.has(chat));
+    if (others) return; // another connection of the user keeps them present
+    for (const s of this.sockets) {
+      if (s.watching.has(chat)) s.serverSend({ ev: 'presence', chat, user: conn.user, present: watching });
+    }
+  }
+
+  /** Pushes `chat`'s inbox entry to the live inbox connections of its members. */
+  private inboxPush(chat: string): void {
+    const c = this.chat(chat);
+    for (const s of this.sockets) {
+      if (!s.inboxLive || !c.members.has(s.user)) continue;
+      const e = this.inbox(s.user).find((x) => x.chat === chat);
+      if (e !== undefined) s.serverSend({ ev: 'inbox', chat, seq: e.seq, ts: e.ts, unread: e.unread });
     }
   }
 
@@ -324,7 +464,7 @@ export class FakeHerald {
   private chat(id: string): ChatState {
     let c = this.chats.get(id);
     if (c === undefined) {
-      c = { events: [], members: new Set(), clientIds: new Map() };
+      c = { events: [], members: new Set(), clientIds: new Map(), reads: new Map(), typedAt: new Map() };
       this.chats.set(id, c);
     }
     return c;

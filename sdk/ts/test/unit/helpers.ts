@@ -30,3 +30,15 @@ export async function connected(client: HeraldClient): Promise<void> {
   await tick();
   await p;
 }
+
+/** Another client on `server`, acting as `user` (the fake reads the user from a `user:<name>` token). */
+export function clientOn(server: FakeHerald, user: string, opts: Partial<ClientOptions> = {}): HeraldClient {
+  return new HeraldClient({
+    url: 'ws://herald.test/v1/ws',
+    workspace: 'acme',
+    token: `user:${user}`,
+    WebSocket: server.WebSocket,
+    random: () => 0.5,
+    ...opts,
+  });
+}
