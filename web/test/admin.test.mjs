@@ -10,103 +10,23 @@
 //!     HERALD_BIN=/path/to/herald npm test     default: ../target/release/herald from web/
 //!     CHROMIUM_BIN=/path/to/chromium          default: /usr/bin/chromium (Debian's package)
 
-import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-
-const webDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const HERALD_BIN = resolve(webDir, process.env.HERALD_BIN ?? '../target/release/herald');
-const CHROMIUM_BIN = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
-const ARTIFACTS = join(webDir, 'test-artifacts');
+import { ARTIFACTS, CHROMIUM_ARGS, CHROMIUM_BIN, startHerald, until, within } from './support.mjs';
 
 const API_KEY = 'admin-test-api-key-0123456789abcdef0123';
 const JWT_SECRET = 'admin-test-jwt-secret-0123456789abcdef01';
 /** A short drain window, so the client's reconnect push and its close come within test time. */
 const DRAIN_WINDOW_MS = 1000;
 
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
-
 const START_TIMEOUT_MS = 20_000;
 /** The page refreshes every 2 s; a figure must show within a few refreshes. */
 const UI_TIMEOUT_MS = 15_000;
 const STOP_TIMEOUT_MS = 10_000;
 const TEST_TIMEOUT_MS = 120_000;
-
-function within(ms, what, p) {
-  let timer;
-  const t = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no result within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
-}
-
-async function until(ms, what, check, describeState = async () => '') {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`${what}: not true within ${ms} ms. ${await describeState()}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-/** Starts herald with secrets on 127.0.0.1:0; resolves with its base URL, read from its "herald listening on" line. */
-async function startHerald(log) {
-  if (!existsSync(HERALD_BIN)) {
-    throw new Error(`herald binary not found at ${HERALD_BIN}: run \`cargo build --release -p herald\` or set HERALD_BIN`);
-  }
-  const data = mkdtempSync(join(tmpdir(), 'herald-admin-'));
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HERALD_')));
-  env.HERALD_API_KEY = API_KEY;
-  env.HERALD_JWT_SECRET = JWT_SECRET;
-  const args = ['serve', '--listen', '127.0.0.1:0', '--data', data, '--node', 'admin-test-node', '--drain-window-ms', String(DRAIN_WINDOW_MS)];
-  const proc = spawn(HERALD_BIN, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  const exited = new Promise((r) => proc.once('exit', (code, signal) => r({ code, signal })));
-  let out = '';
-  const addr = new Promise((resolveAddr, reject) => {
-    proc.stdout.setEncoding('utf8');
-    proc.stdout.on('data', (chunk) => {
-      log.push(chunk);
-      out += chunk;
-      const m = /herald listening on (\S+)/.exec(out);
-      if (m) resolveAddr(m[1]);
-    });
-    proc.stderr.setEncoding('utf8');
-    proc.stderr.on('data', (chunk) => log.push(chunk));
-    proc.once('error', reject);
-    exited.then(({ code, signal }) => reject(new Error(`herald exited early (code ${code}, signal ${signal}); see admin-herald.log`)));
-  });
-  const stop = async () => {
-    if (proc.exitCode === null && proc.signalCode === null) {
-      proc.kill('SIGTERM');
-      try {
-        await within(STOP_TIMEOUT_MS, 'herald stopping after SIGTERM', exited);
-      } catch {
-        proc.kill('SIGKILL');
-        await exited;
-      }
-    }
-    rmSync(data, { recursive: true, force: true });
-  };
-  try {
-    const base = `http://${await within(START_TIMEOUT_MS, 'herald printing its address', addr)}`;
-    await until(START_TIMEOUT_MS, 'herald answering /healthz', async () => {
-      try {
-        return (await fetch(`${base}/healthz`)).ok;
-      } catch {
-        return false;
-      }
-    });
-    return { base, stop };
-  } catch (err) {
-    await stop();
-    throw err;
-  }
-}
 
 /**
  * A chat client in its own browser context: a bare WebSocket that says hello, joins and watches
@@ -176,7 +96,7 @@ describe('admin page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
       );
     }
     mkdirSync(ARTIFACTS, { recursive: true });
-    herald = await startHerald(heraldLog);
+    herald = await startHerald({ args: ['--node', 'admin-test-node', '--drain-window-ms', String(DRAIN_WINDOW_MS)], env: { HERALD_API_KEY: API_KEY, HERALD_JWT_SECRET: JWT_SECRET }, log: heraldLog, logName: 'admin-herald.log' });
     server = await chromium.launchServer({ executablePath: CHROMIUM_BIN, args: CHROMIUM_ARGS, timeout: START_TIMEOUT_MS });
     browser = await chromium.connect(server.wsEndpoint(), { timeout: START_TIMEOUT_MS });
   });

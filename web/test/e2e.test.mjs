@@ -13,31 +13,12 @@
 //! Why Debian's Chromium: Playwright's browser download cannot be fetched here, and playwright-core
 //! drives any Chromium over CDP.
 
-import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-
-const webDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const HERALD_BIN = resolve(webDir, process.env.HERALD_BIN ?? '../target/release/herald');
-const CHROMIUM_BIN = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
-const ARTIFACTS = join(webDir, 'test-artifacts');
-
-/** Flags for a quiet, hermetic Chromium: no sandbox (containers), no GPU, no background traffic. */
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
+import { ARTIFACTS, CHROMIUM_ARGS, CHROMIUM_BIN, startHerald, until, within } from './support.mjs';
 
 /**
  * The server's heartbeat for this run. The SDK pings at the server's heartbeat and gives a ping 10 s,
@@ -60,86 +41,6 @@ const CHAT = 'general';
 
 /** Whether the server pushes inbox changes (`inbox` with `live: true`); the live chat-list test needs it. */
 const LIVE_INBOX = process.env.HERALD_LIVE_INBOX === '1';
-
-/** Resolves with `p`, or rejects after `ms` saying what took too long. */
-function within(ms, what, p) {
-  let timer;
-  const t = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no result within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
-}
-
-/** Polls `check` (sync or async) until it returns true; fails with `describe()` after `ms`. */
-async function until(ms, what, check, describeState = async () => '') {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`${what}: not true within ${ms} ms. ${await describeState()}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-// ---- herald ---------------------------------------------------------------------------------------
-
-/**
- * Starts herald in development mode (no secrets) on 127.0.0.1:0 with a fresh data dir and resolves with
- * its base URL, read from the "herald listening on" line, so no port is guessed and none can collide.
- */
-async function startHerald(log) {
-  if (!existsSync(HERALD_BIN)) {
-    throw new Error(`herald binary not found at ${HERALD_BIN}: run \`cargo build --release -p herald\` or set HERALD_BIN`);
-  }
-  const data = mkdtempSync(join(tmpdir(), 'herald-e2e-'));
-  // Development mode needs no secrets set; drop every HERALD_* setting a surrounding script may export
-  // (a store, a secret), so this run is exactly "serve --listen --data".
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HERALD_')));
-  const proc = spawn(HERALD_BIN, ['serve', '--listen', '127.0.0.1:0', '--data', data, '--heartbeat-ms', String(HEARTBEAT_MS)], {
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const exited = new Promise((r) => proc.once('exit', (code, signal) => r({ code, signal })));
-  let out = '';
-  const addr = new Promise((resolveAddr, reject) => {
-    proc.stdout.setEncoding('utf8');
-    proc.stdout.on('data', (chunk) => {
-      log.push(chunk);
-      out += chunk;
-      const m = /herald listening on (\S+)/.exec(out);
-      if (m) resolveAddr(m[1]);
-    });
-    proc.stderr.setEncoding('utf8');
-    proc.stderr.on('data', (chunk) => log.push(chunk));
-    proc.once('error', reject);
-    exited.then(({ code, signal }) => reject(new Error(`herald exited early (code ${code}, signal ${signal}); see herald.log`)));
-  });
-  const stop = async () => {
-    if (proc.exitCode === null && proc.signalCode === null) {
-      proc.kill('SIGTERM');
-      try {
-        await within(STOP_TIMEOUT_MS, 'herald stopping after SIGTERM', exited);
-      } catch {
-        proc.kill('SIGKILL');
-        await exited;
-      }
-    }
-    rmSync(data, { recursive: true, force: true });
-  };
-  try {
-    const base = `http://${await within(START_TIMEOUT_MS, 'herald printing its address', addr)}`;
-    await until(START_TIMEOUT_MS, 'herald answering /healthz', async () => {
-      try {
-        return (await fetch(`${base}/healthz`)).ok;
-      } catch {
-        return false;
-      }
-    });
-    return { base, stop };
-  } catch (err) {
-    await stop();
-    throw err;
-  }
-}
 
 // ---- the page -------------------------------------------------------------------------------------
 
@@ -266,7 +167,7 @@ describe('demo page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
       );
     }
     mkdirSync(ARTIFACTS, { recursive: true });
-    herald = await startHerald(heraldLog);
+    herald = await startHerald({ args: ['--heartbeat-ms', String(HEARTBEAT_MS)], log: heraldLog, logName: 'herald.log' });
     // A browser server rather than launch(): it hands back the process, so cleanup can kill it by pid if
     // closing hangs. Playwright gives it a fresh temporary user-data-dir and deletes it on close.
     server = await chromium.launchServer({ executablePath: CHROMIUM_BIN, args: CHROMIUM_ARGS, timeout: START_TIMEOUT_MS });
