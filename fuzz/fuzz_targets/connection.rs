@@ -47,7 +47,7 @@ const USER: &str = "u";
 const ERROR_CODES: [&str; 8] =
     ["bad_request", "unauthenticated", "forbidden", "not_found", "throttled", "unavailable", "too_large", "internal"];
 const CLOSE_CODES: [u16; 6] = [1009, 4000, 4001, 4008, 4012, 4029];
-const EVENT_TYPES: [&str; 6] = ["message", "reaction", "read", "join", "leave", "system"];
+const EVENT_TYPES: [&str; 8] = ["message", "reaction", "read", "join", "leave", "system", "edit", "delete"];
 /// PROTOCOL v1's default body limit, of the body as serialized.
 const BODY_LIMIT: usize = herald_protocol::limits::BODY_LIMIT;
 
@@ -105,8 +105,10 @@ enum Arg {
     Token(&'static str, &'static str),
 }
 
-const OPS: [&str; 12] =
-    ["hello", "join", "leave", "watch", "unwatch", "send", "react", "read", "fetch", "ping", "typing", "presence"];
+const OPS: [&str; 15] = [
+    "hello", "join", "leave", "watch", "unwatch", "send", "react", "read", "fetch", "ping", "typing", "presence",
+    "edit", "delete", "inbox",
+];
 
 impl Script {
     /// The readable form (an input starting with `#`): one frame per line,
@@ -295,7 +297,7 @@ fn request(u: &mut Unstructured) -> AResult<Vec<(String, Arg)>> {
     if maybe(u, want("watch") || want("fetch"))? {
         put(&mut fields, "after", num(u)?);
     }
-    if maybe(u, want("send"))? {
+    if maybe(u, want("send") || want("edit"))? {
         put(&mut fields, "body", body(u)?);
     }
     let half = u.ratio(1, 2)?;
@@ -308,7 +310,7 @@ fn request(u: &mut Unstructured) -> AResult<Vec<(String, Arg)>> {
         };
         put(&mut fields, "client_id", c);
     }
-    if maybe(u, want("react"))? {
+    if maybe(u, want("react") || want("edit") || want("delete"))? {
         put(&mut fields, "target", num(u)?);
     }
     if maybe(u, want("react"))? {
@@ -327,8 +329,12 @@ fn request(u: &mut Unstructured) -> AResult<Vec<(String, Arg)>> {
         put(&mut fields, "seq", num(u)?);
     }
     let half = u.ratio(1, 2)?;
-    if maybe(u, want("fetch") && half)? {
+    if maybe(u, (want("fetch") || want("inbox")) && half)? {
         put(&mut fields, "limit", num(u)?);
+    }
+    let half = u.ratio(1, 2)?;
+    if maybe(u, want("inbox") && half)? {
+        put(&mut fields, "live", (*u.choose(&["true", "false", "1"])?).into());
     }
     if want("hello") || u.ratio(1, 64)? {
         fields.push(("token".into(), token(u)?));
@@ -714,13 +720,29 @@ impl Model {
                 }
                 m.known = m.known.max(seq);
             }
+            Op::Edit { chat, .. } | Op::Delete { chat, .. } => {
+                let seq = seq_of(v, req.op.name());
+                let m = self.chats.entry(chat.clone()).or_default();
+                m.known = m.known.max(seq);
+            }
+            Op::Inbox { limit, .. } => {
+                let chats = v.get("chats").and_then(Value::as_array).unwrap_or_else(|| ctx.fail("inbox without chats"));
+                ctx.ensure(chats.len() <= limit.unwrap_or(50).min(200) as usize, "inbox page above its limit");
+                let more = v.get("more").and_then(Value::as_bool).unwrap_or_else(|| ctx.fail("inbox without more"));
+                ctx.ensure(!more || v.get("cursor").is_some_and(Value::is_string), "inbox more without a cursor");
+                for c in chats {
+                    let name = c.get("chat").and_then(Value::as_str).unwrap_or("");
+                    ctx.ensure(self.joined.contains(name), "inbox lists a chat this user is not a member of");
+                }
+            }
             Op::Typing { chat } => {
                 ctx.ensure(self.joined.contains(chat), "typing ok for a chat this user is not a member of");
                 ctx.ensure(v.as_object().is_some_and(Map::is_empty), "typing ok is not {}");
             }
             Op::Presence { chat } => {
                 ctx.ensure(self.joined.contains(chat), "presence ok for a chat this user is not a member of");
-                let count = v.get("count").and_then(Value::as_u64).unwrap_or_else(|| ctx.fail("presence without count"));
+                let count =
+                    v.get("count").and_then(Value::as_u64).unwrap_or_else(|| ctx.fail("presence without count"));
                 let users =
                     v.get("users").and_then(Value::as_array).unwrap_or_else(|| ctx.fail("presence without users"));
                 ctx.ensure(users.len() as u64 <= count && users.len() <= 100, "presence lists too many users");
@@ -793,7 +815,7 @@ fn check_event(ctx: &Ctx, e: &Value, what: &str, user: &str) -> u64 {
     let seq = e.get("seq").and_then(Value::as_u64).unwrap_or_else(|| ctx.fail(&format!("{what} without a u64 seq")));
     ctx.ensure(seq >= 1, "an event with seq 0");
     let kind = e.get("type").and_then(Value::as_str).unwrap_or_else(|| ctx.fail(&format!("{what} without a type")));
-    ctx.ensure(EVENT_TYPES.contains(&kind), "event type not in PROTOCOL v1");
+    ctx.ensure(EVENT_TYPES.contains(&kind), "event type not in PROTOCOL v1.1");
     ctx.ensure(e.get("ts").is_some_and(Value::is_i64), "event without an integer ts");
     let body = e.get("body").unwrap_or_else(|| ctx.fail(&format!("{what} without a body")));
     // Every event here is this connection's user's own.
@@ -806,9 +828,17 @@ fn check_event(ctx: &Ctx, e: &Value, what: &str, user: &str) -> u64 {
         }
         "read" => body.get("seq").is_some_and(Value::is_u64),
         "join" | "leave" => body.as_object().is_some_and(Map::is_empty),
+        // The target's new body, `null` once the target is deleted.
+        "edit" => body.get("target").is_some_and(Value::is_u64) && body.get("body").is_some(),
+        "delete" => body.get("target").is_some_and(Value::is_u64),
+        // The stored view: a deleted message has no body left.
+        "message" if e.get("deleted").is_some() => e.get("deleted") == Some(&Value::Bool(true)) && body.is_null(),
         _ => true,
     };
-    ctx.ensure(shaped, "event body not shaped as PROTOCOL v1 says for its type");
+    ctx.ensure(shaped, "event body not shaped as PROTOCOL v1.1 says for its type");
+    if let Some(edited) = e.get("edited") {
+        ctx.ensure(kind == "message" && edited.as_u64().is_some_and(|s| s > seq), "edited is not a later seq");
+    }
     seq
 }
 

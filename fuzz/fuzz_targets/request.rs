@@ -85,6 +85,10 @@ fn check_arguments(req: &Request, text: &str) {
             assert!(!emoji.is_empty() && emoji.len() <= MAX_EMOJI_LEN, "emoji {emoji:?} accepted: {text:?}")
         }
         Op::Fetch { limit, .. } => assert_ne!(*limit, Some(0), "fetch limit 0 accepted: {text:?}"),
+        Op::Inbox { limit, cursor, .. } => {
+            assert_ne!(*limit, Some(0), "inbox limit 0 accepted: {text:?}");
+            assert_ne!(cursor.as_deref(), Some(""), "empty inbox cursor accepted: {text:?}");
+        }
         _ => {}
     }
 }
@@ -129,10 +133,24 @@ fn encode(req: &Request) -> String {
                 put("limit", json!(l));
             }
         }
+        Op::Typing { chat } | Op::Presence { chat } => put("chat", json!(chat)),
+        Op::Edit { chat, target, .. } | Op::Delete { chat, target } => {
+            put("chat", json!(chat));
+            put("target", json!(target));
+        }
+        Op::Inbox { limit, cursor, live } => {
+            if let Some(l) = limit {
+                put("limit", json!(l));
+            }
+            if let Some(c) = cursor {
+                put("cursor", json!(c));
+            }
+            put("live", json!(live));
+        }
         Op::Ping => {}
     }
     let mut text = serde_json::to_string(&v).expect("serializes");
-    if let Op::Send { body, .. } = &req.op {
+    if let Op::Send { body, .. } | Op::Edit { body, .. } = &req.op {
         // The body goes back verbatim, as the raw value it was parsed as.
         #[derive(serde::Serialize)]
         struct B<'a> {
@@ -161,6 +179,8 @@ struct Norm {
     on: Option<bool>,
     seq: Option<u64>,
     limit: Option<u32>,
+    cursor: Option<String>,
+    live: Option<bool>,
 }
 
 impl Norm {
@@ -178,6 +198,8 @@ impl Norm {
             on: None,
             seq: None,
             limit: None,
+            cursor: None,
+            live: None,
         };
         match &r.op {
             Op::Hello { token } => n.token = Some(token.clone()),
@@ -196,7 +218,22 @@ impl Norm {
                 n.after = Some(*after);
                 n.limit = *limit;
             }
-            Op::Join { .. } | Op::Leave { .. } | Op::Unwatch { .. } | Op::Ping => {}
+            Op::Edit { target, body, .. } => {
+                n.target = Some(*target);
+                n.body = Some(body.get().to_string());
+            }
+            Op::Delete { target, .. } => n.target = Some(*target),
+            Op::Inbox { limit, cursor, live } => {
+                n.limit = *limit;
+                n.cursor = cursor.clone();
+                n.live = Some(*live);
+            }
+            Op::Join { .. }
+            | Op::Leave { .. }
+            | Op::Unwatch { .. }
+            | Op::Typing { .. }
+            | Op::Presence { .. }
+            | Op::Ping => {}
         }
         n
     }
