@@ -187,12 +187,12 @@ impl Batch {
         if kind == EventType::Message {
             // A message has an author: the server API refuses one without.
             let sender = user.unwrap_or_default();
-            let own = match self.own.get(&(id, sender.to_owned())) {
-                Some(n) => *n,
-                None => tx.own_messages(id, sender).await?,
+            let own = match self.own.entry((id, sender.to_owned())) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(tx.own_messages(id, sender).await?),
             };
-            self.own.insert((id, sender.to_owned()), own + 1);
-            meta.user_ord = Some(own + 1);
+            *own += 1;
+            meta.user_ord = Some(*own);
         }
         let row = self.rows.get_mut(key).expect("row loaded before append");
         row.seq += 1;
