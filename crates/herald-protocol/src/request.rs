@@ -196,15 +196,31 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
         "ping" => Op::Ping,
         "typing" => Op::Typing { chat: chat()? },
         "presence" => Op::Presence { chat: chat()? },
-        "edit" | "delete" | "inbox" => {
-            let args = V11Args {
-                target: wire.target,
-                body: wire.body,
-                limit: wire.limit,
-                cursor: wire.cursor,
-                live: wire.live,
+        "edit" => {
+            let chat = chat()?;
+            let Some(target) = wire.target else {
+                return Err(bad(op_static, "missing \"target\" (the seq of a message)".into()));
             };
-            lifecycle_op(op_static, args, &bad, chat)?
+            let Some(body) = wire.body else {
+                return Err(bad(op_static, "missing \"body\"".into()));
+            };
+            Op::Edit { chat, target, body }
+        }
+        "delete" => {
+            let chat = chat()?;
+            let Some(target) = wire.target else {
+                return Err(bad(op_static, "missing \"target\" (the seq of a message)".into()));
+            };
+            Op::Delete { chat, target }
+        }
+        "inbox" => {
+            if wire.limit == Some(0) {
+                return Err(bad(op_static, "\"limit\" must be at least 1".into()));
+            }
+            if wire.cursor.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_CURSOR_LEN) {
+                return Err(bad(op_static, "\"cursor\" must be a cursor from an earlier inbox reply".into()));
+            }
+            Op::Inbox { limit: wire.limit, cursor: wire.cursor, live: wire.live.unwrap_or(false) }
         }
         other => {
             let shown: String = other.chars().take(32).collect();
@@ -232,44 +248,6 @@ fn op_static_name(op: &str) -> Option<&'static str> {
         "delete" => "delete",
         "inbox" => "inbox",
         _ => return None,
-    })
-}
-
-/// The v1.1 ops `edit`, `delete` and `inbox`, kept apart from v1's.
-struct V11Args {
-    target: Option<u64>,
-    body: Option<Box<RawValue>>,
-    limit: Option<u32>,
-    cursor: Option<String>,
-    live: Option<bool>,
-}
-
-fn lifecycle_op(
-    op_static: Option<&'static str>,
-    wire: V11Args,
-    bad: &dyn Fn(Option<&'static str>, String) -> BadFrame,
-    chat: impl FnOnce() -> Result<String, BadFrame>,
-) -> Result<Op, BadFrame> {
-    let target = |t: Option<u64>| t.ok_or_else(|| bad(op_static, "missing \"target\" (the seq of a message)".into()));
-    Ok(match op_static.unwrap_or_default() {
-        "edit" => {
-            let chat = chat()?;
-            let target = target(wire.target)?;
-            let Some(body) = wire.body else {
-                return Err(bad(op_static, "missing \"body\"".into()));
-            };
-            Op::Edit { chat, target, body }
-        }
-        "delete" => Op::Delete { chat: chat()?, target: target(wire.target)? },
-        _ => {
-            if wire.limit == Some(0) {
-                return Err(bad(op_static, "\"limit\" must be at least 1".into()));
-            }
-            if wire.cursor.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_CURSOR_LEN) {
-                return Err(bad(op_static, "\"cursor\" must be a cursor from an earlier inbox reply".into()));
-            }
-            Op::Inbox { limit: wire.limit, cursor: wire.cursor, live: wire.live.unwrap_or(false) }
-        }
     })
 }
 

@@ -78,11 +78,6 @@ impl Chats {
         &self.broker
     }
 
-    /// Chats that connections of this node watch now.
-    pub fn watched_chats(&self) -> usize {
-        self.hub.chats()
-    }
-
     /// Applies `write` and publishes its event, on a task that finishes even if the caller goes away.
     async fn write(&self, write: Write) -> Result<Written, Error> {
         let (store, broker) = (self.store.clone(), self.broker.clone());

@@ -188,7 +188,7 @@ pub(super) async fn admin_status(State(s): State<AppState>, headers: HeaderMap) 
         draining: s.gateway.draining(),
         at_ms,
         connections,
-        watched_chats: s.chats.watched_chats() as u64,
+        watched_chats: s.chats.hub().chats() as u64,
         broker_subscriptions: count("herald_broker_subjects"),
         broker_ready: s.chats.broker().ready(),
         nodes,

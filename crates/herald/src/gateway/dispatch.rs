@@ -148,21 +148,12 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
             ok(ok_reply(id, &EmptyOk {}))
         }
         Op::Presence { chat } => ok(ok_reply(id, &chats.presence(c, &s.outbox, &chat).await?)),
-        Op::Edit { .. } | Op::Delete { .. } | Op::Inbox { .. } => run_v11_op(chats, c, req.op, id).await,
+        Op::Edit { chat, target, body } => ok(ok_reply(id, &chats.edit(c, &chat, target, body).await?)),
+        Op::Delete { chat, target } => ok(ok_reply(id, &chats.delete(c, &chat, target).await?)),
+        // `live: true` is accepted; the `inbox` pushes that should follow are not built yet (docs/protocol.md).
+        Op::Inbox { limit, cursor, live: _ } => {
+            ok(ok_reply(id, &chats.inbox(&c.ws, &c.user, limit, cursor.as_deref()).await?))
+        }
         Op::Hello { .. } | Op::Ping => unreachable!("answered by the connection itself"),
     }
-}
-
-/// The v1.1 ops of the message lifecycle and the inbox, kept apart from v1's.
-async fn run_v11_op(chats: &Chats, c: &Caller, op: Op, id: i64) -> Result<Option<Frame>, Error> {
-    let reply = match op {
-        Op::Edit { chat, target, body } => ok_reply(id, &chats.edit(c, &chat, target, body).await?),
-        Op::Delete { chat, target } => ok_reply(id, &chats.delete(c, &chat, target).await?),
-        // `live` is read here; the live feed that follows the reply is another part's.
-        Op::Inbox { limit, cursor, live: _ } => {
-            ok_reply(id, &chats.inbox(&c.ws, &c.user, limit, cursor.as_deref()).await?)
-        }
-        _ => unreachable!("only v1.1 ops come here"),
-    };
-    Ok(Some(Frame::from(reply)))
 }
