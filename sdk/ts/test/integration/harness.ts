@@ -11,6 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { afterEach } from 'vitest';
 import WebSocket from 'ws';
 import { HeraldClient } from '../../src/client.js';
 import type { ClientOptions } from '../../src/options.js';
@@ -260,4 +261,26 @@ export class TcpProxy {
     down.on('error', end);
     up.on('error', end);
   }
+}
+
+/**
+ * Registers, for the calling test file, an `afterEach` that runs what its tests deferred, last first, and
+ * goes on past a failing one; returns the function that defers.
+ */
+export function stopAfterEach(): (fn: () => unknown) => void {
+  let deferred: Array<() => unknown> = [];
+  afterEach(async () => {
+    const list = deferred.reverse();
+    deferred = [];
+    for (const fn of list) {
+      try {
+        await fn();
+      } catch {
+        // keep stopping the rest
+      }
+    }
+  });
+  return (fn) => {
+    deferred.push(fn);
+  };
 }

@@ -2,27 +2,16 @@
 //!
 //!     HERALD_BIN=../../target/release/herald npm run test:integration
 
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { HeraldClient } from '../../src/client.js';
 import type { ChatEvent, HeraldEvent } from '../../src/types.js';
 import WebSocket from 'ws';
-import { Herald, HERALD_BIN, NodeWebSocket, sleep, TcpProxy, until } from './harness.js';
+import { Herald, HERALD_BIN, NodeWebSocket, sleep, TcpProxy, until, stopAfterEach } from './harness.js';
 
 const WS = 'acme';
 
-/** Things a test started, stopped in reverse order whatever the outcome. */
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  const list = cleanups.reverse();
-  cleanups = [];
-  for (const fn of list) {
-    try {
-      await fn();
-    } catch {
-      // keep stopping the rest
-    }
-  }
-});
+/** Stops what a test started, in reverse order, whatever the outcome. */
+const defer = stopAfterEach();
 
 /** The most values of sorted `xs` within any span of `windowMs`. */
 function densestWindow(xs: number[], windowMs: number): number {
@@ -42,12 +31,12 @@ function summary(xs: number[]): string {
 
 async function startHerald(): Promise<Herald> {
   const h = await Herald.start();
-  cleanups.push(() => h.dispose());
+  defer(() => h.dispose());
   return h;
 }
 
 function track(client: HeraldClient): HeraldClient {
-  cleanups.push(() => client.close());
+  defer(() => client.close());
   return client;
 }
 
@@ -55,7 +44,7 @@ describe.skipIf(HERALD_BIN === '')('herald integration', () => {
   it('a watcher whose connection is cut while 300 messages are sent receives all 300, in order, once', async () => {
     const herald = await startHerald();
     const proxy = await TcpProxy.start(herald.port);
-    cleanups.push(() => proxy.close());
+    defer(() => proxy.close());
 
     // A short backoff window keeps the test quick; the policy under test is the same.
     const watcher = track(await herald.client(WS, 'alice', { url: proxy.ws, backoff: { baseMs: 100, capMs: 1000 } }));
@@ -103,7 +92,7 @@ describe.skipIf(HERALD_BIN === '')('herald integration', () => {
   it('a send retried across a reconnect is stored once', async () => {
     const herald = await startHerald();
     const proxy = await TcpProxy.start(herald.port);
-    cleanups.push(() => proxy.close());
+    defer(() => proxy.close());
     const client = track(await herald.client(WS, 'carol', { url: proxy.ws, backoff: { baseMs: 100, capMs: 1000 } }));
     await client.connect();
     const chat = client.chat('general');

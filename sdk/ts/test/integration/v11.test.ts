@@ -3,45 +3,34 @@
 //!
 //!     HERALD_BIN=../../target/release/herald npm run test:integration
 
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { HeraldClient } from '../../src/client.js';
 import type { InboxItem } from '../../src/inbox.js';
 import type { HeraldEvent } from '../../src/types.js';
-import { Herald, HERALD_BIN, TcpProxy, until } from './harness.js';
+import { Herald, HERALD_BIN, TcpProxy, until, stopAfterEach } from './harness.js';
 
 const WS = 'acme';
 
-/** Things a test started, stopped in reverse order whatever the outcome. */
-let cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  const list = cleanups.reverse();
-  cleanups = [];
-  for (const fn of list) {
-    try {
-      await fn();
-    } catch {
-      // keep stopping the rest
-    }
-  }
-});
+/** Stops what a test started, in reverse order, whatever the outcome. */
+const defer = stopAfterEach();
 
 async function startHerald(): Promise<Herald> {
   const h = await Herald.start();
-  cleanups.push(() => h.dispose());
+  defer(() => h.dispose());
   return h;
 }
 
 /** A connected client for `user`; `url` through a proxy when given. */
 async function user(herald: Herald, name: string, url?: string): Promise<HeraldClient> {
   const c = await herald.client(WS, name, url === undefined ? {} : { url, backoff: { baseMs: 100, capMs: 1000 } });
-  cleanups.push(() => c.close());
+  defer(() => c.close());
   await c.connect();
   return c;
 }
 
 async function proxyTo(herald: Herald): Promise<TcpProxy> {
   const p = await TcpProxy.start(herald.port);
-  cleanups.push(() => p.close());
+  defer(() => p.close());
   return p;
 }
 
