@@ -42,3 +42,16 @@ export function clientOn(server: FakeHerald, user: string, opts: Partial<ClientO
     ...opts,
   });
 }
+
+/** Alice and bob on one fake server, both connected and members of `general`: clients and chat handles. */
+export async function aliceAndBobInGeneral() {
+  const { server, client: alice } = setup({ token: 'user:alice' });
+  const bob = clientOn(server, 'bob');
+  await connected(alice);
+  await connected(bob);
+  const achat = alice.chat('general');
+  const bchat = bob.chat('general');
+  await achat.join();
+  await bchat.join();
+  return { server, alice, bob, achat, bchat };
+}

@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { HeraldError } from '../../src/errors.js';
 import { MessageList, type MessageChange } from '../../src/messages.js';
 import type { HeraldEvent } from '../../src/types.js';
-import { clientOn, connected, setup, tick } from './helpers.js';
+import { aliceAndBobInGeneral, connected, setup, tick } from './helpers.js';
 
 beforeEach(() => {
   vi.useFakeTimers({ now: 1_000_000_000_000 });
@@ -13,14 +13,7 @@ afterEach(() => {
 
 /** Alice and bob on one fake server, both in `general`; bob watches it and keeps its message list. */
 async function pair() {
-  const { server, client: alice } = setup({ token: 'user:alice' });
-  const bob = clientOn(server, 'bob');
-  await connected(alice);
-  await connected(bob);
-  const achat = alice.chat('general');
-  const bchat = bob.chat('general');
-  await achat.join();
-  await bchat.join();
+  const { server, alice, bob, achat, bchat } = await aliceAndBobInGeneral();
   const list = bchat.messages();
   const changes: MessageChange[] = [];
   list.on('change', (c) => changes.push(c));

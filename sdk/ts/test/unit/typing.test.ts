@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { clientOn, connected, setup, tick } from './helpers.js';
+import { aliceAndBobInGeneral, tick } from './helpers.js';
 
 beforeEach(() => {
   vi.useFakeTimers({ now: 1_000_000_000_000 });
@@ -8,15 +8,9 @@ afterEach(() => {
   vi.useRealTimers();
 });
 
+/** Alice and bob watching `general`; what bob's chat says of typing, and each one's fake connection. */
 async function pair() {
-  const { server, client: alice } = setup({ token: 'user:alice' });
-  const bob = clientOn(server, 'bob');
-  await connected(alice);
-  await connected(bob);
-  const achat = alice.chat('general');
-  const bchat = bob.chat('general');
-  await achat.join();
-  await bchat.join();
+  const { server, alice, bob, achat, bchat } = await aliceAndBobInGeneral();
   await achat.watch();
   await bchat.watch();
   const seen: string[][] = [];
