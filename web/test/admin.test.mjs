@@ -10,22 +10,19 @@
 //!     HERALD_BIN=/path/to/herald npm test     default: ../target/release/herald from web/
 //!     CHROMIUM_BIN=/path/to/chromium          default: /usr/bin/chromium (Debian's package)
 
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
-import { ARTIFACTS, CHROMIUM_ARGS, CHROMIUM_BIN, startHerald, until, within } from './support.mjs';
+import { ARTIFACTS, startChromium, startHerald, until, within } from './support.mjs';
 
 const API_KEY = 'admin-test-api-key-0123456789abcdef0123';
 const JWT_SECRET = 'admin-test-jwt-secret-0123456789abcdef01';
 /** A short drain window, so the client's reconnect push and its close come within test time. */
 const DRAIN_WINDOW_MS = 1000;
 
-const START_TIMEOUT_MS = 20_000;
 /** The page refreshes every 2 s; a figure must show within a few refreshes. */
 const UI_TIMEOUT_MS = 15_000;
-const STOP_TIMEOUT_MS = 10_000;
 const TEST_TIMEOUT_MS = 120_000;
 
 /**
@@ -82,23 +79,16 @@ describe('admin page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
   const heraldLog = [];
   const pageErrors = [];
   let herald = null;
-  let server = null;
+  let chrome = null;
   let browser = null;
   let admin = null;
   /** Whether the test saved its screenshot of the drained node; otherwise the page as a failure left it is saved. */
   let shot = false;
 
   before(async () => {
-    if (!existsSync(CHROMIUM_BIN)) {
-      throw new Error(
-        `Chromium not found at ${CHROMIUM_BIN}. This test drives Debian's Chromium (Playwright's browser download is not used): ` +
-          'install it as root with `apt-get update && apt-get install -y chromium`, or set CHROMIUM_BIN.',
-      );
-    }
-    mkdirSync(ARTIFACTS, { recursive: true });
     herald = await startHerald({ args: ['--node', 'admin-test-node', '--drain-window-ms', String(DRAIN_WINDOW_MS)], env: { HERALD_API_KEY: API_KEY, HERALD_JWT_SECRET: JWT_SECRET }, log: heraldLog, logName: 'admin-herald.log' });
-    server = await chromium.launchServer({ executablePath: CHROMIUM_BIN, args: CHROMIUM_ARGS, timeout: START_TIMEOUT_MS });
-    browser = await chromium.connect(server.wsEndpoint(), { timeout: START_TIMEOUT_MS });
+    chrome = await startChromium();
+    browser = chrome.browser;
   });
 
   after(async () => {
@@ -109,14 +99,7 @@ describe('admin page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
         );
       }
     } finally {
-      if (browser !== null) await within(STOP_TIMEOUT_MS, 'closing the browser', browser.close()).catch(() => {});
-      if (server !== null) {
-        const pid = server.process().pid;
-        await within(STOP_TIMEOUT_MS, 'stopping the browser', server.close()).catch(() => {
-          console.error(`browser did not close; killing pid ${pid}`);
-          server.kill();
-        });
-      }
+      if (chrome !== null) await chrome.stop();
       if (herald !== null) await herald.stop();
       if (existsSync(ARTIFACTS)) writeFileSync(join(ARTIFACTS, 'admin-herald.log'), heraldLog.join(''));
     }

@@ -13,12 +13,11 @@
 //! Why Debian's Chromium: Playwright's browser download cannot be fetched here, and playwright-core
 //! drives any Chromium over CDP.
 
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
-import { ARTIFACTS, CHROMIUM_ARGS, CHROMIUM_BIN, startHerald, until, within } from './support.mjs';
+import { ARTIFACTS, startChromium, startHerald, until, within } from './support.mjs';
 
 /**
  * The server's heartbeat for this run. The SDK pings at the server's heartbeat and gives a ping 10 s,
@@ -28,13 +27,11 @@ import { ARTIFACTS, CHROMIUM_ARGS, CHROMIUM_BIN, startHerald, until, within } fr
 const HEARTBEAT_MS = 1000;
 
 // Bounds on every wait, so a broken build fails in minutes with a message, never hangs.
-const START_TIMEOUT_MS = 20_000;
 const UI_TIMEOUT_MS = 20_000;
 /** Going offline is noticed at once (socket closed) or by the ping watchdog (heartbeat + 10 s). */
 const OFFLINE_NOTICED_MS = 30_000;
 /** Coming back waits out the reconnect backoff, which grows while offline (full jitter, cap 20 s). */
 const RECONNECT_TIMEOUT_MS = 45_000;
-const STOP_TIMEOUT_MS = 10_000;
 const TEST_TIMEOUT_MS = 150_000;
 
 const CHAT = 'general';
@@ -154,24 +151,15 @@ describe('demo page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
   const pageErrors = [];
   const consoleLog = [];
   let herald = null;
-  let server = null;
+  let chrome = null;
   let browser = null;
   let alice = null;
   let bob = null;
 
   before(async () => {
-    if (!existsSync(CHROMIUM_BIN)) {
-      throw new Error(
-        `Chromium not found at ${CHROMIUM_BIN}. This test drives Debian's Chromium (Playwright's browser download is not used): ` +
-          'install it as root with `apt-get update && apt-get install -y chromium`, or set CHROMIUM_BIN.',
-      );
-    }
-    mkdirSync(ARTIFACTS, { recursive: true });
     herald = await startHerald({ args: ['--heartbeat-ms', String(HEARTBEAT_MS)], log: heraldLog, logName: 'herald.log' });
-    // A browser server rather than launch(): it hands back the process, so cleanup can kill it by pid if
-    // closing hangs. Playwright gives it a fresh temporary user-data-dir and deletes it on close.
-    server = await chromium.launchServer({ executablePath: CHROMIUM_BIN, args: CHROMIUM_ARGS, timeout: START_TIMEOUT_MS });
-    browser = await chromium.connect(server.wsEndpoint(), { timeout: START_TIMEOUT_MS });
+    chrome = await startChromium();
+    browser = chrome.browser;
     alice = await openAs(browser, herald.base, 'alice', pageErrors, consoleLog);
     bob = await openAs(browser, herald.base, 'bob', pageErrors, consoleLog);
   });
@@ -182,14 +170,7 @@ describe('demo page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
         await screenshotBoth(browser, [alice, bob], join(ARTIFACTS, 'e2e.png')).catch((e) => console.error(`screenshot failed: ${e.message}`));
       }
     } finally {
-      if (browser !== null) await within(STOP_TIMEOUT_MS, 'closing the browser', browser.close()).catch(() => {});
-      if (server !== null) {
-        const pid = server.process().pid;
-        await within(STOP_TIMEOUT_MS, 'stopping the browser', server.close()).catch(() => {
-          console.error(`browser did not close; killing pid ${pid}`);
-          server.kill();
-        });
-      }
+      if (chrome !== null) await chrome.stop();
       if (herald !== null) await herald.stop();
       if (existsSync(ARTIFACTS)) {
         writeFileSync(join(ARTIFACTS, 'herald.log'), heraldLog.join(''));

@@ -3,10 +3,11 @@
 //! so no port is guessed and none can collide), stopped by SIGTERM, then SIGKILL if it lingers.
 
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
 
 export const webDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const HERALD_BIN = resolve(webDir, process.env.HERALD_BIN ?? '../target/release/herald');
@@ -105,4 +106,36 @@ export async function startHerald({ args = [], env: extra = {}, log, logName }) 
     await stop();
     throw err;
   }
+}
+
+/**
+ * Starts Debian's Chromium as a browser server (rather than launch(): it hands back the process, so
+ * `stop` can kill it by pid if closing hangs; Playwright gives it a fresh temporary user-data-dir and
+ * deletes it on close) and connects to it. Makes ARTIFACTS. Resolves with `{ browser, stop }`.
+ */
+export async function startChromium() {
+  if (!existsSync(CHROMIUM_BIN)) {
+    throw new Error(
+      `Chromium not found at ${CHROMIUM_BIN}. This test drives Debian's Chromium (Playwright's browser download is not used): ` +
+        'install it as root with `apt-get update && apt-get install -y chromium`, or set CHROMIUM_BIN.',
+    );
+  }
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const server = await chromium.launchServer({ executablePath: CHROMIUM_BIN, args: CHROMIUM_ARGS, timeout: START_TIMEOUT_MS });
+  let browser;
+  try {
+    browser = await chromium.connect(server.wsEndpoint(), { timeout: START_TIMEOUT_MS });
+  } catch (err) {
+    server.kill();
+    throw err;
+  }
+  const stop = async () => {
+    await within(STOP_TIMEOUT_MS, 'closing the browser', browser.close()).catch(() => {});
+    const pid = server.process().pid;
+    await within(STOP_TIMEOUT_MS, 'stopping the browser', server.close()).catch(() => {
+      console.error(`browser did not close; killing pid ${pid}`);
+      server.kill();
+    });
+  };
+  return { browser, stop };
 }
