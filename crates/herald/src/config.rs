@@ -14,6 +14,10 @@ use serde::Deserialize;
 
 use crate::auth::{DEFAULT_LEEWAY_MS, TokenKeys, Tokens};
 use crate::gateway::admission::{Limits, normalize_origin};
+use crate::hooks::{
+    DEFAULT_SEND_HOOK_TIMEOUT_MS, DEFAULT_WEBHOOK_OFFLINE_MAX, FailMode, HookSettings, MIN_HOOK_SECRET_BYTES,
+    SendHookSettings, WebhookSettings,
+};
 
 /// The settings as given: everything optional, merged from flags, env and file.
 #[derive(Debug, Default, Clone, Args, Deserialize)]
@@ -137,6 +141,28 @@ pub struct ServeArgs {
     /// Milliseconds over which a drain spreads its clients' reconnects.
     #[arg(long, env = "HERALD_DRAIN_WINDOW_MS")]
     pub drain_window_ms: Option<u64>,
+    /// Signs the webhook's and the send hook's requests (`Herald-Signature`);
+    /// required with either, at least 32 bytes.
+    #[arg(long, env = "HERALD_HOOK_SECRET", hide_env_values = true)]
+    pub hook_secret: Option<String>,
+    /// Where stored events are POSTed, batched and signed, at least once.
+    #[arg(long, env = "HERALD_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+    /// Event types the webhook delivers, comma-separated (default: all).
+    #[arg(long, env = "HERALD_WEBHOOK_EVENTS", value_delimiter = ',')]
+    pub webhook_events: Option<Vec<String>>,
+    /// Chats with more members get no `offline` list in webhook events.
+    #[arg(long, env = "HERALD_WEBHOOK_OFFLINE_MAX")]
+    pub webhook_offline_max: Option<u64>,
+    /// Asked before a client's `send` or `edit` is stored: accept, reject or replace.
+    #[arg(long, env = "HERALD_SEND_HOOK_URL")]
+    pub send_hook_url: Option<String>,
+    /// Milliseconds the send hook has to answer.
+    #[arg(long, env = "HERALD_SEND_HOOK_TIMEOUT_MS")]
+    pub send_hook_timeout_ms: Option<u64>,
+    /// Without a valid answer in time: `closed` (the client gets `unavailable`) or `open` (stored as sent).
+    #[arg(long, env = "HERALD_SEND_HOOK_FAIL")]
+    pub send_hook_fail: Option<String>,
     /// Serve the WebSocket echo route `/diag/echo` (for conformance tests only).
     #[arg(long, env = "HERALD_DIAG_ECHO")]
     pub diag_echo: bool,
@@ -187,6 +213,8 @@ pub struct Config {
     pub ws_write_buffer: usize,
     pub drain_window: Duration,
     pub diag_echo: bool,
+    /// The webhook and the send hook, if configured.
+    pub hooks: HookSettings,
     pub log: String,
 }
 
@@ -279,6 +307,13 @@ impl ServeArgs {
             outbox_limit,
             ws_read_buffer,
             drain_window_ms,
+            hook_secret,
+            webhook_url,
+            webhook_events,
+            webhook_offline_max,
+            send_hook_url,
+            send_hook_timeout_ms,
+            send_hook_fail,
             log
         ))
     }
@@ -298,6 +333,7 @@ impl ServeArgs {
         } else {
             self.secrets()?
         };
+        let hooks = self.hooks()?;
         let ms = Duration::from_millis;
         let limits = Limits {
             allowed_origins: self
@@ -341,6 +377,7 @@ impl ServeArgs {
             ws_write_buffer: DEFAULT_WS_WRITE_BUFFER,
             drain_window: ms(self.drain_window_ms.unwrap_or(DEFAULT_DRAIN_WINDOW_MS)),
             diag_echo: self.diag_echo,
+            hooks,
             log: self.log.unwrap_or_else(|| "herald=info,warn".into()),
         };
         anyhow::ensure!(cfg.frame_limit >= 1024, "frame-limit must be at least 1024 bytes");
@@ -421,6 +458,71 @@ impl ServeArgs {
             None => e,
         })?;
         Ok((keys, api_key))
+    }
+}
+
+impl ServeArgs {
+    /// The hooks' settings, checked: a hook needs `--hook-secret`, URLs must be http(s).
+    fn hooks(&self) -> anyhow::Result<HookSettings> {
+        let url = |name: &str, value: &Option<String>| -> anyhow::Result<Option<String>> {
+            let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) else { return Ok(None) };
+            let parsed = reqwest::Url::parse(v).map_err(|e| anyhow::anyhow!("{name} {v:?}: {e}"))?;
+            anyhow::ensure!(
+                matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some(),
+                "{name} {v:?} must be an http:// or https:// URL"
+            );
+            Ok(Some(v.to_owned()))
+        };
+        let webhook = url("--webhook-url", &self.webhook_url)?;
+        let send_hook = url("--send-hook-url", &self.send_hook_url)?;
+        if webhook.is_none() && send_hook.is_none() {
+            return Ok(HookSettings::default());
+        }
+        let secret = self.hook_secret.clone().ok_or_else(|| {
+            anyhow::anyhow!(
+                "a hook is configured but --hook-secret (HERALD_HOOK_SECRET) is not: hooks sign their requests \
+                 with it; give at least {MIN_HOOK_SECRET_BYTES} random bytes"
+            )
+        })?;
+        check_secret("--hook-secret (HERALD_HOOK_SECRET)", &secret)?;
+        let webhook = match webhook {
+            None => None,
+            Some(url) => {
+                let events = match &self.webhook_events {
+                    None => None,
+                    Some(list) => {
+                        let list: Vec<String> =
+                            list.iter().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()).collect();
+                        for t in &list {
+                            anyhow::ensure!(
+                                herald_protocol::EventType::parse(t).is_some(),
+                                "--webhook-events: {t:?} is not an event type"
+                            );
+                        }
+                        Some(list).filter(|l| !l.is_empty())
+                    }
+                };
+                let offline_max = self.webhook_offline_max.unwrap_or(DEFAULT_WEBHOOK_OFFLINE_MAX);
+                Some(WebhookSettings { url, events, offline_max })
+            }
+        };
+        let send_hook = match send_hook {
+            None => None,
+            Some(url) => {
+                let timeout_ms = self.send_hook_timeout_ms.unwrap_or(DEFAULT_SEND_HOOK_TIMEOUT_MS);
+                anyhow::ensure!(
+                    (1..=60_000).contains(&timeout_ms),
+                    "--send-hook-timeout-ms must be between 1 and 60000"
+                );
+                let fail = match self.send_hook_fail.as_deref().map(str::trim) {
+                    None | Some("closed") => FailMode::Closed,
+                    Some("open") => FailMode::Open,
+                    Some(other) => anyhow::bail!("--send-hook-fail {other:?}: give closed or open"),
+                };
+                Some(SendHookSettings { url, timeout: Duration::from_millis(timeout_ms), fail })
+            }
+        };
+        Ok(HookSettings { secret: Some(secret), webhook, send_hook })
     }
 }
 
@@ -562,6 +664,37 @@ mod tests {
         assert!(e.contains("--jwt-public-key") && e.contains("1024 bits"), "{e}");
         let e = refusal(with_key("missing.pem"));
         assert!(e.contains("--jwt-public-key: reading"), "{e}");
+    }
+
+    #[test]
+    fn hooks_need_a_secret_and_sound_settings() {
+        let hook = || ServeArgs { webhook_url: Some("http://127.0.0.1:9/hook".into()), ..given() };
+        let e = refusal(hook());
+        assert!(e.contains("--hook-secret"), "{e}");
+        let e = refusal(ServeArgs { hook_secret: Some("short".into()), ..hook() });
+        assert!(e.contains("--hook-secret (HERALD_HOOK_SECRET) is 5 bytes"), "{e}");
+        let secret = || Some("h".repeat(32));
+        let e = refusal(ServeArgs { webhook_url: Some("ftp://x/y".into()), hook_secret: secret(), ..given() });
+        assert!(e.contains("must be an http:// or https:// URL"), "{e}");
+        let e = refusal(ServeArgs { webhook_events: Some(vec!["nope".into()]), hook_secret: secret(), ..hook() });
+        assert!(e.contains("\"nope\" is not an event type"), "{e}");
+        let send =
+            || ServeArgs { send_hook_url: Some("https://app.example/hook".into()), hook_secret: secret(), ..given() };
+        let e = refusal(ServeArgs { send_hook_fail: Some("ajar".into()), ..send() });
+        assert!(e.contains("give closed or open"), "{e}");
+        let e = refusal(ServeArgs { send_hook_timeout_ms: Some(0), ..send() });
+        assert!(e.contains("--send-hook-timeout-ms"), "{e}");
+        let cfg =
+            ServeArgs { webhook_events: Some(vec!["message".into(), "join".into()]), ..send() }.resolve().unwrap();
+        let sh = cfg.hooks.send_hook.expect("send hook");
+        assert_eq!((sh.fail, sh.timeout), (crate::hooks::FailMode::Closed, Duration::from_secs(1)));
+        assert!(cfg.hooks.webhook.is_none());
+        let cfg = ServeArgs { webhook_events: Some(vec!["message".into()]), hook_secret: secret(), ..hook() }
+            .resolve()
+            .unwrap();
+        let wh = cfg.hooks.webhook.expect("webhook");
+        assert_eq!((wh.events, wh.offline_max), (Some(vec!["message".to_string()]), 1000));
+        assert!(given().resolve().unwrap().hooks.secret.is_none(), "no hook, no secret needed");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod error;
 pub mod gateway;
 pub mod guard;
 pub mod hashing;
+pub mod hooks;
 pub mod hub;
 pub mod metrics;
 pub mod model;

@@ -112,7 +112,7 @@ impl Conn {
     pub(super) fn open(gw: Arc<Gateway>, route_ws: Option<Box<str>>) -> Conn {
         let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
         let outbox = Arc::new(Outbox::new(id, gw.cfg.outbox_limit));
-        gw.conns.lock().expect("conns lock").insert(id, (outbox.clone(), None));
+        gw.conns.lock().expect("conns lock").insert(id, outbox.clone());
         metrics::gauge!("herald_connections").increment(1.0);
         metrics::counter!("herald_connections_total").increment(1);
         let bucket = TokenBucket::new(gw.cfg.rate, gw.cfg.burst, Instant::now());
@@ -145,7 +145,7 @@ impl Conn {
             None => self.gw.said_hello(),
         }
         self.gw.release(false);
-        self.gw.conns.lock().expect("conns lock").remove(&self.outbox.id());
+        self.gw.conns.lock().expect("conns lock").remove(self.outbox.id());
         metrics::gauge!("herald_connections").decrement(1.0);
     }
 
@@ -372,11 +372,8 @@ impl Conn {
         };
         self.outbox.push(Frame::from(ok_reply(id, &ok)));
         metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "ok").increment(1);
-        let ws: Arc<str> = identity.workspace.into();
-        if let Some(entry) = self.gw.conns.lock().expect("conns lock").get_mut(&self.outbox.id()) {
-            entry.1 = Some(ws.clone());
-        }
-        let caller = Caller { ws, user: identity.user.into() };
+        let caller = Caller { ws: identity.workspace.into(), user: identity.user.into() };
+        self.gw.conns.lock().expect("conns lock").identify(self.outbox.id(), caller.ws.clone(), caller.user.clone());
         self.session = Some(Arc::new(Session::new(caller, self.outbox.clone(), self.gw.cfg.max_watches)));
         self.gw.said_hello();
     }

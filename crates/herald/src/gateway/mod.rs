@@ -74,8 +74,41 @@ pub struct Gateway {
     ip_rate: Option<admission::IpRate>,
 }
 
-/// Open connections: each one's queue and, after hello, its workspace.
-type Registry = HashMap<ConnId, (Arc<Outbox>, Option<Arc<str>>)>;
+/// Open connections: each one's queue and, after hello, its workspace and
+/// user; and each user's connections, for what concerns a user wherever
+/// they are connected (revoking them, telling who is offline).
+#[derive(Default)]
+struct Registry {
+    conns: HashMap<ConnId, (Arc<Outbox>, Option<UserKey>)>,
+    users: HashMap<UserKey, Vec<ConnId>>,
+}
+
+/// A user of a workspace: (workspace, user).
+type UserKey = (Arc<str>, Arc<str>);
+
+impl Registry {
+    fn insert(&mut self, id: ConnId, outbox: Arc<Outbox>) {
+        self.conns.insert(id, (outbox, None));
+    }
+
+    /// `id` said hello as `user` of `ws`.
+    fn identify(&mut self, id: ConnId, ws: Arc<str>, user: Arc<str>) {
+        let Some(entry) = self.conns.get_mut(&id) else { return };
+        let key = (ws, user);
+        entry.1 = Some(key.clone());
+        self.users.entry(key).or_default().push(id);
+    }
+
+    fn remove(&mut self, id: ConnId) {
+        let Some((_, Some(key))) = self.conns.remove(&id) else { return };
+        if let Some(ids) = self.users.get_mut(&key) {
+            ids.retain(|c| *c != id);
+            if ids.is_empty() {
+                self.users.remove(&key);
+            }
+        }
+    }
+}
 
 #[derive(serde::Deserialize)]
 pub struct WsQuery {
@@ -88,7 +121,7 @@ impl Gateway {
             chats,
             tokens,
             next_id: AtomicU64::new(1),
-            conns: Mutex::new(HashMap::new()),
+            conns: Mutex::new(Registry::default()),
             draining: AtomicBool::new(false),
             tasks: TaskTracker::new(),
             counts: admission::Counts::default(),
@@ -103,7 +136,36 @@ impl Gateway {
 
     /// Open connections.
     pub fn connections(&self) -> usize {
-        self.conns.lock().expect("conns lock").len()
+        self.conns.lock().expect("conns lock").conns.len()
+    }
+
+    /// The queues of `user`'s connections to this node in workspace `ws`.
+    pub fn user_connections(&self, ws: &str, user: &str) -> Vec<Arc<Outbox>> {
+        let reg = self.conns.lock().expect("conns lock");
+        let key: UserKey = (ws.into(), user.into());
+        let Some(ids) = reg.users.get(&key) else { return Vec::new() };
+        ids.iter().filter_map(|id| reg.conns.get(id).map(|(o, _)| o.clone())).collect()
+    }
+
+    /// Those of `users` (of workspace `ws`) with at least one connection to this node.
+    pub fn connected<'a>(&self, ws: &str, users: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        let reg = self.conns.lock().expect("conns lock");
+        let ws: Arc<str> = ws.into();
+        users.into_iter().filter(|u| reg.users.contains_key(&(ws.clone(), Arc::from(*u)))).collect()
+    }
+
+    /// Users with at least one connection to this node after hello.
+    pub fn connected_users(&self) -> usize {
+        self.conns.lock().expect("conns lock").users.len()
+    }
+
+    /// Closes every connection of `user` of `ws` to this node with `code`. Returns how many.
+    pub fn close_user(&self, ws: &str, user: &str, code: CloseCode, reason: &'static str) -> usize {
+        let conns = self.user_connections(ws, user);
+        for outbox in &conns {
+            outbox.close(code, reason);
+        }
+        conns.len()
     }
 
     /// Whether this node drains (by SIGTERM or `POST /v1/admin/drain`): it refuses new connections.
@@ -115,7 +177,8 @@ impl Gateway {
     /// `window`, then closes it with 4012; refuses new connections from now on.
     pub fn drain(&self, window: Duration, reason: &'static str) {
         self.draining.store(true, Ordering::SeqCst);
-        let conns: Vec<Arc<Outbox>> = self.conns.lock().expect("conns lock").values().map(|(o, _)| o.clone()).collect();
+        let conns: Vec<Arc<Outbox>> =
+            self.conns.lock().expect("conns lock").conns.values().map(|(o, _)| o.clone()).collect();
         tracing::info!(connections = conns.len(), window_ms = window.as_millis() as u64, "draining connections");
         send_away(&conns, window, reason);
     }
@@ -127,8 +190,9 @@ impl Gateway {
             .conns
             .lock()
             .expect("conns lock")
+            .conns
             .values()
-            .filter(|(_, ws)| ws.as_deref().is_some_and(&moves))
+            .filter(|(_, who)| who.as_ref().is_some_and(|(ws, _)| moves(ws)))
             .map(|(o, _)| o.clone())
             .collect();
         if !conns.is_empty() {
