@@ -31,8 +31,9 @@ pub const DB_FILE: &str = "herald.db";
 
 /// Schema version kept in `PRAGMA user_version`. Version 2 (protocol v1.1)
 /// added the message lifecycle, mutes, bans and the inbox's counts
-/// ([`SCHEMA_V2`]); a version 1 file is migrated at start.
-const SCHEMA_VERSION: i64 = 2;
+/// ([`SCHEMA_V2`]); a version 1 file is migrated at start. Version 3 added
+/// the hooks' tables ([`SCHEMA_V3`]).
+const SCHEMA_VERSION: i64 = 3;
 
 /// The schema. `events` is clustered by (chat, seq) so a fetch is one range scan.
 const SCHEMA: &str = "
@@ -114,6 +115,12 @@ CREATE TABLE IF NOT EXISTS mutes (
 ) WITHOUT ROWID;
 ";
 
+/// Version 3: the hooks' state (new tables only, so applying it is the migration).
+const SCHEMA_V3: &str = "
+-- webhook: delivery positions
+-- revocations
+";
+
 /// How often the writer retries a WAL checkpoint that readers held up, after
 /// a batch that erased a body: the erased bytes must leave the files soon.
 const ERASE_CHECKPOINT_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
@@ -184,6 +191,7 @@ impl SqliteStore {
             }
         }
         tx.execute_batch(SCHEMA_V2)?;
+        tx.execute_batch(SCHEMA_V3)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()?;
 

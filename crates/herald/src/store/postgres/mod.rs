@@ -39,9 +39,10 @@ use writer::Writer;
 /// first start under version 2, recording the name that node gives it (see
 /// [`shard_identity::check`]).
 /// Version 3 added the message lifecycle, mutes, bans and the inbox's counts
-/// (protocol v1.1), with the values of rows stored before.
+/// (protocol v1.1), with the values of rows stored before. Version 4 added
+/// the hooks' tables.
 const SCHEMA: &str = include_str!("schema.sql");
-const SCHEMA_VERSION: i32 = 3;
+const SCHEMA_VERSION: i32 = 4;
 /// Most writes per transaction: bounds a batch's latency and lock time.
 const MAX_BATCH: usize = 512;
 /// Writes waiting for this shard's writer before new ones are refused.

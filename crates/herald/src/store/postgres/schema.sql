@@ -106,3 +106,11 @@ CREATE TABLE IF NOT EXISTS mutes (
 
 INSERT INTO herald_schema (version) VALUES (2) ON CONFLICT DO NOTHING;
 INSERT INTO herald_schema (version) VALUES (3) ON CONFLICT DO NOTHING;
+
+-- Version 4: the hooks' state.
+
+-- webhook: delivery positions
+
+-- revocations
+
+INSERT INTO herald_schema (version) VALUES (4) ON CONFLICT DO NOTHING;
