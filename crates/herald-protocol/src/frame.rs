@@ -135,6 +135,24 @@ pub fn presence_user_push(chat: &str, user: &str, present: bool) -> String {
 }
 
 #[derive(Serialize)]
+struct InboxPush<'a> {
+    ev: &'static str,
+    chat: &'a str,
+    seq: u64,
+    ts: i64,
+    unread: u64,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    left: bool,
+}
+
+/// `{"ev": "inbox", "chat": chat, "seq": seq, "ts": ts, "unread": unread}`,
+/// with `"left": true` once the user left the chat: one chat of a live
+/// inbox changed.
+pub fn inbox_push(chat: &str, seq: u64, ts: i64, unread: u64, left: bool) -> String {
+    serde_json::to_string(&InboxPush { ev: "inbox", chat, seq, ts, unread, left }).expect("pushes serialize")
+}
+
+#[derive(Serialize)]
 struct PresenceCountPush<'a> {
     ev: &'static str,
     chat: &'a str,
@@ -193,5 +211,13 @@ mod tests {
             r#"{"ev":"presence","chat":"general","user":"bob","present":true}"#
         );
         assert_eq!(presence_count_push("general", 5312), r#"{"ev":"presence","chat":"general","count":5312}"#);
+        assert_eq!(
+            inbox_push("general", 58, 1732233600456, 5, false),
+            r#"{"ev":"inbox","chat":"general","seq":58,"ts":1732233600456,"unread":5}"#
+        );
+        assert_eq!(
+            inbox_push("general", 59, 1732233600789, 0, true),
+            r#"{"ev":"inbox","chat":"general","seq":59,"ts":1732233600789,"unread":0,"left":true}"#
+        );
     }
 }

@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 use crate::broker::Broker;
 use crate::error::Error;
 use crate::guard::JoinThrottle;
-use crate::hub::{Hub, Replay};
+use crate::hub::{Hub, INBOX_FOLLOW_MAX, Listener, Replay};
 use crate::model::{ChatKey, Published};
 use crate::outbox::{Frame, Outbox};
 use crate::store::{Actor, InboxCursor, Store, Write, Written};
@@ -393,6 +393,55 @@ impl Chats {
         let cursor =
             chats.last().filter(|_| more).map(|last| InboxCursor { ts: last.ts, chat: last.chat.clone() }.encode());
         Ok(InboxOk { chats, more, cursor })
+    }
+}
+
+impl Chats {
+    /// Registers `outbox`'s connection as a live inbox of `c`'s user; see [`Chats::inbox_live`].
+    pub fn inbox_listen(&self, c: &Caller, outbox: &Arc<Outbox>) -> (Arc<Listener>, bool) {
+        self.hub.inbox_listen(&c.ws, &c.user, outbox)
+    }
+
+    /// `inbox` with `live: true`, for live inbox `l` (from [`Chats::inbox_listen`]):
+    /// when `setup`, follows the user's chats (the most recently active
+    /// [`INBOX_FOLLOW_MAX`]) before anything is read, so no change falls
+    /// between this read and the pushes; then answers the page. The caller
+    /// queues the reply, then calls [`Chats::inbox_start`].
+    pub async fn inbox_live(
+        &self,
+        l: &Arc<Listener>,
+        setup: bool,
+        c: &Caller,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<InboxOk, Error> {
+        if setup {
+            let chats = self.store.member_chats(&c.ws, &c.user, INBOX_FOLLOW_MAX).await?;
+            if chats.len() >= INBOX_FOLLOW_MAX as usize {
+                metrics::counter!("herald_inbox_follow_capped_total").increment(1);
+            }
+            let keys: Vec<ChatKey> = chats.iter().map(|(chat, _)| c.key(chat)).collect();
+            self.hub.inbox_follow(l, &keys.iter().map(|k| (k.clone(), 0)).collect::<Vec<_>>());
+            // Followed first, then read: a change after this read is pushed,
+            // one before it is in what the connection counts as told.
+            let heads = self.store.heads(&keys).await?;
+            let told: Vec<(ChatKey, u64)> = keys.into_iter().zip(heads).map(|(k, h)| (k, h.unwrap_or(0))).collect();
+            self.hub.inbox_told(l, &told);
+        }
+        let page = self.inbox(&c.ws, &c.user, limit, cursor).await?;
+        let told: Vec<(ChatKey, u64)> = page.chats.iter().map(|e| (c.key(&e.chat), e.seq)).collect();
+        self.hub.inbox_told(l, &told);
+        Ok(page)
+    }
+
+    /// `l`'s reply is queued: its pushes may flow.
+    pub fn inbox_start(&self, l: &Arc<Listener>) {
+        self.hub.inbox_start(l);
+    }
+
+    /// The connection ended: its live inbox, if any, with it.
+    pub fn inbox_unlisten(&self, outbox: &Outbox) {
+        self.hub.inbox_unlisten(outbox.id());
     }
 }
 

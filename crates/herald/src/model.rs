@@ -51,6 +51,8 @@ pub struct Published {
     pub kind: EventType,
     /// The acting user; the hub ends that user's watches on a `leave`.
     pub user: Option<Arc<str>>,
+    /// When it was stored (ms since the epoch).
+    pub ts: i64,
     /// The `{"ev":"event",...}` frame.
     pub frame: Utf8Bytes,
 }
@@ -63,6 +65,7 @@ impl Published {
             seq: event.seq,
             kind: event.kind,
             user: event.user.as_deref().map(Arc::from),
+            ts: event.ts,
             frame: Utf8Bytes::from(frame),
             key,
         })

@@ -172,3 +172,117 @@ async fn inbox_pages_follow_their_cursor_through_every_chat_once() {
     let (status, _) = http(s.addr, "GET", "/v1/workspaces/acme/users/alice/inbox", None, None).await;
     assert_eq!(status, 401);
 }
+
+/// The inbox pushes of `chat` among the next pushes within `wait` (others dropped).
+async fn inbox_pushes(c: &mut Client, chat: &str, wait: Duration) -> Vec<(Value, tokio::time::Instant)> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut got = Vec::new();
+    while let Some(p) = c.push_within(deadline.saturating_duration_since(tokio::time::Instant::now())).await {
+        if p["ev"] == "inbox" && p["chat"] == chat {
+            got.push((p, tokio::time::Instant::now()));
+        }
+    }
+    got
+}
+
+/// The next inbox push of `chat`, waiting at most 3 s; other pushes are dropped.
+async fn next_inbox(c: &mut Client, chat: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let p = c.push_within(left).await.unwrap_or_else(|| panic!("no inbox push of {chat}"));
+        if p["ev"] == "inbox" && p["chat"] == chat {
+            return p;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_live_inbox_hears_of_messages_reads_on_other_devices_joins_and_leaves() {
+    let s = TestServer::start().await;
+    let mut alice = s.client("acme", "alice").await;
+    let mut phone = s.client("acme", "alice").await;
+    let mut bob = s.client("acme", "bob").await;
+    for chat in ["a", "b"] {
+        alice.ok(json!({"op": "join", "chat": chat})).await;
+        bob.ok(json!({"op": "join", "chat": chat})).await;
+    }
+    bob.ok(json!({"op": "send", "chat": "a", "body": "before"})).await;
+    let page = alice.ok(json!({"op": "inbox", "live": true})).await;
+    assert_eq!(names(&page), ["a", "b"]);
+    assert_eq!(alice.queued_pushes(), 0, "no push before the reply");
+    assert!(alice.push_within(Duration::from_millis(400)).await.is_none(), "nothing changed since the reply");
+
+    // A message from bob: one push, with alice's unread count.
+    let sent = bob.ok(json!({"op": "send", "chat": "a", "body": "hi"})).await;
+    let p = next_inbox(&mut alice, "a").await;
+    assert_eq!((p["seq"].clone(), p["unread"].clone()), (sent["seq"].clone(), json!(2)), "{p}");
+    assert!(p["ts"].as_i64().unwrap() > 0 && p.get("left").is_none(), "{p}");
+
+    // A burst: at most one push per 250 ms, the last one exact.
+    for i in 0..30 {
+        bob.ok(json!({"op": "send", "chat": "b", "body": i})).await;
+    }
+    let pushes = inbox_pushes(&mut alice, "b", Duration::from_millis(900)).await;
+    assert!(!pushes.is_empty() && pushes.len() <= 4, "coalesced: {pushes:?}");
+    for w in pushes.windows(2) {
+        let gap = w[1].1 - w[0].1;
+        assert!(gap >= Duration::from_millis(200), "pushes of one chat {gap:?} apart");
+    }
+    let last = &pushes.last().unwrap().0;
+    assert_eq!((last["seq"].clone(), last["unread"].clone()), (json!(32), json!(30)), "{last}");
+
+    // Reading on the phone reaches the laptop's inbox.
+    phone.ok(json!({"op": "read", "chat": "b", "seq": 32})).await;
+    let p = next_inbox(&mut alice, "b").await;
+    assert_eq!((p["seq"].clone(), p["unread"].clone()), (json!(33), json!(0)), "{p}");
+
+    // A chat joined on the phone is followed from then on.
+    phone.ok(json!({"op": "join", "chat": "c"})).await;
+    let p = next_inbox(&mut alice, "c").await;
+    assert_eq!((p["seq"].clone(), p["unread"].clone()), (json!(1), json!(0)), "{p}");
+    bob.ok(json!({"op": "join", "chat": "c"})).await;
+    let m = bob.ok(json!({"op": "send", "chat": "c", "body": "welcome"})).await;
+    let p = next_inbox(&mut alice, "c").await;
+    assert_eq!((p["seq"].clone(), p["unread"].clone()), (m["seq"].clone(), json!(1)), "{p}");
+    // A delete takes it out of the count.
+    bob.ok(json!({"op": "delete", "chat": "c", "target": m["seq"]})).await;
+    let p = next_inbox(&mut alice, "c").await;
+    assert_eq!(p["unread"], 0, "{p}");
+
+    // Leaving (on the phone) and being banned (server API) end those chats with `left`.
+    phone.ok(json!({"op": "leave", "chat": "a"})).await;
+    let p = next_inbox(&mut alice, "a").await;
+    assert_eq!((p["left"].clone(), p["unread"].clone()), (json!(true), json!(0)), "{p}");
+    assert_eq!(s.http("PUT", "/v1/workspaces/acme/chats/c/bans/alice", None).await.0, 200);
+    let p = next_inbox(&mut alice, "c").await;
+    assert_eq!(p["left"], true, "{p}");
+    bob.ok(json!({"op": "send", "chat": "a", "body": "after"})).await;
+    bob.ok(json!({"op": "send", "chat": "c", "body": "after"})).await;
+    for chat in ["a", "c"] {
+        assert!(inbox_pushes(&mut alice, chat, Duration::from_millis(500)).await.is_empty(), "{chat} left");
+    }
+    // Joining again follows it again.
+    phone.ok(json!({"op": "join", "chat": "a"})).await;
+    let p = next_inbox(&mut alice, "a").await;
+    assert!(p.get("left").is_none(), "{p}");
+
+    // A server API post counts like any message; an inbox without `live` gets no pushes.
+    let (status, _) = s
+        .http(
+            "POST",
+            "/v1/workspaces/acme/chats/b/events",
+            Some(json!({"type": "message", "user": "bob", "body": "api"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(next_inbox(&mut alice, "b").await["unread"], 1);
+    assert!(inbox_pushes(&mut phone, "b", Duration::from_millis(400)).await.is_empty(), "the phone never asked live");
+    let (_, metrics) = http_raw(s.addr, "GET", "/metrics", None, None).await;
+    assert_eq!(metric(&metrics, "herald_inbox_listeners"), 1.0, "{metrics}");
+    drop(alice);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, metrics) = http_raw(s.addr, "GET", "/metrics", None, None).await;
+    assert_eq!(metric(&metrics, "herald_inbox_listeners"), 0.0, "closing ends it");
+    assert_eq!(metric(&metrics, "herald_inbox_chats"), 0.0, "and its following");
+}

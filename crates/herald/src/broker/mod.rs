@@ -44,6 +44,11 @@ pub trait Sink: Send + Sync + 'static {
     /// A signal from another node about `key`; `reply`, when set, is where
     /// an answer goes (a [`Broker::gather`] waiting for it).
     fn signal(&self, key: &ChatKey, signal: Signal, reply: Option<String>);
+    /// A `join` stored by another node, announced to the whole cell (not
+    /// only to the nodes subscribed to its chat): the joiner's live inboxes
+    /// here start following the chat. Never sequenced: the chat's own
+    /// subject carries the event to its watchers.
+    fn joined(&self, event: Arc<Published>);
 }
 
 /// Node-to-node fan-out. See the module documentation for the contract.

@@ -15,6 +15,13 @@
 //! a new subscription, it asks again for that chat once the interest has had
 //! time to reach every server of the cluster.
 //!
+//! A `join` is also announced on the cell's `herald.<cell>.joins.<ws>.<chat>`,
+//! which every node subscribes to once: a live inbox of the joiner on a node
+//! that does not follow the chat yet starts following it
+//! ([`Sink::joined`]). Joins are rare next to messages, so every node
+//! hearing every join of its cell costs little, and no subject per user or
+//! per socket is needed.
+//!
 //! Signals (typing, presence) share the chat's subject; a `Herald-Signal`
 //! header tells them from events, so the event decoder never sees one. They
 //! leave through one queue and one task, in the order the hub sent them.
@@ -77,6 +84,7 @@ struct Meta {
     #[serde(rename = "type")]
     kind: EventType,
     user: Option<String>,
+    ts: i64,
 }
 
 impl NatsBroker {
@@ -153,11 +161,13 @@ impl NatsBroker {
                 }
             }
         });
+        let prefix = format!("herald.{cell}");
+        spawn_joins(client.clone(), format!("{prefix}.joins.>"), sink.clone());
         Ok(Arc::new_cyclic(|me| NatsBroker {
             signals,
             connected: connected.clone(),
             client,
-            prefix: format!("herald.{cell}"),
+            prefix,
             linger,
             sink,
             subs: Mutex::new(HashMap::new()),
@@ -173,7 +183,12 @@ impl NatsBroker {
     /// The subject of a chat. Ids may contain `.`, NATS's token separator, so
     /// it is written as `~`, which ids never contain: distinct chats, distinct subjects.
     pub fn subject(&self, key: &ChatKey) -> String {
-        format!("{}.chat.{}.{}", self.prefix, key.ws.replace('.', "~"), key.chat.replace('.', "~"))
+        format!("{}.chat.{}", self.prefix, self.subject_tail(key))
+    }
+
+    /// `<ws>.<chat>`, dots written as `~`.
+    fn subject_tail(&self, key: &ChatKey) -> String {
+        format!("{}.{}", key.ws.replace('.', "~"), key.chat.replace('.', "~"))
     }
 
     fn sink(&self) -> Option<Arc<dyn Sink>> {
@@ -243,6 +258,36 @@ impl NatsBroker {
     }
 }
 
+/// Hands every `join` announced in the cell to the sink (see the module documentation).
+fn spawn_joins(client: Client, subject: String, sink: Arc<OnceLock<Weak<dyn Sink>>>) {
+    tokio::spawn(async move {
+        let mut wait = SUBSCRIBE_RETRY_FIRST;
+        let mut sub = loop {
+            match client.subscribe(subject.clone()).await {
+                Ok(sub) => break sub,
+                Err(e) => {
+                    tracing::error!(%subject, error = %e, "NATS subscribe failed; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(SUBSCRIBE_RETRY_MAX);
+                }
+            }
+        };
+        while let Some(msg) = sub.next().await {
+            // herald.<cell>.joins.<ws>.<chat>, ids' dots written as `~`.
+            let mut tokens = msg.subject.split('.').skip(3);
+            let (Some(ws), Some(chat), None) = (tokens.next(), tokens.next(), tokens.next()) else { continue };
+            let key = ChatKey { ws: ws.replace('~', ".").into(), chat: chat.replace('~', ".").into() };
+            let Some(event) = decode(&key, msg.payload) else {
+                tracing::warn!(subject = %msg.subject, "undecodable NATS join notice dropped");
+                continue;
+            };
+            if let Some(sink) = sink.get().and_then(Weak::upgrade) {
+                sink.joined(event);
+            }
+        }
+    });
+}
+
 fn decode(key: &ChatKey, payload: bytes::Bytes) -> Option<Arc<Published>> {
     let meta: Meta = serde_json::from_slice(&payload).ok()?;
     let frame = Utf8Bytes::try_from(payload).ok()?;
@@ -251,6 +296,7 @@ fn decode(key: &ChatKey, payload: bytes::Bytes) -> Option<Arc<Published>> {
         seq: meta.seq,
         kind: meta.kind,
         user: meta.user.map(Arc::from),
+        ts: meta.ts,
         frame,
     }))
 }
@@ -266,6 +312,13 @@ impl Broker for NatsBroker {
                 sink.deliver(event.clone());
             }
             let payload = bytes::Bytes::from(event.frame.clone());
+            if event.kind == EventType::Join {
+                let subject = format!("{}.joins.{}", self.prefix, self.subject_tail(&event.key));
+                if let Err(e) = self.client.publish(subject, payload.clone()).await {
+                    metrics::counter!("herald_broker_errors_total", "kind" => "publish").increment(1);
+                    tracing::warn!(chat = %event.key, error = %e, "NATS join notice failed; live inboxes elsewhere miss this join");
+                }
+            }
             match self.client.publish(self.subject(&event.key), payload).await {
                 Ok(()) => metrics::counter!("herald_broker_published_total").increment(1),
                 Err(e) => {

@@ -12,6 +12,7 @@ use herald_protocol::{Op, Request};
 
 use crate::chat::{Caller, Chats};
 use crate::error::Error;
+use crate::hub::Listener;
 use crate::model::ChatKey;
 use crate::outbox::{Frame, Outbox};
 
@@ -38,6 +39,8 @@ pub(super) struct Session {
 struct WatchSet {
     chats: Vec<ChatKey>,
     ended: bool,
+    /// The connection asked for a live inbox.
+    inbox: bool,
 }
 
 impl Session {
@@ -77,14 +80,29 @@ impl Session {
         self.watches.lock().expect("watches lock").chats.retain(|k| *k.chat != *chat);
     }
 
-    /// The connection ended: ends every watch in the set and refuses new ones.
+    /// Registers the connection's live inbox (or finds it), unless the
+    /// connection ended; see [`Chats::inbox_listen`].
+    fn listen_inbox(&self, chats: &Chats) -> Option<(Arc<Listener>, bool)> {
+        let mut set = self.watches.lock().expect("watches lock");
+        if set.ended {
+            return None;
+        }
+        set.inbox = true;
+        Some(chats.inbox_listen(&self.caller, &self.outbox))
+    }
+
+    /// The connection ended: ends every watch in the set and its live
+    /// inbox, and refuses new ones.
     pub(super) fn end_watches(&self, chats: &Chats) {
-        let keys = {
+        let (keys, inbox) = {
             let mut set = self.watches.lock().expect("watches lock");
             set.ended = true;
-            std::mem::take(&mut set.chats)
+            (std::mem::take(&mut set.chats), std::mem::take(&mut set.inbox))
         };
         chats.unwatch_all(&self.outbox, &keys);
+        if inbox {
+            chats.inbox_unlisten(&self.outbox);
+        }
     }
 }
 
@@ -150,9 +168,18 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
         Op::Presence { chat } => ok(ok_reply(id, &chats.presence(c, &s.outbox, &chat).await?)),
         Op::Edit { chat, target, body } => ok(ok_reply(id, &chats.edit(c, &chat, target, body).await?)),
         Op::Delete { chat, target } => ok(ok_reply(id, &chats.delete(c, &chat, target).await?)),
-        // `live: true` is accepted; the `inbox` pushes that should follow are not built yet (docs/protocol.md).
-        Op::Inbox { limit, cursor, live: _ } => {
+        Op::Inbox { limit, cursor, live: false } => {
             ok(ok_reply(id, &chats.inbox(&c.ws, &c.user, limit, cursor.as_deref()).await?))
+        }
+        Op::Inbox { limit, cursor, live: true } => {
+            let Some((listener, setup)) = s.listen_inbox(chats) else {
+                return Err(Error::Unavailable { message: "the connection is closing".into(), retry_after_ms: 1000 });
+            };
+            let page = chats.inbox_live(&listener, setup, c, limit, cursor.as_deref()).await?;
+            // The reply first, then the pushes.
+            s.outbox.push(Frame::from(ok_reply(id, &page)));
+            chats.inbox_start(&listener);
+            Ok(None)
         }
         Op::Hello { .. } | Op::Ping => unreachable!("answered by the connection itself"),
     }

@@ -17,15 +17,20 @@
 //! - [`hot`]: hot chats, pushed as coalesced `notify` frames.
 //! - [`live`]: typing and presence, ephemeral signals between nodes turned
 //!   into pushes; [`presence`]: a chat's presence bookkeeping.
+//! - [`inbox`]: live inboxes, which follow chats beside the watchers: the
+//!   node's interest in a chat at the broker is counted over both
+//!   ([`Hub::want`]), so the broker hears of the first and after the last.
 //!
 //! The hub reads the log through the [`Store`], never through the chat layer.
 //!
-//! Lock order: shard map, then a chat's state, then an outbox; the broker's
-//! own subscription map is taken under the shard map (subscribe and
-//! unsubscribe are called with it held) and never the other way round. The
+//! Lock order: shard map, then a chat's state, then an outbox; the interest
+//! map is taken under the shard map (and under the inbox feed's chat map),
+//! and the broker's own subscription map under it (subscribe and
+//! unsubscribe are called with it held), never the other way round. The
 //! hub knows a connection only as its [`Outbox`].
 
 mod hot;
+mod inbox;
 mod live;
 mod presence;
 mod sequencer;
@@ -43,6 +48,7 @@ use crate::outbox::{ConnId, Frame, Outbox};
 use crate::store::Store;
 
 pub use hot::HOT_NOTIFY_EVERY;
+pub use inbox::{INBOX_FOLLOW_MAX, INBOX_PUSH_EVERY, INBOX_TAIL_EVERY, Listener};
 pub use live::{COUNT_EVERY, TYPING_EVERY};
 pub use sequencer::GAP_WAIT;
 pub use tail::TAIL_EVERY;
@@ -76,6 +82,12 @@ pub struct Hub {
     epochs: std::sync::atomic::AtomicU64,
     /// When each member last had a typing push, per chat.
     typing: live::Gate,
+    /// How many of this node's parts want each chat's events (its watchers'
+    /// entry, its live inboxes' following): the broker subscription lives
+    /// while any does.
+    interest: Box<[Mutex<HashMap<ChatKey, u32>>]>,
+    /// Live inboxes.
+    feeds: inbox::Feeds,
 }
 
 /// Part of the chat map.
@@ -199,12 +211,15 @@ impl Hub {
             cell: std::sync::OnceLock::new(),
             epochs: std::sync::atomic::AtomicU64::new(0),
             typing: live::Gate::default(),
+            interest: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            feeds: inbox::Feeds::default(),
         });
         let sink: Arc<dyn Sink> = hub.clone();
         broker.attach(Arc::downgrade(&sink));
         if broker.may_lose() {
             tail::spawn(Arc::downgrade(&hub));
             live::spawn_sweep(Arc::downgrade(&hub));
+            inbox::spawn_tail(Arc::downgrade(&hub));
         }
         hub
     }
@@ -251,11 +266,34 @@ impl Hub {
         }
     }
 
-    /// Removes `key`'s entry and the node's interest in it, under the shard lock.
+    /// Removes `key`'s entry and its interest in the chat, under the shard lock.
     fn forget(&self, shard: &mut Shard, key: &ChatKey) {
         shard.remove(key);
         metrics::gauge!("herald_hub_chats").decrement(1.0);
-        self.broker.unsubscribe(key);
+        self.unwant(key);
+    }
+
+    /// One more part of this node wants `key`'s events: the first subscribes at the broker.
+    fn want(&self, key: &ChatKey) {
+        let h = self.hasher.hash_one(key);
+        let mut interest = self.interest[(h as usize) % SHARDS].lock().expect("hub interest lock");
+        let n = interest.entry(key.clone()).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            self.broker.subscribe(key);
+        }
+    }
+
+    /// One part of this node no longer wants `key`'s events: after the last, the broker is told.
+    fn unwant(&self, key: &ChatKey) {
+        let h = self.hasher.hash_one(key);
+        let mut interest = self.interest[(h as usize) % SHARDS].lock().expect("hub interest lock");
+        let Some(n) = interest.get_mut(key) else { return };
+        *n -= 1;
+        if *n == 0 {
+            interest.remove(key);
+            self.broker.unsubscribe(key);
+        }
     }
 
     /// Chats with local watchers now.
@@ -293,7 +331,12 @@ impl Sink for Hub {
     fn resync(&self) {
         tracing::info!(chats = self.chats(), "checking every watched chat against the log");
         self.tail_now.notify_one();
+        self.feeds.tail_now.notify_one();
         self.presence_resync();
+    }
+
+    fn joined(&self, event: Arc<Published>) {
+        self.inbox_joined(&event);
     }
 
     fn signal(&self, key: &ChatKey, signal: Signal, reply: Option<String>) {
@@ -301,6 +344,14 @@ impl Sink for Hub {
     }
 
     fn catch_up(&self, key: &ChatKey) {
+        if self.inbox_listeners() > 0 {
+            let (hub, key) = (self.me.clone(), key.clone());
+            tokio::spawn(async move {
+                if let Some(hub) = hub.upgrade() {
+                    hub.inbox_check(std::slice::from_ref(&key)).await;
+                }
+            });
+        }
         let Some(watched) = self.watched(key) else { return };
         self.later(Duration::ZERO, &watched, |hub, watched| async move {
             hub.catch_up_entry(&watched).await;
@@ -308,6 +359,7 @@ impl Sink for Hub {
     }
 
     fn deliver(&self, event: Arc<Published>) {
+        self.inbox_event(&event);
         let Some(watched) = self.watched(&event.key) else { return };
         let mut state = watched.state.lock().expect("hub chat lock");
         let emptied = self.sequence(&watched, &mut state, event);

@@ -68,7 +68,7 @@ impl Hub {
         drop(state);
         if created {
             metrics::gauge!("herald_hub_chats").increment(1.0);
-            self.broker.subscribe(key);
+            self.want(key);
         }
         drop(shard);
         if previous.is_none() {

@@ -11,6 +11,7 @@
 //! - many concurrent writes share few commits (group commit).
 
 mod apply;
+pub(crate) use apply::now_ms;
 mod pg_tls;
 pub mod postgres;
 pub mod shard_identity;
@@ -328,6 +329,18 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Vec<InboxEntry>, StoreError>> {
         let _ = (ws, user, after, limit);
         Box::pin(std::future::ready(Err(StoreError::Unavailable("this store keeps no inbox".into()))))
+    }
+
+    /// The chats `user` of `ws` is a member of, with their latest event's
+    /// time, most recently active first, at most `limit`: what a live inbox follows.
+    fn member_chats<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, i64)>, StoreError>> {
+        let _ = (ws, user, limit);
+        Box::pin(std::future::ready(Err(StoreError::Unavailable("this store keeps no members".into()))))
     }
 
     /// One chat's inbox entry for `user`; `None` if not a member (or no chat).

@@ -224,6 +224,27 @@ impl Store for Sharded {
         })
     }
 
+    fn member_chats<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, i64)>, StoreError>> {
+        Box::pin(async move {
+            let lists = futures_util::future::join_all(
+                self.shards.iter().map(|s| s.guarded(s.store.member_chats(ws, user, limit))),
+            )
+            .await;
+            let mut all = Vec::new();
+            for list in lists {
+                all.extend(list?);
+            }
+            all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            all.truncate(limit as usize);
+            Ok(all)
+        })
+    }
+
     fn inbox_entry<'a>(
         &'a self,
         key: &'a ChatKey,

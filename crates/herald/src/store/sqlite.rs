@@ -346,6 +346,23 @@ impl Store for SqliteStore {
         }))
     }
 
+    fn member_chats<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, i64)>, StoreError>> {
+        let (ws, user) = (ws.to_owned(), user.to_owned());
+        Box::pin(self.read(move |conn| {
+            conn.prepare_cached(
+                "SELECT c.chat, c.last_ts FROM members m JOIN chats c ON c.id = m.chat_id
+                  WHERE m.user = ?1 AND c.ws = ?2 ORDER BY c.last_ts DESC, c.chat LIMIT ?3",
+            )?
+            .query_map(params![user, ws, i64::from(limit)], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect()
+        }))
+    }
+
     fn inbox_entry<'a>(
         &'a self,
         key: &'a ChatKey,

@@ -255,6 +255,11 @@ impl Client {
         }
     }
 
+    /// Pushes read (while waiting for replies) and not taken yet.
+    pub fn queued_pushes(&self) -> usize {
+        self.pushes.len()
+    }
+
     /// The next push if one comes within `wait`.
     pub async fn push_within(&mut self, wait: Duration) -> Option<Value> {
         let deadline = tokio::time::Instant::now() + wait;

@@ -363,6 +363,27 @@ impl Store for PgShard {
         })
     }
 
+    fn member_chats<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, i64)>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let stmt = conn
+                .prepare_cached(
+                    r#"SELECT c.chat, c.last_ts FROM members m JOIN chats c ON c.id = m.chat_id
+                        WHERE m."user" = $1 AND c.ws = $2 ORDER BY c.last_ts DESC, c.chat LIMIT $3"#,
+                )
+                .await
+                .map_err(fail)?;
+            let rows = conn.query(&stmt, &[&user, &ws, &i64::from(limit)]).await.map_err(fail)?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
     fn inbox_entry<'a>(
         &'a self,
         key: &'a ChatKey,

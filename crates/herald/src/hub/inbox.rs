@@ -1,0 +1,473 @@
+//! The live inbox feed: after `inbox` with `live: true`, a connection gets
+//! `{"ev": "inbox", ...}` whenever one of its user's chats changes: a new
+//! event (a message, this user's `read` on any device, an edit, a delete,
+//! a join, a leave), at most one push per chat every [`INBOX_PUSH_EVERY`].
+//!
+//! Every change of a chat is an event in its log, so the feed needs only
+//! each followed chat's events, and those already reach this node the way a
+//! watch's do: the node subscribes each followed chat at the broker (one
+//! interest per chat per node, shared with its watchers), and [`Hub`]'s
+//! delivery hands each event to the feed as well. The event only says that
+//! a chat changed; what is pushed (seq, ts, this user's unread count) is
+//! read from the store ([`Store::inbox_entry`], a few index lookups), once
+//! per chat per connection per [`INBOX_PUSH_EVERY`] at most, however busy
+//! the chat: a burst of 100 messages costs each follower one read. A push
+//! goes out only when the chat's latest seq moved past what the connection
+//! was last told (its `inbox` reply, or its previous push), so a read that
+//! finds nothing new stays silent.
+//!
+//! A chat the user joins later is not subscribed yet: its `join` event
+//! reaches this node through a cell-wide notice ([`crate::broker::Sink::joined`])
+//! and the feed starts following it. A `leave` of the user is an event of a
+//! followed chat; the read after it finds no membership, and the push
+//! carries `"left": true` and ends the following.
+//!
+//! Lost broker hints (NATS): every [`INBOX_TAIL_EVERY`] the feed asks the
+//! log for the latest seq of every followed chat and treats those that moved
+//! unannounced as changed, so a lost hint delays a push, never loses it.
+//!
+//! Lock order: a listener's state, then the feed's chat map, then the hub's
+//! interest map (and the broker). The feed's maps are never held while a
+//! listener's state is taken.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use herald_protocol::EventType;
+use herald_protocol::frame::inbox_push;
+use tokio::time::Instant;
+
+use super::Hub;
+use crate::model::{ChatKey, Published};
+use crate::outbox::{ConnId, Frame, Outbox};
+
+/// The least time between two pushes of one chat to one connection.
+pub const INBOX_PUSH_EVERY: Duration = Duration::from_millis(250);
+/// Chats one live inbox follows at most: its user's most recently active
+/// ones when it starts, and those the user joins afterwards.
+pub const INBOX_FOLLOW_MAX: u32 = 1000;
+/// How often the feed checks its chats against the log (brokers that can lose hints).
+pub const INBOX_TAIL_EVERY: Duration = Duration::from_secs(5);
+/// Chats whose latest seq one store read asks for.
+const TAIL_BATCH: usize = 500;
+/// Store reads of the feed at once, across the node.
+const READS_AT_ONCE: usize = 16;
+/// The wait before a chat whose read failed is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The node's live inboxes.
+pub(super) struct Feeds {
+    /// Followed chats: their followers, and the latest seq the feed knows of.
+    chats: Mutex<HashMap<ChatKey, Followers>>,
+    /// Live inboxes by user, to follow the chats a user joins.
+    users: Mutex<HashMap<UserKey, HashMap<ConnId, Arc<Listener>>>>,
+    /// Live inboxes by connection.
+    conns: Mutex<HashMap<ConnId, Arc<Listener>>>,
+    /// How many live inboxes there are: the delivery path skips the feed when none.
+    listeners: AtomicUsize,
+    reads: tokio::sync::Semaphore,
+    /// Wakes the tail check at once (after a broker reconnect).
+    pub(super) tail_now: tokio::sync::Notify,
+}
+
+impl Default for Feeds {
+    fn default() -> Self {
+        Feeds {
+            chats: Mutex::default(),
+            users: Mutex::default(),
+            conns: Mutex::default(),
+            listeners: AtomicUsize::new(0),
+            reads: tokio::sync::Semaphore::new(READS_AT_ONCE),
+            tail_now: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+/// (workspace, user).
+type UserKey = (Arc<str>, Arc<str>);
+
+#[derive(Default)]
+struct Followers {
+    conns: HashMap<ConnId, Arc<Listener>>,
+    /// The latest seq of the chat the feed has heard of.
+    head: u64,
+}
+
+/// One connection's live inbox.
+pub struct Listener {
+    conn: ConnId,
+    outbox: Arc<Outbox>,
+    ws: Arc<str>,
+    user: Arc<str>,
+    state: Mutex<ListenerState>,
+}
+
+#[derive(Default)]
+struct ListenerState {
+    /// Its `inbox` reply is queued: pushes may follow.
+    started: bool,
+    /// The connection ended: nothing more is followed or pushed.
+    ended: bool,
+    /// A flush task runs for it.
+    flushing: bool,
+    chats: HashMap<Arc<str>, Follow>,
+}
+
+#[derive(Default)]
+struct Follow {
+    /// The chat's latest seq this connection was told of; only later ones are pushed.
+    told: u64,
+    /// The chat's latest event the feed saw (seq, ts): what a `left` push carries.
+    latest: (u64, i64),
+    /// When its last push (or failed read) was.
+    pushed_at: Option<Instant>,
+    /// A change waits to be pushed.
+    due: bool,
+}
+
+impl Listener {
+    /// Marks `chat` changed (its event `seq` at `ts`, if known); false when
+    /// the chat is not followed. Returns whether a flush must be started.
+    fn mark(&self, chat: &str, seen: Option<(u64, i64)>) -> bool {
+        let mut st = self.state.lock().expect("inbox listener lock");
+        let Some(f) = st.chats.get_mut(chat) else { return false };
+        f.due = true;
+        if let Some(seen) = seen
+            && seen.0 > f.latest.0
+        {
+            f.latest = seen;
+        }
+        st.started && !st.ended && !std::mem::replace(&mut st.flushing, true)
+    }
+}
+
+impl Hub {
+    /// Registers `outbox`'s connection as a live inbox of `user` of `ws`
+    /// (or finds the one it has). Returns it, and whether it still has to be
+    /// set up (new, or an earlier ask never finished): it follows nothing
+    /// yet; [`Hub::inbox_follow`], then [`Hub::inbox_start`].
+    pub fn inbox_listen(&self, ws: &Arc<str>, user: &Arc<str>, outbox: &Arc<Outbox>) -> (Arc<Listener>, bool) {
+        let mut conns = self.feeds.conns.lock().expect("inbox conns lock");
+        if let Some(l) = conns.get(&outbox.id()) {
+            let started = l.state.lock().expect("inbox listener lock").started;
+            return (l.clone(), !started);
+        }
+        let l = Arc::new(Listener {
+            conn: outbox.id(),
+            outbox: outbox.clone(),
+            ws: ws.clone(),
+            user: user.clone(),
+            state: Mutex::default(),
+        });
+        conns.insert(l.conn, l.clone());
+        self.feeds
+            .users
+            .lock()
+            .expect("inbox users lock")
+            .entry((ws.clone(), user.clone()))
+            .or_default()
+            .insert(l.conn, l.clone());
+        self.feeds.listeners.fetch_add(1, Ordering::Relaxed);
+        metrics::gauge!("herald_inbox_listeners").increment(1.0);
+        (l, true)
+    }
+
+    /// Follows `chats` (with their latest seq, which the connection counts as
+    /// told) for `l`. Chats already followed keep their state.
+    pub fn inbox_follow(&self, l: &Arc<Listener>, chats: &[(ChatKey, u64)]) {
+        let mut st = l.state.lock().expect("inbox listener lock");
+        if st.ended {
+            return;
+        }
+        let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
+        for (key, head) in chats {
+            if st.chats.contains_key(&*key.chat) {
+                continue;
+            }
+            st.chats.insert(key.chat.clone(), Follow { told: *head, latest: (*head, 0), ..Follow::default() });
+            let followers = feeds.entry(key.clone()).or_insert_with(|| {
+                self.want(key);
+                metrics::gauge!("herald_inbox_chats").increment(1.0);
+                Followers { conns: HashMap::new(), head: *head }
+            });
+            followers.head = followers.head.max(*head);
+            followers.conns.insert(l.conn, l.clone());
+        }
+    }
+
+    /// Raises what `l` counts as told of each of `chats` to the seq given
+    /// (their latest seq read after following them, or its `inbox` reply's
+    /// entries), and what the feed knows of their latest seq with it.
+    pub fn inbox_told(&self, l: &Listener, chats: &[(ChatKey, u64)]) {
+        let mut st = l.state.lock().expect("inbox listener lock");
+        let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
+        for (key, seq) in chats {
+            if let Some(f) = st.chats.get_mut(&*key.chat) {
+                f.told = f.told.max(*seq);
+                f.latest.0 = f.latest.0.max(*seq);
+            }
+            if let Some(followers) = feeds.get_mut(key) {
+                followers.head = followers.head.max(*seq);
+            }
+        }
+    }
+
+    /// `l`'s `inbox` reply is queued: pushes may go out from now on,
+    /// starting with the changes seen meanwhile.
+    pub fn inbox_start(&self, l: &Arc<Listener>) {
+        let flush = {
+            let mut st = l.state.lock().expect("inbox listener lock");
+            st.started = true;
+            let any_due = st.chats.values().any(|f| f.due);
+            any_due && !st.ended && !std::mem::replace(&mut st.flushing, true)
+        };
+        if flush {
+            self.spawn_flush(l.clone());
+        }
+    }
+
+    /// Ends the live inbox of connection `conn`, if it has one.
+    pub fn inbox_unlisten(&self, conn: ConnId) {
+        let Some(l) = self.feeds.conns.lock().expect("inbox conns lock").remove(&conn) else { return };
+        {
+            let mut users = self.feeds.users.lock().expect("inbox users lock");
+            let key = (l.ws.clone(), l.user.clone());
+            if let Some(of_user) = users.get_mut(&key) {
+                of_user.remove(&conn);
+                if of_user.is_empty() {
+                    users.remove(&key);
+                }
+            }
+        }
+        let mut st = l.state.lock().expect("inbox listener lock");
+        st.ended = true;
+        let chats: Vec<Arc<str>> = st.chats.drain().map(|(chat, _)| chat).collect();
+        let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
+        for chat in chats {
+            self.unfollow_locked(&mut feeds, &ChatKey { ws: l.ws.clone(), chat }, conn);
+        }
+        drop(feeds);
+        drop(st);
+        self.feeds.listeners.fetch_sub(1, Ordering::Relaxed);
+        metrics::gauge!("herald_inbox_listeners").decrement(1.0);
+    }
+
+    /// Removes `conn` from `key`'s followers, and the node's interest in
+    /// `key` with the last one. Called with the chat map (and the
+    /// listener's state) held.
+    fn unfollow_locked(&self, feeds: &mut HashMap<ChatKey, Followers>, key: &ChatKey, conn: ConnId) {
+        let Some(followers) = feeds.get_mut(key) else { return };
+        followers.conns.remove(&conn);
+        if followers.conns.is_empty() {
+            feeds.remove(key);
+            metrics::gauge!("herald_inbox_chats").decrement(1.0);
+            self.unwant(key);
+        }
+    }
+
+    /// Live inboxes on this node now.
+    pub fn inbox_listeners(&self) -> usize {
+        self.feeds.listeners.load(Ordering::Relaxed)
+    }
+
+    /// An event of a chat reached this node: its followers' chat changed;
+    /// a `join` makes the joiner's live inboxes follow the chat.
+    pub(super) fn inbox_event(&self, event: &Published) {
+        if self.feeds.listeners.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let followers: Vec<Arc<Listener>> = {
+            let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
+            match feeds.get_mut(&event.key) {
+                Some(f) => {
+                    f.head = f.head.max(event.seq);
+                    f.conns.values().cloned().collect()
+                }
+                None => Vec::new(),
+            }
+        };
+        for l in followers {
+            if l.mark(&event.key.chat, Some((event.seq, event.ts))) {
+                self.spawn_flush(l);
+            }
+        }
+        if event.kind == EventType::Join {
+            self.inbox_joined(event);
+        }
+    }
+
+    /// A `join` (from this node or, through the cell-wide notice, another):
+    /// the joiner's live inboxes here follow the chat and hear of it.
+    pub(super) fn inbox_joined(&self, event: &Published) {
+        let Some(user) = &event.user else { return };
+        let joiners: Vec<Arc<Listener>> = {
+            let users = self.feeds.users.lock().expect("inbox users lock");
+            match users.get(&(event.key.ws.clone(), user.clone())) {
+                Some(of_user) => of_user.values().cloned().collect(),
+                None => return,
+            }
+        };
+        for l in joiners {
+            // Told nothing of it yet: its first read is pushed.
+            self.inbox_follow(&l, &[(event.key.clone(), 0)]);
+            if l.mark(&event.key.chat, Some((event.seq, event.ts))) {
+                self.spawn_flush(l);
+            }
+        }
+    }
+
+    /// Marks the followers of `key` changed when its latest seq in the log
+    /// (`head`) is past what the feed heard of: an event whose hint was lost.
+    fn inbox_seen_head(&self, key: &ChatKey, head: u64) {
+        let followers: Vec<Arc<Listener>> = {
+            let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
+            let Some(f) = feeds.get_mut(key) else { return };
+            if head <= f.head {
+                return;
+            }
+            f.head = head;
+            f.conns.values().cloned().collect()
+        };
+        metrics::counter!("herald_inbox_tail_repairs_total").increment(1);
+        for l in followers {
+            if l.mark(&key.chat, None) {
+                self.spawn_flush(l);
+            }
+        }
+    }
+
+    /// Checks `keys` against the log ([`Hub::inbox_seen_head`]).
+    pub(super) async fn inbox_check(&self, keys: &[ChatKey]) {
+        for batch in keys.chunks(TAIL_BATCH) {
+            match self.store.heads(batch).await {
+                Ok(heads) => {
+                    for (key, head) in batch.iter().zip(heads) {
+                        if let Some(head) = head {
+                            self.inbox_seen_head(key, head);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(chats = batch.len(), error = %e, "inbox tail check could not read the log; trying again next time");
+                    metrics::counter!("herald_hub_tail_failures_total").increment(1);
+                }
+            }
+        }
+    }
+
+    /// Every followed chat, for the tail check.
+    fn inbox_chats(&self) -> Vec<ChatKey> {
+        self.feeds.chats.lock().expect("inbox chats lock").keys().cloned().collect()
+    }
+
+    fn spawn_flush(&self, l: Arc<Listener>) {
+        let hub = self.me.clone();
+        tokio::spawn(async move {
+            if let Some(hub) = hub.upgrade() {
+                hub.flush(&l).await;
+            } else {
+                l.state.lock().expect("inbox listener lock").flushing = false;
+            }
+        });
+    }
+
+    /// Pushes `l`'s changed chats, each when its [`INBOX_PUSH_EVERY`] since
+    /// the previous push has passed; returns once none is due.
+    async fn flush(&self, l: &Arc<Listener>) {
+        loop {
+            let now = Instant::now();
+            let (ready, wake) = {
+                let mut st = l.state.lock().expect("inbox listener lock");
+                if st.ended {
+                    st.flushing = false;
+                    return;
+                }
+                let mut ready = Vec::new();
+                let mut wake: Option<Instant> = None;
+                for (chat, f) in st.chats.iter_mut().filter(|(_, f)| f.due) {
+                    let at = f.pushed_at.map_or(now, |t| t + INBOX_PUSH_EVERY);
+                    if at <= now {
+                        f.due = false;
+                        ready.push(chat.clone());
+                    } else {
+                        wake = Some(wake.map_or(at, |w| w.min(at)));
+                    }
+                }
+                if ready.is_empty() && wake.is_none() {
+                    st.flushing = false;
+                    return;
+                }
+                (ready, wake)
+            };
+            if ready.is_empty() {
+                tokio::time::sleep_until(wake.expect("something is due")).await;
+                continue;
+            }
+            futures_util::stream::iter(ready)
+                .for_each_concurrent(4, |chat| async move { self.push_entry(l, chat).await })
+                .await;
+        }
+    }
+
+    /// Reads `chat`'s entry for `l`'s user and pushes it if it is news.
+    async fn push_entry(&self, l: &Arc<Listener>, chat: Arc<str>) {
+        let key = ChatKey { ws: l.ws.clone(), chat };
+        let read = {
+            let _permit = self.feeds.reads.acquire().await.expect("never closed");
+            self.store.inbox_entry(&key, &l.user).await
+        };
+        let now = Instant::now();
+        let mut st = l.state.lock().expect("inbox listener lock");
+        if st.ended {
+            return;
+        }
+        let Some(f) = st.chats.get_mut(&*key.chat) else { return };
+        match read {
+            Ok(Some(entry)) => {
+                if entry.seq > f.told {
+                    f.told = entry.seq;
+                    f.latest = f.latest.max((entry.seq, entry.ts));
+                    f.pushed_at = Some(now);
+                    l.outbox.push(Frame::from(inbox_push(&key.chat, entry.seq, entry.ts, entry.unread, false)));
+                    metrics::counter!("herald_inbox_pushes_total").increment(1);
+                }
+            }
+            Ok(None) => {
+                // Not a member any more: the last push of this chat.
+                let (seq, ts) = f.latest;
+                let ts = if ts == 0 { crate::store::now_ms() } else { ts };
+                l.outbox.push(Frame::from(inbox_push(&key.chat, seq.max(f.told), ts, 0, true)));
+                metrics::counter!("herald_inbox_pushes_total").increment(1);
+                st.chats.remove(&*key.chat);
+                let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
+                self.unfollow_locked(&mut feeds, &key, l.conn);
+            }
+            Err(e) => {
+                tracing::warn!(chat = %key, error = %e, "live inbox read failed; trying again");
+                metrics::counter!("herald_inbox_read_failures_total").increment(1);
+                f.due = true;
+                f.pushed_at = Some(now + RETRY_AFTER - INBOX_PUSH_EVERY);
+            }
+        }
+    }
+}
+
+/// Starts the feed's tail check of `hub`; it ends with the hub.
+pub(super) fn spawn_tail(hub: Weak<Hub>) {
+    tokio::spawn(async move {
+        loop {
+            let Some(strong) = hub.upgrade() else { return };
+            tokio::select! {
+                _ = tokio::time::sleep(INBOX_TAIL_EVERY) => {}
+                _ = strong.feeds.tail_now.notified() => {}
+            }
+            let keys = strong.inbox_chats();
+            if !keys.is_empty() {
+                strong.inbox_check(&keys).await;
+            }
+        }
+    });
+}
