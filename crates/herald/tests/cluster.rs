@@ -603,3 +603,48 @@ async fn admin_status_shows_every_node_of_the_cell_with_its_connections() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The next `inbox` push of `chat` within 3 s, passing over others.
+async fn inbox_of(c: &mut Client, chat: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let p = push_of(c, "inbox", deadline.saturating_duration_since(Instant::now()))
+            .await
+            .unwrap_or_else(|| panic!("no inbox push of {chat}"));
+        if p["chat"] == chat {
+            return p;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
+async fn a_live_inbox_hears_of_what_happens_on_the_other_nodes() {
+    let cell = Cell::start(2).await;
+    let mut alice = cell.nodes[0].client("w", "alice").await;
+    let mut phone = cell.nodes[1].client("w", "alice").await;
+    let mut bob = cell.nodes[1].client("w", "bob").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    bob.ok(json!({"op": "join", "chat": "g"})).await;
+    let page = alice.ok(json!({"op": "inbox", "live": true})).await;
+    assert_eq!(page["chats"][0]["chat"], "g");
+    // Let node-0's subscription of g reach every NATS server.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let m = bob.ok(json!({"op": "send", "chat": "g", "body": "from node-1"})).await;
+    let p = inbox_of(&mut alice, "g").await;
+    assert_eq!((p["seq"].clone(), p["unread"].clone()), (m["seq"].clone(), json!(1)), "{p}");
+
+    // Joined on node-1, a chat node-0 never heard of: the cell-wide join notice.
+    phone.ok(json!({"op": "join", "chat": "h"})).await;
+    assert_eq!(inbox_of(&mut alice, "h").await["seq"], 1);
+    bob.ok(json!({"op": "join", "chat": "h"})).await;
+    assert_eq!(inbox_of(&mut alice, "h").await["seq"], 2, "bob's join is news too");
+    let m = bob.ok(json!({"op": "send", "chat": "h", "body": "hello"})).await;
+    let p = inbox_of(&mut alice, "h").await;
+    assert_eq!((p["seq"].clone(), p["unread"].clone()), (m["seq"].clone(), json!(1)), "{p}");
+    phone.ok(json!({"op": "read", "chat": "h", "seq": m["seq"]})).await;
+    assert_eq!(inbox_of(&mut alice, "h").await["unread"], 0);
+    phone.ok(json!({"op": "leave", "chat": "g"})).await;
+    assert_eq!(inbox_of(&mut alice, "g").await["left"], true);
+}

@@ -87,6 +87,24 @@ impl Store for Log {
         Box::pin(std::future::ready(Ok(keys.iter().map(|_| Some(seq)).collect())))
     }
 
+    /// Every event is a message from someone else, and nothing is read.
+    fn inbox_entry<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        _user: &'a str,
+    ) -> BoxFuture<'a, Result<Option<herald_protocol::reply::InboxEntry>, StoreError>> {
+        let seq = self.info().seq;
+        let entry = herald_protocol::reply::InboxEntry {
+            chat: key.chat.to_string(),
+            seq,
+            ts: 1000 + seq as i64,
+            read: 0,
+            unread: seq,
+            last: None,
+        };
+        Box::pin(std::future::ready(Ok(Some(entry))))
+    }
+
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(std::future::ready(Ok(())))
     }
@@ -281,4 +299,85 @@ fn the_broker_hears_a_chats_interest_in_the_order_watches_changed() {
         }
         assert_eq!(interest.len() % 2, 0, "left subscribed with no watcher");
     }
+}
+
+/// `outbox`'s inbox pushes as (chat, seq, unread).
+fn inbox_pushed(outbox: &Outbox) -> Vec<(String, u64, u64)> {
+    let mut frames = Vec::new();
+    outbox.drain(usize::MAX, &mut frames);
+    frames
+        .iter()
+        .map(|f| serde_json::from_str::<serde_json::Value>(f.as_str()).unwrap())
+        .filter(|v| v["ev"] == "inbox")
+        .map(|v| (v["chat"].as_str().unwrap().to_string(), v["seq"].as_u64().unwrap(), v["unread"].as_u64().unwrap()))
+        .collect()
+}
+
+/// A started live inbox of user "u" on connection `id`, following `key` as told up to `told`.
+fn live_inbox(hub: &Hub, key: &ChatKey, id: u64, told: u64) -> Arc<Outbox> {
+    let outbox = Arc::new(Outbox::new(id, 1 << 20));
+    let (l, setup) = hub.inbox_listen(&key.ws, &Arc::from("u"), &outbox);
+    assert!(setup);
+    hub.inbox_follow(&l, &[(key.clone(), 0)]);
+    hub.inbox_told(&l, &[(key.clone(), told)]);
+    hub.inbox_start(&l);
+    outbox
+}
+
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_live_inbox_gets_one_push_per_chat_per_quarter_second_however_busy() {
+    let log = Log::new(0, vec![]);
+    let hub = hub_over(&log, 0);
+    let key = ChatKey::new("w", "busy");
+    let outbox = live_inbox(&hub, &key, 1, 0);
+    for seq in 1..=10 {
+        log.latest.store(seq, std::sync::atomic::Ordering::SeqCst);
+        hub.deliver(event(&key, seq));
+        settle().await;
+        if seq == 1 {
+            assert_eq!(inbox_pushed(&outbox), vec![("busy".into(), 1, 1)], "the first change at once");
+        }
+    }
+    assert_eq!(inbox_pushed(&outbox), vec![], "the rest wait for the quarter second");
+    tokio::time::sleep(INBOX_PUSH_EVERY).await;
+    settle().await;
+    assert_eq!(inbox_pushed(&outbox), vec![("busy".into(), 10, 10)], "then one push with the latest");
+    tokio::time::sleep(INBOX_PUSH_EVERY * 4).await;
+    assert_eq!(inbox_pushed(&outbox), vec![], "nothing new, nothing pushed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_live_inbox_hears_of_an_event_whose_hint_was_lost_at_the_next_tail_check() {
+    let log = Log::new(2, vec![]);
+    let hub = Hub::new(Arc::new(LossyBroker::default()), log.clone(), 0, 1 << 20);
+    let key = ChatKey::new("w", "quiet");
+    let outbox = live_inbox(&hub, &key, 1, 2);
+    log.latest.store(5, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(INBOX_TAIL_EVERY + Duration::from_millis(50)).await;
+    settle().await;
+    assert_eq!(inbox_pushed(&outbox), vec![("quiet".into(), 5, 5)]);
+    tokio::time::sleep(INBOX_TAIL_EVERY * 2).await;
+    settle().await;
+    assert_eq!(inbox_pushed(&outbox), vec![], "nothing twice");
+}
+
+#[tokio::test(start_paused = true)]
+async fn watchers_and_live_inboxes_of_a_chat_share_one_broker_subscription() {
+    let broker = Arc::new(LossyBroker::default());
+    let hub = Hub::new(broker.clone(), Log::new(0, vec![]), 0, 1 << 20);
+    let key = ChatKey::new("w", "c");
+    let watcher = Arc::new(Outbox::new(1, 1 << 20));
+    live_watch(&hub, &key, &watcher, 0);
+    let inbox = live_inbox(&hub, &key, 2, 0);
+    hub.unwatch(&key, watcher.id());
+    assert_eq!(*broker.interest.lock().unwrap(), vec![true], "the inbox still follows it");
+    hub.inbox_unlisten(inbox.id());
+    assert_eq!(*broker.interest.lock().unwrap(), vec![true, false]);
+    assert_eq!(hub.inbox_listeners(), 0);
 }
