@@ -37,7 +37,6 @@ const TEST_TIMEOUT_MS = 150_000;
 const CHAT = 'general';
 
 /** Whether the server pushes inbox changes (`inbox` with `live: true`); the live chat-list test needs it. */
-const LIVE_INBOX = process.env.HERALD_LIVE_INBOX === '1';
 
 // ---- the page -------------------------------------------------------------------------------------
 
@@ -315,12 +314,7 @@ describe('demo page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
     assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
   });
 
-  // herald 0.x accepts `live: true` but does not push inbox changes yet (docs/protocol.md says so); this
-  // test is what the page must do once it does.
-  test(
-    'the chat list follows unread counts live: new messages, a delete, a read',
-    { timeout: TEST_TIMEOUT_MS, skip: LIVE_INBOX ? false : 'needs the server\'s live inbox feed; run with HERALD_LIVE_INBOX=1 once herald pushes `inbox` changes' },
-    async () => {
+  test('the chat list follows unread counts live: new messages, a delete, a read', { timeout: TEST_TIMEOUT_MS }, async () => {
     await send(alice, 'are you there?');
     await send(alice, 'bob?');
     await until(UI_TIMEOUT_MS, 'bob sees 2 unread in general, now the latest chat', async () =>
@@ -338,6 +332,5 @@ describe('demo page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
     assert.equal(await bob.page.isHidden('#chats li[data-chat="general"] .unread'), true);
     await until(UI_TIMEOUT_MS, 'alice sees bob here again', async () => JSON.stringify(await present(alice)) === '["alice","bob"]');
     assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
-    },
-  );
+  });
 });

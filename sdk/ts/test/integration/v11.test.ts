@@ -179,10 +179,7 @@ describe.skipIf(HERALD_BIN === '')('herald protocol 1.1', () => {
     expect(alice.inbox.unread).toBe(2);
   });
 
-  // herald 0.x accepts `live: true` but does not push inbox changes yet (docs/protocol.md says so).
-  it.skipIf(process.env.HERALD_LIVE_INBOX !== '1')(
-    'follows inbox pushes live: new messages, reads, deletes and leaves (needs the live inbox feed: HERALD_LIVE_INBOX=1)',
-    async () => {
+  it('follows inbox pushes live: new messages, reads, deletes and leaves', async () => {
       const herald = await startHerald();
       const alice = await user(herald, 'alice');
       const bob = await user(herald, 'bob');
@@ -204,6 +201,5 @@ describe.skipIf(HERALD_BIN === '')('herald protocol 1.1', () => {
       await until('the deleted message is not counted', () => alice.inbox.get('a')?.unread === 1);
       await alice.chat('b').leave();
       await until('b is gone', () => alice.inbox.get('b') === undefined);
-    },
-  );
+  });
 });
