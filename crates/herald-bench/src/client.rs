@@ -175,6 +175,8 @@ struct Req<'a> {
     limit: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cursor: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live: Option<bool>,
 }
 
 /// Any server frame: a reply (`id` with `ok` or `err`) or a push (`ev`).
@@ -188,6 +190,9 @@ pub struct Incoming {
     pub seq: Option<u64>,
     #[serde(rename = "type")]
     pub kind: Option<EventType>,
+    /// Of an `inbox` push.
+    pub unread: Option<u64>,
+    pub left: Option<bool>,
 }
 
 /// How a held connection ended.
@@ -295,6 +300,13 @@ impl Client {
     /// A page of this user's `inbox`, after `cursor`.
     pub async fn inbox(&mut self, limit: u32, cursor: Option<&str>) -> Result<InboxOk, Failure> {
         self.request(Req { op: "inbox", limit: Some(limit), cursor, ..Req::default() }).await.map_err(at(Stage::Inbox))
+    }
+
+    /// The first page of this user's `inbox`, live: `inbox` pushes follow.
+    pub async fn inbox_live(&mut self, limit: u32) -> Result<InboxOk, Failure> {
+        self.request(Req { op: "inbox", limit: Some(limit), live: Some(true), ..Req::default() })
+            .await
+            .map_err(at(Stage::Inbox))
     }
 
     /// Sends one request and reads until its reply; pushes read meanwhile are dropped.

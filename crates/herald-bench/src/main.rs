@@ -24,6 +24,7 @@ mod handshake;
 mod http;
 mod idle;
 mod inbox;
+mod inbox_live;
 mod joinflood;
 mod joins;
 mod latency;
@@ -73,6 +74,8 @@ pub(crate) enum Command {
     Presence(presence::PresenceArgs),
     /// One user's inbox in a large store (bulk-loaded): latency of reading every page, p50 and p99.
     Inbox(inbox::InboxArgs),
+    /// U live inboxes whose chats receive R messages/s: pushes, latency, server CPU, exactness.
+    InboxLive(inbox_live::InboxLiveArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
@@ -99,6 +102,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Joinflood(args) => joinflood::run(args).await,
         Command::Presence(args) => presence::run(args).await,
         Command::Inbox(args) => inbox::run(args).await,
+        Command::InboxLive(args) => inbox_live::run(args).await,
         Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Worker(_) => anyhow::bail!("a worker runs on its own"),

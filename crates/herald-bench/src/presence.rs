@@ -266,7 +266,7 @@ where
 }
 
 /// A request bounded by [`REQUEST_TIMEOUT`].
-async fn bounded<T>(req: impl std::future::Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
+pub(crate) async fn bounded<T>(req: impl std::future::Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
     tokio::time::timeout(REQUEST_TIMEOUT, req)
         .await
         .unwrap_or_else(|_| Err(Failure::timeout(format!("no answer in {REQUEST_TIMEOUT:?}"))))

@@ -5,7 +5,8 @@
 //! short-lived connections), joinflood (two short steps: 100 joins at
 //! 200/s, 200 at 400/s, a quiet chat beside), presence (30 present users, 5
 //! of them churning, 100 changes) and inbox (300 chats, 6,000 events, one
-//! user in 50 of them, pages of 20). Fails (non-zero exit) when a scenario errs or
+//! user in 50 of them, pages of 20) and inbox-live (100 live inboxes in chats of 5, 100 messages/s for
+//! 2 s). Fails (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
 
@@ -51,6 +52,7 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         ("joinflood".into(), words("joinflood --start 200 --steps 2 --step-s 0.5 --quiet-rate 20")),
         ("presence".into(), words("presence --present 30 --churners 5 --changes 100 --settle-ms 300")),
         ("inbox".into(), words("inbox --chats 300 --events 6000 --member-chats 50 --limit 20 --reads 3")),
+        ("inbox-live".into(), words("inbox-live --users 100 --members 5 --rate 100 --seconds 2")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
@@ -119,6 +121,14 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
         "joins" => yes("members_match"),
         "churn" => num("completed") == num("planned"),
         // Every change counted and pushed to the 25 watchers (fewer than 100 present: one push per watcher).
+        // Every message's chat pushed to its members, and every inbox exact at the end.
+        "inbox-live" => {
+            num("sent") >= 100.0
+                && num("uncovered") == 0.0
+                && num("inexact") == 0.0
+                && num("dropped") == 0.0
+                && num("pushes") >= num("sent")
+        }
         "presence" => num("changes") >= 100.0 && num("pushes_per_change") >= 25.0 && num("dropped") == 0.0,
         // Every join offered acked and counted as a member; the ladder's rate verdict is not checked
         // (a loaded machine may fall behind a step's rate without anything being wrong).

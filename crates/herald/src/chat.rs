@@ -425,11 +425,13 @@ impl Chats {
             // Followed first, then read: a change after this read is pushed,
             // one before it is in what the connection counts as told.
             let heads = self.store.heads(&keys).await?;
-            let told: Vec<(ChatKey, u64)> = keys.into_iter().zip(heads).map(|(k, h)| (k, h.unwrap_or(0))).collect();
+            let told: Vec<(ChatKey, u64, Option<u64>)> =
+                keys.into_iter().zip(heads).map(|(k, h)| (k, h.unwrap_or(0), None)).collect();
             self.hub.inbox_told(l, &told);
         }
         let page = self.inbox(&c.ws, &c.user, limit, cursor).await?;
-        let told: Vec<(ChatKey, u64)> = page.chats.iter().map(|e| (c.key(&e.chat), e.seq)).collect();
+        let told: Vec<(ChatKey, u64, Option<u64>)> =
+            page.chats.iter().map(|e| (c.key(&e.chat), e.seq, Some(e.unread))).collect();
         self.hub.inbox_told(l, &told);
         Ok(page)
     }

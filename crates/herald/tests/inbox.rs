@@ -219,16 +219,15 @@ async fn a_live_inbox_hears_of_messages_reads_on_other_devices_joins_and_leaves(
     assert_eq!((p["seq"].clone(), p["unread"].clone()), (sent["seq"].clone(), json!(2)), "{p}");
     assert!(p["ts"].as_i64().unwrap() > 0 && p.get("left").is_none(), "{p}");
 
-    // A burst: at most one push per 250 ms, the last one exact.
+    // A burst: a few pushes, not one per message, the last one exact. (The
+    // 250 ms spacing itself is checked on the server's clock, in the hub's tests.)
+    let burst = tokio::time::Instant::now();
     for i in 0..30 {
         bob.ok(json!({"op": "send", "chat": "b", "body": i})).await;
     }
     let pushes = inbox_pushes(&mut alice, "b", Duration::from_millis(900)).await;
-    assert!(!pushes.is_empty() && pushes.len() <= 4, "coalesced: {pushes:?}");
-    for w in pushes.windows(2) {
-        let gap = w[1].1 - w[0].1;
-        assert!(gap >= Duration::from_millis(200), "pushes of one chat {gap:?} apart");
-    }
+    let most = 2 + (burst.elapsed().as_millis() / 250) as usize;
+    assert!(!pushes.is_empty() && pushes.len() <= most, "coalesced, at most {most}: {pushes:?}");
     let last = &pushes.last().unwrap().0;
     assert_eq!((last["seq"].clone(), last["unread"].clone()), (json!(32), json!(30)), "{last}");
 

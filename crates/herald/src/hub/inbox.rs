@@ -120,6 +120,9 @@ struct ListenerState {
 struct Follow {
     /// The chat's latest seq this connection was told of; only later ones are pushed.
     told: u64,
+    /// The entry as known exactly without the store: (latest seq, unread), kept
+    /// up by the events that follow it one by one (see [`Follow::apply`]).
+    exact: Option<(u64, u64)>,
     /// The chat's latest event the feed saw (seq, ts): what a `left` push carries.
     latest: (u64, i64),
     /// When its last push (or failed read) was.
@@ -128,17 +131,45 @@ struct Follow {
     due: bool,
 }
 
+impl Follow {
+    /// Takes `event` into the exact entry when it is the very next event and
+    /// its effect on `user`'s count is known from the event alone: a message
+    /// of someone else counts one more, and most other events change nothing.
+    /// Anything else (a gap, an event out of order, `user`'s own `read`,
+    /// `join` or `leave`, a `delete`, whose target's sender the event does
+    /// not say) forgets it: the next push reads the store.
+    fn apply(&mut self, event: &Published, user: &str) {
+        let Some((seq, unread)) = self.exact else { return };
+        let own = event.user.as_deref() == Some(user);
+        let counts = match event.kind {
+            EventType::Message => Some(u64::from(!own)),
+            EventType::Reaction | EventType::System | EventType::Edit => Some(0),
+            EventType::Read | EventType::Join | EventType::Leave => (!own).then_some(0),
+            _ => None,
+        };
+        self.exact = match counts {
+            Some(more) if event.seq == seq + 1 => Some((event.seq, unread + more)),
+            _ if event.seq <= seq => self.exact,
+            _ => None,
+        };
+    }
+}
+
 impl Listener {
-    /// Marks `chat` changed (its event `seq` at `ts`, if known); false when
-    /// the chat is not followed. Returns whether a flush must be started.
-    fn mark(&self, chat: &str, seen: Option<(u64, i64)>) -> bool {
+    /// Marks `chat` changed by `event` (or by something unknown); returns
+    /// whether a flush must be started (false, too, when `chat` is not followed).
+    fn mark(&self, chat: &str, event: Option<&Published>) -> bool {
         let mut st = self.state.lock().expect("inbox listener lock");
         let Some(f) = st.chats.get_mut(chat) else { return false };
         f.due = true;
-        if let Some(seen) = seen
-            && seen.0 > f.latest.0
-        {
-            f.latest = seen;
+        match event {
+            Some(event) => {
+                if event.seq > f.latest.0 {
+                    f.latest = (event.seq, event.ts);
+                }
+                f.apply(event, &self.user);
+            }
+            None => f.exact = None,
         }
         st.started && !st.ended && !std::mem::replace(&mut st.flushing, true)
     }
@@ -201,13 +232,20 @@ impl Hub {
     /// Raises what `l` counts as told of each of `chats` to the seq given
     /// (their latest seq read after following them, or its `inbox` reply's
     /// entries), and what the feed knows of their latest seq with it.
-    pub fn inbox_told(&self, l: &Listener, chats: &[(ChatKey, u64)]) {
+    /// With `unread` (a reply's entry: (seq, unread) exact then), pushes of
+    /// the following events may need no store read.
+    pub fn inbox_told(&self, l: &Listener, chats: &[(ChatKey, u64, Option<u64>)]) {
         let mut st = l.state.lock().expect("inbox listener lock");
         let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
-        for (key, seq) in chats {
+        for (key, seq, unread) in chats {
             if let Some(f) = st.chats.get_mut(&*key.chat) {
                 f.told = f.told.max(*seq);
                 f.latest.0 = f.latest.0.max(*seq);
+                if let Some(unread) = unread
+                    && f.exact.is_none_or(|(s, _)| s < *seq)
+                {
+                    f.exact = Some((*seq, *unread));
+                }
             }
             if let Some(followers) = feeds.get_mut(key) {
                 followers.head = followers.head.max(*seq);
@@ -290,7 +328,7 @@ impl Hub {
             }
         };
         for l in followers {
-            if l.mark(&event.key.chat, Some((event.seq, event.ts))) {
+            if l.mark(&event.key.chat, Some(event)) {
                 self.spawn_flush(l);
             }
         }
@@ -313,7 +351,7 @@ impl Hub {
         for l in joiners {
             // Told nothing of it yet: its first read is pushed.
             self.inbox_follow(&l, &[(event.key.clone(), 0)]);
-            if l.mark(&event.key.chat, Some((event.seq, event.ts))) {
+            if l.mark(&event.key.chat, Some(event)) {
                 self.spawn_flush(l);
             }
         }
@@ -406,10 +444,35 @@ impl Hub {
                 tokio::time::sleep_until(wake.expect("something is due")).await;
                 continue;
             }
+            let ready = self.push_exact(l, ready, now);
             futures_util::stream::iter(ready)
                 .for_each_concurrent(4, |chat| async move { self.push_entry(l, chat).await })
                 .await;
         }
+    }
+
+    /// Pushes, without reading the store, those of `ready` whose entry is
+    /// known exactly; returns the others.
+    fn push_exact(&self, l: &Listener, ready: Vec<Arc<str>>, now: Instant) -> Vec<Arc<str>> {
+        let mut st = l.state.lock().expect("inbox listener lock");
+        let mut unknown = Vec::new();
+        let mut pushed = 0u64;
+        for chat in ready {
+            let Some(f) = st.chats.get_mut(&chat) else { continue };
+            match f.exact {
+                Some((seq, unread)) if seq == f.latest.0 => {
+                    if seq > f.told {
+                        f.told = seq;
+                        f.pushed_at = Some(now);
+                        l.outbox.push(Frame::from(inbox_push(&chat, seq, f.latest.1, unread, false)));
+                        pushed += 1;
+                    }
+                }
+                _ => unknown.push(chat),
+            }
+        }
+        metrics::counter!("herald_inbox_pushes_total").increment(pushed);
+        unknown
     }
 
     /// Reads `chat`'s entry for `l`'s user and pushes it if it is news.
@@ -427,6 +490,10 @@ impl Hub {
         let Some(f) = st.chats.get_mut(&*key.chat) else { return };
         match read {
             Ok(Some(entry)) => {
+                metrics::counter!("herald_inbox_reads_total").increment(1);
+                if f.latest.0 <= entry.seq {
+                    f.exact = Some((entry.seq, entry.unread));
+                }
                 if entry.seq > f.told {
                     f.told = entry.seq;
                     f.latest = f.latest.max((entry.seq, entry.ts));

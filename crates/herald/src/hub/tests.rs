@@ -35,6 +35,8 @@ struct Log {
     /// Fetches and heads reads served.
     reads: std::sync::atomic::AtomicUsize,
     heads: std::sync::atomic::AtomicUsize,
+    /// Inbox entries read.
+    entries: std::sync::atomic::AtomicUsize,
 }
 
 impl Log {
@@ -45,6 +47,7 @@ impl Log {
             meanwhile: std::sync::Mutex::new(meanwhile),
             reads: 0.into(),
             heads: 0.into(),
+            entries: 0.into(),
         })
     }
 
@@ -93,6 +96,7 @@ impl Store for Log {
         key: &'a ChatKey,
         _user: &'a str,
     ) -> BoxFuture<'a, Result<Option<herald_protocol::reply::InboxEntry>, StoreError>> {
+        self.entries.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let seq = self.info().seq;
         let entry = herald_protocol::reply::InboxEntry {
             chat: key.chat.to_string(),
@@ -313,13 +317,14 @@ fn inbox_pushed(outbox: &Outbox) -> Vec<(String, u64, u64)> {
         .collect()
 }
 
-/// A started live inbox of user "u" on connection `id`, following `key` as told up to `told`.
+/// A started live inbox of user "me" (every event is "u"'s) on connection
+/// `id`, following `key` as told up to `told`.
 fn live_inbox(hub: &Hub, key: &ChatKey, id: u64, told: u64) -> Arc<Outbox> {
     let outbox = Arc::new(Outbox::new(id, 1 << 20));
-    let (l, setup) = hub.inbox_listen(&key.ws, &Arc::from("u"), &outbox);
+    let (l, setup) = hub.inbox_listen(&key.ws, &Arc::from("me"), &outbox);
     assert!(setup);
     hub.inbox_follow(&l, &[(key.clone(), 0)]);
-    hub.inbox_told(&l, &[(key.clone(), told)]);
+    hub.inbox_told(&l, &[(key.clone(), told, None)]);
     hub.inbox_start(&l);
     outbox
 }
@@ -348,8 +353,22 @@ async fn a_live_inbox_gets_one_push_per_chat_per_quarter_second_however_busy() {
     tokio::time::sleep(INBOX_PUSH_EVERY).await;
     settle().await;
     assert_eq!(inbox_pushed(&outbox), vec![("busy".into(), 10, 10)], "then one push with the latest");
+    assert_eq!(log.entries.load(std::sync::atomic::Ordering::SeqCst), 1, "counted from the events, one by one");
+    // An event out of order (a gap) is not counted blindly: the store is read.
+    log.latest.store(12, std::sync::atomic::Ordering::SeqCst);
+    hub.deliver(event(&key, 12));
+    tokio::time::sleep(INBOX_PUSH_EVERY).await;
+    settle().await;
+    assert_eq!(inbox_pushed(&outbox), vec![("busy".into(), 12, 12)]);
+    assert_eq!(log.entries.load(std::sync::atomic::Ordering::SeqCst), 2);
     tokio::time::sleep(INBOX_PUSH_EVERY * 4).await;
     assert_eq!(inbox_pushed(&outbox), vec![], "nothing new, nothing pushed");
+    // The user's own message changes the seq, not the count.
+    let mine = Published::new(key.clone(), &Event { user: Some("me".into()), ..stored(13) });
+    log.latest.store(13, std::sync::atomic::Ordering::SeqCst);
+    hub.deliver(mine);
+    settle().await;
+    assert_eq!(inbox_pushed(&outbox), vec![("busy".into(), 13, 12)]);
 }
 
 #[tokio::test(start_paused = true)]
