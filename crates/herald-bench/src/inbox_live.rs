@@ -54,6 +54,10 @@ pub struct InboxLiveArgs {
     /// Seconds of sending.
     #[arg(long, default_value_t = 20)]
     pub seconds: u64,
+    /// `--live false`: the same users and sends, inboxes read once without
+    /// `live` (the baseline: what the feed adds to the server's CPU).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub live: bool,
     #[command(flatten)]
     pub run: RunArgs,
     #[command(flatten)]
@@ -61,7 +65,8 @@ pub struct InboxLiveArgs {
 }
 
 const COLUMNS: &[Column] = &[
-    col("users", "live inboxes"),
+    col("users", "users"),
+    col("live", "live"),
     col("sent", "messages"),
     col("sent_per_s", "msgs/s"),
     col("pushes", "pushes"),
@@ -169,9 +174,9 @@ async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Res
     let slots = Arc::new(tokio::sync::Semaphore::new(256));
     let mut tasks = Vec::new();
     for (u, mut c) in joined {
-        let (members, permit) = (args.members, slots.clone().acquire_owned().await?);
+        let (members, live, permit) = (args.members, args.live, slots.clone().acquire_owned().await?);
         tasks.push(tokio::spawn(async move {
-            let page = bounded(c.inbox_live(200)).await?;
+            let page = if live { bounded(c.inbox_live(200)).await? } else { bounded(c.inbox(200, None)).await? };
             drop(permit);
             if page.chats.len() != members {
                 return Err(crate::client::Failure::timeout(format!("inbox listed {} chats", page.chats.len())));
@@ -294,13 +299,10 @@ async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Res
             covered.insert(chat.as_str(), from.max(*seq));
             last.insert(chat.clone(), (*seq, *unread));
         }
-        for (chat, events) in &by_chat {
-            let mine = plan.chats_of(u).iter().any(|c| plan.chat(*c) == *chat);
-            if mine {
-                let top = events.last().map_or(0, |e| e.0);
-                if covered.get(chat).copied().unwrap_or(0) < top {
-                    uncovered += 1;
-                }
+        for chat in plan.chats_of(u).into_iter().map(|c| plan.chat(c)).filter(|_| args.live) {
+            let top = by_chat.get(chat.as_str()).and_then(|e| e.last()).map_or(0, |e| e.0);
+            if covered.get(chat.as_str()).copied().unwrap_or(0) < top {
+                uncovered += 1;
             }
         }
         checks.push((c, last));
@@ -309,24 +311,37 @@ async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Res
     let mut tasks = Vec::new();
     let slots = Arc::new(tokio::sync::Semaphore::new(256));
     for (mut c, last) in checks {
-        let permit = slots.clone().acquire_owned().await?;
+        let (live, permit) = (args.live, slots.clone().acquire_owned().await?);
         tasks.push(tokio::spawn(async move {
             let page = bounded(c.inbox(200, None)).await;
             drop(permit);
             c.close().await;
             match page {
-                Ok(page) => page.chats.iter().filter(|e| last.get(&e.chat) != Some(&(e.seq, e.unread))).count() as u64,
-                Err(_) => 1,
+                Ok(_) if !live => (0, None),
+                Ok(page) => {
+                    let wrong: Vec<String> = page
+                        .chats
+                        .iter()
+                        .filter(|e| last.get(&e.chat) != Some(&(e.seq, e.unread)))
+                        .map(|e| format!("{}: read {:?}, pushed {:?}", e.chat, (e.seq, e.unread), last.get(&e.chat)))
+                        .collect();
+                    (wrong.len() as u64, wrong.into_iter().next())
+                }
+                Err(f) => (1, Some(f.to_string())),
             }
         }));
     }
+    let mut first_inexact = None;
     for t in tasks {
-        inexact += t.await?;
+        let (n, example) = t.await?;
+        inexact += n;
+        first_inexact = first_inexact.or(example);
     }
     let lat = latencies.summary();
     let n = sent.len() as f64;
     Ok(json!({
         "users": args.users,
+        "live": args.live,
         "chats": args.users,
         "members": args.members,
         "sent": sent.len(),
@@ -342,6 +357,7 @@ async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Res
         "server_cpu_us_per_message": cpu * 1e6 / n.max(1.0),
         "server_rss_mib": rss_kib as f64 / 1024.0,
         "inexact": inexact,
+        "first_inexact": first_inexact,
         "dropped": dropped,
         "failed": failures.total,
         "failures": failures,
