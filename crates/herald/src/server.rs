@@ -19,6 +19,7 @@ use crate::chat::{ChatLimits, Chats};
 use crate::cluster::{Cells, Cluster};
 use crate::config::Config;
 use crate::gateway::{Gateway, GatewayConfig};
+use crate::hooks::send::SendHook;
 use crate::hub::Hub;
 use crate::store::postgres::{PgShard, ShardCheckError};
 use crate::store::shard_identity::Claims;
@@ -86,7 +87,11 @@ impl Core {
             replay_bytes: config.outbox_limit / 2,
             join_rate: config.chat_join_rate,
         };
-        let chats = Arc::new(Chats::new(store, broker, hub, limits));
+        let send_hook = match (&config.hooks.send_hook, &config.hooks.secret) {
+            (Some(settings), Some(secret)) => Some(Arc::new(SendHook::new(settings, secret, config.body_limit))),
+            _ => None,
+        };
+        let chats = Arc::new(Chats::new(store, broker, hub, limits).with_send_hook(send_hook));
         let cells = Arc::new(Cells::new(&config.cell, &config.cells)?);
         let tokens = Arc::new(Tokens::new(&config.tokens)?);
         let gateway = Gateway::new(
