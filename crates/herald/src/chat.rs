@@ -157,14 +157,7 @@ impl Chats {
             Screened::Already(ok) => return Ok(ok),
         };
         let w = self
-            .write(Write::Append {
-                key,
-                user: Some(c.user.clone()),
-                system: false,
-                body,
-                client_id,
-                member_only: true,
-            })
+            .write(Write::Append { key, user: Some(c.user.clone()), system: false, body, client_id, member_only: true })
             .await?;
         Ok(SeqOk { seq: w.seq })
     }

@@ -248,7 +248,9 @@ mod tests {
         );
         let req = HookRequest { op: HookOp::Edit, target: Some(41), client_id: Some("m-1"), ..req };
         let text = serde_json::to_string(&req).unwrap();
-        assert!(text.contains(r#""op":"edit""#) && text.contains(r#""target":41"#) && text.contains(r#""client_id":"m-1""#));
+        assert!(
+            text.contains(r#""op":"edit""#) && text.contains(r#""target":41"#) && text.contains(r#""client_id":"m-1""#)
+        );
     }
 
     #[tokio::test]
