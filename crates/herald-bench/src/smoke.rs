@@ -5,7 +5,8 @@
 //! short-lived connections), joinflood (two short steps: 100 joins at
 //! 200/s, 200 at 400/s, a quiet chat beside), presence (30 present users, 5
 //! of them churning, 100 changes) and inbox (300 chats, 6,000 events, one
-//! user in 50 of them, pages of 20). Fails (non-zero exit) when a scenario errs or
+//! user in 50 of them, pages of 20) and sendhook (50 sends without and with
+//! a send hook). Fails (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
 
@@ -51,6 +52,7 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         ("joinflood".into(), words("joinflood --start 200 --steps 2 --step-s 0.5 --quiet-rate 20")),
         ("presence".into(), words("presence --present 30 --churners 5 --changes 100 --settle-ms 300")),
         ("inbox".into(), words("inbox --chats 300 --events 6000 --member-chats 50 --limit 20 --reads 3")),
+        ("sendhook".into(), words("sendhook --messages 50")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
