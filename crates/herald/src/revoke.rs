@@ -47,8 +47,9 @@ pub const FIRST_LOAD_WAIT: Duration = Duration::from_secs(5);
 /// Wait before subscribing again after the NATS subscription failed.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 
-/// (workspace, user).
-type UserKey = (Arc<str>, Arc<str>);
+/// Revocation times (ms) by workspace, then user: looked up with borrowed
+/// `&str`s, so a `hello` allocates nothing for its check.
+type ByUser = HashMap<Box<str>, HashMap<Box<str>, i64>>;
 
 /// What the revoke subject carries.
 #[derive(Serialize, Deserialize)]
@@ -62,7 +63,9 @@ type OnRevoked = Box<dyn Fn(&str, &str) + Send + Sync>;
 
 /// Every revocation of the cell this node knows, and how it learns more.
 pub struct Revocations {
-    revoked: RwLock<HashMap<UserKey, i64>>,
+    revoked: RwLock<ByUser>,
+    /// Revoked users, for the gauge and `len`.
+    users: std::sync::atomic::AtomicUsize,
     store: Arc<dyn Store>,
     /// Closes a user's connections to this node, on a revocation new to it.
     on_revoked: OnceLock<OnRevoked>,
@@ -80,6 +83,7 @@ impl Revocations {
     pub fn new(store: Arc<dyn Store>) -> Arc<Revocations> {
         Arc::new(Revocations {
             revoked: RwLock::new(HashMap::new()),
+            users: std::sync::atomic::AtomicUsize::new(0),
             store,
             on_revoked: OnceLock::new(),
             nats: OnceLock::new(),
@@ -93,7 +97,7 @@ impl Revocations {
 
     /// Revoked users known.
     pub fn len(&self) -> usize {
-        self.revoked.read().expect("revocations lock").len()
+        self.users.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -106,7 +110,7 @@ impl Revocations {
     /// same second as the revocation is refused too: the safe side.
     pub fn refuses(&self, ws: &str, user: &str, iat: Option<u64>) -> bool {
         let revoked = self.revoked.read().expect("revocations lock");
-        let Some(&revoked_ms) = revoked.get(&(Arc::from(ws), Arc::from(user))) else { return false };
+        let Some(&revoked_ms) = revoked.get(ws).and_then(|users| users.get(user)) else { return false };
         iat.is_none_or(|iat| i64::try_from(iat).unwrap_or(i64::MAX).saturating_mul(1000) <= revoked_ms)
     }
 
@@ -115,12 +119,16 @@ impl Revocations {
     pub fn note(&self, ws: &str, user: &str, revoked_ms: i64, source: &'static str) -> bool {
         {
             let mut revoked = self.revoked.write().expect("revocations lock");
-            let known = revoked.entry((Arc::from(ws), Arc::from(user))).or_insert(i64::MIN);
-            if *known >= revoked_ms {
-                return false;
+            let users = revoked.entry(ws.into()).or_default();
+            match users.get_mut(user) {
+                Some(known) if *known >= revoked_ms => return false,
+                Some(known) => *known = revoked_ms,
+                None => {
+                    users.insert(user.into(), revoked_ms);
+                    let n = self.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    metrics::gauge!("herald_revoked_users").set(n as f64);
+                }
             }
-            *known = revoked_ms;
-            metrics::gauge!("herald_revoked_users").set(revoked.len() as f64);
         }
         metrics::counter!("herald_revocations_noted_total", "source" => source).increment(1);
         tracing::info!(workspace = ws, user, source, "tokens revoked: closing the user's connections");
@@ -255,6 +263,10 @@ mod tests {
         // The same revocation again (a poll, the NATS echo) closes nothing more.
         assert!(!r.note("acme", "bob", 1_700_000_000_500, "store"));
         assert_eq!(*closed.lock().unwrap(), vec!["acme/bob".to_string()]);
+        // A later revocation of the same user replaces the first; still one user.
+        assert!(r.note("acme", "bob", 1_700_000_010_000, "nats"));
+        assert!(r.refuses("acme", "bob", Some(1_700_000_001)));
+        assert_eq!(r.len(), 1);
     }
 
     #[tokio::test]
