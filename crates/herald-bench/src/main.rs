@@ -6,7 +6,8 @@
 //! rising rate, with a `quiet` chat beside), `fanout` (one chat, many
 //! watchers, a rising rate), `churn` (short-lived connections at a set rate),
 //! `presence` (presence changes in a chat of 100 or thousands of present
-//! users: pushes and server CPU per change),
+//! users: pushes and server CPU per change), `sendhook` (the latency a send
+//! hook adds to a send),
 //! `compare` (herald beside its peers, `peer` and `pclient`) and `smoke`
 //! (everything tiny, for the test suite). Shared pieces: `client` (one herald
 //! WebSocket client), `conn` (a client of herald or a peer), `target` (the
@@ -34,6 +35,7 @@ mod peer;
 mod presence;
 mod quiet;
 mod report;
+mod sendhook;
 mod sends;
 mod server;
 mod smoke;
@@ -72,6 +74,8 @@ pub(crate) enum Command {
     Churn(churn::ChurnArgs),
     /// Presence changes in a chat of P present users (watch/unwatch churn): pushes and server CPU per change.
     Presence(presence::PresenceArgs),
+    /// A send's latency without and with a send hook that accepts at once (loopback): p50, p99, the difference.
+    Sendhook(sendhook::SendhookArgs),
     /// One user's inbox in a large store (bulk-loaded): latency of reading every page, p50 and p99.
     Inbox(inbox::InboxArgs),
     /// U live inboxes whose chats receive R messages/s: pushes, latency, server CPU, exactness.
@@ -103,6 +107,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Presence(args) => presence::run(args).await,
         Command::Inbox(args) => inbox::run(args).await,
         Command::InboxLive(args) => inbox_live::run(args).await,
+        Command::Sendhook(args) => sendhook::run(args).await,
         Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Worker(_) => anyhow::bail!("a worker runs on its own"),

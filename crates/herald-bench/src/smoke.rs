@@ -5,8 +5,8 @@
 //! short-lived connections), joinflood (two short steps: 100 joins at
 //! 200/s, 200 at 400/s, a quiet chat beside), presence (30 present users, 5
 //! of them churning, 100 changes) and inbox (300 chats, 6,000 events, one
-//! user in 50 of them, pages of 20) and inbox-live (100 live inboxes in chats of 5, 100 messages/s for
-//! 2 s). Fails (non-zero exit) when a scenario errs or
+//! user in 50 of them, pages of 20), inbox-live (100 live inboxes in chats of 5, 100 messages/s for
+//! 2 s) and sendhook (50 sends without and with a send hook). Fails (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
 
@@ -53,6 +53,7 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         ("presence".into(), words("presence --present 30 --churners 5 --changes 100 --settle-ms 300")),
         ("inbox".into(), words("inbox --chats 300 --events 6000 --member-chats 50 --limit 20 --reads 3")),
         ("inbox-live".into(), words("inbox-live --users 100 --members 5 --rate 100 --seconds 2")),
+        ("sendhook".into(), words("sendhook --messages 50")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {

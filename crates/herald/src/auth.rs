@@ -31,6 +31,8 @@ const MIN_RSA_BITS: usize = 2048;
 pub struct Identity {
     pub user: String,
     pub workspace: String,
+    /// When the token was issued (seconds), if it says: what revocations compare.
+    pub iat: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -138,7 +140,7 @@ impl Tokens {
         if !is_valid_id(&c.sub) || !is_valid_id(&c.ws) {
             return Err(TokenError("invalid token: sub and ws must be valid ids".into()));
         }
-        Ok(Identity { user: c.sub, workspace: c.ws })
+        Ok(Identity { user: c.sub, workspace: c.ws, iat: c.iat })
     }
 
     /// Whether this server can issue tokens (it has a secret).
@@ -200,7 +202,8 @@ mod tests {
     fn accepts_own_tokens_and_refuses_forgeries() {
         let t = Tokens::new(&TokenKeys { secret: Some("s3cret".into()), ..TokenKeys::default() }).unwrap();
         let ok = t.issue("acme", "alice", 60).unwrap();
-        assert_eq!(t.verify(&ok).unwrap(), Identity { user: "alice".into(), workspace: "acme".into() });
+        let id = t.verify(&ok).unwrap();
+        assert_eq!((id.user.as_str(), id.workspace.as_str()), ("alice", "acme"));
         let now = now_s();
         // Wrong secret, wrong algorithm, expired, not yet valid, missing claims, bad ids.
         assert!(

@@ -6,7 +6,9 @@
 //! task of its own: a caller that goes away mid-request cannot leave a stored
 //! event unannounced.
 
+mod erase;
 mod live;
+mod screen;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,10 +21,12 @@ use serde_json::value::RawValue;
 use crate::broker::Broker;
 use crate::error::Error;
 use crate::guard::JoinThrottle;
+use crate::hooks::send::HookOp;
 use crate::hub::{Hub, INBOX_FOLLOW_MAX, Listener, Replay};
 use crate::model::{ChatKey, Published};
 use crate::outbox::{Frame, Outbox};
 use crate::store::{Actor, InboxCursor, Store, Write, Written};
+use screen::Screened;
 
 /// Longest a watch waits for the broker to confirm its subscription.
 const SUBSCRIBE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -62,12 +66,20 @@ pub struct Chats {
     hub: Arc<Hub>,
     join_throttle: Option<JoinThrottle>,
     limits: ChatLimits,
+    /// Asked before a client's `send` or `edit` is stored (`screen`).
+    send_hook: Option<Arc<crate::hooks::send::SendHook>>,
 }
 
 impl Chats {
     pub fn new(store: Arc<dyn Store>, broker: Arc<dyn Broker>, hub: Arc<Hub>, limits: ChatLimits) -> Self {
         let join_throttle = (limits.join_rate > 0).then(|| JoinThrottle::new(limits.join_rate));
-        Chats { store, broker, hub, join_throttle, limits }
+        Chats { store, broker, hub, join_throttle, limits, send_hook: None }
+    }
+
+    /// These chats with `hook` screening clients' sends and edits.
+    pub fn with_send_hook(mut self, hook: Option<Arc<crate::hooks::send::SendHook>>) -> Self {
+        self.send_hook = hook;
+        self
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -139,15 +151,13 @@ impl Chats {
         client_id: Option<String>,
     ) -> Result<SeqOk, Error> {
         self.check_body(&body)?;
+        let key = c.key(chat);
+        let body = match self.screen(c, &key, HookOp::Send, body, client_id.as_deref(), None).await? {
+            Screened::Store(body) => body,
+            Screened::Already(ok) => return Ok(ok),
+        };
         let w = self
-            .write(Write::Append {
-                key: c.key(chat),
-                user: Some(c.user.clone()),
-                system: false,
-                body,
-                client_id,
-                member_only: true,
-            })
+            .write(Write::Append { key, user: Some(c.user.clone()), system: false, body, client_id, member_only: true })
             .await?;
         Ok(SeqOk { seq: w.seq })
     }
@@ -319,8 +329,13 @@ impl Chats {
     /// A member's `edit` of their own message `target`.
     pub async fn edit(&self, c: &Caller, chat: &str, target: u64, body: Box<RawValue>) -> Result<SeqOk, Error> {
         self.check_body(&body)?;
+        let key = c.key(chat);
+        let body = match self.screen(c, &key, HookOp::Edit, body, None, Some(target)).await? {
+            Screened::Store(body) => body,
+            Screened::Already(ok) => return Ok(ok),
+        };
         let user = Some(c.user.clone());
-        let w = self.write(Write::Edit { key: c.key(chat), user, actor: Actor::Client, target, body }).await?;
+        let w = self.write(Write::Edit { key, user, actor: Actor::Client, target, body }).await?;
         Ok(SeqOk { seq: w.seq })
     }
 

@@ -20,6 +20,7 @@ pub mod hub;
 pub mod metrics;
 pub mod model;
 pub mod outbox;
+pub mod revoke;
 pub mod server;
 pub mod store;
 

@@ -19,7 +19,9 @@ use crate::chat::{ChatLimits, Chats};
 use crate::cluster::{Cells, Cluster};
 use crate::config::Config;
 use crate::gateway::{Gateway, GatewayConfig};
+use crate::hooks::send::SendHook;
 use crate::hub::Hub;
+use crate::revoke::Revocations;
 use crate::store::postgres::{PgShard, ShardCheckError};
 use crate::store::shard_identity::Claims;
 use crate::store::sharded::Sharded;
@@ -72,6 +74,7 @@ pub(crate) struct Core {
     pub tokens: Arc<Tokens>,
     pub cells: Arc<Cells>,
     pub gateway: Arc<Gateway>,
+    pub revocations: Arc<Revocations>,
 }
 
 impl Core {
@@ -86,7 +89,12 @@ impl Core {
             replay_bytes: config.outbox_limit / 2,
             join_rate: config.chat_join_rate,
         };
-        let chats = Arc::new(Chats::new(store, broker, hub, limits));
+        let send_hook = match (&config.hooks.send_hook, &config.hooks.secret) {
+            (Some(settings), Some(secret)) => Some(Arc::new(SendHook::new(settings, secret, config.body_limit))),
+            _ => None,
+        };
+        let revocations = Revocations::new(store.clone());
+        let chats = Arc::new(Chats::new(store, broker, hub, limits).with_send_hook(send_hook));
         let cells = Arc::new(Cells::new(&config.cell, &config.cells)?);
         let tokens = Arc::new(Tokens::new(&config.tokens)?);
         let gateway = Gateway::new(
@@ -106,9 +114,16 @@ impl Core {
                 cells: cells.clone(),
                 limits: config.limits.clone(),
                 max_watches: config.max_watches,
+                revocations: revocations.clone(),
             },
         );
-        Ok(Core { chats, tokens, cells, gateway })
+        let gw = Arc::downgrade(&gateway);
+        revocations.on_revoked(move |ws, user| {
+            if let Some(gw) = gw.upgrade() {
+                gw.close_user(ws, user, herald_protocol::CloseCode::UNAUTHENTICATED, "token revoked");
+            }
+        });
+        Ok(Core { chats, tokens, cells, gateway, revocations })
     }
 }
 
@@ -147,7 +162,8 @@ pub async fn run(
         Some(n) => n.clone(),
         None => Arc::new(MemoryBroker::new()),
     };
-    let Core { chats, tokens, cells, gateway } = Core::new(&config, store.clone(), broker)?;
+    let Core { chats, tokens, cells, gateway, revocations } = Core::new(&config, store.clone(), broker)?;
+    revocations.follow(nats.as_ref().map(|n| (n.client(), config.cell.as_str()))).await;
     let public_url = config
         .public_url
         .clone()
@@ -179,6 +195,7 @@ pub async fn run(
         api_key: config.api_key.as_str().into(),
         dev_mode: config.dev_mode,
         public_url: config.public_url.as_deref().map(Arc::from),
+        revocations,
     };
     let app = api::router(state, config.diag_echo);
     let addr = listener.local_addr()?;

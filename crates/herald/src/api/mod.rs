@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, patch, post, put};
+use axum::routing::{delete, get, patch, post, put};
 use herald_protocol::frame::ErrorBody;
 use herald_protocol::ids::is_valid_id;
 use serde::Deserialize;
@@ -37,6 +37,8 @@ pub struct AppState {
     /// `--public-url` as given: what `/v1/gateway` hands out on one node too
     /// (behind a TLS proxy, `wss://...`, which the `Host` header cannot tell).
     pub public_url: Option<Arc<str>>,
+    /// Revoked tokens: the users routes revoke through it.
+    pub revocations: Arc<crate::revoke::Revocations>,
 }
 
 /// The demo page and its script (the SDK and the page's code, bundled by
@@ -48,6 +50,7 @@ mod admin;
 mod chats;
 mod moderation;
 pub mod openapi;
+mod users;
 
 /// The whole HTTP app.
 pub fn router(state: AppState, diag_echo: bool) -> Router {
@@ -63,6 +66,8 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
         .route("/v1/workspaces/{ws}/chats/{chat}/bans/{user}", put(moderation::ban).delete(moderation::unban))
         .route("/v1/workspaces/{ws}/chats/{chat}/mutes/{user}", put(moderation::mute).delete(moderation::unmute))
         .route("/v1/workspaces/{ws}/users/{user}/inbox", get(moderation::inbox))
+        .route("/v1/workspaces/{ws}/users/{user}/revoke", post(users::revoke))
+        .route("/v1/workspaces/{ws}/users/{user}", delete(users::erase))
         .route("/v1/tokens", post(issue_token))
         .route("/v1/gateway", get(gateway_for))
         .route("/v1/admin/status", get(admin::admin_status))
@@ -319,6 +324,7 @@ mod tests {
             cells: core.cells,
             drain_window: config.drain_window,
             public_url: None,
+            revocations: core.revocations,
         };
         router(state, false)
     }

@@ -361,6 +361,12 @@ impl Conn {
             self.reply_err(Some(id), ErrorCode::Unauthenticated, "the token is for another workspace than ?ws=");
             return self.refuse(CloseCode::UNAUTHENTICATED, "workspace mismatch");
         }
+        let caller = Caller { ws: identity.workspace.as_str().into(), user: identity.user.as_str().into() };
+        if !self.gw.identify(self.outbox.id(), caller.ws.clone(), caller.user.clone(), identity.iat) {
+            metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "unauthenticated").increment(1);
+            self.reply_err(Some(id), ErrorCode::Unauthenticated, "this token was revoked: ask for a new one");
+            return self.refuse(CloseCode::UNAUTHENTICATED, "token revoked");
+        }
         let session_id = format!("{:016x}", rand::rng().random::<u64>());
         let ok = HelloOk {
             user: identity.user.clone(),
@@ -372,8 +378,6 @@ impl Conn {
         };
         self.outbox.push(Frame::from(ok_reply(id, &ok)));
         metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "ok").increment(1);
-        let caller = Caller { ws: identity.workspace.into(), user: identity.user.into() };
-        self.gw.conns.lock().expect("conns lock").identify(self.outbox.id(), caller.ws.clone(), caller.user.clone());
         self.session = Some(Arc::new(Session::new(caller, self.outbox.clone(), self.gw.cfg.max_watches)));
         self.gw.said_hello();
     }

@@ -58,6 +58,8 @@ pub struct GatewayConfig {
     pub limits: admission::Limits,
     /// Chats one connection may watch at once.
     pub max_watches: usize,
+    /// Revoked tokens, which `hello` refuses.
+    pub revocations: Arc<crate::revoke::Revocations>,
 }
 
 /// The node's WebSocket gateway.
@@ -157,6 +159,19 @@ impl Gateway {
     /// Users with at least one connection to this node after hello.
     pub fn connected_users(&self) -> usize {
         self.conns.lock().expect("conns lock").users.len()
+    }
+
+    /// Registers connection `id` as `user` of `ws`, unless a revocation
+    /// refuses their token (issued at `iat`): checked under the registry's
+    /// lock, so a revocation noted meanwhile either refuses this `hello` or
+    /// finds the connection to close (see `revoke`'s lock order).
+    fn identify(&self, id: ConnId, ws: Arc<str>, user: Arc<str>, iat: Option<u64>) -> bool {
+        let mut reg = self.conns.lock().expect("conns lock");
+        if self.cfg.revocations.refuses(&ws, &user, iat) {
+            return false;
+        }
+        reg.identify(id, ws, user);
+        true
     }
 
     /// Closes every connection of `user` of `ws` to this node with `code`. Returns how many.

@@ -4,6 +4,8 @@
 //! ([`signature`]) and reuse connections (HTTP keep-alive) through one
 //! [`client`] per hook.
 
+pub mod send;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};

@@ -277,6 +277,24 @@ pub fn unread(messages: u64, messages_at_read: u64, own: u64, own_at_read: u64, 
     above.saturating_sub(own_above).saturating_sub(deleted_by_others_after)
 }
 
+/// One user's revocation: tokens of `user` in `ws` issued at or before
+/// `revoked_ms` (ms since the epoch) are refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revocation {
+    pub ws: String,
+    pub user: String,
+    pub revoked_ms: i64,
+}
+
+/// What [`Store::revocations`] read.
+#[derive(Debug, Clone, Default)]
+pub struct Revoked {
+    pub rows: Vec<Revocation>,
+    /// False when some shard did not answer: its rows may be missing, and
+    /// the reader should read everything again later.
+    pub complete: bool,
+}
+
 /// The event log. See the module documentation for the contract.
 pub trait Store: Send + Sync + 'static {
     /// Applies `write`; resolves once it is durable.
@@ -351,6 +369,51 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<InboxEntry>, StoreError>> {
         let _ = (key, user);
         Box::pin(std::future::ready(Err(StoreError::Unavailable("this store keeps no inbox".into()))))
+    }
+
+    // Revocations, erasure and idempotent sends under the send hook (issue 12).
+
+    /// Stores that `user` of `ws` revoked every token issued (`iat`) at or
+    /// before `revoked_ms`; a later revocation of the same user replaces an
+    /// earlier one, an earlier one is ignored. Durable when it resolves.
+    fn revoke<'a>(&'a self, ws: &'a str, user: &'a str, revoked_ms: i64) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = (ws, user, revoked_ms);
+        Box::pin(std::future::ready(Err(StoreError::Unavailable("this store keeps no revocations".into()))))
+    }
+
+    /// The stored revocations: all of them with `within` `None`, else those
+    /// stored in the last `within` by the store's own clock (so that nodes
+    /// whose clocks differ read the same rows).
+    fn revocations(&self, within: Option<std::time::Duration>) -> BoxFuture<'_, Result<Revoked, StoreError>> {
+        let _ = within;
+        Box::pin(std::future::ready(Err(StoreError::Unavailable("this store keeps no revocations".into()))))
+    }
+
+    /// A page of the `message` events that `user` sent in workspace `ws` and
+    /// that are not deleted, as (chat, seq) in that order, those after
+    /// `after` only, at most `limit`.
+    fn user_messages<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<(&'a str, u64)>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
+        let _ = (ws, user, after, limit);
+        Box::pin(std::future::ready(Err(StoreError::Unavailable("this store cannot list a user's messages".into()))))
+    }
+
+    /// The seq of the event `user` already stored in `key` with `client_id`,
+    /// if any. A backend that cannot tell answers `None` (the write's own
+    /// check still keeps sends idempotent).
+    fn client_id_seq<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+        client_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let _ = (key, user, client_id);
+        Box::pin(std::future::ready(Ok(None)))
     }
 
     /// Whether the backend answers now (for `/readyz`).

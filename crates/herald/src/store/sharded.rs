@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use herald_protocol::reply::InboxEntry;
 
-use super::{BoxFuture, Fetched, InboxCursor, Member, ShardName, ShardStatus, Store, StoreError, Write, Written};
+use super::{
+    BoxFuture, Fetched, InboxCursor, Member, Revoked, ShardName, ShardStatus, Store, StoreError, Write, Written,
+};
 use crate::guard::{Breaker, BreakerConfig, BreakerState, Bulkhead};
 use crate::hashing::rendezvous;
 use crate::model::{ChatInfo, ChatKey};
@@ -252,6 +254,88 @@ impl Store for Sharded {
     ) -> BoxFuture<'a, Result<Option<InboxEntry>, StoreError>> {
         let shard = self.shard(key);
         Box::pin(shard.guarded(shard.store.inbox_entry(key, user)))
+    }
+
+    // Revocations, erasure and idempotent sends (issue 12).
+
+    /// Stored on every shard: a node then knows every revocation as long as
+    /// any one shard answers, so a shard that is down at a node's start
+    /// cannot let a revoked token in. Fails (`unavailable`) unless every
+    /// shard stored it; those that did keep it, and a retry completes it.
+    fn revoke<'a>(&'a self, ws: &'a str, user: &'a str, revoked_ms: i64) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let results = futures_util::future::join_all(
+                self.shards.iter().map(|s| s.guarded(s.store.revoke(ws, user, revoked_ms))),
+            )
+            .await;
+            results.into_iter().collect::<Result<Vec<()>, _>>().map(|_| ())
+        })
+    }
+
+    /// The union of every shard's rows; `complete` only if every shard
+    /// answered. Fails only when none did.
+    fn revocations(&self, within: Option<Duration>) -> BoxFuture<'_, Result<Revoked, StoreError>> {
+        Box::pin(async move {
+            let results =
+                futures_util::future::join_all(self.shards.iter().map(|s| s.guarded(s.store.revocations(within))))
+                    .await;
+            let mut all = Revoked { rows: Vec::new(), complete: true };
+            let mut last_error = None;
+            let mut answered = false;
+            for r in results {
+                match r {
+                    Ok(part) => {
+                        answered = true;
+                        all.complete &= part.complete;
+                        all.rows.extend(part.rows);
+                    }
+                    Err(e) => {
+                        all.complete = false;
+                        last_error = Some(e);
+                    }
+                }
+            }
+            match (answered, last_error) {
+                (false, Some(e)) => Err(e),
+                _ => Ok(all),
+            }
+        })
+    }
+
+    /// Every shard's page, merged in (chat, seq) order: each shard answers
+    /// in that order from the same cursor, so the first `limit` of the merge
+    /// are the page. A shard that fails fails the page (its messages would
+    /// be skipped otherwise).
+    fn user_messages<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<(&'a str, u64)>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
+        Box::pin(async move {
+            let pages = futures_util::future::join_all(
+                self.shards.iter().map(|s| s.guarded(s.store.user_messages(ws, user, after, limit))),
+            )
+            .await;
+            let mut all = Vec::new();
+            for page in pages {
+                all.extend(page?);
+            }
+            all.sort();
+            all.truncate(limit as usize);
+            Ok(all)
+        })
+    }
+
+    fn client_id_seq<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+        client_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let shard = self.shard(key);
+        Box::pin(shard.guarded(shard.store.client_id_seq(key, user, client_id)))
     }
 
     /// Ready while at least one shard answers: a node with one shard down still

@@ -22,7 +22,9 @@ use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
 
 use super::apply::{self, ChatRow, EventMeta, MessageRow, Outcome, Reply, Tx};
-use super::{Alive, BoxFuture, Fetched, InboxCursor, Member, Store, StoreError, Write, Written, sql_seq};
+use super::{
+    Alive, BoxFuture, Fetched, InboxCursor, Member, Revocation, Revoked, Store, StoreError, Write, Written, sql_seq,
+};
 use crate::model::{ChatInfo, ChatKey};
 use herald_protocol::reply::InboxEntry;
 
@@ -119,6 +121,16 @@ CREATE TABLE IF NOT EXISTS mutes (
 const SCHEMA_V3: &str = "
 -- webhook: delivery positions
 -- revocations
+-- A user's tokens issued (iat) at or before revoked_ms are refused. stored_ms:
+-- when the row was written, by this store's clock, which nodes poll by.
+CREATE TABLE IF NOT EXISTS revocations (
+    ws         TEXT NOT NULL,
+    user       TEXT NOT NULL,
+    revoked_ms INTEGER NOT NULL,
+    stored_ms  INTEGER NOT NULL,
+    PRIMARY KEY (ws, user)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS revocations_stored ON revocations (stored_ms);
 ";
 
 /// How often the writer retries a WAL checkpoint that readers held up, after
@@ -136,6 +148,8 @@ const READERS: usize = 4;
 
 enum Job {
     Write(Write, Reply),
+    /// A revocation, in a transaction of its own after the batch it came with.
+    Revoke(RevokeJob),
     Close(oneshot::Sender<()>),
     /// Makes the writer fail, for the tests of its supervision.
     #[cfg(test)]
@@ -149,6 +163,14 @@ enum Failure {
     Panic,
     /// The writer thread ends.
     Exit,
+}
+
+/// A revocation for the writer to store.
+struct RevokeJob {
+    ws: String,
+    user: String,
+    revoked_ms: i64,
+    reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
 /// The SQLite store. Cheap to share behind an `Arc`.
@@ -375,6 +397,78 @@ impl Store for SqliteStore {
         }))
     }
 
+    // Revocations, erasure and idempotent sends (issue 12).
+
+    fn revoke<'a>(&'a self, ws: &'a str, user: &'a str, revoked_ms: i64) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let (reply, rx) = oneshot::channel();
+            let job = RevokeJob { ws: ws.to_owned(), user: user.to_owned(), revoked_ms, reply };
+            match self.jobs.try_send(Job::Revoke(job)) {
+                Ok(()) => rx.await.unwrap_or_else(|_| Err(unavailable("the store writer stopped"))),
+                Err(TrySendError::Full(_)) => Err(unavailable("the store's write queue is full")),
+                Err(TrySendError::Disconnected(_)) => Err(unavailable("the store is closed")),
+            }
+        })
+    }
+
+    fn revocations(&self, within: Option<std::time::Duration>) -> BoxFuture<'_, Result<Revoked, StoreError>> {
+        let since = within.map_or(i64::MIN, |w| apply::now_ms().saturating_sub(w.as_millis() as i64));
+        Box::pin(async move {
+            let rows = self
+                .read(move |conn| {
+                    conn.prepare_cached("SELECT ws, user, revoked_ms FROM revocations WHERE stored_ms >= ?1")?
+                        .query_map(params![since], |r| {
+                            Ok(Revocation { ws: r.get(0)?, user: r.get(1)?, revoked_ms: r.get(2)? })
+                        })?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .await?;
+            Ok(Revoked { rows, complete: true })
+        })
+    }
+
+    fn user_messages<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<(&'a str, u64)>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
+        let (ws, user) = (ws.to_owned(), user.to_owned());
+        let (chat, seq) = after.map_or((String::new(), 0), |(c, s)| (c.to_owned(), sql_seq(s)));
+        Box::pin(self.read(move |conn| {
+            // The workspace's chats in name order, and in each the user's
+            // messages through `events_own`: no other user's events are read.
+            conn.prepare_cached(
+                "SELECT c.chat, e.seq FROM chats c JOIN events e ON e.chat_id = c.id
+                  WHERE c.ws = ?1 AND e.user = ?2 AND e.ord IS NOT NULL AND e.deleted = 0
+                    AND (c.chat > ?3 OR (c.chat = ?3 AND e.seq > ?4))
+                  ORDER BY c.chat, e.seq LIMIT ?5",
+            )?
+            .query_map(params![ws, user, chat, seq, i64::from(limit)], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+            })?
+            .collect()
+        }))
+    }
+
+    fn client_id_seq<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+        client_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let (key, user, client_id) = (key.clone(), user.to_owned(), client_id.to_owned());
+        Box::pin(self.read(move |conn| {
+            conn.prepare_cached(
+                "SELECT e.seq FROM chats c JOIN events e ON e.chat_id = c.id
+                  WHERE c.ws = ?1 AND c.chat = ?2 AND e.user = ?3 AND e.client_id = ?4",
+            )?
+            .query_row(params![&*key.ws, &*key.chat, user, client_id], |r| r.get::<_, i64>(0).map(|v| v as u64))
+            .optional()
+        }))
+    }
+
     /// Ready while the writer runs and a reader answers: a node whose
     /// writer is gone cannot acknowledge anything and must leave rotation.
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -508,6 +602,7 @@ impl Writer {
         let mut batch: Vec<(Write, Reply)> = Vec::with_capacity(64);
         loop {
             let mut close = None;
+            let mut revoke = None;
             let job = if self.checkpoint_due {
                 match rx.recv_timeout(ERASE_CHECKPOINT_RETRY) {
                     Ok(job) => Ok(job),
@@ -522,6 +617,7 @@ impl Writer {
             };
             match job {
                 Ok(Job::Write(w, r)) => batch.push((w, r)),
+                Ok(Job::Revoke(job)) => revoke = Some(job),
                 Ok(Job::Close(done)) => close = Some(done),
                 #[cfg(test)]
                 Ok(Job::Fail(Failure::Exit)) => return,
@@ -529,9 +625,10 @@ impl Writer {
                 Ok(Job::Fail(Failure::Panic)) => self.supervised(&mut batch, |_, _| panic!("injected writer failure")),
                 Err(()) => return,
             }
-            while close.is_none() && batch.len() < MAX_BATCH {
+            while close.is_none() && revoke.is_none() && batch.len() < MAX_BATCH {
                 match rx.try_recv() {
                     Ok(Job::Write(w, r)) => batch.push((w, r)),
+                    Ok(Job::Revoke(job)) => revoke = Some(job),
                     Ok(Job::Close(done)) => close = Some(done),
                     #[cfg(test)]
                     Ok(Job::Fail(_)) => {}
@@ -540,6 +637,9 @@ impl Writer {
             }
             if !batch.is_empty() {
                 self.supervised(&mut batch, Writer::commit_batch);
+            }
+            if let Some(job) = revoke {
+                self.revoke(job);
             }
             if self.checkpoint_due {
                 self.checkpoint_erased();
@@ -551,6 +651,24 @@ impl Writer {
                 return;
             }
         }
+    }
+
+    /// Stores a revocation (a later one of the same user wins) and answers it.
+    fn revoke(&mut self, job: RevokeJob) {
+        let stored = self.conn.prepare_cached(
+            "INSERT INTO revocations (ws, user, revoked_ms, stored_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (ws, user) DO UPDATE SET revoked_ms = excluded.revoked_ms, stored_ms = excluded.stored_ms
+             WHERE excluded.revoked_ms > revocations.revoked_ms",
+        );
+        let result = stored
+            .and_then(|mut stmt| stmt.execute(params![job.ws, job.user, job.revoked_ms, apply::now_ms()]))
+            .map(|_| ())
+            .map_err(|e| {
+                tracing::error!(error = %e, "storing a revocation failed");
+                metrics::counter!("herald_store_errors_total", "kind" => "revoke").increment(1);
+                unavailable("storing the revocation failed")
+            });
+        let _ = job.reply.send(result);
     }
 
     /// Copies the WAL into the database and truncates it, so that a body a

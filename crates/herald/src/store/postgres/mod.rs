@@ -27,7 +27,9 @@ use super::apply::{self, ChatRow, Reply};
 use super::pg_tls;
 use super::shard_identity::{self, Claims, IdentityError};
 use super::shard_spec::{ShardName, ShardSpec, TlsMode, chain};
-use super::{Alive, BoxFuture, Fetched, InboxCursor, Member, Store, StoreError, Write, Written, sql_seq};
+use super::{
+    Alive, BoxFuture, Fetched, InboxCursor, Member, Revocation, Revoked, Store, StoreError, Write, Written, sql_seq,
+};
 use crate::model::{ChatInfo, ChatKey};
 use herald_protocol::reply::InboxEntry;
 
@@ -396,6 +398,93 @@ impl Store for PgShard {
             let stmt = conn.prepare_cached(&sql).await.map_err(fail)?;
             let row = conn.query_opt(&stmt, &[&user, &&*key.ws, &&*key.chat]).await.map_err(fail)?;
             row.as_ref().map(inbox_entry_from_row).transpose()
+        })
+    }
+
+    // Revocations, erasure and idempotent sends (issue 12). A revocation is
+    // one statement outside the writer's batches: it touches no chat row.
+
+    fn revoke<'a>(&'a self, ws: &'a str, user: &'a str, revoked_ms: i64) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let stmt = conn
+                .prepare_cached(
+                    r#"INSERT INTO revocations (ws, "user", revoked_ms, stored_ms)
+                       VALUES ($1, $2, $3, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+                       ON CONFLICT (ws, "user") DO UPDATE
+                          SET revoked_ms = excluded.revoked_ms, stored_ms = excluded.stored_ms
+                        WHERE excluded.revoked_ms > revocations.revoked_ms"#,
+                )
+                .await
+                .map_err(fail)?;
+            conn.execute(&stmt, &[&ws, &user, &revoked_ms]).await.map_err(fail)?;
+            Ok(())
+        })
+    }
+
+    fn revocations(&self, within: Option<Duration>) -> BoxFuture<'_, Result<Revoked, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let window_ms = within.map_or(i64::MAX, |w| w.as_millis() as i64);
+            let stmt = conn
+                .prepare_cached(
+                    r#"SELECT ws, "user", revoked_ms FROM revocations
+                        WHERE stored_ms >= (extract(epoch FROM clock_timestamp()) * 1000)::bigint - $1"#,
+                )
+                .await
+                .map_err(fail)?;
+            let rows = conn.query(&stmt, &[&window_ms]).await.map_err(fail)?;
+            let rows = rows.iter().map(|r| Revocation { ws: r.get(0), user: r.get(1), revoked_ms: r.get(2) }).collect();
+            Ok(Revoked { rows, complete: true })
+        })
+    }
+
+    fn user_messages<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<(&'a str, u64)>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let (chat, seq) = after.map_or(("", 0), |(c, s)| (c, sql_seq(s)));
+            // Byte order (`COLLATE "C"`), as every shard and the merge in `sharded` compare.
+            let stmt = conn
+                .prepare_cached(
+                    r#"SELECT c.chat, e.seq FROM chats c JOIN events e ON e.chat_id = c.id
+                        WHERE c.ws = $1 AND e."user" = $2 AND e.ord IS NOT NULL AND NOT e.deleted
+                          AND (c.chat COLLATE "C" > $3 OR (c.chat = $3 AND e.seq > $4))
+                        ORDER BY c.chat COLLATE "C", e.seq LIMIT $5"#,
+                )
+                .await
+                .map_err(fail)?;
+            let rows = conn.query(&stmt, &[&ws, &user, &chat, &seq, &i64::from(limit)]).await.map_err(fail)?;
+            Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64)).collect())
+        })
+    }
+
+    fn client_id_seq<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+        client_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let stmt = conn
+                .prepare_cached(
+                    r#"SELECT e.seq FROM chats c JOIN events e ON e.chat_id = c.id
+                        WHERE c.ws = $1 AND c.chat = $2 AND e."user" = $3 AND e.client_id = $4"#,
+                )
+                .await
+                .map_err(fail)?;
+            let row = conn.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &user, &client_id]).await.map_err(fail)?;
+            Ok(row.map(|r| r.get::<_, i64>(0) as u64))
         })
     }
 

@@ -111,6 +111,17 @@ INSERT INTO herald_schema (version) VALUES (3) ON CONFLICT DO NOTHING;
 
 -- webhook: delivery positions
 
--- revocations
+-- revocations: a user's tokens issued (iat) at or before revoked_ms are
+-- refused. stored_ms is when the row was written, by this database's clock:
+-- nodes poll by it, so their own clocks do not matter. Every shard holds
+-- every revocation (see docs/operations.md).
+CREATE TABLE IF NOT EXISTS revocations (
+    ws         text   NOT NULL,
+    "user"     text   NOT NULL,
+    revoked_ms bigint NOT NULL,
+    stored_ms  bigint NOT NULL,
+    PRIMARY KEY (ws, "user")
+);
+CREATE INDEX IF NOT EXISTS revocations_stored ON revocations (stored_ms);
 
 INSERT INTO herald_schema (version) VALUES (4) ON CONFLICT DO NOTHING;
