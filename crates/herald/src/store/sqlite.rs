@@ -21,8 +21,11 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
 
-use super::apply::{self, ChatRow, EventMeta, MessageRow, Outcome, Reply, Tx};
-use super::{Alive, BoxFuture, Fetched, InboxCursor, Member, Store, StoreError, Write, Written, sql_seq};
+use super::apply::{self, ChatRow, EventMeta, MessageRow, Outcome, Reply, Stored, Tx};
+use super::{
+    Alive, BoxFuture, Fetched, InboxCursor, Member, Store, StoreError, Undelivered, WebhookAck, Write, Written,
+    sql_seq,
+};
 use crate::model::{ChatInfo, ChatKey};
 use herald_protocol::reply::InboxEntry;
 
@@ -117,9 +120,28 @@ CREATE TABLE IF NOT EXISTS mutes (
 
 /// Version 3: the hooks' state (new tables only, so applying it is the migration).
 const SCHEMA_V3: &str = "
--- webhook: delivery positions
+-- webhook: delivery positions. One row per chat that stored an event while
+-- a webhook was configured; the partial index holds only the chats with
+-- events not acknowledged yet, oldest first, so finding them reads no idle chat.
+CREATE TABLE IF NOT EXISTS webhook_positions (
+    chat_id   INTEGER PRIMARY KEY,
+    delivered INTEGER NOT NULL,   -- the last seq the receiver acknowledged
+    head      INTEGER NOT NULL,   -- the latest seq stored while the webhook was on
+    since_ms  INTEGER NOT NULL    -- when the oldest event not acknowledged was stored (or a moment before)
+);
+CREATE INDEX IF NOT EXISTS webhook_pending ON webhook_positions (since_ms, chat_id) WHERE head > delivered;
 -- revocations
 ";
+
+/// webhook: a batch's chats that stored events. A new row starts at the
+/// seq before the batch (events stored before the webhook was on are not
+/// delivered); a row that was caught up starts its lag at this batch.
+const UPSERT_POSITION: &str = "
+INSERT INTO webhook_positions (chat_id, delivered, head, since_ms) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (chat_id) DO UPDATE SET
+    since_ms = CASE WHEN webhook_positions.head <= webhook_positions.delivered THEN excluded.since_ms
+                    ELSE webhook_positions.since_ms END,
+    head = excluded.head";
 
 /// How often the writer retries a WAL checkpoint that readers held up, after
 /// a batch that erased a body: the erased bytes must leave the files soon.
@@ -136,6 +158,8 @@ const READERS: usize = 4;
 
 enum Job {
     Write(Write, Reply),
+    /// webhook: acknowledged positions, stored in a transaction of their own.
+    WebhookAck(Vec<WebhookAck>, oneshot::Sender<Result<(), StoreError>>),
     Close(oneshot::Sender<()>),
     /// Makes the writer fail, for the tests of its supervision.
     #[cfg(test)]
@@ -157,6 +181,8 @@ pub struct SqliteStore {
     /// False once the writer thread has ended: the store is then not ready.
     writer_alive: Arc<AtomicBool>,
     readers: Arc<ReaderPool>,
+    /// webhook: whether writes keep the webhook's positions (shared with the writer).
+    webhook: Arc<AtomicBool>,
 }
 
 struct ReaderPool {
@@ -198,12 +224,15 @@ impl SqliteStore {
         let (tx, rx) = sync_channel(WRITE_QUEUE);
         let writer_alive = Arc::new(AtomicBool::new(true));
         let alive = Alive(writer_alive.clone(), "sqlite");
+        let webhook = Arc::new(AtomicBool::new(false));
+        let tracked = webhook.clone();
         std::thread::Builder::new()
             .name("herald-sqlite-writer".into())
-            .spawn(move || Writer { conn, checkpoint_due: false }.run(rx, alive))?;
+            .spawn(move || Writer { conn, checkpoint_due: false, webhook: tracked }.run(rx, alive))?;
         Ok(SqliteStore {
             jobs: tx,
             writer_alive,
+            webhook,
             readers: Arc::new(ReaderPool { path, idle: Mutex::new(Vec::new()), permits: Semaphore::new(READERS) }),
         })
     }
@@ -369,6 +398,68 @@ impl Store for SqliteStore {
         })
     }
 
+    // --- webhook: delivery positions
+
+    fn track_webhook(&self) {
+        self.webhook.store(true, Ordering::SeqCst);
+    }
+
+    fn webhook_pending(
+        &self,
+        _shard: usize,
+        chats: u32,
+        events: u32,
+        members_max: u64,
+    ) -> BoxFuture<'_, Result<Vec<Undelivered>, StoreError>> {
+        Box::pin(self.read(move |conn| {
+            let tx = conn.transaction()?;
+            let pending: Vec<(i64, String, String, u64, i64, u64)> = tx
+                .prepare_cached(
+                    "SELECT p.chat_id, c.ws, c.chat, p.delivered, p.since_ms, c.members
+                       FROM webhook_positions p JOIN chats c ON c.id = p.chat_id
+                      WHERE p.head > p.delivered ORDER BY p.since_ms, p.chat_id LIMIT ?1",
+                )?
+                .query_map(params![i64::from(chats)], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, i64>(3)? as u64, r.get(4)?, r.get::<_, i64>(5)? as u64))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let mut out = Vec::with_capacity(pending.len());
+            for (chat_id, ws, chat, delivered, since_ms, members) in pending {
+                let events = tx
+                    .prepare_cached(
+                        "SELECT seq, type, user, ts, body, client_id, edited, deleted FROM events
+                          WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                    )?
+                    .query_map(params![chat_id, sql_seq(delivered), i64::from(events)], event_from_row)?
+                    .collect::<rusqlite::Result<Vec<Event>>>()?;
+                let members = if members <= members_max {
+                    let users = tx
+                        .prepare_cached("SELECT user FROM members WHERE chat_id = ?1")?
+                        .query_map(params![chat_id], |r| r.get(0))?
+                        .collect::<rusqlite::Result<Vec<String>>>()?;
+                    Some(users)
+                } else {
+                    None
+                };
+                out.push(Undelivered { chat_id, key: ChatKey::new(&ws, &chat), delivered, since_ms, events, members });
+            }
+            tx.commit()?;
+            Ok(out)
+        }))
+    }
+
+    fn webhook_ack(&self, _shard: usize, acks: Vec<WebhookAck>) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            match self.jobs.try_send(Job::WebhookAck(acks, tx)) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => return Err(unavailable("the store's write queue is full")),
+                Err(TrySendError::Disconnected(_)) => return Err(unavailable("the store is closed")),
+            }
+            rx.await.unwrap_or_else(|_| Err(unavailable("the store writer stopped")))
+        })
+    }
+
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
@@ -484,6 +575,8 @@ struct Writer {
     /// A batch erased a body and the WAL still holds it: checkpoint (and
     /// truncate) the WAL as soon as readers let it.
     checkpoint_due: bool,
+    /// webhook: whether batches keep the webhook's positions.
+    webhook: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -503,8 +596,10 @@ impl Writer {
             } else {
                 rx.recv().map_err(|_| ())
             };
+            let mut acks = Vec::new();
             match job {
                 Ok(Job::Write(w, r)) => batch.push((w, r)),
+                Ok(Job::WebhookAck(a, r)) => acks.push((a, r)),
                 Ok(Job::Close(done)) => close = Some(done),
                 #[cfg(test)]
                 Ok(Job::Fail(Failure::Exit)) => return,
@@ -515,6 +610,7 @@ impl Writer {
             while close.is_none() && batch.len() < MAX_BATCH {
                 match rx.try_recv() {
                     Ok(Job::Write(w, r)) => batch.push((w, r)),
+                    Ok(Job::WebhookAck(a, r)) => acks.push((a, r)),
                     Ok(Job::Close(done)) => close = Some(done),
                     #[cfg(test)]
                     Ok(Job::Fail(_)) => {}
@@ -523,6 +619,9 @@ impl Writer {
             }
             if !batch.is_empty() {
                 self.supervised(&mut batch, Writer::commit_batch);
+            }
+            if !acks.is_empty() {
+                self.webhook_ack(acks);
             }
             if self.checkpoint_due {
                 self.checkpoint_erased();
@@ -597,10 +696,44 @@ impl Writer {
         }
     }
 
+    /// webhook: stores acknowledged positions, all of them in one
+    /// transaction, and answers each request.
+    fn webhook_ack(&mut self, acks: Vec<(Vec<WebhookAck>, oneshot::Sender<Result<(), StoreError>>)>) {
+        let store = |conn: &Connection| -> rusqlite::Result<()> {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            let run = || -> rusqlite::Result<()> {
+                let mut stmt = conn.prepare_cached(
+                    "UPDATE webhook_positions SET delivered = max(delivered, ?2), since_ms = max(since_ms, ?3)
+                     WHERE chat_id = ?1",
+                )?;
+                for a in acks.iter().flat_map(|(a, _)| a) {
+                    stmt.execute(params![a.chat_id, sql_seq(a.seq), a.since_ms])?;
+                }
+                Ok(())
+            };
+            match run().and_then(|()| conn.execute_batch("COMMIT")) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    Err(e)
+                }
+            }
+        };
+        let result = store(&self.conn).map_err(|e| {
+            tracing::error!(error = %e, "storing webhook positions failed");
+            metrics::counter!("herald_store_errors_total", "kind" => "webhook_ack").increment(1);
+            unavailable("storing webhook positions failed")
+        });
+        for (_, reply) in acks {
+            let _ = reply.send(result.clone());
+        }
+    }
+
     /// Applies `writes` in one transaction and commits it.
     fn apply(&mut self, writes: &[&Write]) -> rusqlite::Result<Vec<Outcome>> {
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let result = now_or_never(apply::apply(&mut SqliteTx(&self.conn), writes));
+        let webhook = self.webhook.load(Ordering::Relaxed);
+        let result = now_or_never(apply::apply(&mut SqliteTx(&self.conn, webhook), writes));
         match result.and_then(|outcomes| self.conn.execute_batch("COMMIT").map(|()| outcomes)) {
             Ok(outcomes) => Ok(outcomes),
             Err(e) => {
@@ -621,7 +754,8 @@ fn now_or_never<F: std::future::Future>(f: F) -> F::Output {
 }
 
 /// One SQLite write transaction. The single writer needs no row locks.
-struct SqliteTx<'a>(&'a Connection);
+/// The flag: whether the transaction keeps the webhook's positions.
+struct SqliteTx<'a>(&'a Connection, bool);
 
 impl Tx for SqliteTx<'_> {
     type Error = rusqlite::Error;
@@ -782,6 +916,17 @@ impl Tx for SqliteTx<'_> {
         self.0
             .prepare_cached("UPDATE events SET body = ?3, edited = ?4 WHERE chat_id = ?1 AND seq = ?2")?
             .execute(params![chat, sql_seq(target), body.get(), sql_seq(edit)])?;
+        Ok(())
+    }
+
+    async fn mark_undelivered(&mut self, marks: &[Stored]) -> rusqlite::Result<()> {
+        if !self.1 {
+            return Ok(());
+        }
+        let mut stmt = self.0.prepare_cached(UPSERT_POSITION)?;
+        for m in marks {
+            stmt.execute(params![m.chat, m.before as i64, m.head as i64, m.ts])?;
+        }
         Ok(())
     }
 
