@@ -19,6 +19,8 @@ use crate::chat::{ChatLimits, Chats};
 use crate::cluster::{Cells, Cluster};
 use crate::config::Config;
 use crate::gateway::{Gateway, GatewayConfig};
+use crate::hooks::webhook::Webhook;
+use crate::hooks::webhook::presence::Presence;
 use crate::hub::Hub;
 use crate::store::postgres::{PgShard, ShardCheckError};
 use crate::store::shard_identity::Claims;
@@ -169,6 +171,20 @@ pub async fn run(
     if config.rebalance {
         spawn_rebalancer(cluster.clone(), gateway.clone(), config.drain_window);
     }
+    // Every node of a cell answers presence questions, webhook or not: the
+    // node delivering a batch asks them all.
+    let presence = Presence::new(gateway.clone(), cluster.clone(), nats.as_ref().map(|n| (n.client(), &*config.cell)));
+    let webhook = match (&config.hooks.webhook, &config.hooks.secret) {
+        (Some(settings), Some(secret)) => Some(Webhook::start(
+            settings.clone(),
+            secret,
+            store.clone(),
+            cluster.clone(),
+            presence,
+            nats.is_some(),
+        )),
+        _ => None,
+    };
     let state = AppState {
         cells,
         cluster: cluster.clone(),
@@ -179,6 +195,7 @@ pub async fn run(
         api_key: config.api_key.as_str().into(),
         dev_mode: config.dev_mode,
         public_url: config.public_url.as_deref().map(Arc::from),
+        webhook,
     };
     let app = api::router(state, config.diag_echo);
     let addr = listener.local_addr()?;

@@ -37,6 +37,8 @@ pub struct AppState {
     /// `--public-url` as given: what `/v1/gateway` hands out on one node too
     /// (behind a TLS proxy, `wss://...`, which the `Host` header cannot tell).
     pub public_url: Option<Arc<str>>,
+    /// The webhook, when `--webhook-url` is set: for the admin status.
+    pub webhook: Option<Arc<crate::hooks::webhook::Webhook>>,
 }
 
 /// The demo page and its script (the SDK and the page's code, bundled by
@@ -319,6 +321,7 @@ mod tests {
             cells: core.cells,
             drain_window: config.drain_window,
             public_url: None,
+            webhook: None,
         };
         router(state, false)
     }

@@ -290,6 +290,8 @@ pub struct Undelivered {
     pub key: ChatKey,
     /// The last seq the webhook's receiver acknowledged.
     pub delivered: u64,
+    /// The chat's latest seq stored while the webhook was on.
+    pub head: u64,
     /// When (ms since the epoch) the oldest event not acknowledged was
     /// stored, or a moment before it: what the lag is measured from.
     pub since_ms: i64,

@@ -413,18 +413,20 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, Result<Vec<Undelivered>, StoreError>> {
         Box::pin(self.read(move |conn| {
             let tx = conn.transaction()?;
-            let pending: Vec<(i64, String, String, u64, i64, u64)> = tx
+            type Row = (i64, String, String, u64, i64, u64, u64);
+            let pending: Vec<Row> = tx
                 .prepare_cached(
-                    "SELECT p.chat_id, c.ws, c.chat, p.delivered, p.since_ms, c.members
+                    "SELECT p.chat_id, c.ws, c.chat, p.delivered, p.since_ms, c.members, p.head
                        FROM webhook_positions p JOIN chats c ON c.id = p.chat_id
                       WHERE p.head > p.delivered ORDER BY p.since_ms, p.chat_id LIMIT ?1",
                 )?
                 .query_map(params![i64::from(chats)], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, i64>(3)? as u64, r.get(4)?, r.get::<_, i64>(5)? as u64))
+                    let n = |i: usize| r.get::<_, i64>(i).map(|v| v as u64);
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, n(3)?, r.get(4)?, n(5)?, n(6)?))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
             let mut out = Vec::with_capacity(pending.len());
-            for (chat_id, ws, chat, delivered, since_ms, members) in pending {
+            for (chat_id, ws, chat, delivered, since_ms, members, head) in pending {
                 let events = tx
                     .prepare_cached(
                         "SELECT seq, type, user, ts, body, client_id, edited, deleted FROM events
@@ -441,7 +443,15 @@ impl Store for SqliteStore {
                 } else {
                     None
                 };
-                out.push(Undelivered { chat_id, key: ChatKey::new(&ws, &chat), delivered, since_ms, events, members });
+                out.push(Undelivered {
+                    chat_id,
+                    key: ChatKey::new(&ws, &chat),
+                    delivered,
+                    head,
+                    since_ms,
+                    events,
+                    members,
+                });
             }
             tx.commit()?;
             Ok(out)

@@ -414,7 +414,7 @@ impl Store for PgShard {
             let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
             let stmt = conn
                 .prepare_cached(
-                    "SELECT p.chat_id, c.ws, c.chat, p.delivered, p.since_ms, c.members
+                    "SELECT p.chat_id, c.ws, c.chat, p.delivered, p.since_ms, c.members, p.head
                        FROM webhook_positions p JOIN chats c ON c.id = p.chat_id
                       WHERE p.head > p.delivered ORDER BY p.since_ms, p.chat_id LIMIT $1",
                 )
@@ -446,6 +446,7 @@ impl Store for PgShard {
                     chat_id,
                     key: ChatKey::new(&ws, &chat),
                     delivered: delivered as u64,
+                    head: p.get::<_, i64>(6) as u64,
                     since_ms: p.get(4),
                     events,
                     members,
