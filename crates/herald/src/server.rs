@@ -175,14 +175,9 @@ pub async fn run(
     // node delivering a batch asks them all.
     let presence = Presence::new(gateway.clone(), cluster.clone(), nats.as_ref().map(|n| (n.client(), &*config.cell)));
     let webhook = match (&config.hooks.webhook, &config.hooks.secret) {
-        (Some(settings), Some(secret)) => Some(Webhook::start(
-            settings.clone(),
-            secret,
-            store.clone(),
-            cluster.clone(),
-            presence,
-            nats.is_some(),
-        )),
+        (Some(settings), Some(secret)) => {
+            Some(Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), presence, nats.is_some()))
+        }
         _ => None,
     };
     let state = AppState {
@@ -195,7 +190,7 @@ pub async fn run(
         api_key: config.api_key.as_str().into(),
         dev_mode: config.dev_mode,
         public_url: config.public_url.as_deref().map(Arc::from),
-        webhook,
+        webhook: webhook.clone(),
     };
     let app = api::router(state, config.diag_echo);
     let addr = listener.local_addr()?;
@@ -218,6 +213,9 @@ pub async fn run(
         .await?;
     if !gateway.wait_closed(CLOSE_GRACE).await {
         tracing::warn!(left = gateway.connections(), "connections still open after the grace period");
+    }
+    if let Some(webhook) = &webhook {
+        webhook.stop();
     }
     store.close().await;
     tracing::info!("herald stopped");

@@ -125,6 +125,18 @@ pub struct Webhook {
     types: Option<HashSet<EventType>>,
     host: String,
     state: Mutex<State>,
+    /// The task following ownership; its deliverers end with it.
+    follower: Mutex<Option<Aborting>>,
+}
+
+/// A task aborted when its handle is dropped: a deliverer must not outlive
+/// the webhook that started it (a test process runs several servers in turn).
+struct Aborting(tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Webhook {
@@ -166,10 +178,19 @@ impl Webhook {
             types,
             host,
             state: Mutex::new(State::default()),
+            follower: Mutex::new(None),
         });
         metrics::gauge!("herald_webhook_lag_seconds").set(0.0);
-        tokio::spawn(webhook.clone().follow_ownership(clustered));
+        // The task holds the webhook weakly, so that `stop` (or dropping the webhook) ends it.
+        let task = tokio::spawn(follow_ownership(Arc::downgrade(&webhook), clustered));
+        *webhook.follower.lock().expect("follower lock") = Some(Aborting(task));
         webhook
+    }
+
+    /// Stops delivering (at shutdown, before the store closes). A batch in
+    /// flight is abandoned: its events are delivered again after a restart.
+    pub fn stop(&self) {
+        self.follower.lock().expect("follower lock").take();
     }
 
     /// The admin page's view.
@@ -206,48 +227,12 @@ impl Webhook {
             .collect()
     }
 
-    /// Starts a deliverer for each shard this node comes to own and stops
-    /// it when the node no longer does, for as long as the process runs.
-    async fn follow_ownership(self: Arc<Self>, clustered: bool) {
-        if clustered {
-            tokio::time::sleep(SETTLE).await;
-        }
-        let mut running: HashMap<usize, tokio::task::JoinHandle<()>> = HashMap::new();
-        let mut tick = tokio::time::interval(OWNERSHIP_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let owned = self.owned_now();
-            running.retain(|shard, task| {
-                let keep = owned.contains(shard) && !task.is_finished();
-                if !keep {
-                    task.abort();
-                    tracing::info!(shard = %self.shards[*shard].1, "webhook: another node delivers this shard now");
-                }
-                keep
-            });
-            for &shard in &owned {
-                running.entry(shard).or_insert_with(|| {
-                    tracing::info!(shard = %self.shards[shard].1, "webhook: delivering this shard's events");
-                    tokio::spawn(self.clone().deliver(shard))
-                });
-            }
-            let mut state = self.state.lock().expect("webhook state lock");
-            state.figures.retain(|s, _| owned.contains(s));
-            state.owned = owned;
-            drop(state);
-            self.publish_lag();
-        }
-    }
-
     /// Delivers shard `shard`'s events, round after round, until aborted.
     async fn deliver(self: Arc<Self>, shard: usize) {
         let mut wait = self.settings.retry_first;
         loop {
-            let round = self
-                .store
-                .webhook_pending(shard, ROUND_CHATS, BATCH_EVENTS as u32, self.settings.offline_max)
-                .await;
+            let round =
+                self.store.webhook_pending(shard, ROUND_CHATS, BATCH_EVENTS as u32, self.settings.offline_max).await;
             let pending = match round {
                 Ok(p) => {
                     wait = self.settings.retry_first;
@@ -458,6 +443,41 @@ impl Webhook {
     }
 }
 
+/// Starts a deliverer for each shard this node comes to own and stops it
+/// when the node no longer does, for as long as the webhook lives.
+async fn follow_ownership(webhook: std::sync::Weak<Webhook>, clustered: bool) {
+    if clustered {
+        tokio::time::sleep(SETTLE).await;
+    }
+    // Dropped with this task: every deliverer ends with it.
+    let mut running: HashMap<usize, Aborting> = HashMap::new();
+    let mut tick = tokio::time::interval(OWNERSHIP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(webhook) = webhook.upgrade() else { return };
+        let owned = webhook.owned_now();
+        running.retain(|shard, task| {
+            let keep = owned.contains(shard) && !task.0.is_finished();
+            if !keep {
+                tracing::info!(shard = %webhook.shards[*shard].1, "webhook: another node delivers this shard now");
+            }
+            keep
+        });
+        for &shard in &owned {
+            running.entry(shard).or_insert_with(|| {
+                tracing::info!(shard = %webhook.shards[shard].1, "webhook: delivering this shard's events");
+                Aborting(tokio::spawn(webhook.clone().deliver(shard)))
+            });
+        }
+        let mut state = webhook.state.lock().expect("webhook state lock");
+        state.figures.retain(|s, _| owned.contains(s));
+        state.owned = owned;
+        drop(state);
+        webhook.publish_lag();
+    }
+}
+
 /// A chat of a round, shared by its events in batches.
 struct Chat {
     key: ChatKey,
@@ -506,4 +526,3 @@ struct OutEvent<'a> {
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
-

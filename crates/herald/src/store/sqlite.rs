@@ -23,8 +23,7 @@ use tokio::sync::{Semaphore, oneshot};
 
 use super::apply::{self, ChatRow, EventMeta, MessageRow, Outcome, Reply, Stored, Tx};
 use super::{
-    Alive, BoxFuture, Fetched, InboxCursor, Member, Store, StoreError, Undelivered, WebhookAck, Write, Written,
-    sql_seq,
+    Alive, BoxFuture, Fetched, InboxCursor, Member, Store, StoreError, Undelivered, WebhookAck, Write, Written, sql_seq,
 };
 use crate::model::{ChatInfo, ChatKey};
 use herald_protocol::reply::InboxEntry;

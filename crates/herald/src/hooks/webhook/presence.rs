@@ -71,7 +71,11 @@ pub struct Presence {
 impl Presence {
     /// Presence for a node on `gateway`; with `nats`, over cell `cell` (and
     /// answering the other nodes' questions from now on).
-    pub fn new(gateway: Arc<Gateway>, cluster: Arc<Cluster>, nats: Option<(async_nats::Client, &str)>) -> Arc<Presence> {
+    pub fn new(
+        gateway: Arc<Gateway>,
+        cluster: Arc<Cluster>,
+        nats: Option<(async_nats::Client, &str)>,
+    ) -> Arc<Presence> {
         let presence = Arc::new(Presence {
             gateway,
             cluster,
@@ -124,8 +128,12 @@ impl Presence {
         users
             .iter()
             .filter_map(|(ws, list)| {
-                let here: Vec<String> =
-                    self.gateway.connected(ws, list.iter().map(String::as_str)).into_iter().map(str::to_owned).collect();
+                let here: Vec<String> = self
+                    .gateway
+                    .connected(ws, list.iter().map(String::as_str))
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect();
                 (!here.is_empty()).then(|| (ws.clone(), here))
             })
             .collect()

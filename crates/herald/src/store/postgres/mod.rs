@@ -28,8 +28,7 @@ use super::pg_tls;
 use super::shard_identity::{self, Claims, IdentityError};
 use super::shard_spec::{ShardName, ShardSpec, TlsMode, chain};
 use super::{
-    Alive, BoxFuture, Fetched, InboxCursor, Member, Store, StoreError, Undelivered, WebhookAck, Write, Written,
-    sql_seq,
+    Alive, BoxFuture, Fetched, InboxCursor, Member, Store, StoreError, Undelivered, WebhookAck, Write, Written, sql_seq,
 };
 use crate::model::{ChatInfo, ChatKey};
 use herald_protocol::reply::InboxEntry;
