@@ -461,27 +461,30 @@ fn pg_admin() -> (Option<common::pg::PgCluster>, String) {
     }
 }
 
-#[tokio::test]
-async fn a_killed_server_process_resumes_and_skips_nothing() {
+/// The settings of a webhook, as a spawned binary takes them.
+fn webhook_env(url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("HERALD_HOOK_SECRET", HOOK_SECRET.into()),
+        ("HERALD_WEBHOOK_URL", url.into()),
+        ("HERALD_WEBHOOK_RETRY_MS", "40".into()),
+        ("HERALD_WEBHOOK_RETRY_MAX_MS", "400".into()),
+        ("HERALD_RATE", "100000".into()),
+        ("HERALD_BURST", "100000".into()),
+    ]
+}
+
+fn env_refs<'a>(vars: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    vars.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+async fn killed_process_resumes(stores: Vec<String>) {
     let recv = Receiver::start().await;
     let data = tempfile::tempdir().unwrap();
-    let env = |url: &str| -> Vec<(&'static str, String)> {
-        vec![
-            ("HERALD_HOOK_SECRET", HOOK_SECRET.into()),
-            ("HERALD_WEBHOOK_URL", url.into()),
-            ("HERALD_WEBHOOK_RETRY_MS", "40".into()),
-            ("HERALD_WEBHOOK_RETRY_MAX_MS", "400".into()),
-            ("HERALD_RATE", "100000".into()),
-            ("HERALD_BURST", "100000".into()),
-        ]
-    };
-    let url = recv.url();
-    let vars = env(&url);
-    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut bin = BinServer::start(data.path(), &[], &vars);
+    let vars = webhook_env(&recv.url());
+    let mut bin = BinServer::start(data.path(), &stores, &env_refs(&vars));
     bin.wait_ready().await;
     chat_with_at(TestServerRef(bin.addr), "g", &["alice"]).await;
-    // Sends acknowledged while the receiver is slow to take them: the kill
+    // Sends acknowledged while the receiver stops taking them: the kill
     // comes with events stored and not delivered, and a batch in flight.
     let mut acked = 1; // the join
     for i in 0..300 {
@@ -492,9 +495,130 @@ async fn a_killed_server_process_resumes_and_skips_nothing() {
     }
     bin.kill9();
     recv.set(Mode::Ok);
-    let mut bin = BinServer::start(data.path(), &[], &vars);
+    let mut bin = BinServer::start(data.path(), &stores, &env_refs(&vars));
     bin.wait_ready().await;
     let got = recv.wait_for(acked as usize).await;
     assert_eq!(first_order(&got)["g"], (1..=acked).collect::<Vec<_>>(), "every acknowledged send, in order");
     bin.kill9();
+}
+
+#[tokio::test]
+async fn a_killed_server_process_resumes_and_skips_nothing() {
+    killed_process_resumes(Vec::new()).await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
+async fn on_postgres_a_killed_server_process_resumes_and_skips_nothing() {
+    let (_own, admin) = pg_admin();
+    killed_process_resumes(vec![common::pg::create_database(&admin).await, common::pg::create_database(&admin).await])
+        .await;
+}
+
+/// A node's admin status.
+async fn status_of(addr: SocketAddr) -> Value {
+    http(addr, "GET", "/v1/admin/status", Some(API_KEY), None).await.1
+}
+
+fn owned(status: &Value) -> Vec<String> {
+    serde_json::from_value(status["webhook"]["owned_shards"].clone()).unwrap_or_default()
+}
+
+/// Two nodes of a NATS cell on two PostgreSQL shards, one webhook receiver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server and PostgreSQL (scripts/test.sh runs it)"]
+async fn two_nodes_deliver_each_event_once_and_a_dead_nodes_share_is_taken_over() {
+    let nats = common::nats::NatsCluster::start().await;
+    let (_own, admin) = pg_admin();
+    let stores = vec![
+        format!("s0={}", common::pg::create_database(&admin).await),
+        format!("s1={}", common::pg::create_database(&admin).await),
+    ];
+    let recv = Receiver::start().await;
+    let (d0, d1) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = |i: usize, dir: &std::path::Path| {
+        let mut vars = webhook_env(&recv.url());
+        vars.push(("HERALD_BROKER", nats.urls().join(",")));
+        vars.push(("HERALD_NODE", format!("node-{i}")));
+        BinServer::start(dir, &stores, &env_refs(&vars))
+    };
+    let mut nodes = vec![node(0, d0.path()), node(1, d1.path())];
+    for n in &nodes {
+        n.wait_ready().await;
+    }
+    // Each shard gets one owner once the nodes have heard of each other.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (a, b) = (owned(&status_of(nodes[0].addr).await), owned(&status_of(nodes[1].addr).await));
+        let mut all: Vec<String> = a.iter().chain(&b).cloned().collect();
+        all.sort();
+        if all == ["s0", "s1"] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "shards not shared out: {a:?} {b:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let owner_of = |shard: &str| {
+        let names = ["node-0", "node-1"];
+        herald::hashing::rendezvous(&[b"webhook", shard.as_bytes()], names).unwrap()
+    };
+    // A chat on each shard (where herald's routing puts it).
+    let chat_on = |shard: usize, tag: &str| {
+        (0..)
+            .map(|i| format!("{tag}{i}"))
+            .find(|c| herald::hashing::rendezvous(&[b"w", c.as_bytes()], ["s0", "s1"]) == Some(shard))
+            .unwrap()
+    };
+    let (a, b) = (chat_on(0, "a"), chat_on(1, "b"));
+    let victim = owner_of("s0");
+    let survivor = 1 - victim;
+    for chat in [&a, &b] {
+        chat_with_at(TestServerRef(nodes[0].addr), chat, &["alice", "bob", "carol"]).await;
+    }
+    // bob is connected to the node that does not deliver chat a: the
+    // delivering node must hear it from the other one.
+    let token = token_at(nodes[survivor].addr, "w", "bob").await;
+    let mut bob = Client::connect(&format!("ws://{}/v1/ws?ws=w", nodes[survivor].addr)).await;
+    bob.ok(json!({"op": "hello", "token": token})).await;
+
+    let mut heads: HashMap<String, u64> = HashMap::new();
+    for i in 0..100 {
+        for chat in [&a, &b] {
+            heads.insert(chat.clone(), post_at(nodes[i % 2].addr, chat, json!(i)).await);
+        }
+    }
+    let total: u64 = heads.values().sum();
+    recv.wait_for(total as usize).await;
+    // A moment more, for a second delivery to show if there were one.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got_now = recv.delivered();
+    assert_eq!(distinct(&got_now), got_now.len(), "each event delivered once in steady state");
+    let m = got_now.iter().find(|e| e["chat"] == a.as_str() && e["type"] == "message").unwrap();
+    assert_eq!(m["offline"], json!(["carol"]), "bob is connected to the other node: {m}");
+
+    // The receiver stops answering, events pile up, the owner of s0 dies.
+    recv.set(Mode::Fail);
+    for i in 0..50 {
+        for chat in [&a, &b] {
+            heads.insert(chat.clone(), post_at(nodes[survivor].addr, chat, json!(100 + i)).await);
+        }
+    }
+    nodes[victim].kill9();
+    recv.set(Mode::Ok);
+    for i in 0..20 {
+        for chat in [&a, &b] {
+            heads.insert(chat.clone(), post_at(nodes[survivor].addr, chat, json!(200 + i)).await);
+        }
+    }
+    let total: u64 = heads.values().sum();
+    let got = recv.wait_for(total as usize).await;
+    let order = first_order(&got);
+    for chat in [&a, &b] {
+        assert_eq!(order[chat.as_str()], (1..=heads[chat.as_str()]).collect::<Vec<_>>(), "chat {chat}: none skipped");
+    }
+    let mut mine = owned(&status_of(nodes[survivor].addr).await);
+    mine.sort();
+    assert_eq!(mine, ["s0", "s1"], "the survivor delivers both shards");
+    let last = got.iter().rfind(|e| e["chat"] == a.as_str() && e["type"] == "message").unwrap();
+    assert_eq!(last["offline"], json!(["carol"]), "bob is still connected: {last}");
 }

@@ -155,10 +155,13 @@ const WRITE_QUEUE: usize = 16 * 1024;
 /// Concurrent reads; each holds one read-only connection.
 const READERS: usize = 4;
 
+/// webhook: where the writer answers a request to store positions.
+type AckReply = oneshot::Sender<Result<(), StoreError>>;
+
 enum Job {
     Write(Write, Reply),
     /// webhook: acknowledged positions, stored in a transaction of their own.
-    WebhookAck(Vec<WebhookAck>, oneshot::Sender<Result<(), StoreError>>),
+    WebhookAck(Vec<WebhookAck>, AckReply),
     Close(oneshot::Sender<()>),
     /// Makes the writer fail, for the tests of its supervision.
     #[cfg(test)]
@@ -707,7 +710,7 @@ impl Writer {
 
     /// webhook: stores acknowledged positions, all of them in one
     /// transaction, and answers each request.
-    fn webhook_ack(&mut self, acks: Vec<(Vec<WebhookAck>, oneshot::Sender<Result<(), StoreError>>)>) {
+    fn webhook_ack(&mut self, acks: Vec<(Vec<WebhookAck>, AckReply)>) {
         let store = |conn: &Connection| -> rusqlite::Result<()> {
             conn.execute_batch("BEGIN IMMEDIATE")?;
             let run = || -> rusqlite::Result<()> {
