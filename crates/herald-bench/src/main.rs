@@ -6,7 +6,8 @@
 //! rising rate, with a `quiet` chat beside), `fanout` (one chat, many
 //! watchers, a rising rate), `churn` (short-lived connections at a set rate),
 //! `presence` (presence changes in a chat of 100 or thousands of present
-//! users: pushes and server CPU per change),
+//! users: pushes and server CPU per change), `webhook` (delivery to a local
+//! receiver, and sends with the receiver up vs down),
 //! `compare` (herald beside its peers, `peer` and `pclient`) and `smoke`
 //! (everything tiny, for the test suite). Shared pieces: `client` (one herald
 //! WebSocket client), `conn` (a client of herald or a peer), `target` (the
@@ -38,6 +39,7 @@ mod server;
 mod smoke;
 mod target;
 mod token;
+mod webhook;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -73,6 +75,8 @@ pub(crate) enum Command {
     Presence(presence::PresenceArgs),
     /// One user's inbox in a large store (bulk-loaded): latency of reading every page, p50 and p99.
     Inbox(inbox::InboxArgs),
+    /// The webhook to a local receiver: events/s delivered, and send latency with the receiver up vs down.
+    Webhook(webhook::WebhookArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
@@ -99,6 +103,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Joinflood(args) => joinflood::run(args).await,
         Command::Presence(args) => presence::run(args).await,
         Command::Inbox(args) => inbox::run(args).await,
+        Command::Webhook(args) => webhook::run(args).await,
         Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Worker(_) => anyhow::bail!("a worker runs on its own"),

@@ -5,7 +5,8 @@
 //! short-lived connections), joinflood (two short steps: 100 joins at
 //! 200/s, 200 at 400/s, a quiet chat beside), presence (30 present users, 5
 //! of them churning, 100 changes) and inbox (300 chats, 6,000 events, one
-//! user in 50 of them, pages of 20). Fails (non-zero exit) when a scenario errs or
+//! user in 50 of them, pages of 20) and webhook (4 senders at 200/s, 1 s
+//! with the receiver up, 1 s down). Fails (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
 
@@ -51,6 +52,7 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         ("joinflood".into(), words("joinflood --start 200 --steps 2 --step-s 0.5 --quiet-rate 20")),
         ("presence".into(), words("presence --present 30 --churners 5 --changes 100 --settle-ms 300")),
         ("inbox".into(), words("inbox --chats 300 --events 6000 --member-chats 50 --limit 20 --reads 3")),
+        ("webhook".into(), words("webhook --senders 4 --chats 2 --rate 200 --seconds 1")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
@@ -135,6 +137,8 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
                 && (name != "fanout coalesced" || (num("fetched") > 0.0 && num("notifies") > 0.0))
         }
         "inbox" => yes("exact") && num("chats_listed") > 0.0,
+        // Every event stored with the receiver up, then down, delivered once it is back, each signed.
+        "webhook" => yes("complete") && num("backlog") > 0.0,
         _ => true,
     };
     if !ok {

@@ -99,7 +99,10 @@ fn describe() {
         "Age of the oldest stored event this node owes the webhook and has not had acknowledged (0: caught up)"
     );
     describe_histogram!("herald_hook_seconds", "Time of one hook request, by hook");
-    describe_counter!("herald_webhook_presence_requests_total", "Presence questions sent to the cell for offline lists");
+    describe_counter!(
+        "herald_webhook_presence_requests_total",
+        "Presence questions sent to the cell for offline lists"
+    );
     describe_counter!("herald_webhook_presence_bytes_total", "Bytes of presence questions sent and answers received");
     describe_counter!(
         "herald_webhook_presence_missing_total",

@@ -581,10 +581,43 @@ async fn two_nodes_deliver_each_event_once_and_a_dead_nodes_share_is_taken_over(
     let mut bob = Client::connect(&format!("ws://{}/v1/ws?ws=w", nodes[survivor].addr)).await;
     bob.ok(json!({"op": "hello", "token": token})).await;
 
+    // A crowd of 200 members on s0 too, none connected: what an `offline` ask costs.
+    let crowd = chat_on(0, "crowd");
+    let members: Vec<String> = (0..200).map(|i| format!("member-{i:03}")).collect();
+    chat_with_at(TestServerRef(nodes[0].addr), &crowd, &members.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let figures = |m: &str| {
+        (
+            herald::metrics::sum(m, "herald_webhook_presence_requests_total"),
+            herald::metrics::sum(m, "herald_webhook_presence_bytes_total"),
+            herald::metrics::sum(m, "herald_webhook_presence_missing_total"),
+        )
+    };
+    let ok_batches = |m: &str| {
+        m.lines()
+            .filter(|l| l.starts_with("herald_webhook_deliveries_total") && l.contains("outcome=\"ok\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let victim_metrics = || async { http_raw(nodes[victim].addr, "GET", "/metrics", None, None).await.1 };
+    let before = victim_metrics().await;
+
     let mut heads: HashMap<String, u64> = HashMap::new();
+    heads.insert(crowd.clone(), members.len() as u64);
     for i in 0..100 {
         for chat in [&a, &b] {
             heads.insert(chat.clone(), post_at(nodes[i % 2].addr, chat, json!(i)).await);
+        }
+        if i % 2 == 0 {
+            let (st, v) = http(
+                nodes[i % 2].addr,
+                "POST",
+                &format!("/v1/workspaces/w/chats/{crowd}/events"),
+                Some(API_KEY),
+                Some(json!({"type": "message", "user": "member-000", "body": i})),
+            )
+            .await;
+            assert_eq!(st, 200, "{v}");
+            heads.insert(crowd.clone(), v["seq"].as_u64().unwrap());
         }
     }
     let total: u64 = heads.values().sum();
@@ -593,6 +626,22 @@ async fn two_nodes_deliver_each_event_once_and_a_dead_nodes_share_is_taken_over(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let got_now = recv.delivered();
     assert_eq!(distinct(&got_now), got_now.len(), "each event delivered once in steady state");
+    let crowd_msg = got_now.iter().find(|e| e["chat"] == crowd.as_str() && e["type"] == "message").unwrap();
+    assert_eq!(crowd_msg["offline"].as_array().map(Vec::len), Some(199), "every member but the sender");
+
+    // What asking the cell cost the node delivering s0: one ask per batch at most.
+    let after = victim_metrics().await;
+    let (r0, b0, m0) = figures(&before);
+    let (r1, b1, m1) = figures(&after);
+    let batches = ok_batches(&after) - ok_batches(&before);
+    let (asks, bytes) = (r1 - r0, b1 - b0);
+    assert!(asks >= 1.0 && asks <= batches, "{asks} asks for {batches} batches");
+    assert_eq!(m1 - m0, 0.0, "every node answered in time");
+    eprintln!(
+        "offline asks in steady state: {asks} asks for {batches} batches (2 nodes), {bytes} bytes in all, {:.0} bytes per ask \
+         (candidates: a chat of 3 members and one of 200)",
+        bytes / asks
+    );
     let m = got_now.iter().find(|e| e["chat"] == a.as_str() && e["type"] == "message").unwrap();
     assert_eq!(m["offline"], json!(["carol"]), "bob is connected to the other node: {m}");
 
