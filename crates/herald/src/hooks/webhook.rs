@@ -335,7 +335,8 @@ impl Webhook {
             Ok(r) => Err(format!("the receiver answered {}", r.status())),
             Err(e) if e.is_timeout() => Err(format!("no answer within {} ms", self.settings.timeout.as_millis())),
             Err(e) if e.is_connect() => Err("cannot connect to the receiver".to_string()),
-            Err(e) => Err(format!("request failed: {}", crate::store::shard_spec::chain(&e))),
+            // Without the URL: its path or query may hold a token, and this text reaches the admin page.
+            Err(e) => Err(format!("request failed: {}", crate::store::shard_spec::chain(&e.without_url()))),
         }
     }
 
