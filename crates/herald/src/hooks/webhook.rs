@@ -35,8 +35,8 @@
 //! by each node from its own connections.
 //!
 //! Not here: the signature and HTTP client ([`super`]), cutting batches and
-//! their JSON ([`batch`]), the positions
-//! SQL (the stores), presence's wire format ([`presence`]).
+//! their JSON ([`batch`]), the positions' SQL (the stores), presence's wire
+//! format ([`presence`]).
 
 mod batch;
 pub mod presence;
