@@ -5,7 +5,7 @@
 //! drain button. Does not own: the answer's type or the rates (status.ts); what a drain does (the
 //! server's `POST /v1/admin/drain`, the same drain as SIGTERM's, without the exit).
 
-import { type AdminStatus, formatRate, rates } from './status.ts';
+import { type AdminStatus, type WebhookStatus, formatLag, formatRate, rates } from './status.ts';
 
 /** How often the page asks for the node's status. */
 const REFRESH_MS = 2000;
@@ -39,6 +39,15 @@ const ui = {
   shardsTable: $('shards-table'),
   shards: $<HTMLTableSectionElement>('shards'),
   noShards: $('no-shards'),
+  webhooks: $('webhooks'),
+  webhookTable: $('webhook-table'),
+  webhookHost: $('webhook-host'),
+  webhookEvents: $('webhook-events'),
+  webhookLag: $('webhook-lag'),
+  webhookPending: $('webhook-pending'),
+  webhookSuccess: $('webhook-success'),
+  webhookError: $('webhook-error'),
+  webhookShards: $('webhook-shards'),
   drain: $<HTMLButtonElement>('drain'),
   drainResult: $('drain-result'),
 };
@@ -80,6 +89,30 @@ function cell(text: string, className?: string): HTMLTableCellElement {
   return td;
 }
 
+/** Draws the webhook's part: a line saying how it does, and its figures. */
+function drawWebhook(w: WebhookStatus | undefined): void {
+  ui.webhookTable.hidden = w === undefined;
+  if (w === undefined) {
+    ui.webhooks.dataset.state = 'none';
+    ui.webhooks.textContent = 'no webhooks configured';
+    return;
+  }
+  const state = w.failing ? 'failing' : 'ok';
+  ui.webhooks.dataset.state = state;
+  ui.webhooks.textContent = w.failing
+    ? `delivering to ${w.host} fails: retrying with growing waits`
+    : `delivering to ${w.host}`;
+  const when = (ms: number | null): string => (ms === null ? 'never' : new Date(ms).toLocaleTimeString());
+  ui.webhookHost.textContent = w.host;
+  ui.webhookEvents.textContent = w.events === null ? 'all' : w.events.join(', ');
+  ui.webhookLag.textContent = formatLag(w.lag_seconds);
+  ui.webhookLag.dataset.lag = String(w.lag_seconds);
+  ui.webhookPending.textContent = String(w.pending_estimate);
+  ui.webhookSuccess.textContent = when(w.last_success_ms);
+  ui.webhookError.textContent = w.last_error === null ? 'none' : `${w.last_error} (${when(w.last_error_ms)})`;
+  ui.webhookShards.textContent = w.owned_shards.length === 0 ? 'none (another node delivers)' : w.owned_shards.join(', ');
+}
+
 /** Draws one answer, with rates against the one before it. */
 function draw(status: AdminStatus, prev: AdminStatus | null): void {
   ui.nodeName.textContent = status.node;
@@ -118,6 +151,7 @@ function draw(status: AdminStatus, prev: AdminStatus | null): void {
       return tr;
     }),
   );
+  drawWebhook(status.webhook);
   ui.drain.disabled = status.draining;
 }
 

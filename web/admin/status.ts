@@ -22,6 +22,33 @@ export interface ShardStatus {
   waiting: number;
 }
 
+/** The webhook as the answering node delivers it (absent without `--webhook-url`). */
+export interface WebhookStatus {
+  /** The receiver's host (and port), never its path or the secret. */
+  host: string;
+  /** The event types delivered; `null`: all. */
+  events: string[] | null;
+  /** Age in seconds of the oldest stored event this node owes and has not had acknowledged; 0 when caught up. */
+  lag_seconds: number;
+  last_success_ms: number | null;
+  last_error: string | null;
+  last_error_ms: number | null;
+  /** Whether the latest try failed: the webhook is retrying. */
+  failing: boolean;
+  /** Undelivered events in the chats of the latest round: at least this many are pending. */
+  pending_estimate: number;
+  /** The shards this node delivers (`local` for the embedded store). */
+  owned_shards: string[];
+}
+
+/** A lag as the page shows it. */
+export function formatLag(seconds: number): string {
+  if (seconds <= 0) return 'caught up';
+  if (seconds < 10) return `${seconds.toFixed(1)} s`;
+  if (seconds < 3600) return `${Math.round(seconds)} s`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+
 /** The answer of `GET /v1/admin/status`. */
 export interface AdminStatus {
   node: string;
@@ -36,6 +63,7 @@ export interface AdminStatus {
   shards: ShardStatus[];
   requests_total: number;
   pushes_total: number;
+  webhook?: WebhookStatus;
 }
 
 /** Per-second rates between two answers; `null` where they cannot be told. */

@@ -1,6 +1,9 @@
 // Generated from web/admin/*.ts by `npm run build` in web/. Do not edit; see web/README.md.
 
 // admin/status.ts
+function formatLag(seconds) {
+  return seconds <= 0 ? "caught up" : seconds < 10 ? `${seconds.toFixed(1)} s` : seconds < 3600 ? `${Math.round(seconds)} s` : `${(seconds / 3600).toFixed(1)} h`;
+}
 function rates(prev, next) {
   if (prev === null) return { requests: null, pushes: null };
   let ms = next.at_ms - prev.at_ms, per = (a, b) => ms > 0 && b >= a ? (b - a) * 1e3 / ms : null;
@@ -38,6 +41,15 @@ var ui = {
   shardsTable: $("shards-table"),
   shards: $("shards"),
   noShards: $("no-shards"),
+  webhooks: $("webhooks"),
+  webhookTable: $("webhook-table"),
+  webhookHost: $("webhook-host"),
+  webhookEvents: $("webhook-events"),
+  webhookLag: $("webhook-lag"),
+  webhookPending: $("webhook-pending"),
+  webhookSuccess: $("webhook-success"),
+  webhookError: $("webhook-error"),
+  webhookShards: $("webhook-shards"),
   drain: $("drain"),
   drainResult: $("drain-result")
 }, Refused = class extends Error {
@@ -68,6 +80,16 @@ function cell(text, className) {
   let td = document.createElement("td");
   return td.textContent = text, className !== void 0 && (td.className = className), td;
 }
+function drawWebhook(w) {
+  if (ui.webhookTable.hidden = w === void 0, w === void 0) {
+    ui.webhooks.dataset.state = "none", ui.webhooks.textContent = "no webhooks configured";
+    return;
+  }
+  let state = w.failing ? "failing" : "ok";
+  ui.webhooks.dataset.state = state, ui.webhooks.textContent = w.failing ? `delivering to ${w.host} fails: retrying with growing waits` : `delivering to ${w.host}`;
+  let when = (ms) => ms === null ? "never" : new Date(ms).toLocaleTimeString();
+  ui.webhookHost.textContent = w.host, ui.webhookEvents.textContent = w.events === null ? "all" : w.events.join(", "), ui.webhookLag.textContent = formatLag(w.lag_seconds), ui.webhookLag.dataset.lag = String(w.lag_seconds), ui.webhookPending.textContent = String(w.pending_estimate), ui.webhookSuccess.textContent = when(w.last_success_ms), ui.webhookError.textContent = w.last_error === null ? "none" : `${w.last_error} (${when(w.last_error_ms)})`, ui.webhookShards.textContent = w.owned_shards.length === 0 ? "none (another node delivers)" : w.owned_shards.join(", ");
+}
 function draw(status, prev) {
   ui.nodeName.textContent = status.node, ui.cellName.textContent = status.cell;
   let state = status.draining ? "draining" : "serving";
@@ -85,7 +107,7 @@ function draw(status, prev) {
       let breaker = cell(s.breaker.replace("_", "-"));
       return breaker.dataset.breaker = s.breaker, tr.append(cell(s.label), breaker, cell(String(s.in_flight), "num"), cell(String(s.waiting), "num")), tr;
     })
-  ), ui.drain.disabled = status.draining;
+  ), drawWebhook(status.webhook), ui.drain.disabled = status.draining;
 }
 var Session = class {
   constructor(key) {

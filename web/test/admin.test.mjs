@@ -3,7 +3,7 @@
 //!
 //! Owns: starting and stopping herald and the browser for this test, and what an operator must see: a
 //! wrong api key refused, the right one let in, a connected client counted and its watched chat
-//! counted, rates appearing, the webhooks placeholder, and after pressing drain (and confirming), the
+//! counted, rates appearing, a webhook whose receiver is down shown failing, and after pressing drain (and confirming), the
 //! node shown draining while the client is asked to reconnect and closed with 4012. Leaves
 //! web/test-artifacts/admin.png and admin-herald.log behind, also when it fails.
 //!
@@ -11,6 +11,7 @@
 //!     CHROMIUM_BIN=/path/to/chromium          default: /usr/bin/chromium (Debian's package)
 
 import { existsSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -18,6 +19,19 @@ import { ARTIFACTS, startChromium, startHerald, until, within } from './support.
 
 const API_KEY = 'admin-test-api-key-0123456789abcdef0123';
 const JWT_SECRET = 'admin-test-jwt-secret-0123456789abcdef01';
+const HOOK_SECRET = 'admin-test-hook-secret-0123456789abcdef0';
+
+/** A loopback port nothing listens on: bound, read, closed. */
+function freePort() {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.once('error', rej);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => res(port));
+    });
+  });
+}
 /** A short drain window, so the client's reconnect push and its close come within test time. */
 const DRAIN_WINDOW_MS = 1000;
 
@@ -79,6 +93,7 @@ describe('admin page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
   const heraldLog = [];
   const pageErrors = [];
   let herald = null;
+  let hookPort = 0;
   let chrome = null;
   let browser = null;
   let admin = null;
@@ -86,7 +101,14 @@ describe('admin page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
   let shot = false;
 
   before(async () => {
-    herald = await startHerald({ args: ['--node', 'admin-test-node', '--drain-window-ms', String(DRAIN_WINDOW_MS)], env: { HERALD_API_KEY: API_KEY, HERALD_JWT_SECRET: JWT_SECRET }, log: heraldLog, logName: 'admin-herald.log' });
+    // A webhook whose receiver is down (nothing listens on its port): the page must say it fails.
+    hookPort = await freePort();
+    herald = await startHerald({
+      args: ['--node', 'admin-test-node', '--drain-window-ms', String(DRAIN_WINDOW_MS), '--webhook-url', `http://127.0.0.1:${hookPort}/hook`],
+      env: { HERALD_API_KEY: API_KEY, HERALD_JWT_SECRET: JWT_SECRET, HERALD_HOOK_SECRET: HOOK_SECRET },
+      log: heraldLog,
+      logName: 'admin-herald.log',
+    });
     chrome = await startChromium();
     browser = chrome.browser;
   });
@@ -137,7 +159,13 @@ describe('admin page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
     assert.equal(await admin.getAttribute('#nodes tr[data-this="true"] td[data-connections]', 'data-connections'), '1');
     assert.ok(Number(await text('#broker-subscriptions')) >= 1, 'the watched chat is subscribed at the broker');
     assert.equal(await admin.isVisible('#no-shards'), true, 'the embedded store has no shards');
-    assert.equal(await text('#webhooks'), 'no webhooks configured');
+    // The client's join is an event the webhook cannot deliver: the section says so, without the URL's path.
+    await until(UI_TIMEOUT_MS, 'the webhook shown failing', async () => (await admin.getAttribute('#webhooks', 'data-state')) === 'failing',
+      async () => `webhooks: ${await text('#webhooks')}`);
+    assert.equal(await text('#webhooks'), `delivering to 127.0.0.1:${hookPort} fails: retrying with growing waits`);
+    assert.equal(await text('#webhook-shards'), 'local');
+    assert.match(await text('#webhook-error'), /cannot connect to the receiver/);
+    assert.notEqual(await text('#webhook-lag'), 'caught up', 'the join is owed');
     // Rates need two refreshes; then they are numbers (0.0 when idle: requests count WebSocket ops, not the page's polls).
     await until(UI_TIMEOUT_MS, 'rates computed between refreshes', async () => /^[0-9.,]+$/.test(await text('#request-rate')) && /^[0-9.,]+$/.test(await text('#push-rate')));
 

@@ -6,8 +6,10 @@
 //! rising rate, with a `quiet` chat beside), `fanout` (one chat, many
 //! watchers, a rising rate), `churn` (short-lived connections at a set rate),
 //! `presence` (presence changes in a chat of 100 or thousands of present
-//! users: pushes and server CPU per change), `sendhook` (the latency a send
-//! hook adds to a send),
+//! users: pushes and server CPU per change), `inbox` and `inbox-live` (an
+//! inbox in a large store; live inboxes under a message rate), `sendhook`
+//! (the latency a send hook adds to a send), `webhook` (delivery to a local
+//! receiver, and sends with the receiver up vs down),
 //! `compare` (herald beside its peers, `peer` and `pclient`) and `smoke`
 //! (everything tiny, for the test suite). Shared pieces: `client` (one herald
 //! WebSocket client), `conn` (a client of herald or a peer), `target` (the
@@ -41,6 +43,7 @@ mod server;
 mod smoke;
 mod target;
 mod token;
+mod webhook;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -80,6 +83,8 @@ pub(crate) enum Command {
     Inbox(inbox::InboxArgs),
     /// U live inboxes whose chats receive R messages/s: pushes, latency, server CPU, exactness.
     InboxLive(inbox_live::InboxLiveArgs),
+    /// The webhook to a local receiver: events/s delivered, and send latency with the receiver up vs down.
+    Webhook(webhook::WebhookArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
@@ -108,6 +113,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Inbox(args) => inbox::run(args).await,
         Command::InboxLive(args) => inbox_live::run(args).await,
         Command::Sendhook(args) => sendhook::run(args).await,
+        Command::Webhook(args) => webhook::run(args).await,
         Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Worker(_) => anyhow::bail!("a worker runs on its own"),

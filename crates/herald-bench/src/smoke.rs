@@ -6,7 +6,8 @@
 //! 200/s, 200 at 400/s, a quiet chat beside), presence (30 present users, 5
 //! of them churning, 100 changes) and inbox (300 chats, 6,000 events, one
 //! user in 50 of them, pages of 20), inbox-live (100 live inboxes in chats of 5, 100 messages/s for
-//! 2 s) and sendhook (50 sends without and with a send hook). Fails (non-zero exit) when a scenario errs or
+//! 2 s), sendhook (50 sends without and with a send hook) and webhook (4 senders at 200/s, 1 s with the
+//! receiver up, 1 s down). Fails (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
 
@@ -54,6 +55,7 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         ("inbox".into(), words("inbox --chats 300 --events 6000 --member-chats 50 --limit 20 --reads 3")),
         ("inbox-live".into(), words("inbox-live --users 100 --members 5 --rate 100 --seconds 2")),
         ("sendhook".into(), words("sendhook --messages 50")),
+        ("webhook".into(), words("webhook --senders 4 --chats 2 --rate 200 --seconds 1")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
@@ -146,6 +148,8 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
                 && (name != "fanout coalesced" || (num("fetched") > 0.0 && num("notifies") > 0.0))
         }
         "inbox" => yes("exact") && num("chats_listed") > 0.0,
+        // Every event stored with the receiver up, then down, delivered once it is back, each signed.
+        "webhook" => yes("complete") && num("backlog") > 0.0,
         _ => true,
     };
     if !ok {

@@ -16,7 +16,7 @@ use crate::auth::{DEFAULT_LEEWAY_MS, TokenKeys, Tokens};
 use crate::gateway::admission::{Limits, normalize_origin};
 use crate::hooks::{
     DEFAULT_SEND_HOOK_TIMEOUT_MS, DEFAULT_WEBHOOK_OFFLINE_MAX, FailMode, HookSettings, MIN_HOOK_SECRET_BYTES,
-    SendHookSettings, WebhookSettings,
+    SendHookSettings, WEBHOOK_RETRY_FIRST, WEBHOOK_RETRY_MAX, WEBHOOK_TIMEOUT, WebhookSettings,
 };
 
 /// The settings as given: everything optional, merged from flags, env and file.
@@ -154,6 +154,15 @@ pub struct ServeArgs {
     /// Chats with more members get no `offline` list in webhook events.
     #[arg(long, env = "HERALD_WEBHOOK_OFFLINE_MAX")]
     pub webhook_offline_max: Option<u64>,
+    /// Tests only: ms the webhook waits for an answer (default 10000).
+    #[arg(long, env = "HERALD_WEBHOOK_TIMEOUT_MS", hide = true)]
+    pub webhook_timeout_ms: Option<u64>,
+    /// Tests only: the webhook's first wait before a retry, in ms (default 500).
+    #[arg(long, env = "HERALD_WEBHOOK_RETRY_MS", hide = true)]
+    pub webhook_retry_ms: Option<u64>,
+    /// Tests only: the webhook's longest wait before a retry, in ms (default 60000).
+    #[arg(long, env = "HERALD_WEBHOOK_RETRY_MAX_MS", hide = true)]
+    pub webhook_retry_max_ms: Option<u64>,
     /// Asked before a client's `send` or `edit` is stored: accept, reject or replace.
     #[arg(long, env = "HERALD_SEND_HOOK_URL")]
     pub send_hook_url: Option<String>,
@@ -311,6 +320,9 @@ impl ServeArgs {
             webhook_url,
             webhook_events,
             webhook_offline_max,
+            webhook_timeout_ms,
+            webhook_retry_ms,
+            webhook_retry_max_ms,
             send_hook_url,
             send_hook_timeout_ms,
             send_hook_fail,
@@ -503,7 +515,15 @@ impl ServeArgs {
                     }
                 };
                 let offline_max = self.webhook_offline_max.unwrap_or(DEFAULT_WEBHOOK_OFFLINE_MAX);
-                Some(WebhookSettings { url, events, offline_max })
+                let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+                let timeout = ms(self.webhook_timeout_ms, WEBHOOK_TIMEOUT);
+                let retry_max = ms(self.webhook_retry_max_ms, WEBHOOK_RETRY_MAX);
+                let retry_first = ms(self.webhook_retry_ms, WEBHOOK_RETRY_FIRST).min(retry_max);
+                anyhow::ensure!(
+                    !timeout.is_zero() && !retry_first.is_zero(),
+                    "--webhook-timeout-ms and --webhook-retry-ms must be above 0"
+                );
+                Some(WebhookSettings { url, events, offline_max, timeout, retry_first, retry_max })
             }
         };
         let send_hook = match send_hook {

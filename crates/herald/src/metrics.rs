@@ -90,6 +90,24 @@ fn describe() {
     describe_counter!("herald_broker_subscribes_total", "Broker subscriptions made (first local watcher of a chat)");
     describe_counter!("herald_broker_unsubscribes_total", "Broker subscriptions ended");
     describe_gauge!("herald_broker_subjects", "Live broker subscriptions");
+    // webhook
+    describe_counter!("herald_webhook_deliveries_total", "Webhook POSTs, by outcome (ok, error, timeout)");
+    describe_counter!("herald_webhook_retries_total", "Webhook POSTs that failed and are tried again");
+    describe_counter!("herald_webhook_events_total", "Events delivered by the webhook (acknowledged)");
+    describe_gauge!(
+        "herald_webhook_lag_seconds",
+        "Age of the oldest stored event this node owes the webhook and has not had acknowledged (0: caught up)"
+    );
+    describe_histogram!("herald_hook_seconds", "Time of one hook request, by hook");
+    describe_counter!(
+        "herald_webhook_presence_requests_total",
+        "Presence questions sent to the cell for offline lists"
+    );
+    describe_counter!("herald_webhook_presence_bytes_total", "Bytes of presence questions sent and answers received");
+    describe_counter!(
+        "herald_webhook_presence_missing_total",
+        "Nodes that did not answer a presence question in time (their users counted offline)"
+    );
 }
 
 #[cfg(test)]

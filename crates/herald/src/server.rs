@@ -20,6 +20,8 @@ use crate::cluster::{Cells, Cluster};
 use crate::config::Config;
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::hooks::send::SendHook;
+use crate::hooks::webhook::Webhook;
+use crate::hooks::webhook::presence::Presence;
 use crate::hub::Hub;
 use crate::revoke::Revocations;
 use crate::store::postgres::{PgShard, ShardCheckError};
@@ -185,6 +187,15 @@ pub async fn run(
     if config.rebalance {
         spawn_rebalancer(cluster.clone(), gateway.clone(), config.drain_window);
     }
+    // Every node of a cell answers presence questions, webhook or not: the
+    // node delivering a batch asks them all.
+    let presence = Presence::new(gateway.clone(), cluster.clone(), nats.as_ref().map(|n| (n.client(), &*config.cell)));
+    let webhook = match (&config.hooks.webhook, &config.hooks.secret) {
+        (Some(settings), Some(secret)) => {
+            Some(Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), presence, nats.is_some()))
+        }
+        _ => None,
+    };
     let state = AppState {
         cells,
         cluster: cluster.clone(),
@@ -196,6 +207,7 @@ pub async fn run(
         dev_mode: config.dev_mode,
         public_url: config.public_url.as_deref().map(Arc::from),
         revocations,
+        webhook: webhook.clone(),
     };
     let app = api::router(state, config.diag_echo);
     let addr = listener.local_addr()?;
@@ -218,6 +230,9 @@ pub async fn run(
         .await?;
     if !gateway.wait_closed(CLOSE_GRACE).await {
         tracing::warn!(left = gateway.connections(), "connections still open after the grace period");
+    }
+    if let Some(webhook) = &webhook {
+        webhook.stop();
     }
     store.close().await;
     tracing::info!("herald stopped");

@@ -13,6 +13,7 @@ use axum::response::{Html, IntoResponse};
 use serde::Deserialize;
 
 use super::{ApiResult, AppState, authorize, openapi, parse_json};
+use crate::hooks::webhook::WebhookStatus;
 
 /// The admin page and its script (bundled from `web/admin/` by `web/`'s
 /// build and committed, like the demo page, so running herald needs no Node).
@@ -145,6 +146,9 @@ pub(super) struct AdminStatus {
     /// Event frames queued to connections since the process started
     /// (`herald_pushes_total`).
     pushes_total: u64,
+    /// The webhook as this node delivers it; absent without `--webhook-url`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    webhook: Option<WebhookStatus>,
 }
 
 /// This node's figures for the admin page: connections, watched chats,
@@ -195,5 +199,6 @@ pub(super) async fn admin_status(State(s): State<AppState>, headers: HeaderMap) 
         shards,
         requests_total: count("herald_requests_total"),
         pushes_total: count("herald_pushes_total"),
+        webhook: s.webhook.as_ref().map(|w| w.status()),
     }))
 }

@@ -39,6 +39,8 @@ pub struct AppState {
     pub public_url: Option<Arc<str>>,
     /// Revoked tokens: the users routes revoke through it.
     pub revocations: Arc<crate::revoke::Revocations>,
+    /// The webhook, when `--webhook-url` is set: for the admin status.
+    pub webhook: Option<Arc<crate::hooks::webhook::Webhook>>,
 }
 
 /// The demo page and its script (the SDK and the page's code, bundled by
@@ -325,6 +327,7 @@ mod tests {
             drain_window: config.drain_window,
             public_url: None,
             revocations: core.revocations,
+            webhook: None,
         };
         router(state, false)
     }

@@ -126,7 +126,7 @@ impl Modify for ApiKey {
         PostEventBody, PostedType, super::TokenBody, super::TokenOk, super::GatewayOk, super::admin::DrainBody,
         super::admin::DrainOk, super::admin::NodesOk, super::admin::NodeView, super::admin::AdminStatus,
         super::admin::StatusNode, super::admin::StatusShard, super::Ready, EditBody, MuteBody, EmptyOk, InboxOk,
-        InboxEntry, super::users::ErasedOk,
+        InboxEntry, super::users::ErasedOk, crate::hooks::webhook::WebhookStatus,
     )),
     modifiers(&ApiKey),
 )]
@@ -186,8 +186,14 @@ mod tests {
             assert!(paths[path][m]["security"].is_array(), "{m} {path} needs the api key");
         }
         let status = &doc["components"]["schemas"]["AdminStatus"]["properties"];
-        for field in ["connections", "watched_chats", "broker_subscriptions", "nodes", "shards", "requests_total"] {
+        for field in
+            ["connections", "watched_chats", "broker_subscriptions", "nodes", "shards", "requests_total", "webhook"]
+        {
             assert!(status[field].is_object(), "AdminStatus lacks {field}");
+        }
+        let webhook = &doc["components"]["schemas"]["WebhookStatus"]["properties"];
+        for field in ["host", "lag_seconds", "last_success_ms", "last_error", "pending_estimate", "owned_shards"] {
+            assert!(webhook[field].is_object(), "WebhookStatus lacks {field}");
         }
         assert!(paths["/v1/gateway"]["get"]["security"].is_null(), "the gateway needs no key");
         let id_pattern = r"^[A-Za-z0-9_.:-]{1,128}$";

@@ -5,6 +5,7 @@
 //! [`client`] per hook.
 
 pub mod send;
+pub mod webhook;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -19,6 +20,8 @@ pub const MIN_HOOK_SECRET_BYTES: usize = 32;
 pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest wait between two tries of one webhook batch.
 pub const WEBHOOK_RETRY_MAX: Duration = Duration::from_secs(60);
+/// The first wait before a webhook batch is tried again; it doubles per failure.
+pub const WEBHOOK_RETRY_FIRST: Duration = Duration::from_millis(500);
 /// Default of `--webhook-offline-max`.
 pub const DEFAULT_WEBHOOK_OFFLINE_MAX: u64 = 1000;
 /// Default of `--send-hook-timeout-ms`.
@@ -49,6 +52,12 @@ pub struct WebhookSettings {
     pub events: Option<Vec<String>>,
     /// Chats with more members get no `offline` list.
     pub offline_max: u64,
+    /// How long a POST may take before it counts as failed ([`WEBHOOK_TIMEOUT`]).
+    pub timeout: Duration,
+    /// The first wait before a failed batch is tried again; doubles per failure.
+    pub retry_first: Duration,
+    /// The longest wait between two tries ([`WEBHOOK_RETRY_MAX`]).
+    pub retry_max: Duration,
 }
 
 #[derive(Debug, Clone)]

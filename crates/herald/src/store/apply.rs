@@ -87,6 +87,24 @@ pub(crate) trait Tx {
     async fn finish(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
+    /// webhook: records, in the same transaction, that these chats stored
+    /// events the webhook has not delivered. A backend does so only while a
+    /// webhook is configured; by default it records nothing.
+    async fn mark_undelivered(&mut self, _marks: &[Stored]) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// webhook: a chat whose seq a batch moved.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stored {
+    pub chat: i64,
+    /// The chat's seq before the batch: its first event of the batch is `before + 1`.
+    pub before: u64,
+    /// Its seq after the batch.
+    pub head: u64,
+    /// When the batch stored them (every event of a batch has this ts).
+    pub ts: i64,
 }
 
 /// What an event row keeps beside the event, for the inbox's counts and the lifecycle.
@@ -147,6 +165,8 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
             batch.rows.insert(key.clone(), row);
         }
     }
+    // webhook: each chat's seq before the batch (a chat the batch creates starts at 0).
+    let before: HashMap<i64, u64> = batch.rows.values().map(|r| (r.id, r.seq)).collect();
     tx.prefetch(writes, &batch.rows).await?;
     let mut outcomes = Vec::with_capacity(writes.len());
     for w in writes {
@@ -157,6 +177,16 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
     batch.dirty.dedup();
     for key in &batch.dirty {
         tx.save_chat(&batch.rows[key]).await?;
+    }
+    let stored: Vec<Stored> = batch
+        .dirty
+        .iter()
+        .map(|key| &batch.rows[key])
+        .map(|r| Stored { chat: r.id, before: before.get(&r.id).copied().unwrap_or(0), head: r.seq, ts: batch.now_ms })
+        .filter(|s| s.head > s.before)
+        .collect();
+    if !stored.is_empty() {
+        tx.mark_undelivered(&stored).await?;
     }
     Ok(outcomes)
 }

@@ -14,7 +14,8 @@ use std::time::Duration;
 use herald_protocol::reply::InboxEntry;
 
 use super::{
-    BoxFuture, Fetched, InboxCursor, Member, Revoked, ShardName, ShardStatus, Store, StoreError, Write, Written,
+    BoxFuture, Fetched, InboxCursor, Member, Revoked, ShardName, ShardStatus, Store, StoreError, Undelivered,
+    WebhookAck, Write, Written,
 };
 use crate::guard::{Breaker, BreakerConfig, BreakerState, Bulkhead};
 use crate::hashing::rendezvous;
@@ -360,6 +361,39 @@ impl Store for Sharded {
                 s.store.close().await;
             }
         })
+    }
+
+    // --- webhook: each shard keeps its own chats' positions. Not through the
+    // bulkhead and breaker: the webhook is one caller with its own backoff.
+
+    fn track_webhook(&self) {
+        for s in self.shards.iter() {
+            s.store.track_webhook();
+        }
+    }
+
+    fn webhook_shards(&self) -> Vec<String> {
+        self.shards.iter().map(|s| s.name.to_string()).collect()
+    }
+
+    fn webhook_pending(
+        &self,
+        shard: usize,
+        chats: u32,
+        events: u32,
+        members_max: u64,
+    ) -> BoxFuture<'_, Result<Vec<Undelivered>, StoreError>> {
+        match self.shards.get(shard) {
+            Some(s) => s.store.webhook_pending(0, chats, events, members_max),
+            None => Box::pin(std::future::ready(Err(StoreError::NotFound(format!("no shard {shard}"))))),
+        }
+    }
+
+    fn webhook_ack(&self, shard: usize, acks: Vec<WebhookAck>) -> BoxFuture<'_, Result<(), StoreError>> {
+        match self.shards.get(shard) {
+            Some(s) => s.store.webhook_ack(0, acks),
+            None => Box::pin(std::future::ready(Err(StoreError::NotFound(format!("no shard {shard}"))))),
+        }
     }
 
     fn shards(&self) -> Vec<ShardStatus> {

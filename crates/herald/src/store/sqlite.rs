@@ -21,9 +21,10 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
 
-use super::apply::{self, ChatRow, EventMeta, MessageRow, Outcome, Reply, Tx};
+use super::apply::{self, ChatRow, EventMeta, MessageRow, Outcome, Reply, Stored, Tx};
 use super::{
-    Alive, BoxFuture, Fetched, InboxCursor, Member, Revocation, Revoked, Store, StoreError, Write, Written, sql_seq,
+    Alive, BoxFuture, Fetched, InboxCursor, Member, Revocation, Revoked, Store, StoreError, Undelivered, WebhookAck,
+    Write, Written, sql_seq,
 };
 use crate::model::{ChatInfo, ChatKey};
 use herald_protocol::reply::InboxEntry;
@@ -119,7 +120,16 @@ CREATE TABLE IF NOT EXISTS mutes (
 
 /// Version 3: the hooks' state (new tables only, so applying it is the migration).
 const SCHEMA_V3: &str = "
--- webhook: delivery positions
+-- webhook: delivery positions. One row per chat that stored an event while
+-- a webhook was configured; the partial index holds only the chats with
+-- events not acknowledged yet, oldest first, so finding them reads no idle chat.
+CREATE TABLE IF NOT EXISTS webhook_positions (
+    chat_id   INTEGER PRIMARY KEY,
+    delivered INTEGER NOT NULL,   -- the last seq the receiver acknowledged
+    head      INTEGER NOT NULL,   -- the latest seq stored while the webhook was on
+    since_ms  INTEGER NOT NULL    -- when the oldest event not acknowledged was stored (or a moment before)
+);
+CREATE INDEX IF NOT EXISTS webhook_pending ON webhook_positions (since_ms, chat_id) WHERE head > delivered;
 -- revocations
 -- A user's tokens issued (iat) at or before revoked_ms are refused. stored_ms:
 -- when the row was written, by this store's clock, which nodes poll by.
@@ -132,6 +142,16 @@ CREATE TABLE IF NOT EXISTS revocations (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS revocations_stored ON revocations (stored_ms);
 ";
+
+/// webhook: a batch's chats that stored events. A new row starts at the
+/// seq before the batch (events stored before the webhook was on are not
+/// delivered); a row that was caught up starts its lag at this batch.
+const UPSERT_POSITION: &str = "
+INSERT INTO webhook_positions (chat_id, delivered, head, since_ms) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (chat_id) DO UPDATE SET
+    since_ms = CASE WHEN webhook_positions.head <= webhook_positions.delivered THEN excluded.since_ms
+                    ELSE webhook_positions.since_ms END,
+    head = excluded.head";
 
 /// How often the writer retries a WAL checkpoint that readers held up, after
 /// a batch that erased a body: the erased bytes must leave the files soon.
@@ -146,10 +166,15 @@ const WRITE_QUEUE: usize = 16 * 1024;
 /// Concurrent reads; each holds one read-only connection.
 const READERS: usize = 4;
 
+/// webhook: where the writer answers a request to store positions.
+type AckReply = oneshot::Sender<Result<(), StoreError>>;
+
 enum Job {
     Write(Write, Reply),
     /// A revocation, in a transaction of its own after the batch it came with.
     Revoke(RevokeJob),
+    /// webhook: acknowledged positions, stored in a transaction of their own.
+    WebhookAck(Vec<WebhookAck>, AckReply),
     Close(oneshot::Sender<()>),
     /// Makes the writer fail, for the tests of its supervision.
     #[cfg(test)]
@@ -179,6 +204,8 @@ pub struct SqliteStore {
     /// False once the writer thread has ended: the store is then not ready.
     writer_alive: Arc<AtomicBool>,
     readers: Arc<ReaderPool>,
+    /// webhook: whether writes keep the webhook's positions (shared with the writer).
+    webhook: Arc<AtomicBool>,
 }
 
 struct ReaderPool {
@@ -220,12 +247,15 @@ impl SqliteStore {
         let (tx, rx) = sync_channel(WRITE_QUEUE);
         let writer_alive = Arc::new(AtomicBool::new(true));
         let alive = Alive(writer_alive.clone(), "sqlite");
+        let webhook = Arc::new(AtomicBool::new(false));
+        let tracked = webhook.clone();
         std::thread::Builder::new()
             .name("herald-sqlite-writer".into())
-            .spawn(move || Writer { conn, checkpoint_due: false }.run(rx, alive))?;
+            .spawn(move || Writer { conn, checkpoint_due: false, webhook: tracked }.run(rx, alive))?;
         Ok(SqliteStore {
             jobs: tx,
             writer_alive,
+            webhook,
             readers: Arc::new(ReaderPool { path, idle: Mutex::new(Vec::new()), permits: Semaphore::new(READERS) }),
         })
     }
@@ -480,6 +510,78 @@ impl Store for SqliteStore {
         })
     }
 
+    // --- webhook: delivery positions
+
+    fn track_webhook(&self) {
+        self.webhook.store(true, Ordering::SeqCst);
+    }
+
+    fn webhook_pending(
+        &self,
+        _shard: usize,
+        chats: u32,
+        events: u32,
+        members_max: u64,
+    ) -> BoxFuture<'_, Result<Vec<Undelivered>, StoreError>> {
+        Box::pin(self.read(move |conn| {
+            let tx = conn.transaction()?;
+            type Row = (i64, String, String, u64, i64, u64, u64);
+            let pending: Vec<Row> = tx
+                .prepare_cached(
+                    "SELECT p.chat_id, c.ws, c.chat, p.delivered, p.since_ms, c.members, p.head
+                       FROM webhook_positions p JOIN chats c ON c.id = p.chat_id
+                      WHERE p.head > p.delivered ORDER BY p.since_ms, p.chat_id LIMIT ?1",
+                )?
+                .query_map(params![i64::from(chats)], |r| {
+                    let n = |i: usize| r.get::<_, i64>(i).map(|v| v as u64);
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, n(3)?, r.get(4)?, n(5)?, n(6)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let mut out = Vec::with_capacity(pending.len());
+            for (chat_id, ws, chat, delivered, since_ms, members, head) in pending {
+                let events = tx
+                    .prepare_cached(
+                        "SELECT seq, type, user, ts, body, client_id, edited, deleted FROM events
+                          WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                    )?
+                    .query_map(params![chat_id, sql_seq(delivered), i64::from(events)], event_from_row)?
+                    .collect::<rusqlite::Result<Vec<Event>>>()?;
+                let members = if members <= members_max {
+                    let users = tx
+                        .prepare_cached("SELECT user FROM members WHERE chat_id = ?1")?
+                        .query_map(params![chat_id], |r| r.get(0))?
+                        .collect::<rusqlite::Result<Vec<String>>>()?;
+                    Some(users)
+                } else {
+                    None
+                };
+                out.push(Undelivered {
+                    chat_id,
+                    key: ChatKey::new(&ws, &chat),
+                    delivered,
+                    head,
+                    since_ms,
+                    events,
+                    members,
+                });
+            }
+            tx.commit()?;
+            Ok(out)
+        }))
+    }
+
+    fn webhook_ack(&self, _shard: usize, acks: Vec<WebhookAck>) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            match self.jobs.try_send(Job::WebhookAck(acks, tx)) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => return Err(unavailable("the store's write queue is full")),
+                Err(TrySendError::Disconnected(_)) => return Err(unavailable("the store is closed")),
+            }
+            rx.await.unwrap_or_else(|_| Err(unavailable("the store writer stopped")))
+        })
+    }
+
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
@@ -595,6 +697,8 @@ struct Writer {
     /// A batch erased a body and the WAL still holds it: checkpoint (and
     /// truncate) the WAL as soon as readers let it.
     checkpoint_due: bool,
+    /// webhook: whether batches keep the webhook's positions.
+    webhook: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -615,9 +719,11 @@ impl Writer {
             } else {
                 rx.recv().map_err(|_| ())
             };
+            let mut acks = Vec::new();
             match job {
                 Ok(Job::Write(w, r)) => batch.push((w, r)),
                 Ok(Job::Revoke(job)) => revoke = Some(job),
+                Ok(Job::WebhookAck(a, r)) => acks.push((a, r)),
                 Ok(Job::Close(done)) => close = Some(done),
                 #[cfg(test)]
                 Ok(Job::Fail(Failure::Exit)) => return,
@@ -629,6 +735,7 @@ impl Writer {
                 match rx.try_recv() {
                     Ok(Job::Write(w, r)) => batch.push((w, r)),
                     Ok(Job::Revoke(job)) => revoke = Some(job),
+                    Ok(Job::WebhookAck(a, r)) => acks.push((a, r)),
                     Ok(Job::Close(done)) => close = Some(done),
                     #[cfg(test)]
                     Ok(Job::Fail(_)) => {}
@@ -640,6 +747,9 @@ impl Writer {
             }
             if let Some(job) = revoke {
                 self.revoke(job);
+            }
+            if !acks.is_empty() {
+                self.webhook_ack(acks);
             }
             if self.checkpoint_due {
                 self.checkpoint_erased();
@@ -732,10 +842,44 @@ impl Writer {
         }
     }
 
+    /// webhook: stores acknowledged positions, all of them in one
+    /// transaction, and answers each request.
+    fn webhook_ack(&mut self, acks: Vec<(Vec<WebhookAck>, AckReply)>) {
+        let store = |conn: &Connection| -> rusqlite::Result<()> {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            let run = || -> rusqlite::Result<()> {
+                let mut stmt = conn.prepare_cached(
+                    "UPDATE webhook_positions SET delivered = max(delivered, ?2), since_ms = max(since_ms, ?3)
+                     WHERE chat_id = ?1",
+                )?;
+                for a in acks.iter().flat_map(|(a, _)| a) {
+                    stmt.execute(params![a.chat_id, sql_seq(a.seq), a.since_ms])?;
+                }
+                Ok(())
+            };
+            match run().and_then(|()| conn.execute_batch("COMMIT")) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    Err(e)
+                }
+            }
+        };
+        let result = store(&self.conn).map_err(|e| {
+            tracing::error!(error = %e, "storing webhook positions failed");
+            metrics::counter!("herald_store_errors_total", "kind" => "webhook_ack").increment(1);
+            unavailable("storing webhook positions failed")
+        });
+        for (_, reply) in acks {
+            let _ = reply.send(result.clone());
+        }
+    }
+
     /// Applies `writes` in one transaction and commits it.
     fn apply(&mut self, writes: &[&Write]) -> rusqlite::Result<Vec<Outcome>> {
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let result = now_or_never(apply::apply(&mut SqliteTx(&self.conn), writes));
+        let webhook = self.webhook.load(Ordering::Relaxed);
+        let result = now_or_never(apply::apply(&mut SqliteTx(&self.conn, webhook), writes));
         match result.and_then(|outcomes| self.conn.execute_batch("COMMIT").map(|()| outcomes)) {
             Ok(outcomes) => Ok(outcomes),
             Err(e) => {
@@ -756,7 +900,8 @@ fn now_or_never<F: std::future::Future>(f: F) -> F::Output {
 }
 
 /// One SQLite write transaction. The single writer needs no row locks.
-struct SqliteTx<'a>(&'a Connection);
+/// The flag: whether the transaction keeps the webhook's positions.
+struct SqliteTx<'a>(&'a Connection, bool);
 
 impl Tx for SqliteTx<'_> {
     type Error = rusqlite::Error;
@@ -917,6 +1062,17 @@ impl Tx for SqliteTx<'_> {
         self.0
             .prepare_cached("UPDATE events SET body = ?3, edited = ?4 WHERE chat_id = ?1 AND seq = ?2")?
             .execute(params![chat, sql_seq(target), body.get(), sql_seq(edit)])?;
+        Ok(())
+    }
+
+    async fn mark_undelivered(&mut self, marks: &[Stored]) -> rusqlite::Result<()> {
+        if !self.1 {
+            return Ok(());
+        }
+        let mut stmt = self.0.prepare_cached(UPSERT_POSITION)?;
+        for m in marks {
+            stmt.execute(params![m.chat, m.before as i64, m.head as i64, m.ts])?;
+        }
         Ok(())
     }
 

@@ -109,7 +109,17 @@ INSERT INTO herald_schema (version) VALUES (3) ON CONFLICT DO NOTHING;
 
 -- Version 4: the hooks' state.
 
--- webhook: delivery positions
+-- webhook: delivery positions. One row per chat that stored an event while
+-- a webhook was configured (written by the batch that stored it, under the
+-- chat's row lock); the partial index holds only chats with events not
+-- acknowledged yet, oldest first, so finding them reads no idle chat.
+CREATE TABLE IF NOT EXISTS webhook_positions (
+    chat_id   bigint PRIMARY KEY,
+    delivered bigint NOT NULL,   -- the last seq the receiver acknowledged
+    head      bigint NOT NULL,   -- the latest seq stored while the webhook was on
+    since_ms  bigint NOT NULL    -- when the oldest event not acknowledged was stored (or a moment before)
+);
+CREATE INDEX IF NOT EXISTS webhook_pending ON webhook_positions (since_ms, chat_id) WHERE head > delivered;
 
 -- revocations: a user's tokens issued (iat) at or before revoked_ms are
 -- refused. stored_ms is when the row was written, by this database's clock:

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::store::apply::{self, ChatRow, EventMeta, MessageRow, Reply, Tx};
+use crate::store::apply::{self, ChatRow, EventMeta, MessageRow, Reply, Stored, Tx};
 
 /// This node's writer for one shard.
 pub(super) struct Writer {
@@ -18,6 +18,8 @@ pub(super) struct Writer {
     pub(super) pool: Pool,
     /// The writer's connection, kept across batches; dropped after a failure.
     pub(super) conn: Option<Object>,
+    /// webhook: whether batches keep the webhook's positions.
+    pub(super) webhook: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Writer {
@@ -59,7 +61,9 @@ impl Writer {
         }
         let conn = self.conn.as_mut().expect("connected above");
         let tx = conn.transaction().await.map_err(|e| chain(&e))?;
-        let outcomes = apply::apply(&mut PgTx::new(&tx), writes).await.map_err(|e| chain(&e))?;
+        let mut pg_tx = PgTx::new(&tx);
+        pg_tx.webhook = self.webhook.load(std::sync::atomic::Ordering::Relaxed);
+        let outcomes = apply::apply(&mut pg_tx, writes).await.map_err(|e| chain(&e))?;
         tx.commit().await.map_err(|e| chain(&e))?;
         Ok(outcomes)
     }
@@ -84,6 +88,8 @@ struct PgTx<'a, 'b> {
     mutes: HashMap<(i64, String), Option<i64>>,
     bans: HashMap<(i64, String), bool>,
     own: HashMap<(i64, String), u64>,
+    /// webhook: whether this transaction keeps the webhook's positions.
+    webhook: bool,
 }
 
 /// An event of this batch, not sent yet.
@@ -109,6 +115,7 @@ impl<'a, 'b> PgTx<'a, 'b> {
             mutes: HashMap::new(),
             bans: HashMap::new(),
             own: HashMap::new(),
+            webhook: false,
         }
     }
 
@@ -488,5 +495,28 @@ impl Tx for PgTx<'_, '_> {
     async fn finish(&mut self) -> Result<(), Self::Error> {
         self.flush_members().await?;
         self.flush_events().await
+    }
+
+    /// One statement for the batch's chats, in the batch's key order (the
+    /// order their chat rows were locked in), so writers never deadlock here.
+    async fn mark_undelivered(&mut self, marks: &[Stored]) -> Result<(), Self::Error> {
+        if !self.webhook {
+            return Ok(());
+        }
+        let chats: Vec<i64> = marks.iter().map(|m| m.chat).collect();
+        let before: Vec<i64> = marks.iter().map(|m| m.before as i64).collect();
+        let heads: Vec<i64> = marks.iter().map(|m| m.head as i64).collect();
+        let ts: Vec<i64> = marks.iter().map(|m| m.ts).collect();
+        self.exec(
+            "INSERT INTO webhook_positions (chat_id, delivered, head, since_ms)
+             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
+             ON CONFLICT (chat_id) DO UPDATE SET
+                 since_ms = CASE WHEN webhook_positions.head <= webhook_positions.delivered THEN excluded.since_ms
+                                 ELSE webhook_positions.since_ms END,
+                 head = excluded.head",
+            &[&chats, &before, &heads, &ts],
+        )
+        .await
+        .map(|_| ())
     }
 }
