@@ -160,25 +160,6 @@ async fn the_server_api_edits_and_deletes_any_message() {
     assert_eq!(status, 401, "the api key is needed");
 }
 
-/// Every file under `dir`, read whole.
-fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path)
-                && bytes.windows(needle.len()).any(|w| w == needle)
-            {
-                found.push(path.display().to_string());
-            }
-        }
-    }
-    found
-}
-
 #[tokio::test]
 async fn a_deleted_body_leaves_the_store_files_within_seconds() {
     let s = TestServer::start().await;

@@ -159,25 +159,6 @@ async fn on_postgres_shards_a_revocation_survives_a_restart() {
     revocation_survives_a_restart(stores).await;
 }
 
-/// Every file under `dir` that contains `needle`.
-fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path)
-                && bytes.windows(needle.len()).any(|w| w == needle)
-            {
-                found.push(path.display().to_string());
-            }
-        }
-    }
-    found
-}
-
 /// Alice writes in three chats (and leaves one of them), bob too; erasing
 /// alice erases exactly her messages, everywhere, and ends her memberships.
 async fn erasing_a_user(s: &TestServer, embedded: bool) {

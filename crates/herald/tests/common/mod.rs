@@ -452,3 +452,23 @@ pub async fn test_stores() -> Vec<String> {
         .expect("HERALD_TEST_STORE=postgres needs HERALD_TEST_PG_URL (scripts/test.sh sets it)");
     vec![pg::create_database(&admin).await, pg::create_database(&admin).await]
 }
+
+/// Every file under `dir` (recursively) whose bytes contain `needle`: where
+/// an erased body must no longer be.
+pub fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path)
+                && bytes.windows(needle.len()).any(|w| w == needle)
+            {
+                found.push(path.display().to_string());
+            }
+        }
+    }
+    found
+}
