@@ -202,18 +202,7 @@ impl NatsBroker {
             // Retried until it works: this task lives exactly as long as the
             // node's interest (unsubscribe aborts it), and a chat whose
             // subscription failed once must not stay deaf to other nodes.
-            let mut wait = SUBSCRIBE_RETRY_FIRST;
-            let mut sub = loop {
-                match client.subscribe(subject.clone()).await {
-                    Ok(sub) => break sub,
-                    Err(e) => {
-                        tracing::error!(%subject, error = %e, retry_ms = wait.as_millis() as u64, "NATS subscribe failed; retrying");
-                        metrics::counter!("herald_broker_errors_total", "kind" => "subscribe").increment(1);
-                        tokio::time::sleep(wait).await;
-                        wait = (wait * 2).min(SUBSCRIBE_RETRY_MAX);
-                    }
-                }
-            };
+            let mut sub = subscribe_retrying(&client, &subject).await;
             // The server has the subscription once the flush returns.
             let _ = client.flush().await;
             let _ = live.send(true);
@@ -258,20 +247,26 @@ impl NatsBroker {
     }
 }
 
+/// Subscribes to `subject`, trying again with growing waits until it works.
+async fn subscribe_retrying(client: &Client, subject: &str) -> async_nats::Subscriber {
+    let mut wait = SUBSCRIBE_RETRY_FIRST;
+    loop {
+        match client.subscribe(subject.to_owned()).await {
+            Ok(sub) => return sub,
+            Err(e) => {
+                tracing::error!(%subject, error = %e, retry_ms = wait.as_millis() as u64, "NATS subscribe failed; retrying");
+                metrics::counter!("herald_broker_errors_total", "kind" => "subscribe").increment(1);
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(SUBSCRIBE_RETRY_MAX);
+            }
+        }
+    }
+}
+
 /// Hands every `join` announced in the cell to the sink (see the module documentation).
 fn spawn_joins(client: Client, subject: String, sink: Arc<OnceLock<Weak<dyn Sink>>>) {
     tokio::spawn(async move {
-        let mut wait = SUBSCRIBE_RETRY_FIRST;
-        let mut sub = loop {
-            match client.subscribe(subject.clone()).await {
-                Ok(sub) => break sub,
-                Err(e) => {
-                    tracing::error!(%subject, error = %e, "NATS subscribe failed; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(SUBSCRIBE_RETRY_MAX);
-                }
-            }
-        };
+        let mut sub = subscribe_retrying(&client, &subject).await;
         while let Some(msg) = sub.next().await {
             // herald.<cell>.joins.<ws>.<chat>, ids' dots written as `~`.
             let mut tokens = msg.subject.split('.').skip(3);
