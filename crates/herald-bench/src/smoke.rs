@@ -150,6 +150,8 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
         "inbox" => yes("exact") && num("chats_listed") > 0.0,
         // Every event stored with the receiver up, then down, delivered once it is back, each signed.
         "webhook" => yes("complete") && num("backlog") > 0.0,
+        // Every send asked the hook, over kept-alive connections.
+        "sendhook" => num("hook_requests") > 50.0 && (1.0..=2.0).contains(&num("hook_connections")),
         _ => true,
     };
     if !ok {
