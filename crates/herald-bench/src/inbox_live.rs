@@ -26,11 +26,11 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::client::sources_for;
+use crate::client::{Failure, sources_for};
 use crate::fleet::{self, Failures};
 use crate::latency::Latencies;
 use crate::peer::cpu_s;
-use crate::presence::bounded;
+use crate::presence::{bounded, for_each};
 use crate::report::{self, Column, RunArgs, col};
 use crate::sends::fresh_chat;
 use crate::server::{Server, TargetArgs};
@@ -93,12 +93,11 @@ pub async fn run(args: InboxLiveArgs) -> anyhow::Result<Vec<Value>> {
 }
 
 async fn run_once(args: &InboxLiveArgs, run: u32) -> anyhow::Result<Value> {
-    let server = Server::open(&args.target, &crate::sends::SendsArgs::server_flags()).await?;
-    let out = measure(args, run, &server).await;
-    let log = server.stop().await?;
-    let mut out = out?;
-    out["server_log"] = serde_json::to_value(log)?;
-    Ok(out)
+    // Senders' requests come back to back: the per-connection request rate is raised, as for `sends`.
+    Server::measured(&args.target, &crate::sends::SendsArgs::server_flags(), async |server| {
+        measure(args, run, server).await
+    })
+    .await
 }
 
 /// The chats of the scenario and who is in them.
@@ -127,16 +126,6 @@ impl Plan {
 /// One `inbox` push read: (chat, seq, unread, left, when).
 type Push = (String, u64, u64, bool, Instant);
 
-async fn counter(server: &Server, name: &str) -> anyhow::Result<f64> {
-    let answer = crate::http::get(server.addr, "/metrics", None).await?;
-    Ok(answer
-        .body
-        .lines()
-        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
-        .next()
-        .unwrap_or(0.0))
-}
-
 async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Result<Value> {
     let plan = Arc::new(Plan { users: args.users, members: args.members, prefix: fresh_chat("inbox-live", run) });
     let signer = Signer::new(&server.jwt_secret, &args.target.workspace);
@@ -144,25 +133,16 @@ async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Res
     let (clients, mut failures) = fleet::open_clients(server, &signer, args.users, offset, Plan::user).await;
     anyhow::ensure!(clients.len() == args.users, "setup failed: {failures:?}");
     // Each user joins its chats (in the clients' order: client i is user i).
-    let mut joined = Vec::new();
-    let slots = Arc::new(tokio::sync::Semaphore::new(256));
-    let mut tasks = Vec::new();
-    for (u, mut c) in clients.into_iter().enumerate() {
-        let (plan, permit) = (plan.clone(), slots.clone().acquire_owned().await?);
-        tasks.push(tokio::spawn(async move {
+    let joined = for_each(clients.into_iter().enumerate().collect(), &mut failures, |(u, mut c)| {
+        let plan = plan.clone();
+        async move {
             for chat in plan.chats_of(u) {
                 bounded(c.join(&plan.chat(chat))).await?;
             }
-            drop(permit);
-            Ok::<_, crate::client::Failure>((u, c))
-        }));
-    }
-    for t in tasks {
-        match t.await? {
-            Ok(uc) => joined.push(uc),
-            Err(f) => failures.add_failure(&f),
+            Ok((u, c))
         }
-    }
+    })
+    .await;
     anyhow::ensure!(joined.len() == args.users, "joins failed: {failures:?}");
 
     let (senders, sender_failures) =
@@ -170,28 +150,17 @@ async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Res
     anyhow::ensure!(senders.len() == plan.stride(), "senders failed: {sender_failures:?}");
 
     // Every user asks for a live inbox; what its reply said is the starting point.
-    let mut started = Vec::new();
-    let slots = Arc::new(tokio::sync::Semaphore::new(256));
-    let mut tasks = Vec::new();
-    for (u, mut c) in joined {
-        let (members, live, permit) = (args.members, args.live, slots.clone().acquire_owned().await?);
-        tasks.push(tokio::spawn(async move {
-            let page = if live { bounded(c.inbox_live(200)).await? } else { bounded(c.inbox(200, None)).await? };
-            drop(permit);
-            if page.chats.len() != members {
-                return Err(crate::client::Failure::timeout(format!("inbox listed {} chats", page.chats.len())));
-            }
-            let known: HashMap<String, (u64, u64)> =
-                page.chats.iter().map(|e| (e.chat.clone(), (e.seq, e.unread))).collect();
-            Ok((u, c, known))
-        }));
-    }
-    for t in tasks {
-        match t.await? {
-            Ok(x) => started.push(x),
-            Err(f) => failures.add_failure(&f),
+    let (members, live) = (args.members, args.live);
+    let started = for_each(joined, &mut failures, |(u, mut c)| async move {
+        let page = if live { bounded(c.inbox_live(200)).await? } else { bounded(c.inbox(200, None)).await? };
+        if page.chats.len() != members {
+            return Err(Failure::timeout(format!("inbox listed {} chats", page.chats.len())));
         }
-    }
+        let known: HashMap<String, (u64, u64)> =
+            page.chats.iter().map(|e| (e.chat.clone(), (e.seq, e.unread))).collect();
+        Ok((u, c, known))
+    })
+    .await;
     anyhow::ensure!(started.len() == args.users, "live inboxes failed: {failures:?}");
 
     // Readers keep every inbox push with the time it was read.
@@ -221,7 +190,7 @@ async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Res
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let pushes0 = counter(server, "herald_inbox_pushes_total").await?;
+    let pushes0 = server.metric("herald_inbox_pushes_total").await?.unwrap_or(0.0);
     let cpu0 = cpu_s(server.pid).unwrap_or(0.0);
     let began = Instant::now();
     let per_sender = args.rate / plan.stride() as f64;
@@ -266,7 +235,7 @@ async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Res
     // The last pushes come within a quarter second of the last change.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let cpu = cpu_s(server.pid).unwrap_or(0.0) - cpu0;
-    let pushes = counter(server, "herald_inbox_pushes_total").await? - pushes0;
+    let pushes = server.metric("herald_inbox_pushes_total").await?.unwrap_or(0.0) - pushes0;
     let rss_kib = server.rss_kib().unwrap_or(0);
     let _ = stop_tx.send(true);
 
@@ -279,7 +248,7 @@ async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Res
         v.sort_by_key(|e| e.0);
     }
     let mut latencies = Latencies::default();
-    let (mut uncovered, mut inexact, mut dropped, mut read) = (0u64, 0u64, 0u64, 0u64);
+    let (mut uncovered, mut dropped, mut read) = (0u64, 0u64, 0u64);
     let mut checks = Vec::new();
     for r in readers {
         let (u, c, known, pushes, was_dropped) = r.await?;
@@ -307,36 +276,27 @@ async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Res
         }
         checks.push((c, last));
     }
-    // Every inbox's last word on each chat against a fresh read.
-    let mut tasks = Vec::new();
-    let slots = Arc::new(tokio::sync::Semaphore::new(256));
-    for (mut c, last) in checks {
-        let (live, permit) = (args.live, slots.clone().acquire_owned().await?);
-        tasks.push(tokio::spawn(async move {
-            let page = bounded(c.inbox(200, None)).await;
-            drop(permit);
-            c.close().await;
-            match page {
-                Ok(_) if !live => (0, None),
-                Ok(page) => {
-                    let wrong: Vec<String> = page
-                        .chats
-                        .iter()
-                        .filter(|e| last.get(&e.chat) != Some(&(e.seq, e.unread)))
-                        .map(|e| format!("{}: read {:?}, pushed {:?}", e.chat, (e.seq, e.unread), last.get(&e.chat)))
-                        .collect();
-                    (wrong.len() as u64, wrong.into_iter().next())
-                }
-                Err(f) => (1, Some(f.to_string())),
+    // Every inbox's last word on each chat against a fresh read (a failed read counts as inexact).
+    let checked = for_each(checks, &mut failures, |(mut c, last)| async move {
+        let page = bounded(c.inbox(200, None)).await;
+        c.close().await;
+        Ok(match page {
+            Ok(_) if !live => (0, None),
+            Ok(page) => {
+                let wrong: Vec<String> = page
+                    .chats
+                    .iter()
+                    .filter(|e| last.get(&e.chat) != Some(&(e.seq, e.unread)))
+                    .map(|e| format!("{}: read {:?}, pushed {:?}", e.chat, (e.seq, e.unread), last.get(&e.chat)))
+                    .collect();
+                (wrong.len() as u64, wrong.into_iter().next())
             }
-        }));
-    }
-    let mut first_inexact = None;
-    for t in tasks {
-        let (n, example) = t.await?;
-        inexact += n;
-        first_inexact = first_inexact.or(example);
-    }
+            Err(f) => (1, Some(f.to_string())),
+        })
+    })
+    .await;
+    let inexact: u64 = checked.iter().map(|(n, _)| n).sum();
+    let first_inexact = checked.into_iter().find_map(|(_, example)| example);
     let lat = latencies.summary();
     let n = sent.len() as f64;
     Ok(json!({

@@ -108,12 +108,10 @@ fn parse_counters(body: &str) -> (f64, f64) {
 
 async fn run_once(args: &PresenceArgs, run: u32) -> anyhow::Result<Value> {
     // A churner's requests come back to back: the per-connection request rate is raised, as for `sends`.
-    let server = Server::open(&args.target, &crate::sends::SendsArgs::server_flags()).await?;
-    let out = measure(args, run, &server).await;
-    let log = server.stop().await?;
-    let mut out = out?;
-    out["server_log"] = serde_json::to_value(log)?;
-    Ok(out)
+    Server::measured(&args.target, &crate::sends::SendsArgs::server_flags(), async |server| {
+        measure(args, run, server).await
+    })
+    .await
 }
 
 async fn measure(args: &PresenceArgs, run: u32, server: &Server) -> anyhow::Result<Value> {
@@ -237,17 +235,19 @@ async fn measure(args: &PresenceArgs, run: u32, server: &Server) -> anyhow::Resu
     }))
 }
 
-/// `f` for every client, [`SETUP_CONCURRENCY`] at a time; the clients it kept.
-async fn for_each<F, Fut>(clients: Vec<Client>, failures: &mut Failures, f: F) -> Vec<Client>
+/// `f` for every item, [`SETUP_CONCURRENCY`] at a time; what it gave for
+/// those it did not fail, in the items' order (failures counted).
+pub(crate) async fn for_each<T, U, F, Fut>(items: Vec<T>, failures: &mut Failures, f: F) -> Vec<U>
 where
-    F: Fn(Client) -> Fut,
-    Fut: std::future::Future<Output = Result<Client, Failure>> + Send + 'static,
+    F: Fn(T) -> Fut,
+    Fut: std::future::Future<Output = Result<U, Failure>> + Send + 'static,
+    U: Send + 'static,
 {
     let slots = Arc::new(tokio::sync::Semaphore::new(SETUP_CONCURRENCY));
     let mut tasks = Vec::new();
-    for c in clients {
+    for item in items {
         let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
-        let fut = f(c);
+        let fut = f(item);
         tasks.push(tokio::spawn(async move {
             let r = fut.await;
             drop(permit);
@@ -257,7 +257,7 @@ where
     let mut kept = Vec::new();
     for t in tasks {
         match t.await {
-            Ok(Ok(c)) => kept.push(c),
+            Ok(Ok(u)) => kept.push(u),
             Ok(Err(e)) => failures.add_failure(&e),
             Err(e) => failures.add("task", || e.to_string()),
         }

@@ -181,10 +181,13 @@ impl Server {
 
     /// Open WebSocket connections as the server counts them (`herald_connections`).
     pub async fn connections(&self) -> anyhow::Result<Option<u64>> {
+        Ok(self.metric("herald_connections").await?.map(|v| v as u64))
+    }
+
+    /// The value of the unlabelled metric `name` at `GET /metrics`, if it has one yet.
+    pub async fn metric(&self, name: &str) -> anyhow::Result<Option<f64>> {
         let answer = http::get(self.addr, "/metrics", None).await?;
-        Ok(answer.body.lines().find_map(|l| {
-            l.strip_prefix("herald_connections ").and_then(|v| v.trim().parse::<f64>().ok()).map(|v| v as u64)
-        }))
+        Ok(answer.body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok()))
     }
 
     /// A chat as `GET /v1/workspaces/{ws}/chats/{chat}` shows it.
@@ -193,6 +196,20 @@ impl Server {
         let answer = http::get(self.addr, &format!("/v1/workspaces/{workspace}/chats/{chat}"), Some(key)).await?;
         anyhow::ensure!(answer.status == 200, "GET chat {chat}: {} {}", answer.status, answer.body);
         Ok(serde_json::from_str(&answer.body)?)
+    }
+
+    /// Opens a server (with `flags`), runs `measure` on it, stops it, and
+    /// adds what it logged to the result as `server_log`.
+    pub async fn measured<F>(target: &TargetArgs, flags: &[String], measure: F) -> anyhow::Result<serde_json::Value>
+    where
+        F: AsyncFnOnce(&Server) -> anyhow::Result<serde_json::Value>,
+    {
+        let server = Server::open(target, flags).await?;
+        let out = measure(&server).await;
+        let log = server.stop().await?;
+        let mut out = out?;
+        out["server_log"] = serde_json::to_value(log)?;
+        Ok(out)
     }
 
     /// Stops a started server by pid (SIGTERM, then SIGKILL after
