@@ -26,7 +26,7 @@
 //! log for the latest seq of every followed chat and treats those that moved
 //! unannounced as changed, so a lost hint delays a push, never loses it.
 //!
-//! Lock order: a listener's state, then the feed's chat map, then the hub's
+//! Lock order: a listener's state, then a shard of the feed's chat map, then the hub's
 //! interest map (and the broker). The feed's maps are never held while a
 //! listener's state is taken.
 
@@ -60,8 +60,9 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The node's live inboxes.
 pub(super) struct Feeds {
-    /// Followed chats: their followers, and the latest seq the feed knows of.
-    chats: Mutex<HashMap<ChatKey, Followers>>,
+    /// Followed chats: their followers, and the latest seq the feed knows
+    /// of; sharded like the hub's chat map (every delivered event looks here).
+    chats: Box<[Mutex<HashMap<ChatKey, Followers>>]>,
     /// Live inboxes by user, to follow the chats a user joins.
     users: Mutex<HashMap<UserKey, HashMap<ConnId, Arc<Listener>>>>,
     /// Live inboxes by connection.
@@ -76,7 +77,7 @@ pub(super) struct Feeds {
 impl Default for Feeds {
     fn default() -> Self {
         Feeds {
-            chats: Mutex::default(),
+            chats: (0..super::SHARDS).map(|_| Mutex::default()).collect(),
             users: Mutex::default(),
             conns: Mutex::default(),
             listeners: AtomicUsize::new(0),
@@ -213,12 +214,12 @@ impl Hub {
         if st.ended {
             return;
         }
-        let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
         for (key, head) in chats {
             if st.chats.contains_key(&*key.chat) {
                 continue;
             }
             st.chats.insert(key.chat.clone(), Follow { told: *head, latest: (*head, 0), ..Follow::default() });
+            let mut feeds = self.followed(key);
             let followers = feeds.entry(key.clone()).or_insert_with(|| {
                 self.want(key);
                 metrics::gauge!("herald_inbox_chats").increment(1.0);
@@ -236,7 +237,6 @@ impl Hub {
     /// the following events may need no store read.
     pub fn inbox_told(&self, l: &Listener, chats: &[(ChatKey, u64, Option<u64>)]) {
         let mut st = l.state.lock().expect("inbox listener lock");
-        let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
         for (key, seq, unread) in chats {
             if let Some(f) = st.chats.get_mut(&*key.chat) {
                 f.told = f.told.max(*seq);
@@ -247,7 +247,7 @@ impl Hub {
                     f.exact = Some((*seq, *unread));
                 }
             }
-            if let Some(followers) = feeds.get_mut(key) {
+            if let Some(followers) = self.followed(key).get_mut(key) {
                 followers.head = followers.head.max(*seq);
             }
         }
@@ -282,21 +282,23 @@ impl Hub {
         }
         let mut st = l.state.lock().expect("inbox listener lock");
         st.ended = true;
-        let chats: Vec<Arc<str>> = st.chats.drain().map(|(chat, _)| chat).collect();
-        let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
-        for chat in chats {
-            self.unfollow_locked(&mut feeds, &ChatKey { ws: l.ws.clone(), chat }, conn);
+        for (chat, _) in st.chats.drain() {
+            self.unfollow(&ChatKey { ws: l.ws.clone(), chat }, conn);
         }
-        drop(feeds);
         drop(st);
         self.feeds.listeners.fetch_sub(1, Ordering::Relaxed);
         metrics::gauge!("herald_inbox_listeners").decrement(1.0);
     }
 
+    /// The shard of the followed-chat map that holds `key`.
+    fn followed(&self, key: &ChatKey) -> std::sync::MutexGuard<'_, HashMap<ChatKey, Followers>> {
+        self.feeds.chats[self.shard_of(key)].lock().expect("inbox chats lock")
+    }
+
     /// Removes `conn` from `key`'s followers, and the node's interest in
-    /// `key` with the last one. Called with the chat map (and the
-    /// listener's state) held.
-    fn unfollow_locked(&self, feeds: &mut HashMap<ChatKey, Followers>, key: &ChatKey, conn: ConnId) {
+    /// `key` with the last one. Called with the listener's state held.
+    fn unfollow(&self, key: &ChatKey, conn: ConnId) {
+        let mut feeds = self.followed(key);
         let Some(followers) = feeds.get_mut(key) else { return };
         followers.conns.remove(&conn);
         if followers.conns.is_empty() {
@@ -318,8 +320,7 @@ impl Hub {
             return;
         }
         let followers: Vec<Arc<Listener>> = {
-            let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
-            match feeds.get_mut(&event.key) {
+            match self.followed(&event.key).get_mut(&event.key) {
                 Some(f) => {
                     f.head = f.head.max(event.seq);
                     f.conns.values().cloned().collect()
@@ -361,7 +362,7 @@ impl Hub {
     /// (`head`) is past what the feed heard of: an event whose hint was lost.
     fn inbox_seen_head(&self, key: &ChatKey, head: u64) {
         let followers: Vec<Arc<Listener>> = {
-            let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
+            let mut feeds = self.followed(key);
             let Some(f) = feeds.get_mut(key) else { return };
             if head <= f.head {
                 return;
@@ -396,9 +397,18 @@ impl Hub {
         }
     }
 
+    /// Whether a live inbox here follows `key`.
+    pub(super) fn inbox_follows(&self, key: &ChatKey) -> bool {
+        self.followed(key).contains_key(key)
+    }
+
     /// Every followed chat, for the tail check.
     fn inbox_chats(&self) -> Vec<ChatKey> {
-        self.feeds.chats.lock().expect("inbox chats lock").keys().cloned().collect()
+        self.feeds
+            .chats
+            .iter()
+            .flat_map(|s| s.lock().expect("inbox chats lock").keys().cloned().collect::<Vec<_>>())
+            .collect()
     }
 
     fn spawn_flush(&self, l: Arc<Listener>) {
@@ -509,8 +519,7 @@ impl Hub {
                 l.outbox.push(Frame::from(inbox_push(&key.chat, seq.max(f.told), ts, 0, true)));
                 metrics::counter!("herald_inbox_pushes_total").increment(1);
                 st.chats.remove(&*key.chat);
-                let mut feeds = self.feeds.chats.lock().expect("inbox chats lock");
-                self.unfollow_locked(&mut feeds, &key, l.conn);
+                self.unfollow(&key, l.conn);
             }
             Err(e) => {
                 tracing::warn!(chat = %key, error = %e, "live inbox read failed; trying again");

@@ -224,10 +224,15 @@ impl Hub {
         hub
     }
 
+    /// Which of the [`SHARDS`] of the hub's maps (chats, interest, the live
+    /// inbox's chats) holds `key`. Process-local maps: a per-process hash
+    /// seed is fine here (never for routing).
+    fn shard_of(&self, key: &ChatKey) -> usize {
+        (self.hasher.hash_one(key) as usize) % SHARDS
+    }
+
     fn shard(&self, key: &ChatKey) -> &Mutex<Shard> {
-        // A process-local map: a per-process hash seed is fine here (never for routing).
-        let h = self.hasher.hash_one(key);
-        &self.shards[(h as usize) % SHARDS]
+        &self.shards[self.shard_of(key)]
     }
 
     /// The entry of `key`, if this node watches it.
@@ -275,8 +280,7 @@ impl Hub {
 
     /// One more part of this node wants `key`'s events: the first subscribes at the broker.
     fn want(&self, key: &ChatKey) {
-        let h = self.hasher.hash_one(key);
-        let mut interest = self.interest[(h as usize) % SHARDS].lock().expect("hub interest lock");
+        let mut interest = self.interest[self.shard_of(key)].lock().expect("hub interest lock");
         let n = interest.entry(key.clone()).or_insert(0);
         *n += 1;
         if *n == 1 {
@@ -286,8 +290,7 @@ impl Hub {
 
     /// One part of this node no longer wants `key`'s events: after the last, the broker is told.
     fn unwant(&self, key: &ChatKey) {
-        let h = self.hasher.hash_one(key);
-        let mut interest = self.interest[(h as usize) % SHARDS].lock().expect("hub interest lock");
+        let mut interest = self.interest[self.shard_of(key)].lock().expect("hub interest lock");
         let Some(n) = interest.get_mut(key) else { return };
         *n -= 1;
         if *n == 0 {
@@ -344,7 +347,7 @@ impl Sink for Hub {
     }
 
     fn catch_up(&self, key: &ChatKey) {
-        if self.inbox_listeners() > 0 {
+        if self.inbox_follows(key) {
             let (hub, key) = (self.me.clone(), key.clone());
             tokio::spawn(async move {
                 if let Some(hub) = hub.upgrade() {
