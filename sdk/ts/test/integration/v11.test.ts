@@ -36,6 +36,17 @@ async function proxyTo(herald: Herald): Promise<TcpProxy> {
 
 const brief = (items: InboxItem[]) => items.map((i) => `${i.chat}:${i.unread}`);
 
+/** alice and bob both in a, b and c; bob writes a1, then `inC` messages in c, then b1 (the latest). */
+async function inThreeChats(alice: HeraldClient, bob: HeraldClient, inC: number): Promise<void> {
+  for (const c of ['a', 'b', 'c']) {
+    await alice.chat(c).join();
+    await bob.chat(c).join();
+  }
+  await bob.chat('a').send({ text: 'a1' });
+  for (let i = 1; i <= inC; i++) await bob.chat('c').send({ text: `c${i}` });
+  await bob.chat('b').send({ text: 'b1' });
+}
+
 describe.skipIf(HERALD_BIN === '')('herald protocol 1.1', () => {
   it("says it speaks 1.1, and a watcher's message list shows edits and deletes live and in fetched history", async () => {
     const herald = await startHerald();
@@ -148,14 +159,7 @@ describe.skipIf(HERALD_BIN === '')('herald protocol 1.1', () => {
     const proxy = await proxyTo(herald);
     const alice = await user(herald, 'alice', proxy.ws);
     const bob = await user(herald, 'bob');
-    for (const c of ['a', 'b', 'c']) {
-      await alice.chat(c).join();
-      await bob.chat(c).join();
-    }
-    await bob.chat('a').send({ text: 'a1' });
-    await bob.chat('c').send({ text: 'c1' });
-    await bob.chat('c').send({ text: 'c2' });
-    await bob.chat('b').send({ text: 'b1' });
+    await inThreeChats(alice, bob, 2);
     const first = await alice.inbox.start();
     expect(brief(first)).toEqual(['b:1', 'c:2', 'a:1']);
     expect(alice.inbox.get('c')).toMatchObject({ read: 0, last: { type: 'message', user: 'bob', body: { text: 'c2' } } });
@@ -180,26 +184,22 @@ describe.skipIf(HERALD_BIN === '')('herald protocol 1.1', () => {
   });
 
   it('follows inbox pushes live: new messages, reads, deletes and leaves', async () => {
-      const herald = await startHerald();
-      const alice = await user(herald, 'alice');
-      const bob = await user(herald, 'bob');
-      for (const c of ['a', 'b', 'c']) {
-        await alice.chat(c).join();
-        await bob.chat(c).join();
-      }
-      await bob.chat('a').send({ text: 'a1' });
-      await bob.chat('c').send({ text: 'c1' });
-      await bob.chat('b').send({ text: 'b1' });
-      expect(brief(await alice.inbox.start())).toEqual(['b:1', 'c:1', 'a:1']);
+    const herald = await startHerald();
+    const alice = await user(herald, 'alice');
+    const bob = await user(herald, 'bob');
+    await inThreeChats(alice, bob, 1);
+    expect(brief(await alice.inbox.start())).toEqual(['b:1', 'c:1', 'a:1']);
 
-      const a2 = await bob.chat('a').send({ text: 'a2' });
-      await until('a is first with 2 unread', () => brief(alice.inbox.entries).join() === 'a:2,b:1,c:1');
-      const c2 = await bob.chat('c').send({ text: 'c2' });
-      await alice.chat('c').read(c2.seq);
-      await until('c read, and first', () => brief(alice.inbox.entries).join() === 'c:0,a:2,b:1');
-      await bob.chat('a').delete(a2.seq);
-      await until('the deleted message is not counted', () => alice.inbox.get('a')?.unread === 1);
-      await alice.chat('b').leave();
-      await until('b is gone', () => alice.inbox.get('b') === undefined);
+    const a2 = await bob.chat('a').send({ text: 'a2' });
+    await until('a is first with 2 unread', () => brief(alice.inbox.entries).join() === 'a:2,b:1,c:1');
+    // Read and left on alice's other device: only the server's pushes tell this client.
+    const phone = await user(herald, 'alice');
+    const c2 = await bob.chat('c').send({ text: 'c2' });
+    await phone.chat('c').read(c2.seq);
+    await until('c read, and first', () => brief(alice.inbox.entries).join() === 'c:0,a:2,b:1');
+    await bob.chat('a').delete(a2.seq);
+    await until('the deleted message is not counted', () => alice.inbox.get('a')?.unread === 1);
+    await phone.chat('b').leave();
+    await until('b is gone', () => alice.inbox.get('b') === undefined);
   });
 });
