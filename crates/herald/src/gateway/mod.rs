@@ -164,11 +164,6 @@ impl Gateway {
         users.into_iter().filter(|u| reg.of_user(ws, u).is_some()).collect()
     }
 
-    /// Users with at least one connection to this node after hello.
-    pub fn connected_users(&self) -> usize {
-        self.conns.lock().expect("conns lock").users.values().map(HashMap::len).sum()
-    }
-
     /// Registers connection `id` as `user` of `ws`, unless a revocation
     /// refuses their token (issued at `iat`): checked under the registry's
     /// lock, so a revocation noted meanwhile either refuses this `hello` or
