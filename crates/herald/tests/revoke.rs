@@ -26,6 +26,13 @@ async fn next_second_after(s: u64) {
     }
 }
 
+/// A token of `user` in `ws`, valid for an hour, that says nothing of when it was issued.
+fn token_without_iat(ws: &str, user: &str) -> String {
+    let claims = json!({"sub": user, "ws": ws, "exp": now_s() + 3600});
+    let key = jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes());
+    jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap()
+}
+
 /// Says hello with `token` on a new connection to `url`; the reply.
 async fn hello(url: &str, token: &str) -> (Client, Value) {
     let mut c = Client::connect(url).await;
@@ -75,22 +82,9 @@ async fn a_revoked_user_is_cut_off_at_once_and_only_new_tokens_get_back_in() {
 
     assert_refused(&s.ws_url("acme"), &old, "a token issued before the revocation").await;
     // One without iat is refused too: nothing says it is newer.
-    let exp = now_s() + 3600;
-    let no_iat = jsonwebtoken::encode(
-        &jsonwebtoken::Header::default(),
-        &json!({"sub": "alice", "ws": "acme", "exp": exp}),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
-    )
-    .unwrap();
-    assert_refused(&s.ws_url("acme"), &no_iat, "a token without iat").await;
+    assert_refused(&s.ws_url("acme"), &token_without_iat("acme", "alice"), "a token without iat").await;
     // Bob without iat is fine: only revoked users need it.
-    let bob_no_iat = jsonwebtoken::encode(
-        &jsonwebtoken::Header::default(),
-        &json!({"sub": "bob", "ws": "acme", "exp": exp}),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
-    )
-    .unwrap();
-    assert!(hello(&s.ws_url("acme"), &bob_no_iat).await.1.get("ok").is_some());
+    assert!(hello(&s.ws_url("acme"), &token_without_iat("acme", "bob")).await.1.get("ok").is_some());
 
     next_second_after(revoked_in).await;
     let fresh = s.token("acme", "alice").await;
