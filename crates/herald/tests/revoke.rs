@@ -26,6 +26,13 @@ async fn next_second_after(s: u64) {
     }
 }
 
+/// A token of `user` in `ws`, valid for an hour, that says nothing of when it was issued.
+fn token_without_iat(ws: &str, user: &str) -> String {
+    let claims = json!({"sub": user, "ws": ws, "exp": now_s() + 3600});
+    let key = jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes());
+    jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap()
+}
+
 /// Says hello with `token` on a new connection to `url`; the reply.
 async fn hello(url: &str, token: &str) -> (Client, Value) {
     let mut c = Client::connect(url).await;
@@ -75,22 +82,9 @@ async fn a_revoked_user_is_cut_off_at_once_and_only_new_tokens_get_back_in() {
 
     assert_refused(&s.ws_url("acme"), &old, "a token issued before the revocation").await;
     // One without iat is refused too: nothing says it is newer.
-    let exp = now_s() + 3600;
-    let no_iat = jsonwebtoken::encode(
-        &jsonwebtoken::Header::default(),
-        &json!({"sub": "alice", "ws": "acme", "exp": exp}),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
-    )
-    .unwrap();
-    assert_refused(&s.ws_url("acme"), &no_iat, "a token without iat").await;
+    assert_refused(&s.ws_url("acme"), &token_without_iat("acme", "alice"), "a token without iat").await;
     // Bob without iat is fine: only revoked users need it.
-    let bob_no_iat = jsonwebtoken::encode(
-        &jsonwebtoken::Header::default(),
-        &json!({"sub": "bob", "ws": "acme", "exp": exp}),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
-    )
-    .unwrap();
-    assert!(hello(&s.ws_url("acme"), &bob_no_iat).await.1.get("ok").is_some());
+    assert!(hello(&s.ws_url("acme"), &token_without_iat("acme", "bob")).await.1.get("ok").is_some());
 
     next_second_after(revoked_in).await;
     let fresh = s.token("acme", "alice").await;
@@ -291,6 +285,33 @@ async fn a_user_with_more_messages_than_one_step_is_erased_whole() {
     }
 }
 
+/// Revocations `b` took in from NATS (counted per process: `b` is the only
+/// node of its test that can take one in from there, as the node that
+/// revokes knows it already).
+async fn noted_over_nats(b: &TestServer) -> f64 {
+    let text = http_raw(b.addr, "GET", "/metrics", None, None).await.1;
+    metric(&text, r#"herald_revocations_noted_total{source="nats"}"#)
+}
+
+/// Waits until `b` follows the cell's revoke subject: a probe user's
+/// revocation on `a` reaches `b` over NATS (one that `b`'s store poll found
+/// first does not count; the next probe is tried).
+async fn follows_over_nats(a: &TestServer, b: &TestServer) {
+    let before = noted_over_nats(b).await;
+    let started = Instant::now();
+    for probe in 0.. {
+        revoke(a, "acme", &format!("probe-{probe}")).await;
+        let tried = Instant::now();
+        while tried.elapsed() < Duration::from_millis(500) {
+            if noted_over_nats(b).await > before {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "node b took in no revocation over NATS in 10 s");
+    }
+}
+
 /// Two nodes of a cell: one joined over NATS, one without it (a node whose
 /// NATS message was lost, in effect), both on the same shards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,8 +338,7 @@ async fn a_revocation_reaches_every_node_over_nats_or_through_the_store() {
     }
     let (mut on_lone, r) = hello(&lone.ws_url("acme"), &old).await;
     assert!(r.get("ok").is_some(), "{r}");
-    // Node b must be subscribed before the revocation is announced.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    follows_over_nats(&a, &b).await;
 
     let started = Instant::now();
     revoke(&a, "acme", "alice").await;

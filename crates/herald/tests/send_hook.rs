@@ -154,10 +154,9 @@ fn messages(events: &[Value]) -> Vec<Value> {
     events.iter().filter(|e| e["type"] == "message").map(|e| e["body"].clone()).collect()
 }
 
-/// The value of one labelled sample in `/metrics`, 0 when absent.
-async fn sample(s: &TestServer, line_start: &str) -> f64 {
-    let (_, text) = http_raw(s.addr, "GET", "/metrics", None, None).await;
-    text.lines().find(|l| l.starts_with(line_start)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
+/// The value of one labelled sample (`name{labels}`) in `/metrics`, 0 when absent.
+async fn sample(s: &TestServer, sample: &str) -> f64 {
+    metric(&http_raw(s.addr, "GET", "/metrics", None, None).await.1, sample)
 }
 
 #[tokio::test]

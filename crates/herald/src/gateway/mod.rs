@@ -82,7 +82,9 @@ pub struct Gateway {
 #[derive(Default)]
 struct Registry {
     conns: HashMap<ConnId, (Arc<Outbox>, Option<UserKey>)>,
-    users: HashMap<UserKey, Vec<ConnId>>,
+    /// By workspace, then user: looked up with borrowed `&str`s, so asking
+    /// about a user allocates nothing under the registry's lock.
+    users: HashMap<Arc<str>, HashMap<Arc<str>, Vec<ConnId>>>,
 }
 
 /// A user of a workspace: (workspace, user).
@@ -96,18 +98,26 @@ impl Registry {
     /// `id` said hello as `user` of `ws`.
     fn identify(&mut self, id: ConnId, ws: Arc<str>, user: Arc<str>) {
         let Some(entry) = self.conns.get_mut(&id) else { return };
-        let key = (ws, user);
-        entry.1 = Some(key.clone());
-        self.users.entry(key).or_default().push(id);
+        entry.1 = Some((ws.clone(), user.clone()));
+        self.users.entry(ws).or_default().entry(user).or_default().push(id);
+    }
+
+    /// `user` of `ws`'s connections, if any.
+    fn of_user(&self, ws: &str, user: &str) -> Option<&Vec<ConnId>> {
+        self.users.get(ws)?.get(user)
     }
 
     fn remove(&mut self, id: ConnId) {
-        let Some((_, Some(key))) = self.conns.remove(&id) else { return };
-        if let Some(ids) = self.users.get_mut(&key) {
+        let Some((_, Some((ws, user)))) = self.conns.remove(&id) else { return };
+        let Some(users) = self.users.get_mut(&ws) else { return };
+        if let Some(ids) = users.get_mut(&user) {
             ids.retain(|c| *c != id);
             if ids.is_empty() {
-                self.users.remove(&key);
+                users.remove(&user);
             }
+        }
+        if users.is_empty() {
+            self.users.remove(&ws);
         }
     }
 }
@@ -144,21 +154,14 @@ impl Gateway {
     /// The queues of `user`'s connections to this node in workspace `ws`.
     pub fn user_connections(&self, ws: &str, user: &str) -> Vec<Arc<Outbox>> {
         let reg = self.conns.lock().expect("conns lock");
-        let key: UserKey = (ws.into(), user.into());
-        let Some(ids) = reg.users.get(&key) else { return Vec::new() };
+        let Some(ids) = reg.of_user(ws, user) else { return Vec::new() };
         ids.iter().filter_map(|id| reg.conns.get(id).map(|(o, _)| o.clone())).collect()
     }
 
     /// Those of `users` (of workspace `ws`) with at least one connection to this node.
     pub fn connected<'a>(&self, ws: &str, users: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
         let reg = self.conns.lock().expect("conns lock");
-        let ws: Arc<str> = ws.into();
-        users.into_iter().filter(|u| reg.users.contains_key(&(ws.clone(), Arc::from(*u)))).collect()
-    }
-
-    /// Users with at least one connection to this node after hello.
-    pub fn connected_users(&self) -> usize {
-        self.conns.lock().expect("conns lock").users.len()
+        users.into_iter().filter(|u| reg.of_user(ws, u).is_some()).collect()
     }
 
     /// Registers connection `id` as `user` of `ws`, unless a revocation

@@ -406,7 +406,7 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(std::future::ready(Err(StoreError::Unavailable("this store keeps no inbox".into()))))
     }
 
-    // Revocations, erasure and idempotent sends under the send hook (issue 12).
+    // --- revocations, erasure and idempotent sends under the send hook
 
     /// Stores that `user` of `ws` revoked every token issued (`iat`) at or
     /// before `revoked_ms`; a later revocation of the same user replaces an

@@ -257,7 +257,7 @@ impl Store for Sharded {
         Box::pin(shard.guarded(shard.store.inbox_entry(key, user)))
     }
 
-    // Revocations, erasure and idempotent sends (issue 12).
+    // --- revocations, erasure and idempotent sends
 
     /// Stored on every shard: a node then knows every revocation as long as
     /// any one shard answers, so a shard that is down at a node's start

@@ -427,7 +427,7 @@ impl Store for SqliteStore {
         }))
     }
 
-    // Revocations, erasure and idempotent sends (issue 12).
+    // --- revocations, erasure and idempotent sends
 
     fn revoke<'a>(&'a self, ws: &'a str, user: &'a str, revoked_ms: i64) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {

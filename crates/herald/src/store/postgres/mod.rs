@@ -405,7 +405,7 @@ impl Store for PgShard {
         })
     }
 
-    // Revocations, erasure and idempotent sends (issue 12). A revocation is
+    // --- revocations, erasure and idempotent sends. A revocation is
     // one statement outside the writer's batches: it touches no chat row.
 
     fn revoke<'a>(&'a self, ws: &'a str, user: &'a str, revoked_ms: i64) -> BoxFuture<'a, Result<(), StoreError>> {
