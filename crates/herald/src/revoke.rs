@@ -203,14 +203,7 @@ impl Revocations {
             let weak = Arc::downgrade(self);
             tokio::spawn(async move {
                 loop {
-                    let mut sub = match client.subscribe(subject.clone()).await {
-                        Ok(sub) => sub,
-                        Err(e) => {
-                            tracing::error!(error = %e, "cannot follow revocations over NATS; retrying");
-                            tokio::time::sleep(RESUBSCRIBE_AFTER).await;
-                            continue;
-                        }
-                    };
+                    let mut sub = crate::broker::nats::subscribe_retrying(&client, &subject).await;
                     while let Some(msg) = sub.next().await {
                         let Some(me) = weak.upgrade() else { return };
                         match serde_json::from_slice::<Announce>(&msg.payload) {

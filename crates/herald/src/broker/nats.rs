@@ -248,7 +248,7 @@ impl NatsBroker {
 }
 
 /// Subscribes to `subject`, trying again with growing waits until it works.
-async fn subscribe_retrying(client: &Client, subject: &str) -> async_nats::Subscriber {
+pub(crate) async fn subscribe_retrying(client: &Client, subject: &str) -> async_nats::Subscriber {
     let mut wait = SUBSCRIBE_RETRY_FIRST;
     loop {
         match client.subscribe(subject.to_owned()).await {
