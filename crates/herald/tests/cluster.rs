@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::nats::NatsCluster;
-use common::pg::{PgCluster, create_database};
+use common::pg::{PgCluster, create_database, suite_or_own};
 use common::*;
 use serde_json::{Value, json};
 
@@ -33,14 +33,7 @@ impl Cell {
     /// NATS, PostgreSQL and `n` nodes... of which none yet when `n` is 0.
     async fn start_with(n: usize) -> Cell {
         let nats = NatsCluster::start().await;
-        let (pg, admin) = match std::env::var("HERALD_TEST_PG_URL") {
-            Ok(url) => (None, url),
-            Err(_) => {
-                let pg = PgCluster::start();
-                let url = pg.admin_url.clone();
-                (Some(pg), url)
-            }
-        };
+        let (pg, admin) = suite_or_own();
         let stores = vec![create_database(&admin).await, create_database(&admin).await];
         let mut cell = Cell { nats, _pg: pg, stores, nodes: Vec::new() };
         for _ in 0..n {

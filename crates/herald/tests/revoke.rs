@@ -134,14 +134,7 @@ async fn a_revocation_survives_a_restart() {
 
 /// Fresh databases for two shards, on the suite's cluster or one of our own.
 async fn two_shards() -> (Option<common::pg::PgCluster>, Vec<String>) {
-    let (pg, admin) = match std::env::var("HERALD_TEST_PG_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let pg = common::pg::PgCluster::start();
-            let url = pg.admin_url.clone();
-            (Some(pg), url)
-        }
-    };
+    let (pg, admin) = common::pg::suite_or_own();
     let stores = vec![common::pg::create_database(&admin).await, common::pg::create_database(&admin).await];
     (pg, stores)
 }

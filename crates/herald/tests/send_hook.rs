@@ -330,14 +330,7 @@ async fn a_repeated_client_id_and_a_non_member_do_not_reach_the_hook() {
 #[tokio::test]
 #[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
 async fn on_postgres_shards_a_reject_stores_nothing_and_a_replace_stores_the_new_body() {
-    let (_pg, admin) = match std::env::var("HERALD_TEST_PG_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let pg = common::pg::PgCluster::start();
-            let url = pg.admin_url.clone();
-            (Some(pg), url)
-        }
-    };
+    let (_pg, admin) = common::pg::suite_or_own();
     let stores = vec![common::pg::create_database(&admin).await, common::pg::create_database(&admin).await];
     let r = Receiver::start().await;
     let url = r.url();

@@ -21,6 +21,20 @@ fn script() -> PathBuf {
 }
 
 /// A PostgreSQL cluster of its own, stopped and removed when dropped.
+/// The suite's PostgreSQL (`HERALD_TEST_PG_URL`, an admin URL) or, without
+/// one, a cluster of this test's own: its admin URL, and the cluster to keep
+/// alive (and stop) with the test.
+pub fn suite_or_own() -> (Option<PgCluster>, String) {
+    match std::env::var("HERALD_TEST_PG_URL") {
+        Ok(url) => (None, url),
+        Err(_) => {
+            let pg = PgCluster::start();
+            let url = pg.admin_url.clone();
+            (Some(pg), url)
+        }
+    }
+}
+
 pub struct PgCluster {
     pub dir: PathBuf,
     pub port: u16,
