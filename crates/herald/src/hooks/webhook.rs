@@ -341,36 +341,39 @@ impl Webhook {
 
     /// The batch's JSON, with each message's `offline` list as of now.
     async fn body(&self, batch: &Batch) -> Bytes {
-        let mut candidates: HashMap<String, HashSet<&str>> = HashMap::new();
+        let mut candidates: HashMap<&str, HashSet<&str>> = HashMap::new();
         for (chat, event) in &batch.items {
             if event.kind == EventType::Message
                 && let Some(members) = &chat.members
             {
-                candidates.entry(chat.key.ws.to_string()).or_default().extend(members.iter().map(String::as_str));
+                candidates.entry(&chat.key.ws).or_default().extend(members.iter().map(String::as_str));
             }
         }
         let online = if candidates.is_empty() {
-            HashSet::new()
+            HashMap::new()
         } else {
             let asks: HashMap<String, Vec<String>> = candidates
                 .into_iter()
-                .map(|(ws, users)| (ws, users.into_iter().map(str::to_owned).collect()))
+                .map(|(ws, users)| (ws.to_owned(), users.into_iter().map(str::to_owned).collect()))
                 .collect();
-            self.presence.online(&asks).await.0
+            self.presence.online(&asks).await
         };
         let events: Vec<OutEvent<'_>> = batch
             .items
             .iter()
             .map(|(chat, e)| {
                 let offline = match (&chat.members, e.kind) {
-                    (Some(members), EventType::Message) => Some(
-                        members
-                            .iter()
-                            .map(String::as_str)
-                            .filter(|m| Some(*m) != e.user.as_deref())
-                            .filter(|m| !online.contains(&(chat.key.ws.to_string(), (*m).to_owned())))
-                            .collect(),
-                    ),
+                    (Some(members), EventType::Message) => {
+                        let here = online.get(&*chat.key.ws);
+                        Some(
+                            members
+                                .iter()
+                                .map(String::as_str)
+                                .filter(|m| Some(*m) != e.user.as_deref())
+                                .filter(|m| here.is_none_or(|h| !h.contains(*m)))
+                                .collect(),
+                        )
+                    }
                     _ => None,
                 };
                 OutEvent {
