@@ -111,6 +111,14 @@ struct State {
     failing: bool,
 }
 
+impl State {
+    /// Age in seconds of the oldest event owed on the owned shards (0 when caught up).
+    fn lag_seconds(&self) -> f64 {
+        let oldest = self.figures.values().filter_map(|f| f.oldest_ms).min();
+        oldest.map_or(0.0, |t| (now_ms() - t).max(0) as f64 / 1000.0)
+    }
+}
+
 /// The webhook of one node. See the module documentation.
 pub struct Webhook {
     settings: WebhookSettings,
@@ -200,12 +208,10 @@ impl Webhook {
     /// The admin page's view.
     pub fn status(&self) -> WebhookStatus {
         let state = self.state.lock().expect("webhook state lock");
-        let now = now_ms();
-        let oldest = state.figures.values().filter_map(|f| f.oldest_ms).min();
         WebhookStatus {
             host: self.host.clone(),
             events: self.settings.events.clone(),
-            lag_seconds: oldest.map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0),
+            lag_seconds: state.lag_seconds(),
             last_success_ms: state.last_success_ms,
             last_error: state.last_error.as_ref().map(|(_, e)| e.clone()),
             last_error_ms: state.last_error.as_ref().map(|(t, _)| *t),
@@ -275,7 +281,8 @@ impl Webhook {
     }
 
     fn publish_lag(&self) {
-        metrics::gauge!("herald_webhook_lag_seconds").set(self.status().lag_seconds);
+        let lag = self.state.lock().expect("webhook state lock").lag_seconds();
+        metrics::gauge!("herald_webhook_lag_seconds").set(lag);
     }
 
     /// Sends `batch` until its receiver acknowledges it, then stores its
