@@ -1059,10 +1059,11 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn keeps_webhook_positions(&self) -> bool {
+        self.1
+    }
+
     async fn mark_undelivered(&mut self, marks: &[Stored]) -> rusqlite::Result<()> {
-        if !self.1 {
-            return Ok(());
-        }
         let mut stmt = self.0.prepare_cached(UPSERT_POSITION)?;
         for m in marks {
             stmt.execute(params![m.chat, m.before as i64, m.head as i64, m.ts])?;
