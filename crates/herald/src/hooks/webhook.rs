@@ -162,17 +162,11 @@ impl Webhook {
         clustered: bool,
     ) -> Arc<Webhook> {
         store.track_webhook();
-        let labels: Vec<String> = store.shards().into_iter().map(|s| s.label).collect();
-        let shared = !labels.is_empty();
-        let shards = store
-            .webhook_shards()
-            .into_iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let label = labels.get(i).cloned().unwrap_or_else(|| name.clone());
-                (name, label)
-            })
-            .collect();
+        // A sharded store's shards by routing name (the ownership key) and label;
+        // the embedded store is one shard of its own.
+        let shards: Vec<(String, String)> = store.shards().into_iter().map(|s| (s.name, s.label)).collect();
+        let shared = !shards.is_empty();
+        let shards = if shared { shards } else { vec![("local".into(), "local".into())] };
         let host = reqwest::Url::parse(&settings.url)
             .ok()
             .and_then(|u| u.host_str().map(|h| u.port().map_or(h.to_owned(), |p| format!("{h}:{p}"))))
