@@ -111,6 +111,14 @@ struct State {
     failing: bool,
 }
 
+impl State {
+    /// Age in seconds of the oldest event owed on the owned shards (0 when caught up).
+    fn lag_seconds(&self) -> f64 {
+        let oldest = self.figures.values().filter_map(|f| f.oldest_ms).min();
+        oldest.map_or(0.0, |t| (now_ms() - t).max(0) as f64 / 1000.0)
+    }
+}
+
 /// The webhook of one node. See the module documentation.
 pub struct Webhook {
     settings: WebhookSettings,
@@ -154,17 +162,11 @@ impl Webhook {
         clustered: bool,
     ) -> Arc<Webhook> {
         store.track_webhook();
-        let labels: Vec<String> = store.shards().into_iter().map(|s| s.label).collect();
-        let shared = !labels.is_empty();
-        let shards = store
-            .webhook_shards()
-            .into_iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let label = labels.get(i).cloned().unwrap_or_else(|| name.clone());
-                (name, label)
-            })
-            .collect();
+        // A sharded store's shards by routing name (the ownership key) and label;
+        // the embedded store is one shard of its own.
+        let shards: Vec<(String, String)> = store.shards().into_iter().map(|s| (s.name, s.label)).collect();
+        let shared = !shards.is_empty();
+        let shards = if shared { shards } else { vec![("local".into(), "local".into())] };
         let host = reqwest::Url::parse(&settings.url)
             .ok()
             .and_then(|u| u.host_str().map(|h| u.port().map_or(h.to_owned(), |p| format!("{h}:{p}"))))
@@ -200,12 +202,10 @@ impl Webhook {
     /// The admin page's view.
     pub fn status(&self) -> WebhookStatus {
         let state = self.state.lock().expect("webhook state lock");
-        let now = now_ms();
-        let oldest = state.figures.values().filter_map(|f| f.oldest_ms).min();
         WebhookStatus {
             host: self.host.clone(),
             events: self.settings.events.clone(),
-            lag_seconds: oldest.map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0),
+            lag_seconds: state.lag_seconds(),
             last_success_ms: state.last_success_ms,
             last_error: state.last_error.as_ref().map(|(_, e)| e.clone()),
             last_error_ms: state.last_error.as_ref().map(|(t, _)| *t),
@@ -275,7 +275,8 @@ impl Webhook {
     }
 
     fn publish_lag(&self) {
-        metrics::gauge!("herald_webhook_lag_seconds").set(self.status().lag_seconds);
+        let lag = self.state.lock().expect("webhook state lock").lag_seconds();
+        metrics::gauge!("herald_webhook_lag_seconds").set(lag);
     }
 
     /// Sends `batch` until its receiver acknowledges it, then stores its
@@ -341,36 +342,39 @@ impl Webhook {
 
     /// The batch's JSON, with each message's `offline` list as of now.
     async fn body(&self, batch: &Batch) -> Bytes {
-        let mut candidates: HashMap<String, HashSet<&str>> = HashMap::new();
+        let mut candidates: HashMap<&str, HashSet<&str>> = HashMap::new();
         for (chat, event) in &batch.items {
             if event.kind == EventType::Message
                 && let Some(members) = &chat.members
             {
-                candidates.entry(chat.key.ws.to_string()).or_default().extend(members.iter().map(String::as_str));
+                candidates.entry(&chat.key.ws).or_default().extend(members.iter().map(String::as_str));
             }
         }
         let online = if candidates.is_empty() {
-            HashSet::new()
+            HashMap::new()
         } else {
             let asks: HashMap<String, Vec<String>> = candidates
                 .into_iter()
-                .map(|(ws, users)| (ws, users.into_iter().map(str::to_owned).collect()))
+                .map(|(ws, users)| (ws.to_owned(), users.into_iter().map(str::to_owned).collect()))
                 .collect();
-            self.presence.online(&asks).await.0
+            self.presence.online(&asks).await
         };
         let events: Vec<OutEvent<'_>> = batch
             .items
             .iter()
             .map(|(chat, e)| {
                 let offline = match (&chat.members, e.kind) {
-                    (Some(members), EventType::Message) => Some(
-                        members
-                            .iter()
-                            .map(String::as_str)
-                            .filter(|m| Some(*m) != e.user.as_deref())
-                            .filter(|m| !online.contains(&(chat.key.ws.to_string(), (*m).to_owned())))
-                            .collect(),
-                    ),
+                    (Some(members), EventType::Message) => {
+                        let here = online.get(&*chat.key.ws);
+                        Some(
+                            members
+                                .iter()
+                                .map(String::as_str)
+                                .filter(|m| Some(*m) != e.user.as_deref())
+                                .filter(|m| here.is_none_or(|h| !h.contains(*m)))
+                                .collect(),
+                        )
+                    }
                     _ => None,
                 };
                 OutEvent {

@@ -87,9 +87,14 @@ pub(crate) trait Tx {
     async fn finish(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
+    /// webhook: whether this transaction keeps the webhook's positions: only
+    /// while a webhook is configured (a node without one does not pay for it).
+    fn keeps_webhook_positions(&self) -> bool {
+        false
+    }
     /// webhook: records, in the same transaction, that these chats stored
-    /// events the webhook has not delivered. A backend does so only while a
-    /// webhook is configured; by default it records nothing.
+    /// events the webhook has not delivered. Called only when
+    /// [`Tx::keeps_webhook_positions`].
     async fn mark_undelivered(&mut self, _marks: &[Stored]) -> Result<(), Self::Error> {
         Ok(())
     }
@@ -166,7 +171,8 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
         }
     }
     // webhook: each chat's seq before the batch (a chat the batch creates starts at 0).
-    let before: HashMap<i64, u64> = batch.rows.values().map(|r| (r.id, r.seq)).collect();
+    let before: Option<HashMap<i64, u64>> =
+        tx.keeps_webhook_positions().then(|| batch.rows.values().map(|r| (r.id, r.seq)).collect());
     tx.prefetch(writes, &batch.rows).await?;
     let mut outcomes = Vec::with_capacity(writes.len());
     for w in writes {
@@ -178,15 +184,22 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
     for key in &batch.dirty {
         tx.save_chat(&batch.rows[key]).await?;
     }
-    let stored: Vec<Stored> = batch
-        .dirty
-        .iter()
-        .map(|key| &batch.rows[key])
-        .map(|r| Stored { chat: r.id, before: before.get(&r.id).copied().unwrap_or(0), head: r.seq, ts: batch.now_ms })
-        .filter(|s| s.head > s.before)
-        .collect();
-    if !stored.is_empty() {
-        tx.mark_undelivered(&stored).await?;
+    if let Some(before) = before {
+        let stored: Vec<Stored> = batch
+            .dirty
+            .iter()
+            .map(|key| &batch.rows[key])
+            .map(|r| Stored {
+                chat: r.id,
+                before: before.get(&r.id).copied().unwrap_or(0),
+                head: r.seq,
+                ts: batch.now_ms,
+            })
+            .filter(|s| s.head > s.before)
+            .collect();
+        if !stored.is_empty() {
+            tx.mark_undelivered(&stored).await?;
+        }
     }
     Ok(outcomes)
 }

@@ -469,14 +469,8 @@ pub trait Store: Send + Sync + 'static {
     /// configured (a node without one does not pay for it).
     fn track_webhook(&self) {}
 
-    /// The shards the webhook delivers from, by name: the key of their
-    /// ownership between nodes. One entry for a store without shards.
-    fn webhook_shards(&self) -> Vec<String> {
-        vec!["local".into()]
-    }
-
     /// Up to `chats` chats of shard `shard` (an index into
-    /// [`Store::webhook_shards`]) with undelivered events, oldest
+    /// [`Store::shards`]; 0 for a store without shards) with undelivered events, oldest
     /// first, each with up to `events` of them and, when it has at most
     /// `members_max` members, its member list.
     fn webhook_pending(

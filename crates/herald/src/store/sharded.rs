@@ -372,10 +372,6 @@ impl Store for Sharded {
         }
     }
 
-    fn webhook_shards(&self) -> Vec<String> {
-        self.shards.iter().map(|s| s.name.to_string()).collect()
-    }
-
     fn webhook_pending(
         &self,
         shard: usize,

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use herald_protocol::{Event, EventType};
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
 
@@ -845,27 +845,21 @@ impl Writer {
     /// webhook: stores acknowledged positions, all of them in one
     /// transaction, and answers each request.
     fn webhook_ack(&mut self, acks: Vec<(Vec<WebhookAck>, AckReply)>) {
-        let store = |conn: &Connection| -> rusqlite::Result<()> {
-            conn.execute_batch("BEGIN IMMEDIATE")?;
-            let run = || -> rusqlite::Result<()> {
-                let mut stmt = conn.prepare_cached(
+        let store = |conn: &mut Connection| -> rusqlite::Result<()> {
+            // Rolled back when dropped uncommitted.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            {
+                let mut stmt = tx.prepare_cached(
                     "UPDATE webhook_positions SET delivered = max(delivered, ?2), since_ms = max(since_ms, ?3)
                      WHERE chat_id = ?1",
                 )?;
                 for a in acks.iter().flat_map(|(a, _)| a) {
                     stmt.execute(params![a.chat_id, sql_seq(a.seq), a.since_ms])?;
                 }
-                Ok(())
-            };
-            match run().and_then(|()| conn.execute_batch("COMMIT")) {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    let _ = conn.execute_batch("ROLLBACK");
-                    Err(e)
-                }
             }
+            tx.commit()
         };
-        let result = store(&self.conn).map_err(|e| {
+        let result = store(&mut self.conn).map_err(|e| {
             tracing::error!(error = %e, "storing webhook positions failed");
             metrics::counter!("herald_store_errors_total", "kind" => "webhook_ack").increment(1);
             unavailable("storing webhook positions failed")
@@ -1065,10 +1059,11 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn keeps_webhook_positions(&self) -> bool {
+        self.1
+    }
+
     async fn mark_undelivered(&mut self, marks: &[Stored]) -> rusqlite::Result<()> {
-        if !self.1 {
-            return Ok(());
-        }
         let mut stmt = self.0.prepare_cached(UPSERT_POSITION)?;
         for m in marks {
             stmt.execute(params![m.chat, m.before as i64, m.head as i64, m.ts])?;

@@ -47,17 +47,17 @@ struct Answer {
     online: HashMap<String, Vec<String>>,
 }
 
-/// What an ask cost and found, for metrics, logs and the benchmark.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct AskCost {
+/// What an ask cost, for the metrics.
+#[derive(Debug, Default, Clone, Copy)]
+struct AskCost {
     /// NATS requests published (0 on a cell of one node).
-    pub requests: u64,
+    requests: u64,
     /// Answers received.
-    pub answers: u64,
+    answers: u64,
     /// Bytes of requests published plus answers received.
-    pub bytes: u64,
+    bytes: u64,
     /// Nodes that did not answer in time (their users counted offline).
-    pub missing: u64,
+    missing: u64,
 }
 
 /// Asks and answers the cell's presence questions.
@@ -140,24 +140,22 @@ impl Presence {
     }
 
     /// Which of `users` (by workspace) have a connection anywhere in the
-    /// cell, as (workspace, user) pairs, and what asking cost.
-    pub async fn online(&self, users: &HashMap<String, Vec<String>>) -> (HashSet<(String, String)>, AskCost) {
-        let mut found = HashSet::new();
+    /// cell, by workspace.
+    pub async fn online(&self, users: &HashMap<String, Vec<String>>) -> HashMap<String, HashSet<String>> {
+        let mut found: HashMap<String, HashSet<String>> = HashMap::new();
         let mut add = |online: HashMap<String, Vec<String>>| {
             for (ws, list) in online {
-                for user in list {
-                    found.insert((ws.clone(), user));
-                }
+                found.entry(ws).or_default().extend(list);
             }
         };
         add(self.local(users));
-        let mut cost = AskCost::default();
+        let Some((client, subject)) = &self.nats else { return found };
         let me = self.cluster.name();
         let others: HashSet<String> = self.cluster.nodes().into_iter().map(|n| n.name).filter(|n| *n != me).collect();
-        let Some((client, subject)) = &self.nats else { return (found, cost) };
         if others.is_empty() || users.is_empty() {
-            return (found, cost);
+            return found;
         }
+        let mut cost = AskCost::default();
         for part in split(users, MAX_ASK_BYTES) {
             let payload = serde_json::to_vec(&Ask { from: me.clone(), users: part }).expect("questions serialize");
             let (answers, part_cost) = ask(client, subject, payload, &others).await;
@@ -174,7 +172,7 @@ impl Presence {
         if cost.missing > 0 {
             metrics::counter!("herald_webhook_presence_missing_total").increment(cost.missing);
         }
-        (found, cost)
+        found
     }
 }
 

@@ -497,12 +497,13 @@ impl Tx for PgTx<'_, '_> {
         self.flush_events().await
     }
 
+    fn keeps_webhook_positions(&self) -> bool {
+        self.webhook
+    }
+
     /// One statement for the batch's chats, in the batch's key order (the
     /// order their chat rows were locked in), so writers never deadlock here.
     async fn mark_undelivered(&mut self, marks: &[Stored]) -> Result<(), Self::Error> {
-        if !self.webhook {
-            return Ok(());
-        }
         let chats: Vec<i64> = marks.iter().map(|m| m.chat).collect();
         let before: Vec<i64> = marks.iter().map(|m| m.before as i64).collect();
         let heads: Vec<i64> = marks.iter().map(|m| m.head as i64).collect();
