@@ -11,27 +11,15 @@
 //!     CHROMIUM_BIN=/path/to/chromium          default: /usr/bin/chromium (Debian's package)
 
 import { existsSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ARTIFACTS, startChromium, startHerald, until, within } from './support.mjs';
+import { ARTIFACTS, freePort, startChromium, startHerald, until, within } from './support.mjs';
 
 const API_KEY = 'admin-test-api-key-0123456789abcdef0123';
 const JWT_SECRET = 'admin-test-jwt-secret-0123456789abcdef01';
 const HOOK_SECRET = 'admin-test-hook-secret-0123456789abcdef0';
 
-/** A loopback port nothing listens on: bound, read, closed. */
-function freePort() {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => res(port));
-    });
-  });
-}
 /** A short drain window, so the client's reconnect push and its close come within test time. */
 const DRAIN_WINDOW_MS = 1000;
 

@@ -11,13 +11,13 @@
 import { spawn } from 'node:child_process';
 import { createHmac } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import ts from 'typescript';
-import { ARTIFACTS, startHerald, until, webDir } from './support.mjs';
+import { ARTIFACTS, freePort, startHerald, until, webDir } from './support.mjs';
 
 const API_KEY = 'webhook-test-api-key-0123456789abcdef0123';
 const JWT_SECRET = 'webhook-test-jwt-secret-0123456789abcdef01';
@@ -25,17 +25,6 @@ const HOOK_SECRET = 'webhook-test-hook-secret-0123456789abcdef';
 const EXAMPLES = resolve(webDir, '../examples/webhook');
 const WAIT_MS = 20_000;
 
-/** A free loopback port: bound, read, closed. */
-function freePort() {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => res(port));
-    });
-  });
-}
 
 /** The command that runs each example. */
 function commandFor(kind) {

@@ -455,14 +455,7 @@ async fn on_postgres_a_restarted_server_resumes_after_the_last_acknowledged_batc
 /// cluster when scripts/test.sh gives one, else on one of this test's own
 /// (returned, to keep it running).
 async fn two_pg_databases() -> (Option<common::pg::PgCluster>, [String; 2]) {
-    let (own, admin) = match std::env::var("HERALD_TEST_PG_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let pg = common::pg::PgCluster::start();
-            let url = pg.admin_url.clone();
-            (Some(pg), url)
-        }
-    };
+    let (own, admin) = common::pg::suite_or_own();
     let dbs = [common::pg::create_database(&admin).await, common::pg::create_database(&admin).await];
     (own, dbs)
 }

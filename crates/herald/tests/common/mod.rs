@@ -426,10 +426,7 @@ pub fn free_port() -> u16 {
 
 /// The sum of metric `name`'s samples (all label sets) in `/metrics` text; 0 when absent.
 pub fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{')))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    herald::metrics::sum(text, name)
 }
 
 /// A data directory that outlives server restarts within a test, removed when dropped.
