@@ -94,6 +94,26 @@ impl Sharded {
         Sharded { shards }
     }
 
+    /// Asks every shard at once for its part of a list, and merges the parts
+    /// in `order`, keeping the first `keep`. A shard that fails fails the
+    /// list: a page that silently left out a shard's rows would skip them on
+    /// every later page too.
+    async fn merged<'a, T>(
+        &'a self,
+        ask: impl Fn(&'a dyn Store) -> BoxFuture<'a, Result<Vec<T>, StoreError>>,
+        order: impl FnMut(&T, &T) -> std::cmp::Ordering,
+        keep: usize,
+    ) -> Result<Vec<T>, StoreError> {
+        let parts = futures_util::future::join_all(self.shards.iter().map(|s| s.guarded(ask(&*s.store)))).await;
+        let mut all = Vec::new();
+        for part in parts {
+            all.extend(part?);
+        }
+        all.sort_by(order);
+        all.truncate(keep);
+        Ok(all)
+    }
+
     fn shard_index(&self, key: &ChatKey) -> usize {
         rendezvous(&[key.ws.as_bytes(), key.chat.as_bytes()], self.shards.iter().map(|s| s.name.as_str()))
             .expect("at least one shard")
@@ -203,8 +223,7 @@ impl Store for Sharded {
     /// Every shard's page of this user's chats, merged: each shard answers
     /// in the same order (latest activity, then name) from the same cursor,
     /// so the first `limit` of the merge are the page. Unlike `heads`, a
-    /// shard that fails fails the inbox: a page that silently left out a
-    /// shard's chats would also skip them on every later page.
+    /// shard that fails fails the inbox ([`Sharded::merged`]).
     fn inbox<'a>(
         &'a self,
         ws: &'a str,
@@ -212,19 +231,7 @@ impl Store for Sharded {
         after: Option<&'a InboxCursor>,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<InboxEntry>, StoreError>> {
-        Box::pin(async move {
-            let pages = futures_util::future::join_all(
-                self.shards.iter().map(|s| s.guarded(s.store.inbox(ws, user, after, limit))),
-            )
-            .await;
-            let mut all = Vec::new();
-            for page in pages {
-                all.extend(page?);
-            }
-            all.sort_by(super::inbox_order);
-            all.truncate(limit as usize + 1);
-            Ok(all)
-        })
+        Box::pin(self.merged(move |s| s.inbox(ws, user, after, limit), super::inbox_order, limit as usize + 1))
     }
 
     fn member_chats<'a>(
@@ -233,19 +240,11 @@ impl Store for Sharded {
         user: &'a str,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<(String, i64)>, StoreError>> {
-        Box::pin(async move {
-            let lists = futures_util::future::join_all(
-                self.shards.iter().map(|s| s.guarded(s.store.member_chats(ws, user, limit))),
-            )
-            .await;
-            let mut all = Vec::new();
-            for list in lists {
-                all.extend(list?);
-            }
-            all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            all.truncate(limit as usize);
-            Ok(all)
-        })
+        Box::pin(self.merged(
+            move |s| s.member_chats(ws, user, limit),
+            |a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)),
+            limit as usize,
+        ))
     }
 
     fn inbox_entry<'a>(
@@ -314,19 +313,7 @@ impl Store for Sharded {
         after: Option<(&'a str, u64)>,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
-        Box::pin(async move {
-            let pages = futures_util::future::join_all(
-                self.shards.iter().map(|s| s.guarded(s.store.user_messages(ws, user, after, limit))),
-            )
-            .await;
-            let mut all = Vec::new();
-            for page in pages {
-                all.extend(page?);
-            }
-            all.sort();
-            all.truncate(limit as usize);
-            Ok(all)
-        })
+        Box::pin(self.merged(move |s| s.user_messages(ws, user, after, limit), Ord::cmp, limit as usize))
     }
 
     fn client_id_seq<'a>(
