@@ -1,6 +1,7 @@
 //! A minimal HTTP/1.1 client for the few API calls the bench makes (a chat's
 //! view, `/metrics`): one GET per connection, `Connection: close`, so a whole
-//! HTTP stack is not pulled in for two GETs a run.
+//! HTTP stack is not pulled in for two GETs a run. And the request reader of
+//! the hook receivers the bench runs itself (kept-alive connections).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -72,6 +73,40 @@ fn dechunk(mut rest: &[u8]) -> anyhow::Result<Vec<u8>> {
         out.extend_from_slice(&rest[..size]);
         rest = &rest[size + 2..];
     }
+}
+
+/// One request a hook receiver read: its `Herald-Signature` and its body.
+pub struct HookRequest {
+    pub signature: String,
+    pub body: Vec<u8>,
+}
+
+/// Reads the next request of a kept-alive HTTP/1.1 connection (headers, then
+/// `Content-Length` bytes of body); `None` once the connection ends.
+pub async fn read_request<R: tokio::io::AsyncBufRead + Unpin>(read: &mut R) -> Option<HookRequest> {
+    use tokio::io::AsyncBufReadExt;
+    let (mut length, mut signature) = (0usize, String::new());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if read.read_line(&mut line).await.ok()? == 0 {
+            return None;
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            match k.trim().to_ascii_lowercase().as_str() {
+                "content-length" => length = v.trim().parse().unwrap_or(0),
+                "herald-signature" => signature = v.trim().to_owned(),
+                _ => {}
+            }
+        }
+    }
+    let mut body = vec![0u8; length];
+    read.read_exact(&mut body).await.ok()?;
+    Some(HookRequest { signature, body })
 }
 
 #[cfg(test)]

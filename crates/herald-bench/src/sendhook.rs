@@ -19,10 +19,11 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::client::Client;
+use crate::http::read_request;
 use crate::latency::Latencies;
 use crate::report::{self, Column, RunArgs, col};
 use crate::sends::{REQUEST_TIMEOUT, SendsArgs, fresh_chat};
@@ -190,40 +191,13 @@ impl Drop for Receiver {
 }
 
 /// Answers each request of one connection until it closes.
-async fn serve(mut stream: TcpStream, requests: Arc<AtomicU64>) {
-    let mut buf = Vec::with_capacity(4096);
-    let mut chunk = [0u8; 4096];
-    loop {
-        // Headers, then as much body as Content-Length says.
-        let (head_end, length) = loop {
-            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break (end + 4, content_length(&buf[..end]));
-            }
-            match stream.read(&mut chunk).await {
-                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                _ => return,
-            }
-        };
-        while buf.len() < head_end + length {
-            match stream.read(&mut chunk).await {
-                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                _ => return,
-            }
-        }
-        buf.drain(..head_end + length);
+async fn serve(stream: TcpStream, requests: Arc<AtomicU64>) {
+    let (read, mut write) = stream.into_split();
+    let mut read = tokio::io::BufReader::new(read);
+    while read_request(&mut read).await.is_some() {
         requests.fetch_add(1, Ordering::SeqCst);
-        if stream.write_all(ACCEPT.as_bytes()).await.is_err() {
+        if write.write_all(ACCEPT.as_bytes()).await.is_err() {
             return;
         }
     }
-}
-
-fn content_length(head: &[u8]) -> usize {
-    String::from_utf8_lossy(head)
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.trim().eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok())?
-        })
-        .unwrap_or(0)
 }

@@ -21,13 +21,14 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use sha2::Sha256;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::client::{Client, sources_for};
 use crate::fleet;
+use crate::http::{HookRequest, read_request};
 use crate::latency::Latencies;
 use crate::report::{self, Column, RunArgs, col};
 use crate::sends::{REQUEST_TIMEOUT, SendsArgs, fresh_chat};
@@ -134,31 +135,7 @@ impl Receiver {
 async fn serve(sock: tokio::net::TcpStream, tally: Arc<Tally>) {
     let (read, mut write) = sock.into_split();
     let mut read = BufReader::new(read);
-    loop {
-        let (mut length, mut signature) = (0usize, String::new());
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match read.read_line(&mut line).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            let l = line.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = l.split_once(':') {
-                match k.trim().to_ascii_lowercase().as_str() {
-                    "content-length" => length = v.trim().parse().unwrap_or(0),
-                    "herald-signature" => signature = v.trim().to_owned(),
-                    _ => {}
-                }
-            }
-        }
-        let mut body = vec![0u8; length];
-        if read.read_exact(&mut body).await.is_err() {
-            return;
-        }
+    while let Some(HookRequest { signature, body }) = read_request(&mut read).await {
         tally.requests.fetch_add(1, Ordering::Relaxed);
         tally.first_at.lock().expect("tally lock").get_or_insert_with(Instant::now);
         if !verify(&signature, &body) {
