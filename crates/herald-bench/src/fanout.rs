@@ -70,6 +70,10 @@ pub struct FanoutArgs {
     /// Seconds of the latency phase (at half the highest passing rate).
     #[arg(long, default_value_t = 4.0)]
     pub latency_s: f64,
+    /// Messages/s of the latency phase instead of half the highest passing
+    /// rate (with `--steps 0`: latency at a given load, no ladder).
+    #[arg(long)]
+    pub latency_rate: Option<f64>,
     /// A step fails when its last delivery comes later than this after its last publish.
     #[arg(long, default_value_t = 500)]
     pub drain_ms: u64,
@@ -118,7 +122,9 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<Vec<Value>> {
 pub fn check(args: &FanoutArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.watchers > 0 && args.watchers <= MAX_WATCHERS, "--watchers must be 1..={MAX_WATCHERS}");
     anyhow::ensure!(args.publishers > 0 && args.publishers <= 64, "--publishers must be 1..=64");
-    anyhow::ensure!(args.steps > 0 && args.steps <= MAX_STEPS, "--steps must be 1..={MAX_STEPS}");
+    anyhow::ensure!(args.steps <= MAX_STEPS, "--steps must be 0..={MAX_STEPS}");
+    anyhow::ensure!(args.steps > 0 || args.latency_rate.is_some(), "--steps 0 needs --latency-rate");
+    anyhow::ensure!(args.latency_rate.is_none_or(|r| r > 0.0), "--latency-rate must be positive");
     anyhow::ensure!(args.start > 0.0 && args.factor > 1.0, "--start must be positive and --factor above 1");
     anyhow::ensure!(args.step_s > 0.0 && args.step_s <= 30.0 && args.latency_s <= 60.0, "steps of at most 30 s");
     Ok(())
@@ -257,8 +263,10 @@ async fn measure(args: &FanoutArgs, run: u32, server: &Target, second: Option<&T
         best = Some(r);
         tokio::time::sleep(BETWEEN_STEPS).await;
     }
-    // Latency at half the best rate (or at the first step's rate when none passed).
-    let half = best.as_ref().and_then(|b| b["msgs_per_s"].as_f64()).unwrap_or(args.start / s as f64) / 2.0;
+    // Latency at the rate asked, else at half the best rate (or at the first step's rate when none passed).
+    let half = args
+        .latency_rate
+        .unwrap_or_else(|| best.as_ref().and_then(|b| b["msgs_per_s"].as_f64()).unwrap_or(args.start / s as f64) / 2.0);
     tokio::time::sleep(BETWEEN_STEPS).await;
     let lat = phase(&mut pubs, &mut counters, &chat, LATENCY_STEP, half, args.latency_s, n_watch, &shared, pid).await;
     let _ = stop_tx.send(true);
