@@ -109,6 +109,8 @@ const COLUMNS: &[Column] = &[
     col("p99_ms", "p99 ms"),
     col("p999_ms", "p99.9 ms"),
     col("latency_lost", "lost at half"),
+    col("store_write_ms", "store wait ms"),
+    col("store_commit_ms", "commit ms"),
 ];
 
 /// Runs the scenario `args.run.runs` times and reports.
@@ -268,7 +270,9 @@ async fn measure(args: &FanoutArgs, run: u32, server: &Target, second: Option<&T
         .latency_rate
         .unwrap_or_else(|| best.as_ref().and_then(|b| b["msgs_per_s"].as_f64()).unwrap_or(args.start / s as f64) / 2.0);
     tokio::time::sleep(BETWEEN_STEPS).await;
+    let store0 = StoreTimes::read(server).await;
     let lat = phase(&mut pubs, &mut counters, &chat, LATENCY_STEP, half, args.latency_s, n_watch, &shared, pid).await;
+    let store = StoreTimes::read(server).await.zip(store0).map(|(b, a)| b.since(&a));
     let _ = stop_tx.send(true);
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
@@ -307,6 +311,9 @@ async fn measure(args: &FanoutArgs, run: u32, server: &Target, second: Option<&T
         "latency_deliveries_per_s": lat["delivered_per_s"],
         "latency_lost": lat["lost"],
         "latency_server_cores": lat["server_cores"],
+        "store_write_ms": store.map(|t| t.0),
+        "store_commit_ms": store.map(|t| t.1),
+        "writes_per_batch": store.map(|t| t.2),
         "p50_ms": pct.p50_ms,
         "p99_ms": pct.p99_ms,
         "p999_ms": pct.p999_ms,
@@ -635,4 +642,41 @@ async fn publish_loop(
         last = Instant::now();
     }
     (conn, sent, None, last)
+}
+
+/// Where a send's time went in herald's store during the latency phase (the
+/// publishers' node): sums and counts of its store histograms, read from
+/// `/metrics` before and after.
+#[derive(Debug, Clone, Copy, Default)]
+struct StoreTimes {
+    /// Submission to durable commit, per write.
+    write_s: f64,
+    writes: f64,
+    /// Applying and committing one batch.
+    commit_s: f64,
+    batches: f64,
+}
+
+impl StoreTimes {
+    async fn read(target: &Target) -> Option<StoreTimes> {
+        let Target::Herald(server) = target else { return None };
+        let get = async |name: &str| server.metric(name).await.ok().flatten();
+        Some(StoreTimes {
+            write_s: get("herald_store_write_seconds_sum").await?,
+            writes: get("herald_store_write_seconds_count").await?,
+            commit_s: get("herald_store_commit_seconds_sum").await?,
+            batches: get("herald_store_commit_seconds_count").await?,
+        })
+    }
+
+    /// The phase's means: a write's wait for durability (ms), a batch's commit (ms), writes per batch.
+    fn since(&self, before: &StoreTimes) -> (f64, f64, f64) {
+        let (writes, batches) = (self.writes - before.writes, self.batches - before.batches);
+        let mean_ms = |s: f64, n: f64| if n > 0.0 { s * 1000.0 / n } else { 0.0 };
+        (
+            mean_ms(self.write_s - before.write_s, writes),
+            mean_ms(self.commit_s - before.commit_s, batches),
+            if batches > 0.0 { writes / batches } else { 0.0 },
+        )
+    }
 }
