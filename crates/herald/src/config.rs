@@ -132,6 +132,14 @@ pub struct ServeArgs {
     /// fetch (0, the default: never).
     #[arg(long, env = "HERALD_HOT_CHAT_DELIVERIES")]
     pub hot_chat_deliveries: Option<u64>,
+    /// Bytes of recent events this node keeps over all its watched chats,
+    /// to answer `fetch` and watch replays without reading the store; a chat
+    /// over it drops its oldest first.
+    #[arg(long, env = "HERALD_RECENT_EVENTS_BYTES")]
+    pub recent_events_bytes: Option<usize>,
+    /// Bytes of recent events kept for one chat (at most the node's).
+    #[arg(long, env = "HERALD_RECENT_EVENTS_CHAT_BYTES")]
+    pub recent_events_chat_bytes: Option<usize>,
     /// Bytes a connection's outbound queue may hold before it is closed with 4008.
     #[arg(long, env = "HERALD_OUTBOX_LIMIT")]
     pub outbox_limit: Option<usize>,
@@ -217,6 +225,10 @@ pub struct Config {
     pub chat_join_rate: u32,
     /// Deliveries per second at which a chat turns hot; 0 means never.
     pub hot_chat_deliveries: u64,
+    /// Bytes of recent events cached over every watched chat of the node.
+    pub recent_events_bytes: usize,
+    /// Bytes of recent events cached for one chat.
+    pub recent_events_chat_bytes: usize,
     pub outbox_limit: usize,
     pub ws_read_buffer: usize,
     pub ws_write_buffer: usize,
@@ -313,6 +325,8 @@ impl ServeArgs {
             burst,
             chat_join_rate,
             hot_chat_deliveries,
+            recent_events_bytes,
+            recent_events_chat_bytes,
             outbox_limit,
             ws_read_buffer,
             drain_window_ms,
@@ -384,6 +398,8 @@ impl ServeArgs {
             burst: self.burst.unwrap_or(limits::REQUEST_BURST),
             chat_join_rate: self.chat_join_rate.unwrap_or(DEFAULT_CHAT_JOIN_RATE),
             hot_chat_deliveries: self.hot_chat_deliveries.unwrap_or(DEFAULT_HOT_CHAT_DELIVERIES),
+            recent_events_bytes: self.recent_events_bytes.unwrap_or(crate::hub::DEFAULT_RECENT_BYTES),
+            recent_events_chat_bytes: self.recent_events_chat_bytes.unwrap_or(crate::hub::DEFAULT_RECENT_CHAT_BYTES),
             outbox_limit: self.outbox_limit.unwrap_or(DEFAULT_OUTBOX_LIMIT),
             ws_read_buffer: self.ws_read_buffer.unwrap_or(DEFAULT_WS_READ_BUFFER),
             ws_write_buffer: DEFAULT_WS_WRITE_BUFFER,

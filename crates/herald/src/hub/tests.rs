@@ -8,7 +8,7 @@ use crate::store::{BoxFuture, Fetched, StoreError, Write, Written};
 use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
 
-fn stored(seq: u64) -> Event {
+pub(super) fn stored(seq: u64) -> Event {
     let body = RawValue::from_string("{}".into()).unwrap();
     Event {
         seq,
@@ -28,19 +28,19 @@ fn event(key: &ChatKey, seq: u64) -> Arc<Published> {
 
 /// A log holding seq 1..=`latest`; while it is read, it hands the hub the
 /// events in `meanwhile`, as reordered publishes would arrive.
-struct Log {
+pub(super) struct Log {
     hub: std::sync::Mutex<Weak<Hub>>,
     latest: std::sync::atomic::AtomicU64,
     meanwhile: std::sync::Mutex<Vec<u64>>,
     /// Fetches and heads reads served.
-    reads: std::sync::atomic::AtomicUsize,
+    pub(super) reads: std::sync::atomic::AtomicUsize,
     heads: std::sync::atomic::AtomicUsize,
     /// Inbox entries read.
     entries: std::sync::atomic::AtomicUsize,
 }
 
 impl Log {
-    fn new(latest: u64, meanwhile: Vec<u64>) -> Arc<Log> {
+    pub(super) fn new(latest: u64, meanwhile: Vec<u64>) -> Arc<Log> {
         Arc::new(Log {
             hub: std::sync::Mutex::new(Weak::new()),
             latest: latest.into(),
@@ -118,7 +118,7 @@ impl Store for Log {
     }
 }
 
-fn hub_over(log: &Arc<Log>, hot: u64) -> Arc<Hub> {
+pub(super) fn hub_over(log: &Arc<Log>, hot: u64) -> Arc<Hub> {
     let hub = Hub::new(Arc::new(MemoryBroker::new()), log.clone(), hot, 1 << 20);
     *log.hub.lock().unwrap() = Arc::downgrade(&hub);
     hub
