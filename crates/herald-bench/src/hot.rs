@@ -55,6 +55,10 @@ pub struct HotArgs {
     /// Publishers (connections), sharing the rate.
     #[arg(long, default_value_t = 16)]
     pub publishers: usize,
+    /// herald's second run with this `--hot-chat-deliveries` instead of its
+    /// default (to measure where notify + fetch starts to pay).
+    #[arg(long)]
+    pub threshold: Option<u64>,
     /// Servers besides herald's two runs: socketio, sockudo (they must be installed).
     #[arg(long, value_delimiter = ',')]
     pub peers: Vec<Peer>,
@@ -129,7 +133,10 @@ async fn run_once(args: &HotArgs, mode: Mode, run: u32) -> anyhow::Result<Value>
     let mut target = args.target.clone();
     match mode {
         Mode::Push => target.server_args.push("--hot-chat-deliveries=0".into()),
-        Mode::Default => target.hot_default = true,
+        Mode::Default => match args.threshold {
+            Some(t) => target.server_args.push(format!("--hot-chat-deliveries={t}")),
+            None => target.hot_default = true,
+        },
         Mode::Peer(_) => {}
     }
     let fan = FanoutArgs {
@@ -330,7 +337,7 @@ impl Watcher {
             let seq = text.find(r#""seq":"#).map_or(0, |i| number(&text[i + 6..]));
             self.want = self.want.max(seq);
         } else if text.starts_with(r#"{"ev":"event""#) {
-            let Some(i) = text.find(r#""seq":"#) else { return None };
+            let i = text.find(r#""seq":"#)?;
             let seq = number(&text[i + 6..]);
             match self.have {
                 Some(h) if seq > h + 1 => {

@@ -51,7 +51,7 @@ use crate::outbox::{ConnId, Frame, Outbox};
 use crate::store::Store;
 
 pub use cache::{CachedPage, DEFAULT_RECENT_BYTES, DEFAULT_RECENT_CHAT_BYTES};
-pub use hot::HOT_NOTIFY_EVERY;
+pub use hot::{HOT_MIN_EVENTS, HOT_NOTIFY_EVERY};
 pub use inbox::{INBOX_FOLLOW_MAX, INBOX_PUSH_EVERY, INBOX_TAIL_EVERY, Listener};
 pub use live::{COUNT_EVERY, TYPING_EVERY};
 pub use sequencer::GAP_WAIT;

@@ -179,6 +179,32 @@ async fn a_hot_chat_gets_coalesced_notifies_then_events_again_once_it_cools() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_chat_under_the_events_floor_is_pushed_event_by_event_whatever_its_watchers() {
+    // Past the deliveries threshold from its first event, but only 9 events a second.
+    let hub = hub_over(&Log::new(0, vec![]), 2);
+    let key = ChatKey::new("w", "c");
+    let outbox = Arc::new(Outbox::new(1, 1 << 20));
+    hub.begin_watch(&key, &Arc::from("u"), &outbox);
+    hub.finish_watch(&key, 1, Replay { reply: Frame::from("{}"), latest: 0, frames: vec![], truncated: false });
+    pushed(&outbox);
+    for second in 0..3u64 {
+        for i in 1..HOT_MIN_EVENTS as u64 {
+            hub.deliver(event(&key, second * 9 + i));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(pushed_seqs(&outbox), (1..=27).collect::<Vec<_>>(), "every event pushed");
+    // The 10th event of a second turns it hot.
+    for seq in 28..=40 {
+        hub.deliver(event(&key, seq));
+    }
+    tokio::time::sleep(HOT_NOTIFY_EVERY + Duration::from_millis(50)).await;
+    let mut want: Vec<String> = (28..=36).map(|s| format!("event {s}")).collect();
+    want.push("notify 40".into());
+    assert_eq!(pushed(&outbox), want);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_gap_that_reopens_during_repair_is_repaired_again_not_skipped() {
     // The log has 1..=4 when first read; 6 arrives (ahead of 5) while it is read.
     let hub = hub_over(&Log::new(4, vec![6]), 0);
