@@ -278,7 +278,7 @@ impl Recent {
         }
         let head = self.end() - 1;
         let from = (after + 1 - self.start) as usize;
-        let mut events = Vec::new();
+        let mut events = Vec::with_capacity((limit as usize).min(self.events.len() - from));
         let (mut bytes, mut cut_short) = (0usize, false);
         for cached in self.events.iter().skip(from).take(limit as usize) {
             bytes += event_len(&cached.frame, self.cut);
