@@ -348,6 +348,11 @@ impl Client {
         }
     }
 
+    /// Sends `text` as it is (a scenario that writes its requests itself).
+    pub async fn send_text(&mut self, text: String) -> Result<(), ClientError> {
+        self.ws.send(Message::text(text)).await.map_err(ClientError::WebSocket)
+    }
+
     /// The next text frame as it came (a scenario that parses pushes itself).
     pub async fn next_text(&mut self) -> Result<String, ClientError> {
         loop {

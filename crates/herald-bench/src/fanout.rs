@@ -34,9 +34,9 @@ use crate::target::Target;
 use crate::token::Signer;
 
 /// Most rate steps; the latency phase counts as one more.
-const MAX_STEPS: usize = 32;
+pub(crate) const MAX_STEPS: usize = 32;
 /// The step index that marks the latency phase's messages.
-const LATENCY_STEP: usize = MAX_STEPS;
+pub(crate) const LATENCY_STEP: usize = MAX_STEPS;
 /// After a step's last publish, its deliveries get this long at most.
 const GRACE: Duration = Duration::from_secs(3);
 /// Pause between steps, so one step's backlog is not the next one's.
@@ -146,26 +146,41 @@ struct Payload {
 }
 
 /// What every watcher adds to.
-struct Shared {
-    base: Instant,
-    received: Vec<AtomicU64>,
+pub(crate) struct Shared {
+    pub base: Instant,
+    pub received: Vec<AtomicU64>,
     /// Per step, the latest arrival, in us since `base`.
-    last_rx_us: Vec<AtomicU64>,
-    out_of_order: AtomicU64,
-    gaps: AtomicU64,
-    notifies: AtomicU64,
+    pub last_rx_us: Vec<AtomicU64>,
+    pub out_of_order: AtomicU64,
+    pub gaps: AtomicU64,
+    pub notifies: AtomicU64,
     /// Messages a watcher fetched rather than had pushed.
-    fetched: AtomicU64,
-    errors: AtomicU64,
-    first_error: Mutex<Option<String>>,
-    latency: Mutex<Latencies>,
+    pub fetched: AtomicU64,
+    pub errors: AtomicU64,
+    pub first_error: Mutex<Option<String>>,
+    pub latency: Mutex<Latencies>,
 }
 
 impl Shared {
-    fn now_us(&self) -> u64 {
+    pub(crate) fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            base: Instant::now(),
+            received: (0..=MAX_STEPS).map(|_| AtomicU64::new(0)).collect(),
+            last_rx_us: (0..=MAX_STEPS).map(|_| AtomicU64::new(0)).collect(),
+            out_of_order: AtomicU64::new(0),
+            gaps: AtomicU64::new(0),
+            notifies: AtomicU64::new(0),
+            fetched: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            first_error: Mutex::new(None),
+            latency: Mutex::new(Latencies::default()),
+        })
+    }
+
+    pub(crate) fn now_us(&self) -> u64 {
         self.base.elapsed().as_micros() as u64
     }
-    fn error(&self, e: String) {
+    pub(crate) fn error(&self, e: String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         self.first_error.lock().expect("lock").get_or_insert(e);
     }
@@ -222,18 +237,7 @@ async fn measure(args: &FanoutArgs, run: u32, server: &Target, second: Option<&T
     let (watchers, publishers, mut failures) = open_all(args, server, second.unwrap_or(server), &chat, offset).await?;
     anyhow::ensure!(!watchers.is_empty() && publishers.len() == p, "setup failed: {:?}", failures.first);
     let n_watch = watchers.len() as u64;
-    let shared = Arc::new(Shared {
-        base: Instant::now(),
-        received: (0..=MAX_STEPS).map(|_| AtomicU64::new(0)).collect(),
-        last_rx_us: (0..=MAX_STEPS).map(|_| AtomicU64::new(0)).collect(),
-        out_of_order: AtomicU64::new(0),
-        gaps: AtomicU64::new(0),
-        notifies: AtomicU64::new(0),
-        fetched: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
-        first_error: Mutex::new(None),
-        latency: Mutex::new(Latencies::default()),
-    });
+    let shared = Shared::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
     let fetch: Option<Arc<str>> = (args.fetch_on_notify && args.peer == Peer::Herald).then(|| chat.as_str().into());
@@ -330,7 +334,7 @@ async fn measure(args: &FanoutArgs, run: u32, server: &Target, second: Option<&T
 }
 
 /// Opens the watchers (joined and watching) and the publishers.
-async fn open_all(
+pub(crate) async fn open_all(
     args: &FanoutArgs,
     server: &Target,
     watch_server: &Target,
@@ -429,7 +433,7 @@ async fn open_all(
 
 /// One watcher: reads until told to stop, counting each message under its
 /// step; with `fetch` (a chat name), fetches what a `notify` or a gap says it lacks.
-async fn watch_loop(
+pub(crate) async fn watch_loop(
     mut conn: Conn,
     publishers: usize,
     fetch: Option<Arc<str>>,
@@ -522,7 +526,7 @@ fn check_seq(seq: Option<u64>, last_seq: &mut Option<u64>, shared: &Shared) {
 /// Publishes at `msgs_per_s` (all publishers together) for `secs`, then waits
 /// for the deliveries; returns the step's figures.
 #[allow(clippy::too_many_arguments)]
-async fn phase(
+pub(crate) async fn phase(
     pubs: &mut [Option<Conn>],
     counters: &mut [u64],
     chat: &str,

@@ -24,6 +24,7 @@ mod conn;
 mod fanout;
 mod fleet;
 mod handshake;
+mod hot;
 mod http;
 mod idle;
 mod inbox;
@@ -69,6 +70,8 @@ pub(crate) enum Command {
     Sends(sends::SendsArgs),
     /// Fan-out: S watchers of one chat, publishers at a rising rate; highest loss-free rate, latency at half.
     Fanout(fanout::FanoutArgs),
+    /// One hot chat (5,000 watchers, 200 msgs/s): herald pushing vs its default (notify + fetch), peers beside.
+    Hot(hot::HotArgs),
     /// herald and its peers (Socket.IO, NATS WebSocket, Sockudo) on one scenario, side by side, with ratios.
     Compare(compare::CompareArgs),
     /// Joins into one chat at a rising rate, each a distinct user on its own connection; a quiet chat's latency meanwhile.
@@ -107,6 +110,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Idle(args) => idle::run(args).await,
         Command::Sends(args) => sends::run(args).await,
         Command::Fanout(args) => fanout::run(args).await,
+        Command::Hot(args) => hot::run(args).await,
         Command::Churn(args) => churn::run(args).await,
         Command::Joinflood(args) => joinflood::run(args).await,
         Command::Presence(args) => presence::run(args).await,

@@ -56,6 +56,10 @@ pub struct TargetArgs {
     /// The workspace every client belongs to.
     #[arg(long, default_value = "bench")]
     pub workspace: String,
+    /// Start herald with its own hot-chat default instead of pinning it off
+    /// (set by the `hot` scenario, not a flag).
+    #[arg(skip)]
+    pub hot_default: bool,
 }
 
 impl TargetArgs {
@@ -128,7 +132,8 @@ impl Server {
         // A second node of a cluster gets the first one's secrets (fanout --nodes 2).
         let jwt_secret = target.jwt_secret.clone().unwrap_or_else(random_hex);
         let api_key = target.api_key.clone().unwrap_or_else(random_hex);
-        let mut child = Command::new(&bin)
+        let mut command = Command::new(&bin);
+        command
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(&data_path)
             .args(flags)
@@ -139,15 +144,18 @@ impl Server {
             // measure the store, not the cap; `--server-arg
             // --chat-join-rate=N` measures the cap instead (a flag wins over env).
             .env("HERALD_CHAT_JOIN_RATE", "0")
-            // Hot-chat coalescing off too: fan-out measures the push path,
-            // every event pushed and checked by seq.
-            .env("HERALD_HOT_CHAT_DELIVERIES", "0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
+            .kill_on_drop(true);
+        // Hot-chat coalescing off too, unless the scenario measures herald's
+        // default: fan-out measures the push path, every event pushed and checked by seq.
+        if target.hot_default {
+            command.env_remove("HERALD_HOT_CHAT_DELIVERIES");
+        } else {
+            command.env("HERALD_HOT_CHAT_DELIVERIES", "0");
+        }
+        let mut child = command.spawn().with_context(|| format!("starting {}", bin.display()))?;
         let pid = child.id().context("server exited at once")?;
         let log = Arc::new(Mutex::new(LogSummary::default()));
         let mut stdout = BufReader::new(child.stdout.take().context("piped stdout")?).lines();

@@ -1,7 +1,8 @@
 //! `smoke`: every herald scenario at a tiny size, one run each, for the test
 //! suite: idle (200 connections), sends, the join flood, fanout (100
 //! watchers, two short steps; then again with hot-chat coalescing on and the
-//! watchers fetching what each `notify` tells them of), churn (400
+//! watchers fetching what each `notify` tells them of), hot (one chat, 50
+//! watchers, 40 messages/s for 1 s, pushed and then coalesced), churn (400
 //! short-lived connections), joinflood (two short steps: 100 joins at
 //! 200/s, 200 at 400/s, a quiet chat beside), presence (30 present users, 5
 //! of them churning, 100 changes) and inbox (300 chats, 6,000 events, one
@@ -49,6 +50,8 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
                  --drain-ms 1000 --fetch-on-notify --server-arg=--hot-chat-deliveries=1000",
             ),
         ),
+        // One hot chat: herald pushing, then notify + fetch (the threshold lowered to this size).
+        ("hot".into(), words("hot --watchers 50 --rate 40 --seconds 1 --publishers 4 --threshold 500")),
         ("churn".into(), words("churn --rate 200 --duration-s 2 --hold-ms 100 --chats 10")),
         ("joinflood".into(), words("joinflood --start 200 --steps 2 --step-s 0.5 --quiet-rate 20")),
         ("presence".into(), words("presence --present 30 --churners 5 --changes 100 --settle-ms 300")),
@@ -86,6 +89,7 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         let t = Instant::now();
         let result = run_case(argv).await;
         let verdict = match &result {
+            Ok(runs) if name == "hot" => check_hot(runs),
             Ok(runs) => check(&name, &report::median(runs)),
             Err(e) => Err(format!("{e:#}")),
         };
@@ -157,6 +161,27 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
     if !ok {
         let detail = serde_json::to_string(&strip(m)).unwrap_or_default();
         return Err(format!("its checks failed: {}", detail.chars().take(600).collect::<String>()));
+    }
+    Ok(())
+}
+
+/// `hot`'s checks, on each of its runs (herald pushing, then coalescing):
+/// every watcher ended with every event, none closed, and the second run
+/// did notify and fetch.
+fn check_hot(runs: &[Value]) -> Result<(), String> {
+    for m in runs {
+        let num = |k: &str| m.get(k).and_then(Value::as_f64).unwrap_or(-1.0);
+        let coalesced = m["mode"] != "herald push";
+        let ok = num("published") > 0.0
+            && num("lost") == 0.0
+            && num("watchers_short") == 0.0
+            && num("closed_4008") == 0.0
+            && num("watcher_errors") == 0.0
+            && (!coalesced || (num("notifies") > 0.0 && num("fetched") > 0.0));
+        if !ok {
+            let detail = serde_json::to_string(&strip(m)).unwrap_or_default();
+            return Err(format!("its checks failed: {}", detail.chars().take(600).collect::<String>()));
+        }
     }
     Ok(())
 }

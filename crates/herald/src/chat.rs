@@ -13,7 +13,7 @@ mod screen;
 use std::sync::Arc;
 use std::time::Instant;
 
-use herald_protocol::frame::EventPush;
+use herald_protocol::frame::{EventPush, ok_reply};
 use herald_protocol::limits::FETCH_MAX;
 use herald_protocol::reply::{ChatView, EmptyOk, FetchOk, InboxOk, JoinOk, SeqOk};
 use serde_json::value::RawValue;
@@ -24,7 +24,7 @@ use crate::guard::JoinThrottle;
 use crate::hooks::send::HookOp;
 use crate::hub::{Hub, INBOX_FOLLOW_MAX, Listener, Replay};
 use crate::model::{ChatKey, Published};
-use crate::outbox::{Frame, Outbox};
+use crate::outbox::{ConnId, Frame, Outbox};
 use crate::store::{Actor, InboxCursor, Store, Write, Written};
 use screen::Screened;
 
@@ -176,6 +176,28 @@ impl Chats {
         self.fetch_as(&c.key(chat), Some(&c.user), after, limit).await
     }
 
+    /// The encoded reply to `fetch` request `id` of connection `conn`:
+    /// from the hub's window of the chat's recent events when that is exact
+    /// (see [`Hub::cached_fetch`]), else from the store. Both give the same
+    /// bytes for the same events, with the same limits.
+    pub async fn fetch_reply(
+        &self,
+        c: &Caller,
+        conn: ConnId,
+        id: i64,
+        chat: &str,
+        after: u64,
+        limit: Option<u32>,
+    ) -> Result<String, Error> {
+        let key = c.key(chat);
+        let max = limit.unwrap_or(herald_protocol::limits::FETCH_DEFAULT).clamp(1, FETCH_MAX);
+        if let Some(page) = self.hub.cached_fetch(&key, conn, &c.user, after, max, self.limits.replay_bytes) {
+            return Ok(page.encode_reply(id));
+        }
+        let page = self.fetch_as(&key, Some(&c.user), after, limit).await?;
+        Ok(ok_reply(id, &page))
+    }
+
     /// Events of `key` after `after`, at most `limit` of them and at most
     /// [`ChatLimits::replay_bytes`] of encoded events (always at least one):
     /// a page cut short by size says `more`, and the client asks again.
@@ -250,6 +272,22 @@ impl Chats {
             return Ok((f.info.seq, Vec::new(), false));
         };
         let (mut frames, mut bytes) = (Vec::new(), 0usize);
+        // The membership check and the chat's head, then its events from the
+        // hub's window when that holds all of them up to that head.
+        let head = self.store.fetch(key, Some(user), after, 0).await?.info.seq;
+        if after >= head {
+            return Ok((head, Vec::new(), false));
+        }
+        if let Some(cached) = self.hub.cached_replay(key, after, head) {
+            for (seq, frame) in cached {
+                bytes += frame.as_str().len();
+                if frames.len() >= self.limits.replay_events || bytes > self.limits.replay_bytes {
+                    return Ok((head, frames, true));
+                }
+                frames.push((seq, frame));
+            }
+            return Ok((head, frames, false));
+        }
         loop {
             let f = self.store.fetch(key, Some(user), after, FETCH_MAX).await?;
             for e in &f.events {

@@ -129,9 +129,17 @@ pub struct ServeArgs {
     /// Deliveries per second into one chat's watchers on this node (events
     /// times watchers) at which the chat turns hot: its watchers then get a
     /// `notify` with the latest seq every 250 ms instead of each event, and
-    /// fetch (0, the default: never).
+    /// fetch (default 50000; 0: never).
     #[arg(long, env = "HERALD_HOT_CHAT_DELIVERIES")]
     pub hot_chat_deliveries: Option<u64>,
+    /// Bytes of recent events this node keeps over all its watched chats,
+    /// to answer `fetch` and watch replays without reading the store; a chat
+    /// over it drops its oldest first.
+    #[arg(long, env = "HERALD_RECENT_EVENTS_BYTES")]
+    pub recent_events_bytes: Option<usize>,
+    /// Bytes of recent events kept for one chat (at most the node's).
+    #[arg(long, env = "HERALD_RECENT_EVENTS_CHAT_BYTES")]
+    pub recent_events_chat_bytes: Option<usize>,
     /// Bytes a connection's outbound queue may hold before it is closed with 4008.
     #[arg(long, env = "HERALD_OUTBOX_LIMIT")]
     pub outbox_limit: Option<usize>,
@@ -217,6 +225,10 @@ pub struct Config {
     pub chat_join_rate: u32,
     /// Deliveries per second at which a chat turns hot; 0 means never.
     pub hot_chat_deliveries: u64,
+    /// Bytes of recent events cached over every watched chat of the node.
+    pub recent_events_bytes: usize,
+    /// Bytes of recent events cached for one chat.
+    pub recent_events_chat_bytes: usize,
     pub outbox_limit: usize,
     pub ws_read_buffer: usize,
     pub ws_write_buffer: usize,
@@ -244,15 +256,16 @@ pub const DEFAULT_WS_WRITE_BUFFER: usize = 64 * 1024;
 /// is told to come back, and the shard behind the chat (about 5,000 durable
 /// joins/s into one chat on PostgreSQL here) keeps room for everything else.
 pub const DEFAULT_CHAT_JOIN_RATE: u32 = 2_000;
-/// Default heat at which a chat switches to coalesced `notify` pushes: never.
-/// Measured with 1,000 watchers whose clients fetch every event they are
-/// told of (docs/benchmarks.md, "Hot-chat coalescing"): at 200,000
-/// deliveries/s the server spent about as much CPU per delivered event as
-/// pushing it (1.37 against 1.22 us, median of 3), reached 0.91x the pushed
-/// rate, and the events arrived 190 ms later (p50). It saves frames on the
-/// clients' side, not work on the server's, so it is an operator's choice
-/// for chats whose clients cannot take every push, not a default.
-pub const DEFAULT_HOT_CHAT_DELIVERIES: u64 = 0;
+/// Default heat at which a chat switches to coalesced `notify` pushes:
+/// 50,000 deliveries/s (1,000 watchers at 50 events/s, 5,000 at 10). Measured
+/// with the watchers fetching from the node's window of recent events
+/// (docs/benchmarks.md, "Hot chats"): at 50,000 deliveries/s notify + fetch
+/// cost the server 2.83 against 9.23 us per delivered event with 1,000
+/// watchers and 8.92 against 12.17 with 5,000; at 10,000 (1,000 watchers,
+/// 10 events/s) the two were even. The price is latency: about 200 ms more
+/// at the median (a notify every 250 ms). Chats under 10 events/s are never
+/// hot (`hub::HOT_MIN_EVENTS`).
+pub const DEFAULT_HOT_CHAT_DELIVERIES: u64 = 50_000;
 /// Default cap on open connections per node: what a node of the size we
 /// test (docs/memory.md) holds with room to spare; raise it with the box.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
@@ -313,6 +326,8 @@ impl ServeArgs {
             burst,
             chat_join_rate,
             hot_chat_deliveries,
+            recent_events_bytes,
+            recent_events_chat_bytes,
             outbox_limit,
             ws_read_buffer,
             drain_window_ms,
@@ -384,6 +399,8 @@ impl ServeArgs {
             burst: self.burst.unwrap_or(limits::REQUEST_BURST),
             chat_join_rate: self.chat_join_rate.unwrap_or(DEFAULT_CHAT_JOIN_RATE),
             hot_chat_deliveries: self.hot_chat_deliveries.unwrap_or(DEFAULT_HOT_CHAT_DELIVERIES),
+            recent_events_bytes: self.recent_events_bytes.unwrap_or(crate::hub::DEFAULT_RECENT_BYTES),
+            recent_events_chat_bytes: self.recent_events_chat_bytes.unwrap_or(crate::hub::DEFAULT_RECENT_CHAT_BYTES),
             outbox_limit: self.outbox_limit.unwrap_or(DEFAULT_OUTBOX_LIMIT),
             ws_read_buffer: self.ws_read_buffer.unwrap_or(DEFAULT_WS_READ_BUFFER),
             ws_write_buffer: DEFAULT_WS_WRITE_BUFFER,

@@ -87,6 +87,15 @@ fn describe() {
     describe_counter!("herald_store_errors_total", "Store failures, by kind");
     describe_gauge!("herald_watches", "Watches of chats by local connections");
     describe_gauge!("herald_hub_chats", "Chats with local watchers");
+    describe_counter!(
+        "herald_hub_cache_reads_total",
+        "Fetches and watch replays answered from a chat's window of recent events (hit) or the store (miss)"
+    );
+    describe_gauge!("herald_hub_cache_bytes", "Bytes held by the chats' windows of recent events");
+    describe_counter!(
+        "herald_hub_cache_evicted_total",
+        "Events dropped from a window for its chat's cap or the node's budget"
+    );
     describe_counter!("herald_hub_gaps_skipped_total", "Gaps in a chat's stream given up on (watchers fetch them)");
     describe_counter!("herald_broker_subscribes_total", "Broker subscriptions made (first local watcher of a chat)");
     describe_counter!("herald_broker_unsubscribes_total", "Broker subscriptions ended");

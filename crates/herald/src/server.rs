@@ -22,7 +22,7 @@ use crate::gateway::{Gateway, GatewayConfig};
 use crate::hooks::send::SendHook;
 use crate::hooks::webhook::Webhook;
 use crate::hooks::webhook::presence::Presence;
-use crate::hub::Hub;
+use crate::hub::{Hub, HubSettings};
 use crate::revoke::Revocations;
 use crate::store::postgres::{PgShard, ShardCheckError};
 use crate::store::shard_identity::Claims;
@@ -84,7 +84,16 @@ impl Core {
     pub(crate) fn new(config: &Config, store: Arc<dyn Store>, broker: Arc<dyn Broker>) -> anyhow::Result<Core> {
         // A watch's start fits the outbound queue: its replay in half of it,
         // the live events meanwhile in a quarter, so it never closes with 4008.
-        let hub = Hub::new(broker.clone(), store.clone(), config.hot_chat_deliveries, config.outbox_limit / 4);
+        let hub = Hub::with_settings(
+            broker.clone(),
+            store.clone(),
+            HubSettings {
+                hot_deliveries: config.hot_chat_deliveries,
+                sync_bytes: config.outbox_limit / 4,
+                recent_bytes: config.recent_events_bytes,
+                recent_chat_bytes: config.recent_events_chat_bytes,
+            },
+        );
         let limits = ChatLimits {
             body_bytes: config.body_limit,
             replay_events: REPLAY_EVENTS,

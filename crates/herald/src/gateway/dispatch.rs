@@ -160,7 +160,7 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
         Op::Send { chat, body, client_id } => ok(ok_reply(id, &chats.send(c, &chat, body, client_id).await?)),
         Op::React { chat, target, emoji, on } => ok(ok_reply(id, &chats.react(c, &chat, target, emoji, on).await?)),
         Op::Read { chat, seq } => ok(ok_reply(id, &chats.read(c, &chat, seq).await?)),
-        Op::Fetch { chat, after, limit } => ok(ok_reply(id, &chats.fetch(c, &chat, after, limit).await?)),
+        Op::Fetch { chat, after, limit } => ok(chats.fetch_reply(c, s.outbox.id(), id, &chat, after, limit).await?),
         Op::Typing { chat } => {
             chats.typing(c, &chat).await?;
             ok(ok_reply(id, &EmptyOk {}))

@@ -1,12 +1,18 @@
 //! Hot chats: a chat whose events times its local watchers pass
-//! `--hot-chat-deliveries` within a second (off by default) stops pushing
-//! each event. Every [`HOT_NOTIFY_EVERY`] its watchers get one shared
-//! `notify` with the latest seq and fetch what they lack, so a client gets a
-//! few frames a second from it whatever its rate. It cools after a whole
-//! second under half the threshold. `leave` events are still pushed, since
-//! they end watches. It saves the clients frames, not the server work, when
-//! they fetch it all (measured: docs/benchmarks.md), hence off unless an
-//! operator asks.
+//! `--hot-chat-deliveries` within a second, at [`HOT_MIN_EVENTS`] events a
+//! second or more, stops pushing each event. Every [`HOT_NOTIFY_EVERY`] its
+//! watchers get one shared `notify` with the latest seq and fetch what they
+//! lack, answered from the chat's window of recent events ([`super::cache`]),
+//! so a client gets a few frames a second from it whatever its rate. It
+//! cools after a whole second under half of either. `leave` events are still
+//! pushed, since they end watches.
+//!
+//! Why on by default, and why the floor on events: a fetch costs the node a
+//! request, a reply and its frame, shared by every event it carries, and a
+//! push costs a frame (often a write) per event and watcher. Measured
+//! (docs/benchmarks.md, "Hot chats"), notify + fetch from the window costs
+//! less per delivered event than pushing once a notify period carries a few
+//! events (from about 10 events/s), and more below that.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,12 +24,17 @@ use crate::outbox::Frame;
 
 /// How often a hot chat's watchers hear of its latest seq.
 pub const HOT_NOTIFY_EVERY: Duration = Duration::from_millis(250);
+/// Events per second below which a chat is never hot, whatever its
+/// watchers: under about two events per notify period, a notify and a fetch
+/// per watcher cost more than the pushes they replace (measured at 5 and 10
+/// events/s with 1,000 and 5,000 watchers).
+pub const HOT_MIN_EVENTS: u32 = 10;
 
 impl Hub {
     /// Counts one event of `watched` toward its heat and says whether the
     /// chat is hot now. A chat turns hot when its events times its local
-    /// watchers pass [`Hub`]'s threshold within a second, and cools after a
-    /// whole second under half of it.
+    /// watchers pass [`Hub`]'s threshold within a second (and its events
+    /// [`HOT_MIN_EVENTS`]), and cools after a whole second under half of either.
     pub(super) fn count_for_heat(&self, watched: &Watched, state: &mut ChatState) -> bool {
         if self.hot_deliveries == 0 {
             return false;
@@ -32,7 +43,7 @@ impl Hub {
         let watchers = state.watchers.len() as u64;
         if state.window != window {
             let last = if window == state.window + 1 { u64::from(state.window_events) } else { 0 };
-            if state.hot && last * watchers < self.hot_deliveries / 2 {
+            if state.hot && (last * watchers < self.hot_deliveries / 2 || last < u64::from(HOT_MIN_EVENTS / 2)) {
                 state.hot = false;
                 tracing::info!(chat = %watched.key, watchers, "chat cooled down: pushing events again");
                 metrics::counter!("herald_hub_hot_switches_total", "to" => "events").increment(1);
@@ -41,7 +52,10 @@ impl Hub {
             state.window_events = 0;
         }
         state.window_events = state.window_events.saturating_add(1);
-        if !state.hot && u64::from(state.window_events) * watchers >= self.hot_deliveries {
+        if !state.hot
+            && state.window_events >= HOT_MIN_EVENTS
+            && u64::from(state.window_events) * watchers >= self.hot_deliveries
+        {
             state.hot = true;
             tracing::info!(chat = %watched.key, watchers, events_this_second = state.window_events,
                 "chat is hot: pushing a coalesced notify instead of each event");

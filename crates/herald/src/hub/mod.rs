@@ -15,6 +15,8 @@
 //!   (a hint lost for the last event of a burst, a publisher that died right
 //!   after its commit): the bound on how late a watcher can hear of an event.
 //! - [`hot`]: hot chats, pushed as coalesced `notify` frames.
+//! - [`cache`]: each watched chat's recent events, which serve `fetch`
+//!   and watch replays without the store where they are exact.
 //! - [`live`]: typing and presence, ephemeral signals between nodes turned
 //!   into pushes; [`presence`]: a chat's presence bookkeeping.
 //! - [`inbox`]: live inboxes, which follow chats beside the watchers: the
@@ -29,6 +31,7 @@
 //! unsubscribe are called with it held), never the other way round. The
 //! hub knows a connection only as its [`Outbox`].
 
+mod cache;
 mod hot;
 mod inbox;
 mod live;
@@ -47,7 +50,8 @@ use crate::model::{ChatKey, Published, Signal};
 use crate::outbox::{ConnId, Frame, Outbox};
 use crate::store::Store;
 
-pub use hot::HOT_NOTIFY_EVERY;
+pub use cache::{CachedPage, DEFAULT_RECENT_BYTES, DEFAULT_RECENT_CHAT_BYTES};
+pub use hot::{HOT_MIN_EVENTS, HOT_NOTIFY_EVERY};
 pub use inbox::{INBOX_FOLLOW_MAX, INBOX_PUSH_EVERY, INBOX_TAIL_EVERY, Listener};
 pub use live::{COUNT_EVERY, TYPING_EVERY};
 pub use sequencer::GAP_WAIT;
@@ -88,6 +92,21 @@ pub struct Hub {
     interest: Box<[Mutex<HashMap<ChatKey, u32>>]>,
     /// Live inboxes.
     feeds: inbox::Feeds,
+    /// The byte budget of the chats' windows of recent events.
+    recent: Arc<cache::Budget>,
+}
+
+/// How a [`Hub`] is tuned.
+#[derive(Debug, Clone, Copy)]
+pub struct HubSettings {
+    /// Deliveries per second into one chat's local watchers at which it turns hot; 0: never.
+    pub hot_deliveries: u64,
+    /// Bytes of live events buffered for one watcher while its replay is read.
+    pub sync_bytes: usize,
+    /// Bytes of recent events cached over every watched chat of the node.
+    pub recent_bytes: usize,
+    /// Bytes of recent events cached for one chat.
+    pub recent_chat_bytes: usize,
 }
 
 /// Part of the chat map.
@@ -121,6 +140,8 @@ struct ChatState {
     notify_timer: bool,
     /// Typing and presence.
     live: live::LiveState,
+    /// The chat's recent events, as the store shows them.
+    recent: cache::Recent,
 }
 
 struct Watcher {
@@ -197,6 +218,18 @@ impl Hub {
     /// live events for a watch being started. Starts the tail check when the
     /// broker can lose hints.
     pub fn new(broker: Arc<dyn Broker>, store: Arc<dyn Store>, hot_deliveries: u64, sync_bytes: usize) -> Arc<Hub> {
+        let settings = HubSettings {
+            hot_deliveries,
+            sync_bytes,
+            recent_bytes: DEFAULT_RECENT_BYTES,
+            recent_chat_bytes: DEFAULT_RECENT_CHAT_BYTES,
+        };
+        Hub::with_settings(broker, store, settings)
+    }
+
+    /// A hub tuned by `settings`, repairing from `store`.
+    pub fn with_settings(broker: Arc<dyn Broker>, store: Arc<dyn Store>, settings: HubSettings) -> Arc<Hub> {
+        let HubSettings { hot_deliveries, sync_bytes, .. } = settings;
         let hub = Arc::new_cyclic(|me| Hub {
             me: me.clone(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
@@ -213,6 +246,7 @@ impl Hub {
             typing: live::Gate::default(),
             interest: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             feeds: inbox::Feeds::default(),
+            recent: Arc::new(cache::Budget::new(settings.recent_bytes, settings.recent_chat_bytes)),
         });
         let sink: Arc<dyn Sink> = hub.clone();
         broker.attach(Arc::downgrade(&sink));
@@ -373,6 +407,8 @@ impl Sink for Hub {
     }
 }
 
+#[cfg(test)]
+mod cache_tests;
 #[cfg(test)]
 mod props;
 #[cfg(test)]

@@ -61,10 +61,12 @@ impl Hub {
         }
     }
 
-    /// Pushes `event` to every live watcher and buffers it for syncing ones;
-    /// in a hot chat, only notes it for the next coalesced `notify`.
+    /// Keeps `event` in the chat's recent window, pushes it to every live
+    /// watcher and buffers it for syncing ones; in a hot chat, only notes it
+    /// for the next coalesced `notify`.
     /// Returns true if a `leave` removed the last watcher.
     fn fan_out(&self, watched: &Arc<Watched>, state: &mut ChatState, event: &Arc<Published>) -> bool {
+        state.recent.push(&self.recent, &watched.key.chat, event);
         if self.count_for_heat(watched, state) && event.kind != EventType::Leave {
             for w in state.watchers.values_mut() {
                 w.buffer_if_syncing(event, self.sync_bytes);

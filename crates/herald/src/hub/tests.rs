@@ -8,7 +8,7 @@ use crate::store::{BoxFuture, Fetched, StoreError, Write, Written};
 use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
 
-fn stored(seq: u64) -> Event {
+pub(super) fn stored(seq: u64) -> Event {
     let body = RawValue::from_string("{}".into()).unwrap();
     Event {
         seq,
@@ -28,19 +28,19 @@ fn event(key: &ChatKey, seq: u64) -> Arc<Published> {
 
 /// A log holding seq 1..=`latest`; while it is read, it hands the hub the
 /// events in `meanwhile`, as reordered publishes would arrive.
-struct Log {
+pub(super) struct Log {
     hub: std::sync::Mutex<Weak<Hub>>,
     latest: std::sync::atomic::AtomicU64,
     meanwhile: std::sync::Mutex<Vec<u64>>,
     /// Fetches and heads reads served.
-    reads: std::sync::atomic::AtomicUsize,
+    pub(super) reads: std::sync::atomic::AtomicUsize,
     heads: std::sync::atomic::AtomicUsize,
     /// Inbox entries read.
     entries: std::sync::atomic::AtomicUsize,
 }
 
 impl Log {
-    fn new(latest: u64, meanwhile: Vec<u64>) -> Arc<Log> {
+    pub(super) fn new(latest: u64, meanwhile: Vec<u64>) -> Arc<Log> {
         Arc::new(Log {
             hub: std::sync::Mutex::new(Weak::new()),
             latest: latest.into(),
@@ -118,7 +118,7 @@ impl Store for Log {
     }
 }
 
-fn hub_over(log: &Arc<Log>, hot: u64) -> Arc<Hub> {
+pub(super) fn hub_over(log: &Arc<Log>, hot: u64) -> Arc<Hub> {
     let hub = Hub::new(Arc::new(MemoryBroker::new()), log.clone(), hot, 1 << 20);
     *log.hub.lock().unwrap() = Arc::downgrade(&hub);
     hub
@@ -176,6 +176,32 @@ async fn a_hot_chat_gets_coalesced_notifies_then_events_again_once_it_cools() {
     for o in &outboxes {
         assert_eq!(pushed(o), vec!["event 202".to_string(), "event 203".to_string()]);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_chat_under_the_events_floor_is_pushed_event_by_event_whatever_its_watchers() {
+    // Past the deliveries threshold from its first event, but only 9 events a second.
+    let hub = hub_over(&Log::new(0, vec![]), 2);
+    let key = ChatKey::new("w", "c");
+    let outbox = Arc::new(Outbox::new(1, 1 << 20));
+    hub.begin_watch(&key, &Arc::from("u"), &outbox);
+    hub.finish_watch(&key, 1, Replay { reply: Frame::from("{}"), latest: 0, frames: vec![], truncated: false });
+    pushed(&outbox);
+    for second in 0..3u64 {
+        for i in 1..HOT_MIN_EVENTS as u64 {
+            hub.deliver(event(&key, second * 9 + i));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(pushed_seqs(&outbox), (1..=27).collect::<Vec<_>>(), "every event pushed");
+    // The 10th event of a second turns it hot.
+    for seq in 28..=40 {
+        hub.deliver(event(&key, seq));
+    }
+    tokio::time::sleep(HOT_NOTIFY_EVERY + Duration::from_millis(50)).await;
+    let mut want: Vec<String> = (28..=36).map(|s| format!("event {s}")).collect();
+    want.push("notify 40".into());
+    assert_eq!(pushed(&outbox), want);
 }
 
 #[tokio::test(start_paused = true)]

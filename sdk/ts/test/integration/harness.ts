@@ -68,11 +68,13 @@ export class Herald {
   private constructor(
     readonly port: number,
     readonly dataDir: string,
+    /** Extra flags for `herald serve`. */
+    readonly args: string[],
   ) {}
 
-  /** Starts herald on a free port with a fresh data dir and waits until /healthz answers. */
-  static async start(): Promise<Herald> {
-    const h = new Herald(await freePort(), mkdtempSync(join(tmpdir(), 'herald-it-')));
+  /** Starts herald (with `args` added to `serve`) on a free port with a fresh data dir and waits until /healthz answers. */
+  static async start(args: string[] = []): Promise<Herald> {
+    const h = new Herald(await freePort(), mkdtempSync(join(tmpdir(), 'herald-it-')), args);
     await h.spawn();
     return h;
   }
@@ -100,7 +102,7 @@ export class Herald {
   /** (Re)starts the process on the same port and data dir. */
   async spawn(): Promise<void> {
     if (this.child !== null) throw new Error('herald is already running');
-    const child = spawn(HERALD_BIN, ['serve', '--listen', `127.0.0.1:${this.port}`, '--data', this.dataDir], {
+    const child = spawn(HERALD_BIN, ['serve', '--listen', `127.0.0.1:${this.port}`, '--data', this.dataDir, ...this.args], {
       env: { ...process.env, HERALD_JWT_SECRET: this.jwtSecret, HERALD_API_KEY: this.apiKey },
       stdio: ['ignore', 'pipe', 'pipe'],
     });

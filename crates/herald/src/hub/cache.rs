@@ -1,0 +1,390 @@
+//! Each watched chat's recent events, kept by its entry so that `fetch` and
+//! watch replays of what was just pushed (or announced by a `notify`) need no
+//! store read.
+//!
+//! The sequencer hands every event of a watched chat to [`Recent::push`] in
+//! seq order, so the window is contiguous: it holds seqs `start..end`, and
+//! `end - 1` is the sequencer's head. An event that does not follow (the
+//! sequencer skipped a gap it could not repair) starts the window over.
+//!
+//! It holds each event's push frame, the very bytes already shared with the
+//! watchers' outboxes, and keeps them as the store shows them now: an `edit`
+//! gives its target message the new body and `"edited"`, a `delete` makes
+//! the target `"body": null, "deleted": true` and nulls the new body in that
+//! message's `edit` events (PROTOCOL v1.1's stored view, the same updates
+//! the store's apply makes). Reactions, reads, joins and leaves change no
+//! earlier event. A page from it is therefore the stored view as of the
+//! window's head.
+//!
+//! Bytes are bounded twice: per chat ([`Budget::chat`]) and per node
+//! ([`Budget::node`]); a chat over either drops its oldest events first. A
+//! chat's window is freed with its entry, when its last watcher goes.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use herald_protocol::frame::EventPush;
+use herald_protocol::{Event, EventType};
+use serde_json::value::RawValue;
+
+use super::Hub;
+use crate::model::{ChatKey, Published};
+use crate::outbox::{ConnId, Frame};
+
+/// Default node-wide bytes of cached events: a few hundred busy chats' last
+/// minutes, small beside the outboxes of the connections watching them.
+pub const DEFAULT_RECENT_BYTES: usize = 64 * 1024 * 1024;
+/// Default bytes of cached events per chat: at 200 messages/s of 200 bytes,
+/// about 100 s of it, far more than a `notify` period or a quick reconnect.
+pub const DEFAULT_RECENT_CHAT_BYTES: usize = 4 * 1024 * 1024;
+
+/// `{"ev":"event","chat":` opening every push frame, before the chat's name.
+const PUSH_OPENING: usize = r#"{"ev":"event","chat":"#.len();
+
+/// The node's byte budget for cached events.
+pub(super) struct Budget {
+    /// Bytes held by every chat's window together.
+    used: AtomicUsize,
+    /// Most bytes all windows may hold together.
+    node: usize,
+    /// Most bytes one chat's window may hold.
+    chat: usize,
+}
+
+impl Budget {
+    pub(super) fn new(node: usize, chat: usize) -> Budget {
+        Budget { used: AtomicUsize::new(0), node, chat: chat.min(node) }
+    }
+
+    /// Bytes held now by every window.
+    pub(super) fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, n: usize) {
+        self.used.fetch_add(n, Ordering::Relaxed);
+        metrics::gauge!("herald_hub_cache_bytes").increment(n as f64);
+    }
+
+    fn sub(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::Relaxed);
+        metrics::gauge!("herald_hub_cache_bytes").decrement(n as f64);
+    }
+}
+
+/// One chat's window of recent events.
+#[derive(Default)]
+pub(super) struct Recent {
+    /// The seq of `events[0]`, or of the next event when empty (0: nothing yet).
+    start: u64,
+    events: VecDeque<Cached>,
+    bytes: usize,
+    /// Where the event's own JSON begins in its push frame, after the chat's
+    /// name: the same for every event of the chat.
+    cut: usize,
+    /// The budget its bytes count in, once it holds any.
+    budget: Option<std::sync::Arc<Budget>>,
+}
+
+struct Cached {
+    frame: Frame,
+    kind: EventType,
+    /// `edit` events: the message they change.
+    target: u64,
+}
+
+/// A page of a chat's window for a `fetch` reply.
+pub struct CachedPage {
+    events: Vec<Frame>,
+    cut: usize,
+    /// The window's head: the reply's `seq`.
+    pub head: u64,
+    pub more: bool,
+}
+
+impl CachedPage {
+    /// The `fetch` reply to request `id`, byte for byte what encoding a
+    /// `FetchOk` of the same events gives.
+    pub fn encode_reply(&self, id: i64) -> String {
+        let body: usize = self.events.iter().map(|f| f.as_str().len() - self.cut + 2).sum();
+        let mut out = String::with_capacity(body + 64);
+        let _ = write!(out, r#"{{"id":{id},"ok":{{"events":["#);
+        for (i, frame) in self.events.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push('{');
+            out.push_str(&frame.as_str()[self.cut..]);
+        }
+        let _ = write!(out, r#"],"seq":{},"more":{}}}}}"#, self.head, self.more);
+        out
+    }
+
+    /// Events in the page.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+}
+
+/// The JSON of an event in a fetch reply, given its push frame's length.
+fn event_len(frame: &Frame, cut: usize) -> usize {
+    frame.as_str().len() - cut + 1
+}
+
+impl Recent {
+    /// The seq after the window's last event.
+    fn end(&self) -> u64 {
+        self.start + self.events.len() as u64
+    }
+
+    /// Appends `event`, the sequencer's next, and applies what it changes
+    /// in earlier events; then drops the oldest events beyond the budget.
+    pub(super) fn push(&mut self, budget: &std::sync::Arc<Budget>, chat: &str, event: &Published) {
+        if self.budget.is_none() {
+            self.budget = Some(budget.clone());
+            self.cut = PUSH_OPENING + serde_json::to_string(chat).map_or(0, |s| s.len()) + 1;
+        }
+        if event.seq != self.end() || self.start == 0 {
+            self.clear();
+            self.start = event.seq;
+        }
+        let target = match event.kind {
+            EventType::Edit | EventType::Delete => self.apply_lifecycle(chat, event),
+            _ => 0,
+        };
+        let len = event.frame.as_str().len();
+        self.events.push_back(Cached { frame: event.frame.clone(), kind: event.kind, target });
+        self.grow(len as isize);
+        self.trim();
+    }
+
+    /// Changes `event`'s target as the store did; returns the target.
+    fn apply_lifecycle(&mut self, chat: &str, event: &Published) -> u64 {
+        #[derive(serde::Deserialize)]
+        struct Change<'a> {
+            target: u64,
+            #[serde(borrow)]
+            body: Option<&'a RawValue>,
+        }
+        let Some(parsed) = parse(&event.frame) else { return 0 };
+        let Ok(change) = serde_json::from_str::<Change>(parsed.body.get()) else {
+            tracing::warn!(seq = event.seq, "cached window: an edit or delete without a target; window dropped");
+            self.clear();
+            self.start = event.seq;
+            return 0;
+        };
+        let t = change.target;
+        match event.kind {
+            EventType::Edit => {
+                let Some(body) = change.body else { return t };
+                self.rewrite(chat, t, |m| {
+                    // A view read later (a catch-up from the log) may already show this edit or a later one.
+                    if m.kind != EventType::Message || m.deleted || m.edited.is_some_and(|e| e >= event.seq) {
+                        return false;
+                    }
+                    m.body = body.to_owned();
+                    m.edited = Some(event.seq);
+                    true
+                });
+            }
+            _ => {
+                self.rewrite(chat, t, |m| {
+                    if m.kind != EventType::Message || m.deleted {
+                        return false;
+                    }
+                    m.body = null();
+                    m.deleted = true;
+                    true
+                });
+                let edits: Vec<u64> = (self.start..)
+                    .zip(&self.events)
+                    .filter(|(_, c)| c.kind == EventType::Edit && c.target == t)
+                    .map(|(seq, _)| seq)
+                    .collect();
+                // What the store's erasure writes into them: the edit's shape, its new body null.
+                let erased = RawValue::from_string(format!(r#"{{"target":{t},"body":null}}"#)).expect("JSON");
+                for seq in edits {
+                    self.rewrite(chat, seq, |e| {
+                        e.body = erased.clone();
+                        true
+                    });
+                }
+            }
+        }
+        t
+    }
+
+    /// Re-encodes the cached event `seq`, if the window holds it, after `change` (which says whether it changed it).
+    fn rewrite(&mut self, chat: &str, seq: u64, change: impl FnOnce(&mut Event) -> bool) {
+        let Some(i) = seq.checked_sub(self.start).filter(|&i| i < self.events.len() as u64) else { return };
+        let cached = &mut self.events[i as usize];
+        let Some(mut event) = parse(&cached.frame) else { return };
+        if !change(&mut event) {
+            return;
+        }
+        let frame = Frame::from(EventPush::new(chat, &event).encode());
+        let delta = frame.as_str().len() as isize - cached.frame.as_str().len() as isize;
+        cached.frame = frame;
+        self.grow(delta);
+    }
+
+    fn grow(&mut self, delta: isize) {
+        let budget = self.budget.as_ref().expect("set on the first push");
+        if delta >= 0 {
+            budget.add(delta as usize);
+        } else {
+            budget.sub(delta.unsigned_abs());
+        }
+        self.bytes = self.bytes.saturating_add_signed(delta);
+    }
+
+    /// Drops the oldest events while the chat is over its cap or the node over its budget.
+    fn trim(&mut self) {
+        let Some(budget) = self.budget.clone() else { return };
+        let mut dropped = 0u64;
+        while !self.events.is_empty() && (self.bytes > budget.chat || budget.used() > budget.node) {
+            let old = self.events.pop_front().expect("not empty");
+            self.start += 1;
+            self.grow(-(old.frame.as_str().len() as isize));
+            dropped += 1;
+        }
+        if dropped > 0 {
+            metrics::counter!("herald_hub_cache_evicted_total").increment(dropped);
+        }
+    }
+
+    /// Empties the window (its next event starts it over).
+    fn clear(&mut self) {
+        self.events.clear();
+        if let Some(budget) = &self.budget {
+            budget.sub(self.bytes);
+        }
+        self.bytes = 0;
+        self.start = 0;
+    }
+
+    /// A fetch page of the events after `after`, at most `limit` of them and
+    /// at most `max_bytes` of encoded events (always at least one), cut as
+    /// the store's fetch is: `None` unless the window holds every event after
+    /// `after` up to its head.
+    pub(super) fn page(&self, after: u64, limit: u32, max_bytes: usize) -> Option<CachedPage> {
+        if self.start == 0 || after + 1 < self.start || after >= self.end() {
+            return None;
+        }
+        let head = self.end() - 1;
+        let from = (after + 1 - self.start) as usize;
+        let mut events = Vec::with_capacity((limit as usize).min(self.events.len() - from));
+        let (mut bytes, mut cut_short) = (0usize, false);
+        for cached in self.events.iter().skip(from).take(limit as usize) {
+            bytes += event_len(&cached.frame, self.cut);
+            if bytes > max_bytes && !events.is_empty() {
+                cut_short = true;
+                break;
+            }
+            events.push(cached.frame.clone());
+            if bytes > max_bytes {
+                cut_short = true;
+                break;
+            }
+        }
+        if cut_short {
+            metrics::counter!("herald_fetch_pages_cut_total").increment(1);
+        }
+        let last = after + events.len() as u64;
+        Some(CachedPage { events, cut: self.cut, head, more: cut_short || last < head })
+    }
+
+    /// The push frames of the events in `(after, upto]`, if the window holds them all.
+    pub(super) fn frames(&self, after: u64, upto: u64) -> Option<Vec<(u64, Frame)>> {
+        if self.start == 0 || after + 1 < self.start || upto >= self.end() || upto < after {
+            return None;
+        }
+        let from = (after + 1 - self.start) as usize;
+        let n = (upto - after) as usize;
+        Some((after + 1..).zip(self.events.iter().skip(from).take(n).map(|c| c.frame.clone())).collect())
+    }
+
+    /// Bytes held.
+    #[cfg(test)]
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The seqs held, as `start..end`.
+    #[cfg(test)]
+    pub(super) fn span(&self) -> std::ops::Range<u64> {
+        self.start..self.end()
+    }
+}
+
+impl Drop for Recent {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.sub(self.bytes);
+        }
+    }
+}
+
+impl Hub {
+    /// A `fetch` page of `key` after `after` for connection `conn` of
+    /// `user`, from the chat's window, when that is exact: the connection is
+    /// a live watcher of the chat here as `user` (so a member: a `leave` or
+    /// ban ends its watch when the sequencer reaches it, and every event in
+    /// the window is older), and the window holds every event after `after`.
+    /// `None`: ask the store.
+    pub fn cached_fetch(
+        &self,
+        key: &ChatKey,
+        conn: ConnId,
+        user: &str,
+        after: u64,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Option<CachedPage> {
+        let page = self.watched(key).and_then(|watched| {
+            let state = watched.state.lock().expect("hub chat lock");
+            let w = state.watchers.get(&conn)?;
+            if w.syncing.is_some() || *w.user != *user {
+                return None;
+            }
+            state.recent.page(after, limit, max_bytes)
+        });
+        let outcome = if page.is_some() { "hit" } else { "miss" };
+        metrics::counter!("herald_hub_cache_reads_total", "read" => "fetch", "outcome" => outcome).increment(1);
+        page
+    }
+
+    /// The push frames of `key`'s events in `(after, upto]` for a watch's
+    /// replay, if this node watches the chat and its window holds them all.
+    /// Membership is the caller's to check (the chat layer reads it from the
+    /// store with the chat's head `upto`).
+    pub fn cached_replay(&self, key: &ChatKey, after: u64, upto: u64) -> Option<Vec<(u64, Frame)>> {
+        let frames = self.watched(key).and_then(|watched| {
+            let state = watched.state.lock().expect("hub chat lock");
+            state.recent.frames(after, upto)
+        });
+        let outcome = if frames.is_some() { "hit" } else { "miss" };
+        metrics::counter!("herald_hub_cache_reads_total", "read" => "replay", "outcome" => outcome).increment(1);
+        frames
+    }
+}
+
+/// The event in a push frame.
+fn parse(frame: &Frame) -> Option<Event> {
+    match serde_json::from_str(frame.as_str()) {
+        Ok(event) => Some(event),
+        Err(e) => {
+            tracing::error!(error = %e, "a cached push frame does not parse");
+            None
+        }
+    }
+}
+
+fn null() -> Box<RawValue> {
+    RawValue::from_string("null".into()).expect("null is JSON")
+}
