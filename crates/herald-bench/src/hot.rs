@@ -147,6 +147,7 @@ async fn run_once(args: &HotArgs, mode: Mode, run: u32) -> anyhow::Result<Value>
         steps: 1,
         step_s: args.seconds,
         latency_s: args.seconds,
+        latency_rate: None,
         drain_ms: 1000,
         peer,
         fetch_on_notify: true,

@@ -129,7 +129,7 @@ pub struct ServeArgs {
     /// Deliveries per second into one chat's watchers on this node (events
     /// times watchers) at which the chat turns hot: its watchers then get a
     /// `notify` with the latest seq every 250 ms instead of each event, and
-    /// fetch (default 50000; 0: never).
+    /// fetch (default 250000; 0: never).
     #[arg(long, env = "HERALD_HOT_CHAT_DELIVERIES")]
     pub hot_chat_deliveries: Option<u64>,
     /// Bytes of recent events this node keeps over all its watched chats,
@@ -257,15 +257,17 @@ pub const DEFAULT_WS_WRITE_BUFFER: usize = 64 * 1024;
 /// joins/s into one chat on PostgreSQL here) keeps room for everything else.
 pub const DEFAULT_CHAT_JOIN_RATE: u32 = 2_000;
 /// Default heat at which a chat switches to coalesced `notify` pushes:
-/// 50,000 deliveries/s (1,000 watchers at 50 events/s, 5,000 at 10). Measured
-/// with the watchers fetching from the node's window of recent events
-/// (docs/benchmarks.md, "Hot chats"): at 50,000 deliveries/s notify + fetch
-/// cost the server 2.83 against 9.23 us per delivered event with 1,000
-/// watchers and 8.92 against 12.17 with 5,000; at 10,000 (1,000 watchers,
-/// 10 events/s) the two were even. The price is latency: about 200 ms more
-/// at the median (a notify every 250 ms). Chats under 10 events/s are never
-/// hot (`hub::HOT_MIN_EVENTS`).
-pub const DEFAULT_HOT_CHAT_DELIVERIES: u64 = 50_000;
+/// 250,000 deliveries/s (1,000 watchers at 250 events/s, 5,000 at 50).
+/// Measured with the watchers fetching from the node's window of recent
+/// events (docs/benchmarks.md, "Hot chats"): notify + fetch costs the server
+/// less than pushing from about 25 events/s (2.83 against 9.23 us per
+/// delivered event at 1,000 watchers and 50 events/s), but it adds about
+/// 200 ms at the median (a notify every 250 ms). Below a quarter of what one
+/// node pushes on the 2-core machine (about 1,000,000 deliveries/s), pushes
+/// keep deliveries within milliseconds with CPU to spare, so a busy small
+/// chat (100 watchers at 1,000-2,000 events/s) keeps them. Chats under 10
+/// events/s are never hot (`hub::HOT_MIN_EVENTS`).
+pub const DEFAULT_HOT_CHAT_DELIVERIES: u64 = 250_000;
 /// Default cap on open connections per node: what a node of the size we
 /// test (docs/memory.md) holds with room to spare; raise it with the box.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;

@@ -1,8 +1,9 @@
 //! Hot chats: a chat whose events times its local watchers pass
 //! `--hot-chat-deliveries` within a second, at [`HOT_MIN_EVENTS`] events a
-//! second or more, stops pushing each event. Every [`HOT_NOTIFY_EVERY`] its
-//! watchers get one shared `notify` with the latest seq and fetch what they
-//! lack, answered from the chat's window of recent events ([`super::cache`]),
+//! second or more, stops pushing each event. Every [`HOT_NOTIFY_EVERY`] each
+//! of its watchers gets a `notify` with the latest seq (the watchers spread
+//! over five slots of that period, so their fetches do not all come at
+//! once) and fetches what it lacks, answered from the chat's window of recent events ([`super::cache`]),
 //! so a client gets a few frames a second from it whatever its rate. It
 //! cools after a whole second under half of either. `leave` events are still
 //! pushed, since they end watches.
@@ -24,6 +25,11 @@ use crate::outbox::Frame;
 
 /// How often a hot chat's watchers hear of its latest seq.
 pub const HOT_NOTIFY_EVERY: Duration = Duration::from_millis(250);
+/// Parts of [`HOT_NOTIFY_EVERY`] a hot chat's watchers are spread over (by
+/// connection id): each still hears of the latest seq once a period, but
+/// their fetches come a fifth at a time, not all in one burst (5,000
+/// watchers fetching at once queued each other by hundreds of ms).
+const NOTIFY_SLOTS: u64 = 5;
 /// Events per second below which a chat is never hot, whatever its
 /// watchers: under about two events per notify period, a notify and a fetch
 /// per watcher cost more than the pushes they replace (measured at 5 and 10
@@ -64,31 +70,47 @@ impl Hub {
         state.hot
     }
 
-    /// Starts the timer that announces a hot chat's latest seq, unless one runs.
+    /// Starts the timer that announces a hot chat's latest seq to its next
+    /// slot of watchers, unless one runs.
     pub(super) fn arm_notify_timer(&self, watched: &Arc<Watched>, state: &mut ChatState) {
         if state.notify_timer {
             return;
         }
         state.notify_timer = true;
-        self.later(HOT_NOTIFY_EVERY, watched, |hub, watched| async move { hub.announce(&watched) });
+        let tick = HOT_NOTIFY_EVERY / NOTIFY_SLOTS as u32;
+        self.later(tick, watched, |hub, watched| async move { hub.announce(&watched) });
     }
 
-    /// Pushes one shared `notify` with a hot chat's latest seq to each live
-    /// watcher that has not been pushed that far; they fetch the rest.
-    fn announce(&self, watched: &Watched) {
+    /// Pushes one shared `notify` with a hot chat's latest seq to the live
+    /// watchers of this tick's slot that have not been pushed that far; they
+    /// fetch the rest. Goes on to the next slot while any watcher is behind.
+    fn announce(&self, watched: &Arc<Watched>) {
         let mut state = watched.state.lock().expect("hub chat lock");
         state.notify_timer = false;
-        let Some(seq) = state.unannounced.take() else { return };
-        let frame = Frame::from(notify_push(&watched.key.chat, seq));
-        let mut pushed = 0u64;
-        for w in state.watchers.values_mut() {
-            if w.syncing.is_none() && w.next <= seq {
-                w.next = seq + 1;
-                if w.outbox.push(frame.clone()) {
-                    pushed += 1;
-                }
+        let Some(seq) = state.unannounced else { return };
+        let slot = state.notify_slot;
+        state.notify_slot = (slot + 1) % NOTIFY_SLOTS;
+        let mut frame = None;
+        let (mut pushed, mut behind) = (0u64, false);
+        for (conn, w) in state.watchers.iter_mut() {
+            if w.syncing.is_some() || w.next > seq {
+                continue;
+            }
+            if conn % NOTIFY_SLOTS != slot {
+                behind = true;
+                continue;
+            }
+            w.next = seq + 1;
+            let frame = frame.get_or_insert_with(|| Frame::from(notify_push(&watched.key.chat, seq)));
+            if w.outbox.push(frame.clone()) {
+                pushed += 1;
             }
         }
         metrics::counter!("herald_hub_notifies_total").increment(pushed);
+        if behind {
+            self.arm_notify_timer(watched, &mut state);
+        } else {
+            state.unannounced = None;
+        }
     }
 }

@@ -138,6 +138,8 @@ struct ChatState {
     unannounced: Option<u64>,
     /// Whether the timer that announces it is running.
     notify_timer: bool,
+    /// Which slot of watchers the timer's next tick announces to (see `hot`).
+    notify_slot: u64,
     /// Typing and presence.
     live: live::LiveState,
     /// The chat's recent events, as the store shows them.

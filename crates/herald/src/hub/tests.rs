@@ -178,6 +178,36 @@ async fn a_hot_chat_gets_coalesced_notifies_then_events_again_once_it_cools() {
     }
 }
 
+/// A hot chat's notifies are spread over the period by connection: a fifth
+/// of its watchers hear first, every watcher within one period, once.
+#[tokio::test(start_paused = true)]
+async fn a_hot_chats_notifies_are_spread_over_the_period() {
+    let hub = hub_over(&Log::new(0, vec![]), 1);
+    let key = ChatKey::new("w", "c");
+    let outboxes: Vec<Arc<Outbox>> = (1..=10).map(|i| Arc::new(Outbox::new(i, 1 << 20))).collect();
+    for o in &outboxes {
+        hub.begin_watch(&key, &Arc::from("u"), o);
+        hub.finish_watch(
+            &key,
+            o.id(),
+            Replay { reply: Frame::from("{}"), latest: 0, frames: vec![], truncated: false },
+        );
+        pushed(o);
+    }
+    for seq in 1..=20 {
+        hub.deliver(event(&key, seq));
+    }
+    let notified = |outboxes: &[Arc<Outbox>]| {
+        outboxes.iter().filter(|o| pushed(o).iter().any(|f| f.starts_with("notify"))).count()
+    };
+    tokio::time::sleep(HOT_NOTIFY_EVERY / 5 + Duration::from_millis(1)).await;
+    assert_eq!(notified(&outboxes), 2, "the first slot: 2 of 10 watchers");
+    tokio::time::sleep(HOT_NOTIFY_EVERY).await;
+    assert_eq!(notified(&outboxes), 8, "the other 8 within the period, none twice");
+    tokio::time::sleep(HOT_NOTIFY_EVERY).await;
+    assert_eq!(notified(&outboxes), 0, "nothing new: no more notifies");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_chat_under_the_events_floor_is_pushed_event_by_event_whatever_its_watchers() {
     // Past the deliveries threshold from its first event, but only 9 events a second.
