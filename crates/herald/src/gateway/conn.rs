@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use herald_protocol::frame::{err_reply, ok_reply};
 use herald_protocol::reply::{EmptyOk, HelloOk};
 use herald_protocol::{BadFrame, CloseCode, ErrorCode, Op, Request, request::parse_frame};
@@ -18,6 +17,7 @@ use tokio::time::{Instant as TokioInstant, sleep_until};
 
 use super::Gateway;
 use super::dispatch::{Session, handle};
+use super::ws::{Fail, Message, ReadEnd, Socket};
 use crate::chat::Caller;
 use crate::error::Error;
 use crate::guard::TokenBucket;
@@ -38,6 +38,8 @@ const THROTTLED_IN_A_ROW_LIMIT: u32 = 200;
 enum End {
     /// Close with this code.
     Close(CloseCode, &'static str),
+    /// The peer sent a close: answer it (queued by the socket), then drop the socket.
+    Answer,
     /// The peer is gone or broken: just drop the socket.
     Drop,
 }
@@ -45,12 +47,11 @@ enum End {
 /// One connection, from upgrade to close. Its future is most of an idle
 /// connection's memory, so it is written to stay small: an `async move`
 /// block, not an `async fn`, because an `async fn` keeps its arguments twice
-/// (once as arguments, once as the locals they move into), and the socket
-/// alone is 368 bytes.
+/// (once as arguments, once as the locals they move into).
 #[allow(clippy::manual_async_fn)] // on purpose: see above
 pub(super) fn serve(
     gw: Arc<Gateway>,
-    mut ws: WebSocket,
+    mut ws: Socket,
     route_ws: Option<Box<str>>,
     slot: super::admission::Slot,
 ) -> impl Future<Output = ()> + Send + 'static {
@@ -58,23 +59,38 @@ pub(super) fn serve(
         slot.taken();
         let mut conn = Conn::open(gw, route_ws);
         let end = conn.run(&mut ws).await;
-        if let End::Close(code, reason) = end {
-            tracing::debug!(conn = conn.outbox.id(), code = code.0, reason, "closing connection");
-            // Boxed, like the write path: the close handshake is rare, so the
-            // task of every idle connection should not be sized for it.
-            Box::pin(close(&mut ws, code, reason)).await;
-            metrics::counter!("herald_closes_total", "code" => close_label(code)).increment(1);
+        // Boxed, like the write path: the close handshake is rare, so the
+        // task of every idle connection should not be sized for it.
+        match end {
+            End::Close(code, reason) => {
+                tracing::debug!(conn = conn.outbox.id(), code = code.0, reason, "closing connection");
+                Box::pin(close(&mut ws, code, reason)).await;
+                metrics::counter!("herald_closes_total", "code" => close_label(code)).increment(1);
+            }
+            End::Answer => {
+                let _ = Box::pin(tokio::time::timeout(CLOSE_TIMEOUT, ws.flush())).await;
+            }
+            End::Drop => {}
         }
         conn.end();
     }
 }
 
 /// Sends a close frame and reads until the peer's, so our socket is not reset under our close frame.
-async fn close(ws: &mut WebSocket, code: CloseCode, reason: &'static str) {
-    let frame = CloseFrame { code: code.0, reason: Utf8Bytes::from_static(reason) };
+pub(super) async fn close(ws: &mut Socket, code: CloseCode, reason: &str) {
+    ws.queue_close(code.0, reason);
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
-        if ws.send(Message::Close(Some(frame))).await.is_ok() {
-            while let Some(Ok(_)) = ws.recv().await {}
+        if ws.flush().await.is_err() {
+            return;
+        }
+        loop {
+            if std::future::poll_fn(|cx| ws.poll_readable(cx)).await.is_err() {
+                return;
+            }
+            match ws.read(|_| ()) {
+                Ok(_) => {}
+                Err(_) => return,
+            }
         }
     })
     .await;
@@ -84,6 +100,8 @@ fn close_label(code: CloseCode) -> &'static str {
     match code.0 {
         1000 => "1000",
         1001 => "1001",
+        1002 => "1002",
+        1007 => "1007",
         1009 => "1009",
         4000 => "4000",
         4001 => "4001",
@@ -149,7 +167,7 @@ impl Conn {
         metrics::gauge!("herald_connections").decrement(1.0);
     }
 
-    async fn run(&mut self, ws: &mut WebSocket) -> End {
+    async fn run(&mut self, ws: &mut Socket) -> End {
         // Its own handle on the gateway: `self` is borrowed mutably below.
         let gw = self.gw.clone();
         let cfg = &gw.cfg;
@@ -171,7 +189,7 @@ impl Conn {
                 }
                 return End::Close(code, reason);
             }
-            if !frames.is_empty() {
+            if !frames.is_empty() || ws.has_output() {
                 if Box::pin(self.write(ws, &mut frames)).await.is_err() {
                     return End::Drop;
                 }
@@ -195,17 +213,20 @@ impl Conn {
                         tracing::error!(error = %e, "request task failed");
                     }
                 }
-                msg = ws.recv(), if reading => {
-                    last_rx = TokioInstant::now();
-                    match msg {
-                        None => return End::Drop,
-                        Some(Err(e)) => return read_error(e),
-                        Some(Ok(Message::Text(text))) => self.on_text(text.as_str()),
-                        Some(Ok(Message::Binary(_))) => self.on_binary(),
-                        // Pings are answered by the WebSocket layer; pongs only prove life.
-                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                        Some(Ok(Message::Close(_))) => return End::Drop,
+                readable = std::future::poll_fn(|cx| ws.poll_readable(cx)), if reading => {
+                    if readable.is_err() {
+                        return End::Drop;
                     }
+                    // Pings are answered by the socket (queued, written at the
+                    // top of the loop); pongs only prove life.
+                    let read = ws.read(|msg| match msg {
+                        Message::Text(text) => self.on_text(text),
+                        Message::Binary(_) => self.on_binary(),
+                    });
+                    if let Err(end) = read {
+                        return read_end(end);
+                    }
+                    last_rx = TokioInstant::now();
                 }
                 _ = &mut timer => {
                     let now = TokioInstant::now();
@@ -220,9 +241,7 @@ impl Conn {
                     }
                     if now >= next_ping {
                         next_ping = now + cfg.heartbeat;
-                        if Box::pin(ws.send(Message::Ping(Default::default()))).await.is_err() {
-                            return End::Drop;
-                        }
+                        ws.queue_ping();
                     }
                 }
             }
@@ -231,14 +250,12 @@ impl Conn {
 
     /// Writes `frames` with one flush. Fails if the peer errors, stops reading
     /// for [`WRITE_TIMEOUT`], or overflows its queue meanwhile.
-    async fn write(&self, ws: &mut WebSocket, frames: &mut Vec<Frame>) -> Result<(), ()> {
-        use futures_util::SinkExt;
+    async fn write(&self, ws: &mut Socket, frames: &mut Vec<Frame>) -> Result<(), ()> {
         let n = frames.len() as u64;
         let write = async {
-            for f in frames.drain(..) {
-                ws.feed(Message::Text(f)).await?;
-            }
-            ws.flush().await
+            let r = ws.send(super::ws::frame::OP_TEXT, frames).await;
+            frames.clear();
+            r
         };
         tokio::pin!(write);
         let timeout = tokio::time::sleep(WRITE_TIMEOUT);
@@ -383,12 +400,18 @@ impl Conn {
     }
 }
 
-fn read_error(e: axum::Error) -> End {
-    let inner = e.into_inner();
-    if let Some(tungstenite::Error::Capacity(_)) = inner.downcast_ref::<tungstenite::Error>() {
-        metrics::counter!("herald_frames_too_large_total").increment(1);
-        return End::Close(CloseCode::TOO_BIG, "frame too large");
+/// How a connection ends when reading stops.
+fn read_end(end: ReadEnd) -> End {
+    match end {
+        ReadEnd::Gone => End::Drop,
+        ReadEnd::Closed => End::Answer,
+        ReadEnd::Fail(Fail { code, reason }) => {
+            if code == super::ws::frame::TOO_BIG {
+                metrics::counter!("herald_frames_too_large_total").increment(1);
+                return End::Close(CloseCode::TOO_BIG, "frame too large");
+            }
+            tracing::debug!(code, reason, "websocket protocol error");
+            End::Close(CloseCode(code), reason)
+        }
     }
-    tracing::debug!(error = %inner, "websocket read failed");
-    End::Drop
 }

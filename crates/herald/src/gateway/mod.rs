@@ -7,16 +7,19 @@
 //!   heartbeats, writing its outbound queue in batches;
 //! - [`dispatch`]: running a request against the chat layer, and the one
 //!   owner of a connection's watches;
-//! - [`harness`]: a connection without a socket, for fuzzing.
+//! - [`harness`]: a connection without a socket, for fuzzing;
+//! - [`ws`]: the WebSocket layer: the upgrade's answer, frames read and written.
 //!
 //! Everything a connection is sent goes through its [`Outbox`]. Nothing in an
-//! idle connection holds a buffer beyond the WebSocket's small, explicit ones.
+//! idle connection holds a buffer: its socket reads into a buffer its worker
+//! thread shares, and writes frames straight from the outbox.
 
 pub mod admission;
 mod conn;
 mod dispatch;
 #[doc(hidden)]
 pub mod harness;
+mod ws;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,20 +27,24 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::ws::{Message, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use herald_protocol::CloseCode;
 use herald_protocol::frame::reconnect_push;
 use herald_protocol::ids::is_valid_id;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
 use rand::RngExt;
 use rand::seq::SliceRandom;
+use tokio::net::TcpStream;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::Tokens;
 use crate::chat::Chats;
 use crate::outbox::{ConnId, Frame, Outbox};
+use ws::{Message, ReadEnd, Socket};
 
 /// Connection settings; see `config` for their defaults and reasons.
 #[derive(Debug, Clone)]
@@ -50,8 +57,8 @@ pub struct GatewayConfig {
     pub rate: u32,
     pub burst: u32,
     pub outbox_limit: usize,
+    /// Bytes read from a socket at once, into each worker thread's shared buffer.
     pub read_buffer: usize,
-    pub write_buffer: usize,
     /// Which workspaces this node's cell serves.
     pub cells: Arc<crate::cluster::Cells>,
     /// Upgrade-time limits.
@@ -129,6 +136,7 @@ pub struct WsQuery {
 
 impl Gateway {
     pub fn new(chats: Arc<Chats>, tokens: Arc<Tokens>, cfg: GatewayConfig) -> Arc<Gateway> {
+        ws::set_read_chunk(cfg.read_buffer);
         Arc::new(Gateway {
             chats,
             tokens,
@@ -226,15 +234,6 @@ impl Gateway {
         self.tasks.close();
         tokio::time::timeout(timeout, self.tasks.wait()).await.is_ok()
     }
-
-    /// Applies the connection settings to an upgrade.
-    fn configure(&self, upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
-        upgrade
-            .read_buffer_size(self.cfg.read_buffer)
-            .write_buffer_size(self.cfg.write_buffer)
-            .max_message_size(self.cfg.frame_limit)
-            .max_frame_size(self.cfg.frame_limit)
-    }
 }
 
 /// Asks each connection to reconnect after a delay spread evenly over
@@ -260,15 +259,18 @@ pub async fn ws_route(
     State(gw): State<Arc<Gateway>>,
     Query(q): Query<WsQuery>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
+    mut req: Request,
 ) -> Response {
+    let (on_upgrade, switching) = match upgrade(&mut req) {
+        Ok(u) => u,
+        Err(refused) => return refused.into_response(),
+    };
     if let Some(ws) = &q.ws
         && !is_valid_id(ws)
     {
         return (StatusCode::BAD_REQUEST, "ws must be a workspace id").into_response();
     }
-    let slot = match gw.admit(peer.ip(), &headers) {
+    let slot = match gw.admit(peer.ip(), req.headers()) {
         Ok(slot) => slot,
         Err(r) => {
             metrics::counter!("herald_upgrades_refused_total", "reason" => r.reason).increment(1);
@@ -277,32 +279,91 @@ pub async fn ws_route(
         }
     };
     tracing::trace!(%peer, "upgrading to a WebSocket");
-    let tasks = gw.tasks.clone();
-    // The connection runs on a task of its own, not inside axum's upgrade
-    // task: that one also keeps the upgrade's own state (config, protocol,
-    // callback) for as long as its callback runs, and ends at once this way.
-    gw.configure(upgrade).on_upgrade(move |socket| {
+    // The connection runs on a task of its own, not on the one that waits
+    // for the upgrade: its future then holds nothing of the upgrade's.
+    tokio::spawn(async move {
+        let Some(socket) = upgraded(on_upgrade, gw.cfg.frame_limit).await else { return };
+        let tasks = gw.tasks.clone();
         tokio::spawn(tasks.track_future(conn::serve(gw, socket, q.ws.map(String::into_boxed_str), slot)));
-        std::future::ready(())
-    })
+    });
+    switching
 }
 
-/// `GET /diag/echo`: echoes every message with the gateway's buffers, for the
-/// Autobahn conformance cases. Only routed when `--diag-echo` is given. The
-/// size limits are raised to the suite's 16 MiB messages; the rest is the
-/// gateway's own configuration.
-pub async fn echo_route(State(gw): State<Arc<Gateway>>, upgrade: WebSocketUpgrade) -> Response {
-    const SUITE_MAX: usize = 20 * 1024 * 1024;
-    gw.configure(upgrade).max_message_size(SUITE_MAX).max_frame_size(SUITE_MAX).on_upgrade(|mut socket| async move {
-        while let Some(Ok(msg)) = socket.recv().await {
-            let reply = match msg {
-                Message::Text(t) => Message::Text(t),
-                Message::Binary(b) => Message::Binary(b),
-                _ => continue,
-            };
-            if socket.send(reply).await.is_err() {
-                break;
-            }
+/// Checks a WebSocket upgrade request: the pending upgrade and the `101` to
+/// answer with, or the refusal.
+fn upgrade(req: &mut Request) -> Result<(OnUpgrade, Response), (StatusCode, &'static str)> {
+    let accept = ws::accept_key(req.headers())?;
+    let Some(on_upgrade) = req.extensions_mut().remove::<OnUpgrade>() else {
+        return Err((StatusCode::UPGRADE_REQUIRED, "this connection cannot be upgraded"));
+    };
+    let mut switching = Response::new(Body::empty());
+    *switching.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = switching.headers_mut();
+    h.insert(header::CONNECTION, header::HeaderValue::from_static("upgrade"));
+    h.insert(header::UPGRADE, header::HeaderValue::from_static("websocket"));
+    h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    Ok((on_upgrade, switching))
+}
+
+/// The socket of an upgraded connection, once its `101` was sent: the TCP
+/// stream itself, as [`crate::server`] serves HTTP/1 straight over it, with
+/// the bytes the HTTP side read past the request.
+async fn upgraded(on_upgrade: OnUpgrade, limit: usize) -> Option<Socket> {
+    let upgraded = match on_upgrade.await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::debug!(error = %e, "upgrade failed");
+            return None;
         }
-    })
+    };
+    match upgraded.downcast::<TokioIo<TcpStream>>() {
+        Ok(parts) => Some(Socket::new(parts.io.into_inner(), parts.read_buf, limit)),
+        Err(_) => {
+            tracing::error!("an upgraded connection is not a TCP stream: serve the router with herald's server::run");
+            metrics::counter!("herald_upgrades_refused_total", "reason" => "transport").increment(1);
+            None
+        }
+    }
+}
+
+/// `GET /diag/echo`: echoes every message through the gateway's WebSocket
+/// layer, for the Autobahn conformance cases. Only routed when `--diag-echo`
+/// is given. The size limit is raised to the suite's 16 MiB messages.
+pub async fn echo_route(mut req: Request) -> Response {
+    const SUITE_MAX: usize = 20 * 1024 * 1024;
+    let (on_upgrade, switching) = match upgrade(&mut req) {
+        Ok(u) => u,
+        Err(refused) => return refused.into_response(),
+    };
+    tokio::spawn(async move {
+        if let Some(socket) = upgraded(on_upgrade, SUITE_MAX).await {
+            echo(socket).await;
+        }
+    });
+    switching
+}
+
+async fn echo(mut ws: Socket) {
+    loop {
+        if std::future::poll_fn(|cx| ws.poll_readable(cx)).await.is_err() {
+            return;
+        }
+        let read = ws.read(|msg| match msg {
+            Message::Text(t) => (ws::frame::OP_TEXT, t.as_bytes().to_vec()),
+            Message::Binary(b) => (ws::frame::OP_BINARY, b.to_vec()),
+        });
+        let sent = match read {
+            Ok(Some((opcode, data))) => ws.send(opcode, &[data]).await,
+            Ok(None) => ws.flush().await,
+            Err(ReadEnd::Fail(fail)) => return conn::close(&mut ws, CloseCode(fail.code), fail.reason).await,
+            Err(ReadEnd::Closed) => {
+                let _ = ws.flush().await;
+                return;
+            }
+            Err(ReadEnd::Gone) => return,
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
 }
