@@ -4,6 +4,7 @@
 //! [`super::dispatch`]) so a slow store never stops pushes; the connection
 //! owns that task and ends it when it closes.
 
+use std::future::poll_fn;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -47,17 +48,11 @@ enum End {
 /// One connection, from upgrade to close. Its future is most of an idle
 /// connection's memory, so it is written to stay small: an `async move`
 /// block, not an `async fn`, because an `async fn` keeps its arguments twice
-/// (once as arguments, once as the locals they move into).
+/// (once as arguments, once as the locals they move into); and it is given
+/// the connection already open, so nothing it captures is kept twice.
 #[allow(clippy::manual_async_fn)] // on purpose: see above
-pub(super) fn serve(
-    gw: Arc<Gateway>,
-    mut ws: Socket,
-    route_ws: Option<Box<str>>,
-    slot: super::admission::Slot,
-) -> impl Future<Output = ()> + Send + 'static {
+pub(super) fn serve(mut conn: Conn, mut ws: Socket) -> impl Future<Output = ()> + Send + 'static {
     async move {
-        slot.taken();
-        let mut conn = Conn::open(gw, route_ws);
         let end = conn.run(&mut ws).await;
         // Boxed, like the write path: the close handshake is rare, so the
         // task of every idle connection should not be sized for it.
@@ -84,7 +79,7 @@ pub(super) async fn close(ws: &mut Socket, code: CloseCode, reason: &str) {
             return;
         }
         loop {
-            if std::future::poll_fn(|cx| ws.poll_readable(cx)).await.is_err() {
+            if poll_fn(|cx| ws.poll_readable(cx)).await.is_err() {
                 return;
             }
             match ws.read(|_| ()) {
@@ -158,62 +153,60 @@ impl Conn {
         if let Some(task) = self.inflight.take() {
             task.abort();
         }
-        match self.session.take() {
+        let session = self.session.take();
+        match &session {
             Some(s) => s.end_watches(&self.gw.chats),
             None => self.gw.said_hello(),
         }
         self.gw.release(false);
-        self.gw.conns.lock().expect("conns lock").remove(self.outbox.id());
+        let who = session.as_ref().map(|s| (&*s.caller().ws, &*s.caller().user));
+        self.gw.conns.lock().expect("conns lock").remove(self.outbox.id(), who);
         metrics::gauge!("herald_connections").decrement(1.0);
     }
 
     async fn run(&mut self, ws: &mut Socket) -> End {
-        // Its own handle on the gateway: `self` is borrowed mutably below.
-        let gw = self.gw.clone();
-        let cfg = &gw.cfg;
         let started = TokioInstant::now();
         let mut last_rx = started;
-        let mut next_ping = started + cfg.heartbeat;
-        let mut frames: Vec<Frame> = Vec::new();
-        // One timer for the connection's life, moved as its deadline moves:
-        // boxed, because an idle connection's task is mostly this loop's
-        // state, and a timer is 112 bytes of it.
-        let mut timer = Box::pin(sleep_until(started + cfg.hello_timeout));
+        let mut next_ping = started + self.gw.cfg.heartbeat;
+        // One timer for the connection's life, moved as its deadline moves
+        // (until `hello`, it stays at the hello deadline): boxed, because an
+        // idle connection's task is mostly this loop's state, and a timer is
+        // 112 bytes of it.
+        let mut timer = Box::pin(sleep_until(started + self.gw.cfg.hello_timeout));
         loop {
             // Write first: whatever is queued, then any close that waits behind it.
             // The write future is boxed: an idle connection's task then carries
-            // only the small waiting state, not the write path's.
+            // only the small waiting state, not the write path's; and so are the
+            // frames, which live only until written.
+            let mut frames: Vec<Frame> = Vec::new();
             if let Some((code, reason)) = self.outbox.drain(MAX_FRAMES_PER_WRITE, &mut frames) {
-                if !frames.is_empty() && Box::pin(self.write(ws, &mut frames)).await.is_err() {
+                if (!frames.is_empty() || ws.has_output()) && Box::pin(self.write(ws, frames)).await.is_err() {
                     return End::Drop;
                 }
                 return End::Close(code, reason);
             }
             if !frames.is_empty() || ws.has_output() {
-                if Box::pin(self.write(ws, &mut frames)).await.is_err() {
+                if Box::pin(self.write(ws, frames)).await.is_err() {
                     return End::Drop;
                 }
-                frames = Vec::new();
                 continue;
             }
-            let deadline = if self.session.is_none() {
-                started + cfg.hello_timeout
-            } else {
-                next_ping.min(last_rx + cfg.idle_timeout)
-            };
-            if timer.deadline() != deadline {
-                timer.as_mut().reset(deadline);
+            if self.session.is_some() {
+                let deadline = next_ping.min(last_rx + self.gw.cfg.idle_timeout);
+                if timer.deadline() != deadline {
+                    timer.as_mut().reset(deadline);
+                }
             }
             let reading = self.inflight.is_none();
             tokio::select! {
                 _ = self.outbox.changed() => {}
-                done = async { self.inflight.as_mut().expect("guarded").await }, if !reading => {
+                done = poll_fn(|cx| std::pin::Pin::new(self.inflight.as_mut().expect("guarded")).poll(cx)), if !reading => {
                     self.inflight = None;
                     if let Err(e) = done {
                         tracing::error!(error = %e, "request task failed");
                     }
                 }
-                readable = std::future::poll_fn(|cx| ws.poll_readable(cx)), if reading => {
+                readable = poll_fn(|cx| ws.poll_readable(cx)), if reading => {
                     if readable.is_err() {
                         return End::Drop;
                     }
@@ -235,12 +228,12 @@ impl Conn {
                         self.refuse(CloseCode::UNAUTHENTICATED, "hello timeout");
                         continue;
                     }
-                    if now >= last_rx + cfg.idle_timeout {
+                    if now >= last_rx + self.gw.cfg.idle_timeout {
                         metrics::counter!("herald_idle_closes_total").increment(1);
                         return End::Close(CloseCode::GOING_AWAY, "idle");
                     }
                     if now >= next_ping {
-                        next_ping = now + cfg.heartbeat;
+                        next_ping = now + self.gw.cfg.heartbeat;
                         ws.queue_ping();
                     }
                 }
@@ -250,13 +243,9 @@ impl Conn {
 
     /// Writes `frames` with one flush. Fails if the peer errors, stops reading
     /// for [`WRITE_TIMEOUT`], or overflows its queue meanwhile.
-    async fn write(&self, ws: &mut Socket, frames: &mut Vec<Frame>) -> Result<(), ()> {
+    async fn write(&self, ws: &mut Socket, frames: Vec<Frame>) -> Result<(), ()> {
         let n = frames.len() as u64;
-        let write = async {
-            let r = ws.send(super::ws::frame::OP_TEXT, frames).await;
-            frames.clear();
-            r
-        };
+        let write = ws.send(super::ws::frame::OP_TEXT, &frames);
         tokio::pin!(write);
         let timeout = tokio::time::sleep(WRITE_TIMEOUT);
         tokio::pin!(timeout);

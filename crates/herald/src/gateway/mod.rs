@@ -83,30 +83,34 @@ pub struct Gateway {
     ip_rate: Option<admission::IpRate>,
 }
 
-/// Open connections: each one's queue and, after hello, its workspace and
-/// user; and each user's connections, for what concerns a user wherever
-/// they are connected (revoking them, telling who is offline).
+/// Open connections: each one's queue; and, after hello, each user's
+/// connections, for what concerns a user wherever they are connected
+/// (revoking them, telling who is offline, moving a workspace). A
+/// connection's own entry is only its queue (16 bytes, in a table sized for
+/// every connection of the node): the connection knows its user, and says
+/// so when it leaves.
 #[derive(Default)]
 struct Registry {
-    conns: HashMap<ConnId, (Arc<Outbox>, Option<UserKey>)>,
+    conns: HashMap<ConnId, Arc<Outbox>>,
     /// By workspace, then user: looked up with borrowed `&str`s, so asking
     /// about a user allocates nothing under the registry's lock.
     users: HashMap<Arc<str>, HashMap<Arc<str>, Vec<ConnId>>>,
 }
 
-/// A user of a workspace: (workspace, user).
-type UserKey = (Arc<str>, Arc<str>);
-
 impl Registry {
     fn insert(&mut self, id: ConnId, outbox: Arc<Outbox>) {
-        self.conns.insert(id, (outbox, None));
+        self.conns.insert(id, outbox);
     }
 
     /// `id` said hello as `user` of `ws`.
     fn identify(&mut self, id: ConnId, ws: Arc<str>, user: Arc<str>) {
-        let Some(entry) = self.conns.get_mut(&id) else { return };
-        entry.1 = Some((ws.clone(), user.clone()));
-        self.users.entry(ws).or_default().entry(user).or_default().push(id);
+        if !self.conns.contains_key(&id) {
+            return;
+        }
+        let ids = self.users.entry(ws).or_default().entry(user).or_default();
+        // Most users have one connection: room for exactly one, then doubling.
+        ids.reserve_exact(ids.len().max(1));
+        ids.push(id);
     }
 
     /// `user` of `ws`'s connections, if any.
@@ -114,17 +118,19 @@ impl Registry {
         self.users.get(ws)?.get(user)
     }
 
-    fn remove(&mut self, id: ConnId) {
-        let Some((_, Some((ws, user)))) = self.conns.remove(&id) else { return };
-        let Some(users) = self.users.get_mut(&ws) else { return };
-        if let Some(ids) = users.get_mut(&user) {
+    /// Forgets `id`, which said hello as `who` (workspace, user), if it did.
+    fn remove(&mut self, id: ConnId, who: Option<(&str, &str)>) {
+        self.conns.remove(&id);
+        let Some((ws, user)) = who else { return };
+        let Some(users) = self.users.get_mut(ws) else { return };
+        if let Some(ids) = users.get_mut(user) {
             ids.retain(|c| *c != id);
             if ids.is_empty() {
-                users.remove(&user);
+                users.remove(user);
             }
         }
         if users.is_empty() {
-            self.users.remove(&ws);
+            self.users.remove(ws);
         }
     }
 }
@@ -163,7 +169,7 @@ impl Gateway {
     pub fn user_connections(&self, ws: &str, user: &str) -> Vec<Arc<Outbox>> {
         let reg = self.conns.lock().expect("conns lock");
         let Some(ids) = reg.of_user(ws, user) else { return Vec::new() };
-        ids.iter().filter_map(|id| reg.conns.get(id).map(|(o, _)| o.clone())).collect()
+        ids.iter().filter_map(|id| reg.conns.get(id).cloned()).collect()
     }
 
     /// Those of `users` (of workspace `ws`) with at least one connection to this node.
@@ -203,8 +209,7 @@ impl Gateway {
     /// `window`, then closes it with 4012; refuses new connections from now on.
     pub fn drain(&self, window: Duration, reason: &'static str) {
         self.draining.store(true, Ordering::SeqCst);
-        let conns: Vec<Arc<Outbox>> =
-            self.conns.lock().expect("conns lock").conns.values().map(|(o, _)| o.clone()).collect();
+        let conns: Vec<Arc<Outbox>> = self.conns.lock().expect("conns lock").conns.values().cloned().collect();
         tracing::info!(connections = conns.len(), window_ms = window.as_millis() as u64, "draining connections");
         send_away(&conns, window, reason);
     }
@@ -212,15 +217,15 @@ impl Gateway {
     /// Moves the connections whose workspace `moves` says should be elsewhere
     /// now (a node joined), spread over `window`. Returns how many.
     pub fn rebalance(&self, window: Duration, moves: impl Fn(&str) -> bool) -> usize {
-        let conns: Vec<Arc<Outbox>> = self
-            .conns
-            .lock()
-            .expect("conns lock")
-            .conns
-            .values()
-            .filter(|(_, who)| who.as_ref().is_some_and(|(ws, _)| moves(ws)))
-            .map(|(o, _)| o.clone())
-            .collect();
+        let conns: Vec<Arc<Outbox>> = {
+            let reg = self.conns.lock().expect("conns lock");
+            reg.users
+                .iter()
+                .filter(|(ws, _)| moves(ws))
+                .flat_map(|(_, users)| users.values().flatten())
+                .filter_map(|id| reg.conns.get(id).cloned())
+                .collect()
+        };
         if !conns.is_empty() {
             tracing::info!(connections = conns.len(), "moving connections to a node that joined");
             metrics::counter!("herald_rebalanced_total").increment(conns.len() as u64);
@@ -283,8 +288,10 @@ pub async fn ws_route(
     // for the upgrade: its future then holds nothing of the upgrade's.
     tokio::spawn(async move {
         let Some(socket) = upgraded(on_upgrade, gw.cfg.frame_limit).await else { return };
+        slot.taken();
         let tasks = gw.tasks.clone();
-        tokio::spawn(tasks.track_future(conn::serve(gw, socket, q.ws.map(String::into_boxed_str), slot)));
+        let conn = conn::Conn::open(gw, q.ws.map(String::into_boxed_str));
+        tokio::spawn(tasks.track_future(conn::serve(conn, socket)));
     });
     switching
 }

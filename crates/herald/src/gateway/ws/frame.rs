@@ -48,11 +48,10 @@ pub(crate) enum Event<'a> {
 }
 
 /// The decoding state between frames: the fragmented message being put
-/// together, if any. Idle, it holds nothing.
-#[derive(Debug)]
+/// together, if any. Idle, it holds nothing. The size limit is the caller's
+/// to keep (a connection packs it with its flags).
+#[derive(Debug, Default)]
 pub(crate) struct Decoder {
-    /// Largest message (and so frame) accepted; bigger ones fail with 1009.
-    limit: usize,
     message: Option<Box<Fragments>>,
 }
 
@@ -69,10 +68,6 @@ struct Fragments {
 }
 
 impl Decoder {
-    pub(crate) fn new(limit: usize) -> Decoder {
-        Decoder { limit, message: None }
-    }
-
     /// Drops a fragmented message already handed out.
     pub(crate) fn release(&mut self) {
         if self.message.as_ref().is_some_and(|m| m.complete) {
@@ -81,13 +76,13 @@ impl Decoder {
     }
 
     /// Decodes the frame at the start of `buf`, unmasking its payload in
-    /// place. `Ok(None)`: `buf` does not hold the whole frame yet (its header
+    /// place; a message (and so a frame) over `limit` bytes fails with 1009. `Ok(None)`: `buf` does not hold the whole frame yet (its header
     /// is checked as soon as it is there, so a frame that can only fail does
     /// so before its payload is waited for). `Ok(Some((n, event)))`: the frame
     /// took `n` bytes.
-    pub(crate) fn decode<'a>(&'a mut self, buf: &'a mut [u8]) -> Result<Option<(usize, Event<'a>)>, Fail> {
+    pub(crate) fn decode<'a>(&'a mut self, buf: &'a mut [u8], limit: u32) -> Result<Option<(usize, Event<'a>)>, Fail> {
         self.release();
-        let Some((fin, opcode, header, len)) = self.header(buf)? else { return Ok(None) };
+        let Some((fin, opcode, header, len)) = self.header(buf, limit)? else { return Ok(None) };
         let end = header as u64 + len;
         if (buf.len() as u64) < end {
             return Ok(None);
@@ -136,7 +131,7 @@ impl Decoder {
 
     /// Reads and checks a frame header: (fin, opcode, header length, payload
     /// length), or `None` if `buf` is too short to hold it.
-    fn header(&self, buf: &[u8]) -> Result<Option<(bool, u8, usize, u64)>, Fail> {
+    fn header(&self, buf: &[u8], limit: u32) -> Result<Option<(bool, u8, usize, u64)>, Fail> {
         let [b0, b1, ..] = *buf else { return Ok(None) };
         let fin = b0 & 0x80 != 0;
         if b0 & 0x70 != 0 {
@@ -182,7 +177,7 @@ impl Decoder {
             n => (0, u64::from(n)),
         };
         let before = self.message.as_ref().map_or(0, |m| m.data.len() as u64);
-        if before + len > self.limit as u64 {
+        if before + len > u64::from(limit) {
             return Err(fail(TOO_BIG, "message too big"));
         }
         let header = MIN_HEADER + extra;
@@ -307,14 +302,14 @@ pub(crate) mod tests {
 
     /// Decodes `chunks` as they would arrive, keeping the bytes of an
     /// incomplete frame until the next chunk, like the socket does.
-    fn decode_chunks(limit: usize, chunks: &[&[u8]]) -> (Vec<Owned>, Option<Fail>) {
-        let mut d = Decoder::new(limit);
+    fn decode_chunks(limit: u32, chunks: &[&[u8]]) -> (Vec<Owned>, Option<Fail>) {
+        let mut d = Decoder::default();
         let mut held: Vec<u8> = Vec::new();
         let mut out = Vec::new();
         for chunk in chunks {
             held.extend_from_slice(chunk);
             loop {
-                match d.decode(&mut held) {
+                match d.decode(&mut held, limit) {
                     Ok(Some((n, e))) => {
                         out.extend(own(e));
                         held.drain(..n);
