@@ -14,10 +14,11 @@ use herald_protocol::reply::{EmptyOk, HelloOk};
 use herald_protocol::{BadFrame, CloseCode, ErrorCode, Op, Request, request::parse_frame};
 use rand::RngExt;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant as TokioInstant, sleep_until};
+use tokio::time::Instant as TokioInstant;
 
 use super::Gateway;
 use super::dispatch::{Session, handle};
+use super::timers::Tick;
 use super::ws::{Fail, Message, ReadEnd, Socket};
 use crate::chat::Caller;
 use crate::error::Error;
@@ -115,6 +116,8 @@ pub(super) struct Conn {
     session: Option<Arc<Session>>,
     bucket: TokenBucket,
     throttled_in_a_row: u32,
+    /// The connection's entry in the node's deadline table (see [`super::timers`]).
+    timer: Tick,
     /// The request being served; no other frame is read until it is done.
     inflight: Option<JoinHandle<()>>,
 }
@@ -129,7 +132,7 @@ impl Conn {
         metrics::gauge!("herald_connections").increment(1.0);
         metrics::counter!("herald_connections_total").increment(1);
         let bucket = TokenBucket::new(gw.cfg.rate, gw.cfg.burst, Instant::now());
-        Conn { gw, outbox, route_ws, session: None, bucket, throttled_in_a_row: 0, inflight: None }
+        Conn { gw, outbox, route_ws, session: None, bucket, throttled_in_a_row: 0, timer: 0, inflight: None }
     }
 
     pub(super) fn outbox(&self) -> &Arc<Outbox> {
@@ -158,6 +161,7 @@ impl Conn {
             Some(s) => s.end_watches(&self.gw.chats),
             None => self.gw.said_hello(),
         }
+        self.gw.timers.cancel(self.outbox.id(), self.timer);
         self.gw.release(false);
         let who = session.as_ref().map(|s| (&*s.caller().ws, &*s.caller().user));
         self.gw.conns.lock().expect("conns lock").remove(self.outbox.id(), who);
@@ -167,12 +171,11 @@ impl Conn {
     async fn run(&mut self, ws: &mut Socket) -> End {
         let started = TokioInstant::now();
         let mut last_rx = started;
-        let mut next_ping = started + self.gw.cfg.heartbeat;
-        // One timer for the connection's life, moved as its deadline moves
-        // (until `hello`, it stays at the hello deadline): boxed, because an
-        // idle connection's task is mostly this loop's state, and a timer is
-        // 112 bytes of it.
-        let mut timer = Box::pin(sleep_until(started + self.gw.cfg.hello_timeout));
+        // Until `hello`, the hello deadline; then the next heartbeat ping.
+        // Deadlines wait in the node's table (see `super::timers`), not in a
+        // timer of the connection's own: an idle connection's task is mostly
+        // this loop's state, and a timer would be 112 bytes more.
+        let mut next_ping = started + self.gw.cfg.hello_timeout;
         loop {
             // Write first: whatever is queued, then any close that waits behind it.
             // The write future is boxed: an idle connection's task then carries
@@ -191,12 +194,11 @@ impl Conn {
                 }
                 continue;
             }
-            if self.session.is_some() {
-                let deadline = next_ping.min(last_rx + self.gw.cfg.idle_timeout);
-                if timer.deadline() != deadline {
-                    timer.as_mut().reset(deadline);
-                }
-            }
+            let deadline = match self.session {
+                None => next_ping,
+                Some(_) => next_ping.min(last_rx + self.gw.cfg.idle_timeout),
+            };
+            let id = self.outbox.id();
             let reading = self.inflight.is_none();
             tokio::select! {
                 _ = self.outbox.changed() => {}
@@ -212,6 +214,7 @@ impl Conn {
                     }
                     // Pings are answered by the socket (queued, written at the
                     // top of the loop); pongs only prove life.
+                    let hello_pending = self.session.is_none();
                     let read = ws.read(|msg| match msg {
                         Message::Text(text) => self.on_text(text),
                         Message::Binary(_) => self.on_binary(),
@@ -220,8 +223,11 @@ impl Conn {
                         return read_end(end);
                     }
                     last_rx = TokioInstant::now();
+                    if hello_pending && self.session.is_some() {
+                        next_ping = last_rx + self.gw.cfg.heartbeat;
+                    }
                 }
-                _ = &mut timer => {
+                () = poll_fn(|cx| self.gw.timers.poll_at(id, deadline, &mut self.timer, cx)) => {
                     let now = TokioInstant::now();
                     if self.session.is_none() {
                         self.reply_err(None, ErrorCode::Unauthenticated, "no hello in time");

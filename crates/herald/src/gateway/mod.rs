@@ -8,6 +8,7 @@
 //! - [`dispatch`]: running a request against the chat layer, and the one
 //!   owner of a connection's watches;
 //! - [`harness`]: a connection without a socket, for fuzzing;
+//! - [`timers`]: the connections' deadlines, in one table per node;
 //! - [`ws`]: the WebSocket layer: the upgrade's answer, frames read and written.
 //!
 //! Everything a connection is sent goes through its [`Outbox`]. Nothing in an
@@ -19,6 +20,7 @@ mod conn;
 mod dispatch;
 #[doc(hidden)]
 pub mod harness;
+mod timers;
 mod ws;
 
 use std::collections::HashMap;
@@ -81,6 +83,8 @@ pub struct Gateway {
     tasks: TaskTracker,
     counts: admission::Counts,
     ip_rate: Option<admission::IpRate>,
+    /// Every connection's next deadline.
+    timers: Arc<timers::Timers>,
 }
 
 /// Open connections: each one's queue; and, after hello, each user's
@@ -152,6 +156,7 @@ impl Gateway {
             tasks: TaskTracker::new(),
             counts: admission::Counts::default(),
             ip_rate: (cfg.limits.ip_connect_rate > 0).then(|| admission::IpRate::new(cfg.limits.ip_connect_rate)),
+            timers: timers::Timers::new(),
             cfg,
         })
     }
