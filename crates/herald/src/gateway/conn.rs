@@ -7,6 +7,7 @@
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use herald_protocol::frame::{err_reply, ok_reply};
@@ -18,12 +19,12 @@ use tokio::time::Instant as TokioInstant;
 
 use super::Gateway;
 use super::dispatch::{Session, handle};
-use super::timers::Tick;
+use super::timers::{Tick, Timers};
 use super::ws::{Fail, Message, ReadEnd, Socket};
 use crate::chat::Caller;
 use crate::error::Error;
 use crate::guard::TokenBucket;
-use crate::outbox::{Frame, Outbox};
+use crate::outbox::{ConnId, Frame, Outbox};
 
 /// Most frames written per flush: enough to amortize the syscall, few enough
 /// to come back to reading soon.
@@ -116,10 +117,37 @@ pub(super) struct Conn {
     session: Option<Arc<Session>>,
     bucket: TokenBucket,
     throttled_in_a_row: u32,
-    /// The connection's entry in the node's deadline table (see [`super::timers`]).
-    timer: Tick,
+    clock: Clock,
     /// The request being served; no other frame is read until it is done.
     inflight: Option<JoinHandle<()>>,
+}
+
+/// When a connection must act by itself: close without `hello`, ping, close
+/// when silent. Waited for in the node's table (see [`super::timers`]), not
+/// with a timer of the connection's own: an idle connection's task is mostly
+/// its loop's state, and a timer would be 112 bytes more. Everything the wait
+/// needs is here, so the loop's wait borrows one thing.
+struct Clock {
+    timers: Arc<Timers>,
+    id: ConnId,
+    /// Until `hello`: the hello deadline. Then: the next heartbeat ping.
+    next_ping: TokioInstant,
+    /// After `hello`: when the connection closes unless it hears from its peer.
+    idle_at: TokioInstant,
+    /// The connection's entry in the table.
+    tick: Tick,
+    said_hello: bool,
+}
+
+impl Clock {
+    fn deadline(&self) -> TokioInstant {
+        if self.said_hello { self.next_ping.min(self.idle_at) } else { self.next_ping }
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let deadline = self.deadline();
+        self.timers.poll_at(self.id, deadline, &mut self.tick, cx)
+    }
 }
 
 impl Conn {
@@ -132,7 +160,10 @@ impl Conn {
         metrics::gauge!("herald_connections").increment(1.0);
         metrics::counter!("herald_connections_total").increment(1);
         let bucket = TokenBucket::new(gw.cfg.rate, gw.cfg.burst, Instant::now());
-        Conn { gw, outbox, route_ws, session: None, bucket, throttled_in_a_row: 0, timer: 0, inflight: None }
+        let hello_by = TokioInstant::now() + gw.cfg.hello_timeout;
+        let clock =
+            Clock { timers: gw.timers.clone(), id, next_ping: hello_by, idle_at: hello_by, tick: 0, said_hello: false };
+        Conn { gw, outbox, route_ws, session: None, bucket, throttled_in_a_row: 0, clock, inflight: None }
     }
 
     pub(super) fn outbox(&self) -> &Arc<Outbox> {
@@ -161,7 +192,7 @@ impl Conn {
             Some(s) => s.end_watches(&self.gw.chats),
             None => self.gw.said_hello(),
         }
-        self.gw.timers.cancel(self.outbox.id(), self.timer);
+        self.clock.timers.cancel(self.clock.id, self.clock.tick);
         self.gw.release(false);
         let who = session.as_ref().map(|s| (&*s.caller().ws, &*s.caller().user));
         self.gw.conns.lock().expect("conns lock").remove(self.outbox.id(), who);
@@ -169,13 +200,6 @@ impl Conn {
     }
 
     async fn run(&mut self, ws: &mut Socket) -> End {
-        let started = TokioInstant::now();
-        let mut last_rx = started;
-        // Until `hello`, the hello deadline; then the next heartbeat ping.
-        // Deadlines wait in the node's table (see `super::timers`), not in a
-        // timer of the connection's own: an idle connection's task is mostly
-        // this loop's state, and a timer would be 112 bytes more.
-        let mut next_ping = started + self.gw.cfg.hello_timeout;
         loop {
             // Write first: whatever is queued, then any close that waits behind it.
             // The write future is boxed: an idle connection's task then carries
@@ -194,14 +218,9 @@ impl Conn {
                 }
                 continue;
             }
-            let deadline = match self.session {
-                None => next_ping,
-                Some(_) => next_ping.min(last_rx + self.gw.cfg.idle_timeout),
-            };
-            let id = self.outbox.id();
             let reading = self.inflight.is_none();
             tokio::select! {
-                _ = self.outbox.changed() => {}
+                () = poll_fn(|cx| self.outbox.poll_changed(cx)) => {}
                 done = poll_fn(|cx| std::pin::Pin::new(self.inflight.as_mut().expect("guarded")).poll(cx)), if !reading => {
                     self.inflight = None;
                     if let Err(e) = done {
@@ -214,7 +233,6 @@ impl Conn {
                     }
                     // Pings are answered by the socket (queued, written at the
                     // top of the loop); pongs only prove life.
-                    let hello_pending = self.session.is_none();
                     let read = ws.read(|msg| match msg {
                         Message::Text(text) => self.on_text(text),
                         Message::Binary(_) => self.on_binary(),
@@ -222,24 +240,26 @@ impl Conn {
                     if let Err(end) = read {
                         return read_end(end);
                     }
-                    last_rx = TokioInstant::now();
-                    if hello_pending && self.session.is_some() {
-                        next_ping = last_rx + self.gw.cfg.heartbeat;
+                    let now = TokioInstant::now();
+                    self.clock.idle_at = now + self.gw.cfg.idle_timeout;
+                    if !self.clock.said_hello && self.session.is_some() {
+                        self.clock.said_hello = true;
+                        self.clock.next_ping = now + self.gw.cfg.heartbeat;
                     }
                 }
-                () = poll_fn(|cx| self.gw.timers.poll_at(id, deadline, &mut self.timer, cx)) => {
+                () = poll_fn(|cx| self.clock.poll(cx)) => {
                     let now = TokioInstant::now();
                     if self.session.is_none() {
                         self.reply_err(None, ErrorCode::Unauthenticated, "no hello in time");
                         self.refuse(CloseCode::UNAUTHENTICATED, "hello timeout");
                         continue;
                     }
-                    if now >= last_rx + self.gw.cfg.idle_timeout {
+                    if now >= self.clock.idle_at {
                         metrics::counter!("herald_idle_closes_total").increment(1);
                         return End::Close(CloseCode::GOING_AWAY, "idle");
                     }
-                    if now >= next_ping {
-                        next_ping = now + self.gw.cfg.heartbeat;
+                    if now >= self.clock.next_ping {
+                        self.clock.next_ping = now + self.gw.cfg.heartbeat;
                         ws.queue_ping();
                     }
                 }
