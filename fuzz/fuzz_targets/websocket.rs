@@ -98,8 +98,5 @@ fuzz_target!(|input: Input| {
     let read = runtime().block_on(ws_read(&chunks, limit)).expect("loopback");
     assert_eq!(read, whole, "cut at {chunks:?}");
     let end = read.1.as_str();
-    assert!(
-        matches!(end, "closed" | "gone" | "fail 1002" | "fail 1007" | "fail 1009"),
-        "reading ended with {end}"
-    );
+    assert!(matches!(end, "closed" | "gone" | "fail 1002" | "fail 1007" | "fail 1009"), "reading ended with {end}");
 });
