@@ -5,8 +5,9 @@
 #
 #   scripts/fuzz.sh [SECONDS]
 #
-# Targets: `request` (herald_protocol::request::parse_frame) and `connection`
-# (a real in-process node's frame handling, through FrameHarness). Each
+# Targets: `request` (herald_protocol::request::parse_frame), `connection`
+# (a real in-process node's frame handling, through FrameHarness) and
+# `websocket` (the WebSocket layer reading a client's bytes cut anywhere). Each
 # asserts protocol properties, not only the absence of panics; see their doc
 # comments. The committed corpus (fuzz/corpus/<target>) is only read: what a
 # run finds goes to a scratch folder, so the tree stays clean. A crash stops
@@ -40,7 +41,7 @@ fi
 flags=(--sanitizer none --debug-assertions)
 cargo +nightly fuzz build "${flags[@]}"
 
-targets=(request connection)
+targets=(request connection websocket)
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/herald-fuzz-run.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 failed=()

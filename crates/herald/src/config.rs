@@ -143,7 +143,8 @@ pub struct ServeArgs {
     /// Bytes a connection's outbound queue may hold before it is closed with 4008.
     #[arg(long, env = "HERALD_OUTBOX_LIMIT")]
     pub outbox_limit: Option<usize>,
-    /// The WebSocket read buffer per connection, in bytes.
+    /// Bytes read from a WebSocket at once, into a buffer each worker thread
+    /// shares among its connections (no connection keeps one while idle).
     #[arg(long, env = "HERALD_WS_READ_BUFFER")]
     pub ws_read_buffer: Option<usize>,
     /// Milliseconds over which a drain spreads its clients' reconnects.
@@ -231,7 +232,6 @@ pub struct Config {
     pub recent_events_chat_bytes: usize,
     pub outbox_limit: usize,
     pub ws_read_buffer: usize,
-    pub ws_write_buffer: usize,
     pub drain_window: Duration,
     pub diag_echo: bool,
     /// The webhook and the send hook, if configured.
@@ -242,14 +242,10 @@ pub struct Config {
 /// Default outbound queue: room for a full replay and a few fetch replies,
 /// small enough that a thousand stalled readers cost at most a gigabyte.
 pub const DEFAULT_OUTBOX_LIMIT: usize = 1024 * 1024;
-/// Default read buffer: an idle connection keeps only this much (tungstenite's
-/// default is 128 KiB, zeroed). Measured at 15,000 idle connections: 1 KiB
-/// cost about 0.5 KB more per connection than 512 bytes; 256 bytes saved
-/// nothing more, because tungstenite grows the buffer to the largest frame
-/// read, and a `hello` with its token is about 300 bytes.
-pub const DEFAULT_WS_READ_BUFFER: usize = 512;
-/// Frames are buffered up to this much before a write; a batch is flushed anyway.
-pub const DEFAULT_WS_WRITE_BUFFER: usize = 64 * 1024;
+/// Default read size: one buffer of it per worker thread, not per
+/// connection, so it can hold a whole burst (a socket's receive queue is
+/// rarely larger) and a connection reads it in one call.
+pub const DEFAULT_WS_READ_BUFFER: usize = 64 * 1024;
 /// Default cap on client joins into one chat per second on one node: a
 /// flood of 2,000 joins/s into one chat (a large public chat whose invite
 /// link spreads) passes at full speed on one node, a flood many times that
@@ -405,7 +401,6 @@ impl ServeArgs {
             recent_events_chat_bytes: self.recent_events_chat_bytes.unwrap_or(crate::hub::DEFAULT_RECENT_CHAT_BYTES),
             outbox_limit: self.outbox_limit.unwrap_or(DEFAULT_OUTBOX_LIMIT),
             ws_read_buffer: self.ws_read_buffer.unwrap_or(DEFAULT_WS_READ_BUFFER),
-            ws_write_buffer: DEFAULT_WS_WRITE_BUFFER,
             drain_window: ms(self.drain_window_ms.unwrap_or(DEFAULT_DRAIN_WINDOW_MS)),
             diag_echo: self.diag_echo,
             hooks,
@@ -427,7 +422,7 @@ impl ServeArgs {
         anyhow::ensure!(cfg.rate >= 1 && cfg.burst >= 1, "rate and burst must be at least 1");
         anyhow::ensure!(cfg.heartbeat < cfg.idle_timeout, "heartbeat-ms must be below idle-timeout-ms");
         anyhow::ensure!(cfg.outbox_limit >= 64 * 1024, "outbox-limit must be at least 64 KiB");
-        anyhow::ensure!(cfg.ws_read_buffer >= 64, "ws-read-buffer must be at least 64 bytes");
+        anyhow::ensure!(cfg.ws_read_buffer >= 1024, "ws-read-buffer must be at least 1024 bytes");
         anyhow::ensure!(
             herald_protocol::ids::is_valid_id(&cfg.cell) && !cfg.cell.contains('.'),
             "cell must be an id without dots"

@@ -7,10 +7,12 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 
 use axum::extract::ws::Utf8Bytes;
+use futures_util::task::AtomicWaker;
 use herald_protocol::CloseCode;
-use tokio::sync::Notify;
 
 /// An encoded text frame, shared between every queue it is pushed to.
 pub type Frame = Utf8Bytes;
@@ -22,13 +24,18 @@ pub type ConnId = u64;
 /// holds no queue at all (a deque allocates again on its next push).
 const IDLE_CAPACITY: usize = 0;
 
-/// A connection's bounded outbound queue.
+/// A connection's bounded outbound queue. One per connection, so kept at
+/// 128 bytes with its counts (an allocator size class): a `u32` limit, and
+/// the one task that waits on it (the connection's) woken through an
+/// [`AtomicWaker`] rather than a `Notify` with its list of waiters.
 #[derive(Debug)]
 pub struct Outbox {
     id: ConnId,
-    limit: usize,
+    limit: u32,
+    /// Something was pushed or a close requested since the connection last looked.
+    changed: AtomicBool,
     state: Mutex<State>,
-    wake: Notify,
+    wake: AtomicWaker,
 }
 
 #[derive(Debug, Default)]
@@ -39,9 +46,23 @@ struct State {
 }
 
 impl Outbox {
-    /// A queue for connection `id` holding at most `limit` bytes of frames.
+    /// A queue for connection `id` holding at most `limit` bytes of frames
+    /// (at most 4 GiB: a larger limit is that).
     pub fn new(id: ConnId, limit: usize) -> Self {
-        Outbox { id, limit, state: Mutex::new(State::default()), wake: Notify::new() }
+        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+        Outbox {
+            id,
+            limit,
+            changed: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+            wake: AtomicWaker::new(),
+        }
+    }
+
+    /// Wakes the connection's task.
+    fn signal(&self) {
+        self.changed.store(true, Ordering::Release);
+        self.wake.wake();
     }
 
     pub fn id(&self) -> ConnId {
@@ -56,14 +77,14 @@ impl Outbox {
             return false;
         }
         let len = frame.as_str().len();
-        if s.bytes + len > self.limit {
+        if s.bytes + len > self.limit as usize {
             s.frames = VecDeque::new();
             s.bytes = 0;
             s.close = Some((CloseCode::SLOW_CONSUMER, "slow consumer"));
             drop(s);
             metrics::counter!("herald_slow_consumer_closes_total").increment(1);
             tracing::info!(conn = self.id, limit = self.limit, "outbound queue overflowed; closing with 4008");
-            self.wake.notify_one();
+            self.signal();
             return false;
         }
         s.bytes += len;
@@ -71,7 +92,7 @@ impl Outbox {
         let was_empty = s.frames.len() == 1;
         drop(s);
         if was_empty {
-            self.wake.notify_one();
+            self.signal();
         }
         true
     }
@@ -83,7 +104,7 @@ impl Outbox {
             s.close = Some((code, reason));
         }
         drop(s);
-        self.wake.notify_one();
+        self.signal();
     }
 
     /// Whether a close was requested.
@@ -113,9 +134,21 @@ impl Outbox {
         if s.frames.is_empty() { s.close } else { None }
     }
 
-    /// Waits until something was pushed or a close requested since the last wait.
+    /// Waits until something was pushed or a close requested since the
+    /// last wait. One task waits on a queue: its connection's.
     pub async fn changed(&self) {
-        self.wake.notified().await
+        std::future::poll_fn(|cx| self.poll_changed(cx)).await
+    }
+
+    /// [`Outbox::changed`] as a poll: ready (once) if something was pushed
+    /// or a close requested since it was last ready.
+    pub fn poll_changed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.changed.swap(false, Ordering::AcqRel) {
+            return Poll::Ready(());
+        }
+        self.wake.register(cx.waker());
+        // A push between the check and the registration woke no one: look again.
+        if self.changed.swap(false, Ordering::AcqRel) { Poll::Ready(()) } else { Poll::Pending }
     }
 
     /// Bytes queued now.
@@ -127,6 +160,25 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_is_128_bytes() {
+        // The allocator's class for it with the `Arc`'s counts: one per connection.
+        assert_eq!(std::mem::size_of::<Outbox>() + 16, 128);
+    }
+
+    #[tokio::test]
+    async fn a_push_before_the_wait_is_not_lost() {
+        let o = Outbox::new(1, 100);
+        o.push(Frame::from("a"));
+        tokio::time::timeout(std::time::Duration::from_secs(5), o.changed()).await.expect("woken by the earlier push");
+        let waiting = tokio::spawn(async move {
+            o.changed().await;
+            o
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+    }
 
     #[test]
     fn overflow_empties_and_closes() {

@@ -4,24 +4,27 @@
 //! [`super::dispatch`]) so a slow store never stops pushes; the connection
 //! owns that task and ends it when it closes.
 
+use std::future::poll_fn;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use herald_protocol::frame::{err_reply, ok_reply};
 use herald_protocol::reply::{EmptyOk, HelloOk};
 use herald_protocol::{BadFrame, CloseCode, ErrorCode, Op, Request, request::parse_frame};
 use rand::RngExt;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant as TokioInstant, sleep_until};
+use tokio::time::Instant as TokioInstant;
 
 use super::Gateway;
 use super::dispatch::{Session, handle};
+use super::timers::{Tick, Timers};
+use super::ws::{Fail, Message, ReadEnd, Socket};
 use crate::chat::Caller;
 use crate::error::Error;
 use crate::guard::TokenBucket;
-use crate::outbox::{Frame, Outbox};
+use crate::outbox::{ConnId, Frame, Outbox};
 
 /// Most frames written per flush: enough to amortize the syscall, few enough
 /// to come back to reading soon.
@@ -38,6 +41,8 @@ const THROTTLED_IN_A_ROW_LIMIT: u32 = 200;
 enum End {
     /// Close with this code.
     Close(CloseCode, &'static str),
+    /// The peer sent a close: answer it (queued by the socket), then drop the socket.
+    Answer,
     /// The peer is gone or broken: just drop the socket.
     Drop,
 }
@@ -45,36 +50,44 @@ enum End {
 /// One connection, from upgrade to close. Its future is most of an idle
 /// connection's memory, so it is written to stay small: an `async move`
 /// block, not an `async fn`, because an `async fn` keeps its arguments twice
-/// (once as arguments, once as the locals they move into), and the socket
-/// alone is 368 bytes.
+/// (once as arguments, once as the locals they move into); and it is given
+/// the connection already open, so nothing it captures is kept twice.
 #[allow(clippy::manual_async_fn)] // on purpose: see above
-pub(super) fn serve(
-    gw: Arc<Gateway>,
-    mut ws: WebSocket,
-    route_ws: Option<Box<str>>,
-    slot: super::admission::Slot,
-) -> impl Future<Output = ()> + Send + 'static {
+pub(super) fn serve(mut conn: Conn, mut ws: Socket) -> impl Future<Output = ()> + Send + 'static {
     async move {
-        slot.taken();
-        let mut conn = Conn::open(gw, route_ws);
         let end = conn.run(&mut ws).await;
-        if let End::Close(code, reason) = end {
-            tracing::debug!(conn = conn.outbox.id(), code = code.0, reason, "closing connection");
-            // Boxed, like the write path: the close handshake is rare, so the
-            // task of every idle connection should not be sized for it.
-            Box::pin(close(&mut ws, code, reason)).await;
-            metrics::counter!("herald_closes_total", "code" => close_label(code)).increment(1);
+        // Boxed, like the write path: the close handshake is rare, so the
+        // task of every idle connection should not be sized for it.
+        match end {
+            End::Close(code, reason) => {
+                tracing::debug!(conn = conn.outbox.id(), code = code.0, reason, "closing connection");
+                Box::pin(close(&mut ws, code, reason)).await;
+                metrics::counter!("herald_closes_total", "code" => close_label(code)).increment(1);
+            }
+            End::Answer => {
+                let _ = Box::pin(tokio::time::timeout(CLOSE_TIMEOUT, ws.flush())).await;
+            }
+            End::Drop => {}
         }
         conn.end();
     }
 }
 
 /// Sends a close frame and reads until the peer's, so our socket is not reset under our close frame.
-async fn close(ws: &mut WebSocket, code: CloseCode, reason: &'static str) {
-    let frame = CloseFrame { code: code.0, reason: Utf8Bytes::from_static(reason) };
+pub(super) async fn close(ws: &mut Socket, code: CloseCode, reason: &str) {
+    ws.queue_close(code.0, reason);
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
-        if ws.send(Message::Close(Some(frame))).await.is_ok() {
-            while let Some(Ok(_)) = ws.recv().await {}
+        if ws.flush().await.is_err() {
+            return;
+        }
+        loop {
+            if poll_fn(|cx| ws.poll_readable(cx)).await.is_err() {
+                return;
+            }
+            match ws.read(|_| ()) {
+                Ok(_) => {}
+                Err(_) => return,
+            }
         }
     })
     .await;
@@ -84,6 +97,8 @@ fn close_label(code: CloseCode) -> &'static str {
     match code.0 {
         1000 => "1000",
         1001 => "1001",
+        1002 => "1002",
+        1007 => "1007",
         1009 => "1009",
         4000 => "4000",
         4001 => "4001",
@@ -102,8 +117,37 @@ pub(super) struct Conn {
     session: Option<Arc<Session>>,
     bucket: TokenBucket,
     throttled_in_a_row: u32,
+    clock: Clock,
     /// The request being served; no other frame is read until it is done.
     inflight: Option<JoinHandle<()>>,
+}
+
+/// When a connection must act by itself: close without `hello`, ping, close
+/// when silent. Waited for in the node's table (see [`super::timers`]), not
+/// with a timer of the connection's own: an idle connection's task is mostly
+/// its loop's state, and a timer would be 112 bytes more. Everything the wait
+/// needs is here, so the loop's wait borrows one thing.
+struct Clock {
+    timers: Arc<Timers>,
+    id: ConnId,
+    /// Until `hello`: the hello deadline. Then: the next heartbeat ping.
+    next_ping: TokioInstant,
+    /// After `hello`: when the connection closes unless it hears from its peer.
+    idle_at: TokioInstant,
+    /// The connection's entry in the table.
+    tick: Tick,
+    said_hello: bool,
+}
+
+impl Clock {
+    fn deadline(&self) -> TokioInstant {
+        if self.said_hello { self.next_ping.min(self.idle_at) } else { self.next_ping }
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let deadline = self.deadline();
+        self.timers.poll_at(self.id, deadline, &mut self.tick, cx)
+    }
 }
 
 impl Conn {
@@ -116,7 +160,10 @@ impl Conn {
         metrics::gauge!("herald_connections").increment(1.0);
         metrics::counter!("herald_connections_total").increment(1);
         let bucket = TokenBucket::new(gw.cfg.rate, gw.cfg.burst, Instant::now());
-        Conn { gw, outbox, route_ws, session: None, bucket, throttled_in_a_row: 0, inflight: None }
+        let hello_by = TokioInstant::now() + gw.cfg.hello_timeout;
+        let clock =
+            Clock { timers: gw.timers.clone(), id, next_ping: hello_by, idle_at: hello_by, tick: 0, said_hello: false };
+        Conn { gw, outbox, route_ws, session: None, bucket, throttled_in_a_row: 0, clock, inflight: None }
     }
 
     pub(super) fn outbox(&self) -> &Arc<Outbox> {
@@ -140,89 +187,80 @@ impl Conn {
         if let Some(task) = self.inflight.take() {
             task.abort();
         }
-        match self.session.take() {
+        let session = self.session.take();
+        match &session {
             Some(s) => s.end_watches(&self.gw.chats),
             None => self.gw.said_hello(),
         }
+        self.clock.timers.cancel(self.clock.id, self.clock.tick);
         self.gw.release(false);
-        self.gw.conns.lock().expect("conns lock").remove(self.outbox.id());
+        let who = session.as_ref().map(|s| (&*s.caller().ws, &*s.caller().user));
+        self.gw.conns.lock().expect("conns lock").remove(self.outbox.id(), who);
         metrics::gauge!("herald_connections").decrement(1.0);
     }
 
-    async fn run(&mut self, ws: &mut WebSocket) -> End {
-        // Its own handle on the gateway: `self` is borrowed mutably below.
-        let gw = self.gw.clone();
-        let cfg = &gw.cfg;
-        let started = TokioInstant::now();
-        let mut last_rx = started;
-        let mut next_ping = started + cfg.heartbeat;
-        let mut frames: Vec<Frame> = Vec::new();
-        // One timer for the connection's life, moved as its deadline moves:
-        // boxed, because an idle connection's task is mostly this loop's
-        // state, and a timer is 112 bytes of it.
-        let mut timer = Box::pin(sleep_until(started + cfg.hello_timeout));
+    async fn run(&mut self, ws: &mut Socket) -> End {
         loop {
             // Write first: whatever is queued, then any close that waits behind it.
             // The write future is boxed: an idle connection's task then carries
-            // only the small waiting state, not the write path's.
+            // only the small waiting state, not the write path's; and so are the
+            // frames, which live only until written.
+            let mut frames: Vec<Frame> = Vec::new();
             if let Some((code, reason)) = self.outbox.drain(MAX_FRAMES_PER_WRITE, &mut frames) {
-                if !frames.is_empty() && Box::pin(self.write(ws, &mut frames)).await.is_err() {
+                if (!frames.is_empty() || ws.has_output()) && Box::pin(self.write(ws, frames)).await.is_err() {
                     return End::Drop;
                 }
                 return End::Close(code, reason);
             }
-            if !frames.is_empty() {
-                if Box::pin(self.write(ws, &mut frames)).await.is_err() {
+            if !frames.is_empty() || ws.has_output() {
+                if Box::pin(self.write(ws, frames)).await.is_err() {
                     return End::Drop;
                 }
-                frames = Vec::new();
                 continue;
-            }
-            let deadline = if self.session.is_none() {
-                started + cfg.hello_timeout
-            } else {
-                next_ping.min(last_rx + cfg.idle_timeout)
-            };
-            if timer.deadline() != deadline {
-                timer.as_mut().reset(deadline);
             }
             let reading = self.inflight.is_none();
             tokio::select! {
-                _ = self.outbox.changed() => {}
-                done = async { self.inflight.as_mut().expect("guarded").await }, if !reading => {
+                () = poll_fn(|cx| self.outbox.poll_changed(cx)) => {}
+                done = poll_fn(|cx| std::pin::Pin::new(self.inflight.as_mut().expect("guarded")).poll(cx)), if !reading => {
                     self.inflight = None;
                     if let Err(e) = done {
                         tracing::error!(error = %e, "request task failed");
                     }
                 }
-                msg = ws.recv(), if reading => {
-                    last_rx = TokioInstant::now();
-                    match msg {
-                        None => return End::Drop,
-                        Some(Err(e)) => return read_error(e),
-                        Some(Ok(Message::Text(text))) => self.on_text(text.as_str()),
-                        Some(Ok(Message::Binary(_))) => self.on_binary(),
-                        // Pings are answered by the WebSocket layer; pongs only prove life.
-                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                        Some(Ok(Message::Close(_))) => return End::Drop,
+                readable = poll_fn(|cx| ws.poll_readable(cx)), if reading => {
+                    if readable.is_err() {
+                        return End::Drop;
+                    }
+                    // Pings are answered by the socket (queued, written at the
+                    // top of the loop); pongs only prove life.
+                    let read = ws.read(|msg| match msg {
+                        Message::Text(text) => self.on_text(text),
+                        Message::Binary(_) => self.on_binary(),
+                    });
+                    if let Err(end) = read {
+                        return read_end(end);
+                    }
+                    let now = TokioInstant::now();
+                    self.clock.idle_at = now + self.gw.cfg.idle_timeout;
+                    if !self.clock.said_hello && self.session.is_some() {
+                        self.clock.said_hello = true;
+                        self.clock.next_ping = now + self.gw.cfg.heartbeat;
                     }
                 }
-                _ = &mut timer => {
+                () = poll_fn(|cx| self.clock.poll(cx)) => {
                     let now = TokioInstant::now();
                     if self.session.is_none() {
                         self.reply_err(None, ErrorCode::Unauthenticated, "no hello in time");
                         self.refuse(CloseCode::UNAUTHENTICATED, "hello timeout");
                         continue;
                     }
-                    if now >= last_rx + cfg.idle_timeout {
+                    if now >= self.clock.idle_at {
                         metrics::counter!("herald_idle_closes_total").increment(1);
                         return End::Close(CloseCode::GOING_AWAY, "idle");
                     }
-                    if now >= next_ping {
-                        next_ping = now + cfg.heartbeat;
-                        if Box::pin(ws.send(Message::Ping(Default::default()))).await.is_err() {
-                            return End::Drop;
-                        }
+                    if now >= self.clock.next_ping {
+                        self.clock.next_ping = now + self.gw.cfg.heartbeat;
+                        ws.queue_ping();
                     }
                 }
             }
@@ -231,15 +269,9 @@ impl Conn {
 
     /// Writes `frames` with one flush. Fails if the peer errors, stops reading
     /// for [`WRITE_TIMEOUT`], or overflows its queue meanwhile.
-    async fn write(&self, ws: &mut WebSocket, frames: &mut Vec<Frame>) -> Result<(), ()> {
-        use futures_util::SinkExt;
+    async fn write(&self, ws: &mut Socket, frames: Vec<Frame>) -> Result<(), ()> {
         let n = frames.len() as u64;
-        let write = async {
-            for f in frames.drain(..) {
-                ws.feed(Message::Text(f)).await?;
-            }
-            ws.flush().await
-        };
+        let write = ws.send(super::ws::frame::OP_TEXT, &frames);
         tokio::pin!(write);
         let timeout = tokio::time::sleep(WRITE_TIMEOUT);
         tokio::pin!(timeout);
@@ -383,12 +415,18 @@ impl Conn {
     }
 }
 
-fn read_error(e: axum::Error) -> End {
-    let inner = e.into_inner();
-    if let Some(tungstenite::Error::Capacity(_)) = inner.downcast_ref::<tungstenite::Error>() {
-        metrics::counter!("herald_frames_too_large_total").increment(1);
-        return End::Close(CloseCode::TOO_BIG, "frame too large");
+/// How a connection ends when reading stops.
+fn read_end(end: ReadEnd) -> End {
+    match end {
+        ReadEnd::Gone => End::Drop,
+        ReadEnd::Closed => End::Answer,
+        ReadEnd::Fail(Fail { code, reason }) => {
+            if code == super::ws::frame::TOO_BIG {
+                metrics::counter!("herald_frames_too_large_total").increment(1);
+                return End::Close(CloseCode::TOO_BIG, "frame too large");
+            }
+            tracing::debug!(code, reason, "websocket protocol error");
+            End::Close(CloseCode(code), reason)
+        }
     }
-    tracing::debug!(error = %inner, "websocket read failed");
-    End::Drop
 }

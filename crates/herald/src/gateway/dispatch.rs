@@ -70,6 +70,10 @@ impl Session {
             return false;
         }
         if !set.chats.contains(&key) {
+            // Most connections watch one chat or a few: room for exactly
+            // one, then doubling, not the four a first push makes room for.
+            let more = set.chats.len().max(1);
+            set.chats.reserve_exact(more);
             set.chats.push(key);
         }
         true
@@ -93,6 +97,11 @@ impl Session {
 
     /// The connection ended: ends every watch in the set and its live
     /// inbox, and refuses new ones.
+    /// Who the connection is.
+    pub(super) fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
     pub(super) fn end_watches(&self, chats: &Chats) {
         let (keys, inbox) = {
             let mut set = self.watches.lock().expect("watches lock");

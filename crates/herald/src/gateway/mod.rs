@@ -7,16 +7,21 @@
 //!   heartbeats, writing its outbound queue in batches;
 //! - [`dispatch`]: running a request against the chat layer, and the one
 //!   owner of a connection's watches;
-//! - [`harness`]: a connection without a socket, for fuzzing.
+//! - [`harness`]: a connection without a socket, for fuzzing;
+//! - [`timers`]: the connections' deadlines, in one table per node;
+//! - [`ws`]: the WebSocket layer: the upgrade's answer, frames read and written.
 //!
 //! Everything a connection is sent goes through its [`Outbox`]. Nothing in an
-//! idle connection holds a buffer beyond the WebSocket's small, explicit ones.
+//! idle connection holds a buffer: its socket reads into a buffer its worker
+//! thread shares, and writes frames straight from the outbox.
 
 pub mod admission;
 mod conn;
 mod dispatch;
 #[doc(hidden)]
 pub mod harness;
+mod timers;
+mod ws;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,20 +29,24 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::ws::{Message, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use herald_protocol::CloseCode;
 use herald_protocol::frame::reconnect_push;
 use herald_protocol::ids::is_valid_id;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
 use rand::RngExt;
 use rand::seq::SliceRandom;
+use tokio::net::TcpStream;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::Tokens;
 use crate::chat::Chats;
 use crate::outbox::{ConnId, Frame, Outbox};
+use ws::{Message, ReadEnd, Socket};
 
 /// Connection settings; see `config` for their defaults and reasons.
 #[derive(Debug, Clone)]
@@ -50,8 +59,8 @@ pub struct GatewayConfig {
     pub rate: u32,
     pub burst: u32,
     pub outbox_limit: usize,
+    /// Bytes read from a socket at once, into each worker thread's shared buffer.
     pub read_buffer: usize,
-    pub write_buffer: usize,
     /// Which workspaces this node's cell serves.
     pub cells: Arc<crate::cluster::Cells>,
     /// Upgrade-time limits.
@@ -74,32 +83,38 @@ pub struct Gateway {
     tasks: TaskTracker,
     counts: admission::Counts,
     ip_rate: Option<admission::IpRate>,
+    /// Every connection's next deadline.
+    timers: Arc<timers::Timers>,
 }
 
-/// Open connections: each one's queue and, after hello, its workspace and
-/// user; and each user's connections, for what concerns a user wherever
-/// they are connected (revoking them, telling who is offline).
+/// Open connections: each one's queue; and, after hello, each user's
+/// connections, for what concerns a user wherever they are connected
+/// (revoking them, telling who is offline, moving a workspace). A
+/// connection's own entry is only its queue (16 bytes, in a table sized for
+/// every connection of the node): the connection knows its user, and says
+/// so when it leaves.
 #[derive(Default)]
 struct Registry {
-    conns: HashMap<ConnId, (Arc<Outbox>, Option<UserKey>)>,
+    conns: HashMap<ConnId, Arc<Outbox>>,
     /// By workspace, then user: looked up with borrowed `&str`s, so asking
     /// about a user allocates nothing under the registry's lock.
     users: HashMap<Arc<str>, HashMap<Arc<str>, Vec<ConnId>>>,
 }
 
-/// A user of a workspace: (workspace, user).
-type UserKey = (Arc<str>, Arc<str>);
-
 impl Registry {
     fn insert(&mut self, id: ConnId, outbox: Arc<Outbox>) {
-        self.conns.insert(id, (outbox, None));
+        self.conns.insert(id, outbox);
     }
 
     /// `id` said hello as `user` of `ws`.
     fn identify(&mut self, id: ConnId, ws: Arc<str>, user: Arc<str>) {
-        let Some(entry) = self.conns.get_mut(&id) else { return };
-        entry.1 = Some((ws.clone(), user.clone()));
-        self.users.entry(ws).or_default().entry(user).or_default().push(id);
+        if !self.conns.contains_key(&id) {
+            return;
+        }
+        let ids = self.users.entry(ws).or_default().entry(user).or_default();
+        // Most users have one connection: room for exactly one, then doubling.
+        ids.reserve_exact(ids.len().max(1));
+        ids.push(id);
     }
 
     /// `user` of `ws`'s connections, if any.
@@ -107,17 +122,19 @@ impl Registry {
         self.users.get(ws)?.get(user)
     }
 
-    fn remove(&mut self, id: ConnId) {
-        let Some((_, Some((ws, user)))) = self.conns.remove(&id) else { return };
-        let Some(users) = self.users.get_mut(&ws) else { return };
-        if let Some(ids) = users.get_mut(&user) {
+    /// Forgets `id`, which said hello as `who` (workspace, user), if it did.
+    fn remove(&mut self, id: ConnId, who: Option<(&str, &str)>) {
+        self.conns.remove(&id);
+        let Some((ws, user)) = who else { return };
+        let Some(users) = self.users.get_mut(ws) else { return };
+        if let Some(ids) = users.get_mut(user) {
             ids.retain(|c| *c != id);
             if ids.is_empty() {
-                users.remove(&user);
+                users.remove(user);
             }
         }
         if users.is_empty() {
-            self.users.remove(&ws);
+            self.users.remove(ws);
         }
     }
 }
@@ -129,6 +146,7 @@ pub struct WsQuery {
 
 impl Gateway {
     pub fn new(chats: Arc<Chats>, tokens: Arc<Tokens>, cfg: GatewayConfig) -> Arc<Gateway> {
+        ws::set_read_chunk(cfg.read_buffer);
         Arc::new(Gateway {
             chats,
             tokens,
@@ -138,6 +156,7 @@ impl Gateway {
             tasks: TaskTracker::new(),
             counts: admission::Counts::default(),
             ip_rate: (cfg.limits.ip_connect_rate > 0).then(|| admission::IpRate::new(cfg.limits.ip_connect_rate)),
+            timers: timers::Timers::new(),
             cfg,
         })
     }
@@ -155,7 +174,7 @@ impl Gateway {
     pub fn user_connections(&self, ws: &str, user: &str) -> Vec<Arc<Outbox>> {
         let reg = self.conns.lock().expect("conns lock");
         let Some(ids) = reg.of_user(ws, user) else { return Vec::new() };
-        ids.iter().filter_map(|id| reg.conns.get(id).map(|(o, _)| o.clone())).collect()
+        ids.iter().filter_map(|id| reg.conns.get(id).cloned()).collect()
     }
 
     /// Those of `users` (of workspace `ws`) with at least one connection to this node.
@@ -195,8 +214,7 @@ impl Gateway {
     /// `window`, then closes it with 4012; refuses new connections from now on.
     pub fn drain(&self, window: Duration, reason: &'static str) {
         self.draining.store(true, Ordering::SeqCst);
-        let conns: Vec<Arc<Outbox>> =
-            self.conns.lock().expect("conns lock").conns.values().map(|(o, _)| o.clone()).collect();
+        let conns: Vec<Arc<Outbox>> = self.conns.lock().expect("conns lock").conns.values().cloned().collect();
         tracing::info!(connections = conns.len(), window_ms = window.as_millis() as u64, "draining connections");
         send_away(&conns, window, reason);
     }
@@ -204,15 +222,15 @@ impl Gateway {
     /// Moves the connections whose workspace `moves` says should be elsewhere
     /// now (a node joined), spread over `window`. Returns how many.
     pub fn rebalance(&self, window: Duration, moves: impl Fn(&str) -> bool) -> usize {
-        let conns: Vec<Arc<Outbox>> = self
-            .conns
-            .lock()
-            .expect("conns lock")
-            .conns
-            .values()
-            .filter(|(_, who)| who.as_ref().is_some_and(|(ws, _)| moves(ws)))
-            .map(|(o, _)| o.clone())
-            .collect();
+        let conns: Vec<Arc<Outbox>> = {
+            let reg = self.conns.lock().expect("conns lock");
+            reg.users
+                .iter()
+                .filter(|(ws, _)| moves(ws))
+                .flat_map(|(_, users)| users.values().flatten())
+                .filter_map(|id| reg.conns.get(id).cloned())
+                .collect()
+        };
         if !conns.is_empty() {
             tracing::info!(connections = conns.len(), "moving connections to a node that joined");
             metrics::counter!("herald_rebalanced_total").increment(conns.len() as u64);
@@ -225,15 +243,6 @@ impl Gateway {
     pub async fn wait_closed(&self, timeout: Duration) -> bool {
         self.tasks.close();
         tokio::time::timeout(timeout, self.tasks.wait()).await.is_ok()
-    }
-
-    /// Applies the connection settings to an upgrade.
-    fn configure(&self, upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
-        upgrade
-            .read_buffer_size(self.cfg.read_buffer)
-            .write_buffer_size(self.cfg.write_buffer)
-            .max_message_size(self.cfg.frame_limit)
-            .max_frame_size(self.cfg.frame_limit)
     }
 }
 
@@ -260,15 +269,18 @@ pub async fn ws_route(
     State(gw): State<Arc<Gateway>>,
     Query(q): Query<WsQuery>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
+    mut req: Request,
 ) -> Response {
+    let (on_upgrade, switching) = match upgrade(&mut req) {
+        Ok(u) => u,
+        Err(refused) => return refused.into_response(),
+    };
     if let Some(ws) = &q.ws
         && !is_valid_id(ws)
     {
         return (StatusCode::BAD_REQUEST, "ws must be a workspace id").into_response();
     }
-    let slot = match gw.admit(peer.ip(), &headers) {
+    let slot = match gw.admit(peer.ip(), req.headers()) {
         Ok(slot) => slot,
         Err(r) => {
             metrics::counter!("herald_upgrades_refused_total", "reason" => r.reason).increment(1);
@@ -277,32 +289,93 @@ pub async fn ws_route(
         }
     };
     tracing::trace!(%peer, "upgrading to a WebSocket");
-    let tasks = gw.tasks.clone();
-    // The connection runs on a task of its own, not inside axum's upgrade
-    // task: that one also keeps the upgrade's own state (config, protocol,
-    // callback) for as long as its callback runs, and ends at once this way.
-    gw.configure(upgrade).on_upgrade(move |socket| {
-        tokio::spawn(tasks.track_future(conn::serve(gw, socket, q.ws.map(String::into_boxed_str), slot)));
-        std::future::ready(())
-    })
+    // The connection runs on a task of its own, not on the one that waits
+    // for the upgrade: its future then holds nothing of the upgrade's.
+    tokio::spawn(async move {
+        let Some(socket) = upgraded(on_upgrade, gw.cfg.frame_limit).await else { return };
+        slot.taken();
+        let tasks = gw.tasks.clone();
+        let conn = conn::Conn::open(gw, q.ws.map(String::into_boxed_str));
+        tokio::spawn(tasks.track_future(conn::serve(conn, socket)));
+    });
+    switching
 }
 
-/// `GET /diag/echo`: echoes every message with the gateway's buffers, for the
-/// Autobahn conformance cases. Only routed when `--diag-echo` is given. The
-/// size limits are raised to the suite's 16 MiB messages; the rest is the
-/// gateway's own configuration.
-pub async fn echo_route(State(gw): State<Arc<Gateway>>, upgrade: WebSocketUpgrade) -> Response {
-    const SUITE_MAX: usize = 20 * 1024 * 1024;
-    gw.configure(upgrade).max_message_size(SUITE_MAX).max_frame_size(SUITE_MAX).on_upgrade(|mut socket| async move {
-        while let Some(Ok(msg)) = socket.recv().await {
-            let reply = match msg {
-                Message::Text(t) => Message::Text(t),
-                Message::Binary(b) => Message::Binary(b),
-                _ => continue,
-            };
-            if socket.send(reply).await.is_err() {
-                break;
-            }
+/// Checks a WebSocket upgrade request: the pending upgrade and the `101` to
+/// answer with, or the refusal.
+fn upgrade(req: &mut Request) -> Result<(OnUpgrade, Response), (StatusCode, &'static str)> {
+    let accept = ws::accept_key(req.headers())?;
+    let Some(on_upgrade) = req.extensions_mut().remove::<OnUpgrade>() else {
+        return Err((StatusCode::UPGRADE_REQUIRED, "this connection cannot be upgraded"));
+    };
+    let mut switching = Response::new(Body::empty());
+    *switching.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = switching.headers_mut();
+    h.insert(header::CONNECTION, header::HeaderValue::from_static("upgrade"));
+    h.insert(header::UPGRADE, header::HeaderValue::from_static("websocket"));
+    h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    Ok((on_upgrade, switching))
+}
+
+/// The socket of an upgraded connection, once its `101` was sent: the TCP
+/// stream itself, as [`crate::server`] serves HTTP/1 straight over it, with
+/// the bytes the HTTP side read past the request.
+async fn upgraded(on_upgrade: OnUpgrade, limit: usize) -> Option<Socket> {
+    let upgraded = match on_upgrade.await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::debug!(error = %e, "upgrade failed");
+            return None;
         }
-    })
+    };
+    match upgraded.downcast::<TokioIo<TcpStream>>() {
+        Ok(parts) => Some(Socket::new(parts.io.into_inner(), parts.read_buf, limit)),
+        Err(_) => {
+            tracing::error!("an upgraded connection is not a TCP stream: serve the router with herald's server::run");
+            metrics::counter!("herald_upgrades_refused_total", "reason" => "transport").increment(1);
+            None
+        }
+    }
+}
+
+/// `GET /diag/echo`: echoes every message through the gateway's WebSocket
+/// layer, for the Autobahn conformance cases. Only routed when `--diag-echo`
+/// is given. The size limit is raised to the suite's 16 MiB messages.
+pub async fn echo_route(mut req: Request) -> Response {
+    const SUITE_MAX: usize = 20 * 1024 * 1024;
+    let (on_upgrade, switching) = match upgrade(&mut req) {
+        Ok(u) => u,
+        Err(refused) => return refused.into_response(),
+    };
+    tokio::spawn(async move {
+        if let Some(socket) = upgraded(on_upgrade, SUITE_MAX).await {
+            echo(socket).await;
+        }
+    });
+    switching
+}
+
+async fn echo(mut ws: Socket) {
+    loop {
+        if std::future::poll_fn(|cx| ws.poll_readable(cx)).await.is_err() {
+            return;
+        }
+        let read = ws.read(|msg| match msg {
+            Message::Text(t) => (ws::frame::OP_TEXT, t.as_bytes().to_vec()),
+            Message::Binary(b) => (ws::frame::OP_BINARY, b.to_vec()),
+        });
+        let sent = match read {
+            Ok(Some((opcode, data))) => ws.send(opcode, &[data]).await,
+            Ok(None) => ws.flush().await,
+            Err(ReadEnd::Fail(fail)) => return conn::close(&mut ws, CloseCode(fail.code), fail.reason).await,
+            Err(ReadEnd::Closed) => {
+                let _ = ws.flush().await;
+                return;
+            }
+            Err(ReadEnd::Gone) => return,
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
 }
