@@ -81,7 +81,6 @@ fn describe() {
     describe_counter!("herald_write_timeouts_total", "Connections dropped because the peer stopped reading");
     describe_histogram!("herald_store_write_seconds", "Time from a write's submission to its durable commit");
     describe_histogram!("herald_store_commit_seconds", "Time to apply and commit one batch");
-    describe_histogram!("herald_store_checkpoint_seconds", "Time of one SQLite checkpoint pass, beside the writer");
     describe_histogram!("herald_store_read_seconds", "Time of one store read");
     describe_histogram!("herald_store_batch_writes", "Writes per committed batch");
     describe_counter!("herald_store_errors_total", "Store failures, by kind");

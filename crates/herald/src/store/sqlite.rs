@@ -156,9 +156,6 @@ ON CONFLICT (chat_id) DO UPDATE SET
 /// How often the writer retries a WAL checkpoint that readers held up, after
 /// a batch that erased a body: the erased bytes must leave the files soon.
 const ERASE_CHECKPOINT_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
-/// Least time between two of the checkpointer's passes: each copies whatever
-/// the WAL gained since the last into the database file, off the writer.
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Most writes taken into one transaction. Bounds a batch's latency and the
 /// work lost to a batch that fails and is retried write by write.
@@ -227,11 +224,6 @@ impl SqliteStore {
         // FULL: every commit is fsynced, so an acknowledged event survives a power cut too.
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "OFF")?;
-        // The writer never checkpoints on its own: SQLite's automatic one runs
-        // inside a commit (every 1,000 WAL pages, copying them and syncing the
-        // database file), a stall every send behind it waits out. The
-        // checkpointer thread does it beside the writer instead.
-        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version > SCHEMA_VERSION {
@@ -257,14 +249,9 @@ impl SqliteStore {
         let alive = Alive(writer_alive.clone(), "sqlite");
         let webhook = Arc::new(AtomicBool::new(false));
         let tracked = webhook.clone();
-        let (wrote, wakes) = sync_channel(1);
-        let checkpointer = Connection::open(&path)?;
-        std::thread::Builder::new()
-            .name("herald-sqlite-ckpt".into())
-            .spawn(move || checkpoints(checkpointer, wakes))?;
         std::thread::Builder::new()
             .name("herald-sqlite-writer".into())
-            .spawn(move || Writer { conn, checkpoint_due: false, webhook: tracked, wrote }.run(rx, alive))?;
+            .spawn(move || Writer { conn, checkpoint_due: false, webhook: tracked }.run(rx, alive))?;
         Ok(SqliteStore {
             jobs: tx,
             writer_alive,
@@ -712,28 +699,6 @@ struct Writer {
     checkpoint_due: bool,
     /// webhook: whether batches keep the webhook's positions.
     webhook: Arc<AtomicBool>,
-    /// Tells the checkpointer that the WAL grew (a full channel: it knows already).
-    wrote: SyncSender<()>,
-}
-
-/// The checkpointer thread: after the writer commits, at most every
-/// [`CHECKPOINT_EVERY`], copies the WAL's committed pages into the database
-/// file with a passive checkpoint on a connection of its own, which never
-/// blocks the writer. Once a pass copied everything and no reader still
-/// reads the WAL, the writer's next transaction starts the WAL over, so it
-/// stays small. Ends when the writer does.
-fn checkpoints(conn: Connection, wakes: Receiver<()>) {
-    while wakes.recv().is_ok() {
-        let started = std::time::Instant::now();
-        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            Ok(_) => metrics::histogram!("herald_store_checkpoint_seconds").record(started.elapsed().as_secs_f64()),
-            Err(e) => {
-                tracing::warn!(error = %e, "sqlite checkpoint failed; trying again after the next commit");
-                metrics::counter!("herald_store_errors_total", "kind" => "checkpoint").increment(1);
-            }
-        }
-        std::thread::sleep(CHECKPOINT_EVERY.saturating_sub(started.elapsed()));
-    }
 }
 
 impl Writer {
@@ -779,7 +744,6 @@ impl Writer {
             }
             if !batch.is_empty() {
                 self.supervised(&mut batch, Writer::commit_batch);
-                let _ = self.wrote.try_send(());
             }
             if let Some(job) = revoke {
                 self.revoke(job);
@@ -1136,36 +1100,6 @@ mod tests {
         store.write(put("b")).await.expect("the writer survived the panic");
         assert!(store.ready().await.is_ok());
         assert!(store.chat(&ChatKey::new("w", "b")).await.unwrap().is_some());
-    }
-
-    /// The writer does not checkpoint (SQLite's automatic checkpoint is off
-    /// on its connection); the checkpointer thread copies the WAL into the
-    /// database beside it, and the WAL is then written over from its start
-    /// rather than growing with every write.
-    #[tokio::test]
-    async fn the_wal_is_checkpointed_beside_the_writer_and_reused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path()).unwrap();
-        let size = |file: &str| std::fs::metadata(dir.path().join(file)).map_or(0, |m| m.len());
-        let round =
-            |r: usize| futures_util::future::join_all((0..2_000).map(|i| store.write(put(&format!("c{r}-{i}")))));
-        let db_before = size(DB_FILE);
-        assert!(round(0).await.iter().all(Result::is_ok));
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while size(DB_FILE) <= db_before {
-            assert!(Instant::now() < deadline, "the database file did not grow: nothing was checkpointed");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        tokio::time::sleep(CHECKPOINT_EVERY * 3).await;
-        let wal_after_one = size(&format!("{DB_FILE}-wal"));
-        assert!(round(1).await.iter().all(Result::is_ok));
-        tokio::time::sleep(CHECKPOINT_EVERY * 3).await;
-        let wal_after_two = size(&format!("{DB_FILE}-wal"));
-        assert!(
-            wal_after_two < wal_after_one + wal_after_one / 2,
-            "the WAL grew from {wal_after_one} to {wal_after_two} bytes: it was not written over"
-        );
-        assert!(store.chat(&ChatKey::new("w", "c1-1999")).await.unwrap().is_some());
     }
 
     #[tokio::test]
