@@ -2,8 +2,11 @@
 //! watch replays of what was just pushed (or announced by a `notify`) need no
 //! store read.
 //!
-//! The sequencer hands every event of a watched chat to [`Recent::push`] in
-//! seq order, so the window is contiguous: it holds seqs `start..end`, and
+//! Only hot chats keep one (their notifies are what send watchers
+//! fetching; any other chat's rare fetch reads the store): while a chat is
+//! hot, the sequencer hands each of its events to [`Recent::push`] in seq
+//! order, so the window is contiguous, and it is emptied when the chat
+//! cools: it holds seqs `start..end`, and
 //! `end - 1` is the sequencer's head. An event that does not follow (the
 //! sequencer skipped a gap it could not repair) starts the window over.
 //!
@@ -259,7 +262,7 @@ impl Recent {
     }
 
     /// Empties the window (its next event starts it over).
-    fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.events.clear();
         if let Some(budget) = &self.budget {
             budget.sub(self.bytes);
@@ -307,6 +310,11 @@ impl Recent {
         let from = (after + 1 - self.start) as usize;
         let n = (upto - after) as usize;
         Some((after + 1..).zip(self.events.iter().skip(from).take(n).map(|c| c.frame.clone())).collect())
+    }
+
+    /// Whether it holds no event.
+    pub(super) fn is_empty(&self) -> bool {
+        self.events.is_empty()
     }
 
     /// Bytes held.

@@ -148,10 +148,12 @@ fn limits() -> ChatLimits {
 }
 
 /// A hub whose chat `key` has watcher `conn` of user "u", live from seq
-/// `latest` of a log, then events up to `to` delivered.
+/// `latest` of a log, then events up to `to` delivered within one second
+/// (paused time), so the chat is hot (a threshold of 1) from its
+/// `HOT_MIN_EVENTS`th event on, and keeps a window from there.
 fn watched_chat(latest: u64, to: u64) -> (Arc<Log>, Arc<Hub>, Chats, Arc<Outbox>) {
     let log = Log::new(to, vec![]);
-    let hub = hub_over(&log, 0);
+    let hub = hub_over(&log, 1);
     let chats = Chats::new(log.clone(), Arc::new(crate::broker::memory::MemoryBroker::new()), hub.clone(), limits());
     let outbox = Arc::new(Outbox::new(1, 1 << 24));
     hub.begin_watch(&key(), &"u".into(), &outbox);
@@ -168,14 +170,14 @@ async fn store_view(chats: &Chats, u: &Caller, after: u64, limit: Option<u32>) -
     ok_reply(3, &chats.fetch(u, &key().chat, after, limit).await.unwrap())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_watcher_fetches_from_the_window_and_anything_else_from_the_store() {
     let (log, _hub, chats, outbox) = watched_chat(10, 40);
     let reads = || log.reads.load(Ordering::SeqCst);
     let u = Caller { ws: "w".into(), user: "u".into() };
     let chat = &*key().chat;
 
-    // Inside the window (11..=40), for the live watcher: no store read, the store's bytes.
+    // Inside the window (20..=40: hot from the 10th event), for the live watcher: no store read, the store's bytes.
     let before = reads();
     let cached = chats.fetch_reply(&u, outbox.id(), 3, chat, 20, Some(5)).await.unwrap();
     assert_eq!(reads(), before, "served from the window");
@@ -200,7 +202,7 @@ async fn a_watcher_fetches_from_the_window_and_anything_else_from_the_store() {
     assert_eq!(reads(), before + 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_watch_replay_is_read_from_the_window_when_it_holds_it() {
     let (log, hub, chats, _first) = watched_chat(10, 40);
     let u = Caller { ws: "w".into(), user: "u".into() };

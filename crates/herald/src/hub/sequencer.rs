@@ -61,13 +61,21 @@ impl Hub {
         }
     }
 
-    /// Keeps `event` in the chat's recent window, pushes it to every live
-    /// watcher and buffers it for syncing ones; in a hot chat, only notes it
+    /// Pushes `event` to every live watcher and buffers it for syncing ones;
+    /// in a hot chat, keeps it in the chat's recent window and only notes it
     /// for the next coalesced `notify`.
     /// Returns true if a `leave` removed the last watcher.
     fn fan_out(&self, watched: &Arc<Watched>, state: &mut ChatState, event: &Arc<Published>) -> bool {
-        state.recent.push(&self.recent, &watched.key.chat, event);
-        if self.count_for_heat(watched, state) && event.kind != EventType::Leave {
+        let hot = self.count_for_heat(watched, state);
+        // Only a hot chat keeps a window: its notifies are what send its
+        // watchers fetching. Any other chat's rare fetch (a gap) reads the
+        // store, and its events cost no memory once pushed.
+        if hot {
+            state.recent.push(&self.recent, &watched.key.chat, event);
+        } else if !state.recent.is_empty() {
+            state.recent.clear();
+        }
+        if hot && event.kind != EventType::Leave {
             for w in state.watchers.values_mut() {
                 w.buffer_if_syncing(event, self.sync_bytes);
             }
