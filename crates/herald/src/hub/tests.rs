@@ -138,21 +138,23 @@ fn pushed(outbox: &Outbox) -> Vec<String> {
         .collect()
 }
 
+/// `n` connections (ids 1..=n) of user "u" watching `key` live from seq 0, their replies drained.
+fn live_watchers(hub: &Hub, key: &ChatKey, n: u64) -> Vec<Arc<Outbox>> {
+    let outboxes: Vec<Arc<Outbox>> = (1..=n).map(|i| Arc::new(Outbox::new(i, 1 << 20))).collect();
+    for o in &outboxes {
+        hub.begin_watch(key, &Arc::from("u"), o);
+        hub.finish_watch(key, o.id(), Replay { reply: Frame::from("{}"), latest: 0, frames: vec![], truncated: false });
+        pushed(o);
+    }
+    outboxes
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_hot_chat_gets_coalesced_notifies_then_events_again_once_it_cools() {
     // Hot at 100 deliveries a second: with two watchers, the 50th event of a second.
     let hub = hub_over(&Log::new(0, vec![]), 100);
     let key = ChatKey::new("w", "c");
-    let outboxes: Vec<Arc<Outbox>> = (1..=2).map(|i| Arc::new(Outbox::new(i, 1 << 20))).collect();
-    for o in &outboxes {
-        hub.begin_watch(&key, &Arc::from("u"), o);
-        hub.finish_watch(
-            &key,
-            o.id(),
-            Replay { reply: Frame::from("{}"), latest: 0, frames: vec![], truncated: false },
-        );
-        pushed(o);
-    }
+    let outboxes = live_watchers(&hub, &key, 2);
     for seq in 1..=200 {
         hub.deliver(event(&key, seq));
     }
@@ -184,16 +186,7 @@ async fn a_hot_chat_gets_coalesced_notifies_then_events_again_once_it_cools() {
 async fn a_hot_chats_notifies_are_spread_over_the_period() {
     let hub = hub_over(&Log::new(0, vec![]), 1);
     let key = ChatKey::new("w", "c");
-    let outboxes: Vec<Arc<Outbox>> = (1..=10).map(|i| Arc::new(Outbox::new(i, 1 << 20))).collect();
-    for o in &outboxes {
-        hub.begin_watch(&key, &Arc::from("u"), o);
-        hub.finish_watch(
-            &key,
-            o.id(),
-            Replay { reply: Frame::from("{}"), latest: 0, frames: vec![], truncated: false },
-        );
-        pushed(o);
-    }
+    let outboxes = live_watchers(&hub, &key, 10);
     for seq in 1..=20 {
         hub.deliver(event(&key, seq));
     }
