@@ -10,6 +10,15 @@ use herald::config::ServeArgs;
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's settings, read when it starts (`_RJEM_MALLOC_CONF` in the
+/// environment still wins). A background thread returns freed memory to the
+/// system on jemalloc's decay schedule (about 10 s) even while the node is
+/// idle; without it, purging happens only inside allocation calls, so what a
+/// burst of joins or a catch-up freed stays resident on a quiet node
+/// (measured: 2.16 against 2.00 KB per idle connection, docs/memory.md).
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: Option<&'static u8> = Some(&b"background_thread:true\0"[0]);
+
 #[derive(Parser)]
 #[command(name = "herald", version, about = "A real-time chat server")]
 struct Cli {
