@@ -1052,10 +1052,29 @@ var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]),
       }), this.flush();
     });
   }
-  /** Writes waiting sends, in order, while the link is up, the window has room and no throttle holds. */
+  /**
+   * Writes waiting sends, in order, while the link is up, the window has room and no throttle holds. A send
+   * to a chat with an earlier send sleeping before its retry stays back: written now, it would be stored
+   * before that one (the server holds back sends written behind a refused one, but only until the refused
+   * one comes again, and this one would come first).
+   */
   flush() {
-    for (; this.host.connected && this.cancelPause === null && this.inflight.size < this.window && this.waiting.length > 0; )
-      this.dispatch(this.waiting.shift());
+    let held = null;
+    for (let e of this.delayed.keys()) (held ??= /* @__PURE__ */ new Set()).add(e.chat);
+    let i = 0;
+    for (; this.host.connected && this.cancelPause === null && this.inflight.size < this.window && i < this.waiting.length; ) {
+      let entry = this.waiting[i];
+      if (held !== null && held.has(entry.chat) && this.sleepsBefore(entry)) {
+        i++;
+        continue;
+      }
+      this.waiting.splice(i, 1), this.dispatch(entry);
+    }
+  }
+  /** Whether a send to the same chat, queued before `entry`, sleeps before its retry. */
+  sleepsBefore(entry) {
+    for (let e of this.delayed.keys()) if (e.chat === entry.chat && e.order < entry.order) return !0;
+    return !1;
   }
   /** Rejects everything with `err` and refuses further sends (the client was closed). */
   close(err) {
@@ -1086,7 +1105,7 @@ var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]),
       return;
     }
     if (e.code === "throttled") {
-      this.window = Math.max(1, Math.floor(this.window / 2)), this.requeue(entry), this.pause(e.retryAfterMs ?? DEFAULT_RETRY_MS4);
+      this.cancelPause === null && (this.window = Math.max(1, Math.floor(this.window / 2))), this.requeue(entry), this.pause(e.retryAfterMs ?? DEFAULT_RETRY_MS4);
       return;
     }
     if (RETRYABLE.has(e.code) && entry.retries < this.maxRetries) {

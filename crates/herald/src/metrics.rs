@@ -75,6 +75,14 @@ fn describe() {
     describe_counter!("herald_events_stored_total", "Events stored durably");
     describe_counter!("herald_pushes_total", "Event frames queued to connections");
     describe_counter!("herald_joins_throttled_total", "Client joins refused by the per-chat join cap");
+    describe_counter!(
+        "herald_send_fences_total",
+        "Sends refused for now that hold back the later sends of their chat on their connection"
+    );
+    describe_counter!(
+        "herald_sends_fenced_total",
+        "Sends refused throttled because an earlier send to their chat on their connection was refused"
+    );
     describe_counter!("herald_frames_written_total", "Frames written to sockets");
     describe_counter!("herald_slow_consumer_closes_total", "Connections closed with 4008");
     describe_counter!("herald_closes_total", "Connections closed by the server, by close code");

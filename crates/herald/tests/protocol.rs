@@ -280,6 +280,75 @@ async fn requests_over_the_rate_are_throttled_then_cut_with_4029() {
     assert_eq!(a.closed_with().await, 4029);
 }
 
+/// A client that pipelines its sends and has one refused for now (here by
+/// the request rate) keeps its order: every send to that chat written after
+/// the refused one is refused too, none is stored ahead of it, and once the
+/// client sends them again, refused one first, the chat holds them all in
+/// the order they were written. Another chat is not held meanwhile.
+#[tokio::test]
+async fn a_send_refused_for_now_holds_back_the_sends_behind_it() {
+    const N: usize = 60;
+    let s = TestServer::start_with(|c| {
+        // A token every millisecond: without the fence, sends refused by the
+        // bucket would be followed by sends it lets through.
+        c.rate = 1_000;
+        c.burst = 4;
+    })
+    .await;
+    let mut a = s.client("w", "alice").await;
+    a.ok(json!({"op": "join", "chat": "c"})).await;
+    a.ok(json!({"op": "join", "chat": "d"})).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut ids = Vec::new();
+    for i in 0..N {
+        ids.push(a.send(json!({"op": "send", "chat": "c", "body": i, "client_id": format!("m{i}")})).await);
+    }
+    let mut first_refused = None;
+    for (i, id) in ids.iter().enumerate() {
+        let r = a.reply(*id).await;
+        match (&first_refused, r.get("err")) {
+            (None, None) => {}
+            (None, Some(err)) => {
+                assert_eq!(err["code"], "throttled", "{r}");
+                first_refused = Some(i);
+            }
+            (Some(first), err) => {
+                let err = err.unwrap_or_else(|| panic!("m{i} was served after m{first} was refused: {r}"));
+                assert_eq!(err["code"], "throttled", "{r}");
+            }
+        }
+    }
+    let first = first_refused.expect("the bucket of 4 refused one of 60 pipelined sends");
+    // The other chat is not fenced.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    a.ok(json!({"op": "send", "chat": "d", "body": "elsewhere", "client_id": "d1"})).await;
+    // The client sends the refused ones again, in order, at the rate.
+    for i in first..N {
+        loop {
+            let r = a.request(json!({"op": "send", "chat": "c", "body": i, "client_id": format!("m{i}")})).await;
+            match r.get("err") {
+                None => break,
+                Some(err) => {
+                    assert_eq!(err["code"], "throttled", "{r}");
+                    let wait = err["retry_after_ms"].as_u64().expect("retry_after_ms");
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                }
+            }
+        }
+    }
+    let page = a.ok(json!({"op": "fetch", "chat": "c", "after": 0, "limit": 200})).await;
+    let bodies: Vec<i64> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "message")
+        .map(|e| e["body"].as_i64().unwrap())
+        .collect();
+    assert_eq!(bodies, (0..N as i64).collect::<Vec<_>>());
+    let (_, text) = http_raw(s.addr, "GET", "/metrics", None, None).await;
+    assert!(metric(&text, "herald_sends_fenced_total") >= 1.0, "{text}");
+}
+
 /// The per-chat join cap: a flood of joins into one chat is capped per
 /// second on the node; the rest hear `throttled` with a time to retry, and
 /// get in when they do. Another chat is not slowed meanwhile.

@@ -3,6 +3,11 @@
 //! Owns: the bounded queue of unsent messages, their `client_id`s, order, and when each is tried again.
 //! Does not own: the link or request bookkeeping (client.ts), nor event delivery (chat.ts).
 //!
+//! Why the chat keeps the caller's order: entries go out in enqueue order, and a refused one goes back to
+//! its place. The server holds back the sends written behind a send it refused for now (it refuses them
+//! `throttled` until the refused one comes again), and the outbox writes no send to a chat while an earlier
+//! one to it sleeps before its retry.
+//!
 //! Why it is safe to retry: the server stores a (chat, user, client_id) once and answers a repeat with the
 //! first seq. So every send gets a `client_id` when it is queued, and keeps it for every try; a link that
 //! drops after the server stored the message but before its reply arrived costs one duplicate frame, never
@@ -111,16 +116,36 @@ export class Outbox {
     });
   }
 
-  /** Writes waiting sends, in order, while the link is up, the window has room and no throttle holds. */
+  /**
+   * Writes waiting sends, in order, while the link is up, the window has room and no throttle holds. A send
+   * to a chat with an earlier send sleeping before its retry stays back: written now, it would be stored
+   * before that one (the server holds back sends written behind a refused one, but only until the refused
+   * one comes again, and this one would come first).
+   */
   flush(): void {
+    let held: Set<string> | null = null;
+    for (const e of this.delayed.keys()) (held ??= new Set()).add(e.chat);
+    let i = 0;
     while (
       this.host.connected &&
       this.cancelPause === null &&
       this.inflight.size < this.window &&
-      this.waiting.length > 0
+      i < this.waiting.length
     ) {
-      this.dispatch(this.waiting.shift()!);
+      const entry = this.waiting[i]!;
+      if (held !== null && held.has(entry.chat) && this.sleepsBefore(entry)) {
+        i++;
+        continue;
+      }
+      this.waiting.splice(i, 1);
+      this.dispatch(entry);
     }
+  }
+
+  /** Whether a send to the same chat, queued before `entry`, sleeps before its retry. */
+  private sleepsBefore(entry: Entry): boolean {
+    for (const e of this.delayed.keys()) if (e.chat === entry.chat && e.order < entry.order) return true;
+    return false;
   }
 
   /** Rejects everything with `err` and refuses further sends (the client was closed). */
@@ -165,7 +190,9 @@ export class Outbox {
       return;
     }
     if (e.code === 'throttled') {
-      this.window = Math.max(1, Math.floor(this.window / 2));
+      // Once per pause: the sends written with this one are refused with it (and, behind a refused send, so
+      // is every later send to its chat), which is one signal, not one per send.
+      if (this.cancelPause === null) this.window = Math.max(1, Math.floor(this.window / 2));
       this.requeue(entry);
       this.pause(e.retryAfterMs ?? DEFAULT_RETRY_MS);
       return;

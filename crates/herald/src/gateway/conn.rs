@@ -330,6 +330,9 @@ impl Conn {
             };
             let err =
                 Error::Throttled { message: "too many requests on this connection".into(), retry_after_ms: wait_ms };
+            if let Ok(Request { op: Op::Send { chat, client_id: Some(client_id), .. }, .. }) = &parsed {
+                session.fence(chat, client_id, &err);
+            }
             self.outbox.push(Frame::from(err_reply(id, &err.body())));
             return;
         }

@@ -10,6 +10,7 @@ use herald_protocol::frame::{err_reply, ok_reply};
 use herald_protocol::reply::{EmptyOk, WatchOk};
 use herald_protocol::{Op, Request};
 
+use super::fences::Fences;
 use crate::chat::{Caller, Chats};
 use crate::error::Error;
 use crate::hub::Listener;
@@ -21,6 +22,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// What a connection at its watch cap is told to wait: it must unwatch first,
 /// so any wait will do; this keeps a looping client slow.
 const WATCH_FULL_RETRY_MS: u64 = 5_000;
+/// How long a send refused `internal` fences its chat before the client's
+/// retry is due (`internal` carries no time; clients wait about this long).
+const INTERNAL_RETRY_MS: u64 = 1_000;
 
 /// A connection after `hello`: who it is, its queue, and the watches it owns.
 pub(super) struct Session {
@@ -41,6 +45,10 @@ struct WatchSet {
     ended: bool,
     /// The connection asked for a live inbox.
     inbox: bool,
+    /// Chats whose sends wait for a refused one (see [`Fences`]). Kept
+    /// under the same lock: requests of a connection run one at a time, so
+    /// it is never contended.
+    fences: Option<Box<Fences>>,
 }
 
 impl Session {
@@ -77,6 +85,31 @@ impl Session {
             set.chats.push(key);
         }
         true
+    }
+
+    /// Whether a send of `client_id` to `chat` may be served now, or must
+    /// wait for an earlier refused one (see [`Fences::check`]).
+    fn check_fence(&self, chat: &str, client_id: Option<&str>) -> Result<(), Error> {
+        let mut set = self.watches.lock().expect("watches lock");
+        Fences::check(&mut set.fences, chat, client_id, Instant::now()).map_err(|wait_ms| {
+            metrics::counter!("herald_sends_fenced_total").increment(1);
+            Error::Throttled {
+                message: "an earlier send to this chat was refused: send it again first".into(),
+                retry_after_ms: wait_ms,
+            }
+        })
+    }
+
+    /// A send of `client_id` to `chat` was refused with an error the client
+    /// retries: later sends to the chat wait for it (see [`Fences::raise`]).
+    pub(super) fn fence(&self, chat: &str, client_id: &str, err: &Error) {
+        let retry_after_ms = match err {
+            Error::Throttled { retry_after_ms, .. } | Error::Unavailable { retry_after_ms, .. } => *retry_after_ms,
+            Error::Internal(_) => INTERNAL_RETRY_MS,
+            _ => return,
+        };
+        let mut set = self.watches.lock().expect("watches lock");
+        Fences::raise(&mut set.fences, chat, client_id, retry_after_ms, Instant::now());
     }
 
     /// Drops `chat` from the set (its watch ended: unwatch or leave).
@@ -120,6 +153,11 @@ pub(super) async fn handle(chats: Arc<Chats>, session: Arc<Session>, req: Reques
     let started = Instant::now();
     let op = req.op.name();
     let id = req.id;
+    // A send refused for now fences its chat; the key outlives the request.
+    let fence_key = match &req.op {
+        Op::Send { chat, client_id: Some(client_id), .. } => Some((chat.clone(), client_id.clone())),
+        _ => None,
+    };
     let result = tokio::time::timeout(REQUEST_TIMEOUT, run_op(&chats, &session, req))
         .await
         .unwrap_or_else(|_| Err(Error::Unavailable { message: "the request timed out".into(), retry_after_ms: 1000 }));
@@ -131,6 +169,9 @@ pub(super) async fn handle(chats: Arc<Chats>, session: Arc<Session>, req: Reques
             "ok"
         }
         Err(e) => {
+            if let Some((chat, client_id)) = &fence_key {
+                session.fence(chat, client_id, e);
+            }
             session.outbox.push(Frame::from(err_reply(Some(id), &e.body())));
             e.outcome()
         }
@@ -166,7 +207,10 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
             s.forget(&chat);
             ok(ok_reply(id, &EmptyOk {}))
         }
-        Op::Send { chat, body, client_id } => ok(ok_reply(id, &chats.send(c, &chat, body, client_id).await?)),
+        Op::Send { chat, body, client_id } => {
+            s.check_fence(&chat, client_id.as_deref())?;
+            ok(ok_reply(id, &chats.send(c, &chat, body, client_id).await?))
+        }
         Op::React { chat, target, emoji, on } => ok(ok_reply(id, &chats.react(c, &chat, target, emoji, on).await?)),
         Op::Read { chat, seq } => ok(ok_reply(id, &chats.read(c, &chat, seq).await?)),
         Op::Fetch { chat, after, limit } => ok(chats.fetch_reply(c, s.outbox.id(), id, &chat, after, limit).await?),

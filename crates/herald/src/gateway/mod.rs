@@ -18,6 +18,7 @@
 pub mod admission;
 mod conn;
 mod dispatch;
+mod fences;
 #[doc(hidden)]
 pub mod harness;
 mod timers;

@@ -169,6 +169,50 @@ describe('send retries', () => {
     client.close();
   });
 
+  it('keeps a chat in the order sent when one send is refused for now and those behind it were already written', async () => {
+    const { server, client } = setup();
+    await connected(client);
+    // Like herald: 'b' is refused once (unavailable); until 'b' comes again, every later send to its chat is
+    // refused throttled (it was written behind a refused one) and stored nowhere. Another chat is served.
+    let refusedB = false;
+    let fenced = false;
+    const written: string[] = [];
+    server.intercept = (conn, frame) => {
+      if (frame.op !== 'send') return false;
+      const body = frame.body as string;
+      written.push(body);
+      if (frame.chat === 'general' && body === 'b' && !refusedB) {
+        refusedB = true;
+        fenced = true;
+        conn.serverSend({ id: frame.id, err: { code: 'unavailable', message: 'busy', retry_after_ms: 300 } });
+        return true;
+      }
+      if (frame.chat === 'general' && fenced) {
+        if (body !== 'b') {
+          conn.serverSend({ id: frame.id, err: { code: 'throttled', message: 'behind b', retry_after_ms: 10 } });
+          return true;
+        }
+        fenced = false;
+      }
+      return false;
+    };
+    const general = client.chat('general');
+    const sends = ['a', 'b', 'c', 'd', 'e'].map((t) => general.send(t));
+    await tick(50);
+    // While 'b' sleeps before its retry, the sends behind it stay back instead of probing the fence.
+    const other = client.chat('other').send('elsewhere');
+    await tick(100);
+    await expect(other).resolves.toEqual({ seq: 1 });
+    expect(written.filter((b) => b === 'c')).toHaveLength(1);
+    await tick(1000);
+    await Promise.all(sends);
+    expect(server.events('general').map((e) => e.body)).toEqual(['a', 'b', 'c', 'd', 'e']);
+    // 'b' retried before anything behind it was written again.
+    const again = written.slice(written.indexOf('e') + 1).filter((b) => b !== 'elsewhere');
+    expect(again).toEqual(['b', 'c', 'd', 'e']);
+    client.close();
+  });
+
   it('gives up after sendRetries and on errors that will not change (forbidden)', async () => {
     const { server, client } = setup({ sendRetries: 2 });
     await connected(client);
