@@ -4,8 +4,8 @@
 //! Does not own: the link or request bookkeeping (client.ts), nor event delivery (chat.ts).
 //!
 //! Why the chat keeps the caller's order: entries go out in enqueue order, and a refused one goes back to
-//! its place. The server holds back the sends written behind a send it refused for now (it refuses them
-//! `throttled` until the refused one comes again), and the outbox writes no send to a chat while an earlier
+//! its place. The server holds back the sends written behind a send it refused for now (it refuses them the
+//! same way until the refused one comes again), and the outbox writes no send to a chat while an earlier
 //! one to it sleeps before its retry.
 //!
 //! Why it is safe to retry: the server stores a (chat, user, client_id) once and answers a repeat with the

@@ -10,7 +10,7 @@ use herald_protocol::frame::{err_reply, ok_reply};
 use herald_protocol::reply::{EmptyOk, WatchOk};
 use herald_protocol::{Op, Request};
 
-use super::fences::Fences;
+use super::fences::{Fences, Refusal};
 use crate::chat::{Caller, Chats};
 use crate::error::Error;
 use crate::hub::Listener;
@@ -91,11 +91,12 @@ impl Session {
     /// wait for an earlier refused one (see [`Fences::check`]).
     fn check_fence(&self, chat: &str, client_id: Option<&str>) -> Result<(), Error> {
         let mut set = self.watches.lock().expect("watches lock");
-        Fences::check(&mut set.fences, chat, client_id, Instant::now()).map_err(|wait_ms| {
+        Fences::check(&mut set.fences, chat, client_id, Instant::now()).map_err(|(refusal, retry_after_ms)| {
             metrics::counter!("herald_sends_fenced_total").increment(1);
-            Error::Throttled {
-                message: "an earlier send to this chat was refused: send it again first".into(),
-                retry_after_ms: wait_ms,
+            let message = "an earlier send to this chat was refused: send it again first".to_string();
+            match refusal {
+                Refusal::Throttled => Error::Throttled { message, retry_after_ms },
+                Refusal::Unavailable => Error::Unavailable { message, retry_after_ms },
             }
         })
     }
@@ -103,13 +104,14 @@ impl Session {
     /// A send of `client_id` to `chat` was refused with an error the client
     /// retries: later sends to the chat wait for it (see [`Fences::raise`]).
     pub(super) fn fence(&self, chat: &str, client_id: &str, err: &Error) {
-        let retry_after_ms = match err {
-            Error::Throttled { retry_after_ms, .. } | Error::Unavailable { retry_after_ms, .. } => *retry_after_ms,
-            Error::Internal(_) => INTERNAL_RETRY_MS,
+        let (refusal, retry_after_ms) = match err {
+            Error::Throttled { retry_after_ms, .. } => (Refusal::Throttled, *retry_after_ms),
+            Error::Unavailable { retry_after_ms, .. } => (Refusal::Unavailable, *retry_after_ms),
+            Error::Internal(_) => (Refusal::Unavailable, INTERNAL_RETRY_MS),
             _ => return,
         };
         let mut set = self.watches.lock().expect("watches lock");
-        Fences::raise(&mut set.fences, chat, client_id, retry_after_ms, Instant::now());
+        Fences::raise(&mut set.fences, chat, client_id, refusal, retry_after_ms, Instant::now());
     }
 
     /// Drops `chat` from the set (its watch ended: unwatch or leave).

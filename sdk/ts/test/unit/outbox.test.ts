@@ -173,7 +173,7 @@ describe('send retries', () => {
     const { server, client } = setup();
     await connected(client);
     // Like herald: 'b' is refused once (unavailable); until 'b' comes again, every later send to its chat is
-    // refused throttled (it was written behind a refused one) and stored nowhere. Another chat is served.
+    // refused the same way (it was written behind a refused one) and stored nowhere. Another chat is served.
     let refusedB = false;
     let fenced = false;
     const written: string[] = [];
@@ -189,7 +189,7 @@ describe('send retries', () => {
       }
       if (frame.chat === 'general' && fenced) {
         if (body !== 'b') {
-          conn.serverSend({ id: frame.id, err: { code: 'throttled', message: 'behind b', retry_after_ms: 10 } });
+          conn.serverSend({ id: frame.id, err: { code: 'unavailable', message: 'behind b', retry_after_ms: 250 } });
           return true;
         }
         fenced = false;
