@@ -305,6 +305,13 @@ describe('demo page in Chromium', { timeout: TEST_TIMEOUT_MS }, () => {
     assert.equal(await row(alice).locator('button.edit').count(), 0, 'a deleted message cannot be edited');
 
     // The chat list: bob opens another chat; alice's messages in general count as unread for him, live.
+    // First both pages' reads of "typo here" (each page reads 250 ms after a message shows) are stored:
+    // a read is an event of general, and one landing after bob's join would rightly put general first.
+    for (const [who, other] of [[alice, bob], [bob, alice]]) {
+      await until(UI_TIMEOUT_MS, `${who.name} sees ${other.name}'s read reach the message`, async () =>
+        Number(await who.page.getAttribute(`#readers [data-user="${other.name}"]`, 'data-seq')) >= typo,
+      );
+    }
     await joinChat(bob, 'random');
     await until(UI_TIMEOUT_MS, 'alice sees bob leave "here"', async () => JSON.stringify(await present(alice)) === '["alice"]');
     await until(UI_TIMEOUT_MS, "bob's list has both chats, random first", async () =>
