@@ -342,6 +342,8 @@ impl Client {
 pub struct BinServer {
     pub child: std::process::Child,
     pub addr: SocketAddr,
+    /// Its standard error, shown when it does not become ready.
+    log: std::path::PathBuf,
 }
 
 impl BinServer {
@@ -354,8 +356,12 @@ impl BinServer {
             .arg(data)
             .env("HERALD_JWT_SECRET", SECRET)
             .env("HERALD_API_KEY", API_KEY)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
+            .stdout(std::process::Stdio::null());
+        let log = std::env::temp_dir().join(format!("herald-test-{}-{port}.log", std::process::id()));
+        match std::fs::File::create(&log) {
+            Ok(f) => cmd.stderr(f),
+            Err(_) => cmd.stderr(std::process::Stdio::null()),
+        };
         for url in stores {
             cmd.arg("--store").arg(url);
         }
@@ -363,22 +369,40 @@ impl BinServer {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("start herald");
-        BinServer { child, addr }
+        BinServer { child, addr, log }
     }
 
+    /// Waits until `/readyz` answers 200. A connection refused or cut while
+    /// herald starts is tried again; herald exiting, or not being ready in
+    /// time, fails with what it wrote to standard error.
     pub async fn wait_ready(&self) {
         let deadline = std::time::Instant::now() + WAIT;
         loop {
-            if let Ok(s) = TcpStream::connect(self.addr).await {
-                drop(s);
-                let (status, _) = http(self.addr, "GET", "/readyz", None, None).await;
-                if status == 200 {
-                    return;
-                }
+            let answer = try_http(self.addr, "GET", "/readyz", None, Duration::from_secs(2)).await;
+            if answer.is_some_and(|(status, _)| status == 200) {
+                return;
             }
-            assert!(std::time::Instant::now() < deadline, "herald did not become ready");
+            if self.exited() {
+                panic!("herald on {} exited before it was ready; its stderr:\n{}", self.addr, self.stderr());
+            }
+            if std::time::Instant::now() >= deadline {
+                panic!("herald on {} did not become ready; its stderr:\n{}", self.addr, self.stderr());
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Whether the process has ended (gone, or a zombie nobody waited for).
+    fn exited(&self) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).is_none_or(|state| state == "Z")
+    }
+
+    /// The last lines herald wrote to standard error.
+    fn stderr(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
     pub fn kill9(&mut self) {
@@ -391,6 +415,7 @@ impl Drop for BinServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
