@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import type { HeraldClient } from '../../src/client.js';
 import type { InboxItem } from '../../src/inbox.js';
 import type { HeraldEvent } from '../../src/types.js';
-import { Herald, HERALD_BIN, TcpProxy, until, stopAfterEach } from './harness.js';
+import { Herald, HERALD_BIN, sleep, TcpProxy, until, stopAfterEach } from './harness.js';
 
 const WS = 'acme';
 
@@ -42,8 +42,12 @@ async function inThreeChats(alice: HeraldClient, bob: HeraldClient, inC: number)
     await alice.chat(c).join();
     await bob.chat(c).join();
   }
+  // A few ms between the chats' last messages: the inbox orders by the latest event's ms, and two sends
+  // in one ms tie (in name order).
   await bob.chat('a').send({ text: 'a1' });
+  await sleep(3);
   for (let i = 1; i <= inC; i++) await bob.chat('c').send({ text: `c${i}` });
+  await sleep(3);
   await bob.chat('b').send({ text: 'b1' });
 }
 
