@@ -81,7 +81,7 @@ fn describe() {
     );
     describe_counter!(
         "herald_sends_fenced_total",
-        "Sends refused throttled because an earlier send to their chat on their connection was refused"
+        "Sends held back (refused like the send they wait for) behind an earlier refused send to their chat"
     );
     describe_counter!("herald_frames_written_total", "Frames written to sockets");
     describe_counter!("herald_slow_consumer_closes_total", "Connections closed with 4008");
