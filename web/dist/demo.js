@@ -1059,22 +1059,17 @@ var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]),
    * one comes again, and this one would come first).
    */
   flush() {
-    let held = null;
-    for (let e of this.delayed.keys()) (held ??= /* @__PURE__ */ new Set()).add(e.chat);
+    let asleep = /* @__PURE__ */ new Map();
+    for (let e of this.delayed.keys()) asleep.set(e.chat, Math.min(e.order, asleep.get(e.chat) ?? e.order));
     let i = 0;
     for (; this.host.connected && this.cancelPause === null && this.inflight.size < this.window && i < this.waiting.length; ) {
       let entry = this.waiting[i];
-      if (held !== null && held.has(entry.chat) && this.sleepsBefore(entry)) {
+      if ((asleep.get(entry.chat) ?? 1 / 0) < entry.order) {
         i++;
         continue;
       }
       this.waiting.splice(i, 1), this.dispatch(entry);
     }
-  }
-  /** Whether a send to the same chat, queued before `entry`, sleeps before its retry. */
-  sleepsBefore(entry) {
-    for (let e of this.delayed.keys()) if (e.chat === entry.chat && e.order < entry.order) return !0;
-    return !1;
   }
   /** Rejects everything with `err` and refuses further sends (the client was closed). */
   close(err) {

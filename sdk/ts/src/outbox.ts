@@ -123,8 +123,9 @@ export class Outbox {
    * one comes again, and this one would come first).
    */
   flush(): void {
-    let held: Set<string> | null = null;
-    for (const e of this.delayed.keys()) (held ??= new Set()).add(e.chat);
+    // Per chat, the earliest send sleeping before its retry.
+    const asleep = new Map<string, number>();
+    for (const e of this.delayed.keys()) asleep.set(e.chat, Math.min(e.order, asleep.get(e.chat) ?? e.order));
     let i = 0;
     while (
       this.host.connected &&
@@ -133,19 +134,13 @@ export class Outbox {
       i < this.waiting.length
     ) {
       const entry = this.waiting[i]!;
-      if (held !== null && held.has(entry.chat) && this.sleepsBefore(entry)) {
+      if ((asleep.get(entry.chat) ?? Infinity) < entry.order) {
         i++;
         continue;
       }
       this.waiting.splice(i, 1);
       this.dispatch(entry);
     }
-  }
-
-  /** Whether a send to the same chat, queued before `entry`, sleeps before its retry. */
-  private sleepsBefore(entry: Entry): boolean {
-    for (const e of this.delayed.keys()) if (e.chat === entry.chat && e.order < entry.order) return true;
-    return false;
   }
 
   /** Rejects everything with `err` and refuses further sends (the client was closed). */
