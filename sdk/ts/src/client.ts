@@ -27,7 +27,7 @@ import { newClientId, Outbox } from './outbox.js';
 import { PageSize } from './page-size.js';
 import { Requests } from './requests.js';
 import { TokenSource } from './token.js';
-import { ABNORMAL_CLOSURE, endpointUrl, Link, resolveWebSocket, type WebSocketConstructor } from './transport.js';
+import { ABNORMAL_CLOSURE, endpointUrl, HERALD_WS_PATH, Link, resolveWebSocket, type WebSocketConstructor } from './transport.js';
 import type { ChatEvent, HelloOk, InboxOk, Op, PushFrame, ReplyFrame, RequestArgs, RequestOk, SeqOk } from './types.js';
 
 /** Where the client stands. */
@@ -88,6 +88,14 @@ const MAX_RECONNECT_AFTER_MS = 5 * 60_000;
  */
 const STABLE_CONNECTION_MS = 10_000;
 
+/**
+ * Attempts in a row that fail before a socket opens, after which the client says in an `error` event
+ * what may be wrong. Three is past a blip (a server restarting, a network switch) yet only a few seconds
+ * of backoff in: a wrong URL shows early, and the client still goes on trying, since a server that is
+ * down for a while fails the same way.
+ */
+const UNREACHABLE_AFTER = 3;
+
 /** Runs `fn` after `ms`; returns a function that cancels it. */
 function schedule(fn: () => void, ms: number): () => void {
   const t = setTimeout(fn, ms);
@@ -145,6 +153,8 @@ export class HeraldClient extends Emitter<ClientEvents> {
   private connectWaiters: Array<{ resolve(ok: HelloOk): void; reject(err: HeraldError): void }> = [];
   /** Bumped when an attempt starts or the client stops, so a token fetched for an old attempt is dropped. */
   private generation = 0;
+  /** Attempts in a row whose socket never opened; reset when one opens. */
+  private failedOpens = 0;
   /** Set after a rejected token was replaced; a second rejection then stops the client. */
   private authRetried = false;
   /** When a `reconnect` push asked us to come back (absolute ms), until the next attempt uses it. */
@@ -177,6 +187,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
       this.s.maxQueue,
       this.s.sendRetries,
       () => newClientId(this.s.random),
+      this.s.sendTimeoutMs,
     );
     this.chatHost = {
       get connected() {
@@ -244,6 +255,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
     const p = new Promise<HelloOk>((resolve, reject) => this.connectWaiters.push({ resolve, reject }));
     if (this.current === 'disconnected') {
       this.authRetried = false;
+      this.failedOpens = 0;
       this.backoff.reset();
       this.setState('connecting');
       void this.startAttempt();
@@ -341,6 +353,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
 
   private onOpen(link: Link, token: string): void {
     if (link !== this.link) return;
+    this.failedOpens = 0;
     // `hello` must be the first frame of a connection, so it bypasses the queue of waiting requests.
     this.requests.call(link, 'hello', { token }, this.s.requestTimeoutMs).then(
       (ok) => this.onHello(link, ok as HelloOk),
@@ -425,6 +438,9 @@ export class HeraldClient extends Emitter<ClientEvents> {
     if (link !== this.link) return;
     const lived = this.current === 'connected' ? Date.now() - this.connectedAt : 0;
     this.detach(link, reason, new HeraldError('disconnected', `herald: link closed (${code}${reason ? ` ${reason}` : ''})`, { closeCode: code }));
+    if (!link.opened && ++this.failedOpens === UNREACHABLE_AFTER) {
+      this.emit('error', new HeraldError('unreachable', this.unreachableMessage(reason), { closeCode: code }));
+    }
     const policy = closePolicy(code);
     if (policy === 'reconnect_smaller') {
       // A slow consumer is not forgiven for having lived long: a client that falls behind again and
@@ -455,6 +471,20 @@ export class HeraldClient extends Emitter<ClientEvents> {
       delay = this.backoff.next();
     }
     this.retryLater(code, reason, delay);
+  }
+
+  /** What to tell a developer whose client cannot open a socket: the URL, the runtime's words, the likely causes. */
+  private unreachableMessage(lastReason: string): string {
+    const u = new URL(this.endpoint);
+    const hints: string[] = [];
+    if (/\b404\b/.test(lastReason)) hints.push('the server answered the upgrade with 404: nothing serves WebSockets at that path');
+    if (!u.pathname.endsWith(HERALD_WS_PATH)) hints.push(`the path is "${u.pathname}", and herald serves WebSockets at ${HERALD_WS_PATH}`);
+    if (/ECONNREFUSED/.test(lastReason)) hints.push(`nothing listens on ${u.host}: a wrong port, or the server is down`);
+    hints.push(`check \`url\`: herald's endpoint is ${u.protocol}//HOST:PORT${HERALD_WS_PATH} (a proxy in front must pass WebSocket upgrades), or the server is down`);
+    return (
+      `herald: ${UNREACHABLE_AFTER} attempts in a row to open ${this.endpoint} failed before the WebSocket opened ` +
+      `(last: ${lastReason || 'no detail from the runtime; browsers give none'}). ${hints.join('; ')}. Still retrying.`
+    );
   }
 
   private retryLater(code: number, reason: string, delay: number): void {

@@ -40,8 +40,10 @@ export type ServerErrorCode =
  * - `queue_full`: the offline send queue is at its bound.
  * - `token`: the token provider threw or returned something that is not a string.
  * - `protocol`: the server sent a frame this client cannot read.
+ * - `unreachable`: several attempts in a row failed before a WebSocket opened (a wrong `url`, or the
+ *   server is down); only in `error` events, since the client goes on trying.
  */
-export type ClientErrorCode = 'timeout' | 'disconnected' | 'closed' | 'queue_full' | 'token' | 'protocol';
+export type ClientErrorCode = 'timeout' | 'disconnected' | 'closed' | 'queue_full' | 'token' | 'protocol' | 'unreachable';
 
 /** Every code a `HeraldError` may carry. Unknown server codes pass through as plain strings. */
 export type ErrorCode = ServerErrorCode | ClientErrorCode | (string & {});

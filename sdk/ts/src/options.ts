@@ -33,6 +33,12 @@ export interface ClientOptions {
   maxQueue?: number;
   /** How many times one send is retried after `unavailable`, `internal` or a timeout. Default 10. */
   sendRetries?: number;
+  /**
+   * How long a send may take to be stored, from the call: offline waits, retries and the reply included.
+   * Past it a send not yet written rejects with `timeout` (one written by then waits for its reply).
+   * Default 60 s.
+   */
+  sendTimeoutMs?: number;
   /** Refresh a provider's token this long before its `exp`. Default 30 s. */
   tokenRefreshMarginMs?: number;
   /** The server's frame limit; larger requests fail locally with `too_large`. Default 64 KiB. */
@@ -61,6 +67,7 @@ export interface Settings {
   throttledReconnectFloorMs: number;
   maxQueue: number;
   sendRetries: number;
+  sendTimeoutMs: number;
   tokenRefreshMarginMs: number;
   maxFrameBytes: number;
   fetchPageSize: number;
@@ -96,6 +103,9 @@ export function resolveOptions(opts: ClientOptions): Settings {
     throttledReconnectFloorMs: nonNegative('throttledReconnectFloorMs', opts.throttledReconnectFloorMs, 10_000),
     maxQueue: positive('maxQueue', opts.maxQueue, 100),
     sendRetries: nonNegative('sendRetries', opts.sendRetries, 10),
+    // Long enough to ride out a reconnect (backoff tops out at 20 s) and a server restart; short enough
+    // that a user learns within a minute that a message did not go, and can send it again.
+    sendTimeoutMs: positive('sendTimeoutMs', opts.sendTimeoutMs, 60_000),
     tokenRefreshMarginMs: nonNegative('tokenRefreshMarginMs', opts.tokenRefreshMarginMs, 30_000),
     maxFrameBytes: positive('maxFrameBytes', opts.maxFrameBytes, DEFAULT_FRAME_BYTES),
     fetchPageSize: Math.min(positive('fetchPageSize', opts.fetchPageSize, MAX_FETCH_LIMIT), MAX_FETCH_LIMIT),

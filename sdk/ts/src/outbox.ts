@@ -8,6 +8,11 @@
 //! same way until the refused one comes again), and the outbox writes no send to a chat while an earlier
 //! one to it sleeps before its retry.
 //!
+//! Why every send has a deadline: a chat app's user expects a message written offline to go out when the
+//! link comes back, and a message that cannot go to say so, not to show "sending..." forever. So a send
+//! waits through link drops, retries and `disconnected` (sent on the next `connect()`), but one not stored
+//! within `sendTimeoutMs` of the call rejects with `timeout`; one written by then waits for its reply.
+//!
 //! Why it is safe to retry: the server stores a (chat, user, client_id) once and answers a repeat with the
 //! first seq. So every send gets a `client_id` when it is queued, and keeps it for every try; a link that
 //! drops after the server stored the message but before its reply arrived costs one duplicate frame, never
@@ -34,6 +39,10 @@ interface Entry {
   clientId: string;
   /** Retries spent on `unavailable`, `internal` and timeouts (link drops and throttles are free). */
   retries: number;
+  /** Cancels the deadline timer; called once the entry settles. */
+  cancelDeadline: () => void;
+  /** Set when the deadline passed while the entry was in flight: its reply decides, no retry follows. */
+  expired: boolean;
   resolve(ok: SeqOk): void;
   reject(err: HeraldError): void;
 }
@@ -78,6 +87,7 @@ export class Outbox {
     private readonly maxQueue: number,
     private readonly maxRetries: number,
     private readonly newClientId: () => string,
+    private readonly sendTimeoutMs: number,
   ) {}
 
   /** Sends not yet written (the bounded part). */
@@ -103,17 +113,55 @@ export class Outbox {
       );
     }
     return new Promise<SeqOk>((resolve, reject) => {
-      this.waiting.push({
+      const entry: Entry = {
         order: this.nextOrder++,
         chat,
         body,
         clientId: clientId ?? this.newClientId(),
         retries: 0,
-        resolve,
-        reject,
-      });
+        resolve: (ok) => {
+          entry.cancelDeadline();
+          resolve(ok);
+        },
+        reject: (err) => {
+          entry.cancelDeadline();
+          reject(err);
+        },
+        cancelDeadline: () => {},
+        expired: false,
+      };
+      entry.cancelDeadline = this.host.schedule(() => this.expire(entry), this.sendTimeoutMs);
+      this.waiting.push(entry);
       this.flush();
     });
+  }
+
+  /**
+   * The send's deadline passed: an unwritten one (waiting, or sleeping before a retry) rejects with
+   * `timeout` now and is never written; one in flight is left to its reply.
+   */
+  private expire(entry: Entry): void {
+    const err = new HeraldError(
+      'timeout',
+      `herald: send not stored within ${this.sendTimeoutMs} ms (sendTimeoutMs)${this.host.connected ? '' : '; the client is not connected'}`,
+      { op: 'send' },
+    );
+    const waitingAt = this.waiting.indexOf(entry);
+    if (waitingAt >= 0) {
+      this.waiting.splice(waitingAt, 1);
+      entry.reject(err);
+      return;
+    }
+    const cancelRetry = this.delayed.get(entry);
+    if (cancelRetry !== undefined) {
+      cancelRetry();
+      this.delayed.delete(entry);
+      entry.reject(err);
+      // Sends to its chat held behind it may go now.
+      this.flush();
+      return;
+    }
+    if (this.inflight.has(entry)) entry.expired = true;
   }
 
   /**
@@ -177,6 +225,16 @@ export class Outbox {
     const e = err instanceof HeraldError ? err : new HeraldError('internal', String(err), { op: 'send' });
     if (this.closedWith !== null) {
       entry.reject(this.closedWith);
+      return;
+    }
+    if (entry.expired) {
+      // Past its deadline: no further try. A link drop leaves the outcome unknown, which `timeout` says.
+      const unknown = e.code === 'disconnected' || e.code === 'timeout';
+      entry.reject(
+        unknown
+          ? new HeraldError('timeout', `herald: send not stored within ${this.sendTimeoutMs} ms (sendTimeoutMs); its last try's outcome is unknown`, { op: 'send' })
+          : e,
+      );
       return;
     }
     if (e.code === 'disconnected') {

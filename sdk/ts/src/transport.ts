@@ -47,13 +47,32 @@ export function resolveWebSocket(given: WebSocketConstructor | undefined): WebSo
   return g;
 }
 
+/** The path herald serves WebSockets at (docs/protocol.md). A proxy in front may map another one. */
+export const HERALD_WS_PATH = '/v1/ws';
+
 /**
  * The endpoint with `?ws=WORKSPACE` set. The query lets a load balancer keep a workspace's users
  * together (docs/protocol.md); a URL that already names another workspace is a configuration mistake, and the
  * server would refuse its `hello` with 4001 forever, so it is refused here at once.
+ *
+ * Only `ws:` and `wss:` URLs are taken. Some WebSocket implementations also take `http:` and `https:`,
+ * but a page's own address passed by mistake is the usual way one gets here, and naming the scheme
+ * keeps `ws` versus `wss` (plain versus TLS) the caller's visible choice.
  */
 export function endpointUrl(url: string, workspace: string): string {
-  const u = new URL(url);
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new TypeError(`herald: \`url\` is not a URL: "${url}"; herald's endpoint looks like wss://chat.example.com${HERALD_WS_PATH}`);
+  }
+  if (u.protocol !== 'ws:' && u.protocol !== 'wss:') {
+    const like = u.protocol === 'https:' ? 'wss:' : 'ws:';
+    throw new TypeError(
+      `herald: \`url\` must be a WebSocket URL (ws:// or wss://), not ${u.protocol}//; herald's endpoint is ` +
+        `${like}//${u.host}${HERALD_WS_PATH}`,
+    );
+  }
   const named = u.searchParams.get('ws');
   if (named !== null && named !== workspace) {
     throw new TypeError(`herald: url names workspace "${named}" but the options say "${workspace}"`);
@@ -76,11 +95,15 @@ export interface LinkHandlers {
 export class Link {
   private readonly socket: WebSocketLike;
   private live = true;
+  private wasOpened = false;
+  /** What the runtime said about a failure: `ws` names it ("connect ECONNREFUSED ..."); browsers say nothing. */
+  private errorDetail = '';
 
   /** Opens a socket to `url`; may throw synchronously for a malformed URL. */
   constructor(ctor: WebSocketConstructor, url: string, handlers: LinkHandlers) {
     this.socket = new ctor(url);
     this.socket.onopen = () => {
+      this.wasOpened = true;
       if (this.live) handlers.onOpen();
     };
     this.socket.onmessage = (ev: { data?: unknown }) => {
@@ -90,10 +113,19 @@ export class Link {
     this.socket.onclose = (ev: { code?: number; reason?: string }) => {
       if (!this.live) return;
       this.live = false;
-      handlers.onClose(typeof ev.code === 'number' ? ev.code : ABNORMAL_CLOSURE, ev.reason ?? '');
+      handlers.onClose(typeof ev.code === 'number' ? ev.code : ABNORMAL_CLOSURE, ev.reason || this.errorDetail);
     };
-    // The close event that follows an error carries all we need; browsers give errors no detail.
-    this.socket.onerror = () => {};
+    // A close event follows every error; an error's detail, where the runtime gives one (`ws` does,
+    // browsers do not), becomes the close's reason when the close has none.
+    this.socket.onerror = (ev: { message?: unknown; error?: { message?: unknown } } | undefined) => {
+      const detail = ev?.message ?? ev?.error?.message;
+      if (typeof detail === 'string') this.errorDetail = detail.slice(0, 200);
+    };
+  }
+
+  /** True once the socket opened: a link that never did points at the URL or the network, not herald. */
+  get opened(): boolean {
+    return this.wasOpened;
   }
 
   /** True while frames can be written. */

@@ -52,6 +52,46 @@ describe('connecting', () => {
     }
   });
 
+  it('refuses a url that is not ws:// or wss://, saying which one to use', async () => {
+    const { server } = setup();
+    const { HeraldClient } = await import('../../src/client.js');
+    const make = (url: string) => () => new HeraldClient({ url, workspace: 'acme', token: 't', WebSocket: server.WebSocket });
+    expect(make('http://127.0.0.1:8080/v1/ws')).toThrow(/ws:\/\/ or wss:\/\/.*ws:\/\/127\.0\.0\.1:8080\/v1\/ws/);
+    expect(make('https://chat.example.com/')).toThrow(/wss:\/\/chat\.example\.com\/v1\/ws/);
+    expect(make('chat.example.com/v1/ws')).toThrow(/not a URL/);
+    expect(make('wss://chat.example.com/v1/ws')).not.toThrow();
+  });
+
+  it('says what is wrong after three attempts in a row fail to open a socket, and keeps trying', async () => {
+    // A url without /v1/ws: the server (here: nothing at all) never opens a socket.
+    const { server, client } = setup({ url: 'ws://herald.test:8080/' });
+    server.refuse = true;
+    const errors: HeraldError[] = [];
+    client.on('error', (e) => errors.push(e));
+    const connecting = client.connect();
+    await tick();
+    await tick(500);
+    expect(server.sockets).toHaveLength(2);
+    expect(errors).toEqual([]);
+    await tick(1000);
+    expect(server.sockets).toHaveLength(3);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatchObject({ code: 'unreachable' });
+    const message = errors[0]!.message;
+    expect(message).toContain('ws://herald.test:8080/?ws=acme');
+    expect(message).toContain('the path is "/", and herald serves WebSockets at /v1/ws');
+    expect(message).toContain('Still retrying');
+    // Once per run of failures: the next ones add nothing; it goes on and connects when it can.
+    await tick(10_000);
+    expect(server.sockets.length).toBeGreaterThan(4);
+    expect(errors).toHaveLength(1);
+    server.refuse = false;
+    await tick(20_000);
+    expect(client.state).toBe('connected');
+    await expect(connecting).resolves.toMatchObject({ user: 'alice' });
+    client.close();
+  });
+
   it('queues requests made while connecting and sends them after hello', async () => {
     const { server, client } = setup();
     void client.connect();

@@ -76,6 +76,65 @@ describe('offline send queue', () => {
   });
 });
 
+describe('a send has a deadline', () => {
+  it('a send that cannot go out within sendTimeoutMs rejects with timeout and is never written', async () => {
+    const { server, client } = setup({ sendTimeoutMs: 30_000 });
+    server.refuse = true;
+    void client.connect();
+    const chat = client.chat('general');
+    const p = chat.send({ text: 'lost in a tunnel' }).catch((e: unknown) => e);
+    await tick(29_999);
+    expect(client.unacknowledgedSends).toBe(1);
+    await tick(1);
+    const err = await p;
+    expect(err).toBeInstanceOf(HeraldError);
+    expect(err).toMatchObject({ code: 'timeout', op: 'send' });
+    expect((err as HeraldError).message).toMatch(/sendTimeoutMs.*not connected/);
+    expect(client.unacknowledgedSends).toBe(0);
+
+    server.refuse = false;
+    await tick(25_000);
+    expect(client.state).toBe('connected');
+    expect(server.last.sent('send')).toHaveLength(0);
+    // The next send goes out as usual.
+    await expect(chat.send({ text: 'out of the tunnel' })).resolves.toEqual({ seq: 1 });
+    client.close();
+  });
+
+  it('a send made before connect() waits for it, within the deadline (default 60 s)', async () => {
+    const { server, client } = setup();
+    const p = client.chat('general').send({ text: 'queued before connecting' });
+    await tick(50_000);
+    expect(server.sockets).toHaveLength(0);
+    await connected(client);
+    await expect(p).resolves.toEqual({ seq: 1 });
+    // disconnect() keeps unsent sends for the next connect(); without one, the deadline ends them.
+    client.disconnect();
+    const late = client.chat('general').send({ text: 'no connect() follows' }).catch((e: unknown) => e);
+    await tick(59_999);
+    expect(client.unacknowledgedSends).toBe(1);
+    await tick(1);
+    expect(await late).toMatchObject({ code: 'timeout', op: 'send' });
+    expect(server.last.sent('send')).toHaveLength(1);
+    client.close();
+  });
+
+  it('a send written before its deadline waits for its reply', async () => {
+    const { server, client } = setup({ sendTimeoutMs: 5_000, requestTimeoutMs: 10_000 });
+    await connected(client);
+    server.intercept = (conn, frame) => {
+      if (frame.op !== 'send') return false;
+      server.intercept = null;
+      setTimeout(() => server.receive(conn, frame), 7_000); // a slow store: past the send's deadline
+      return true;
+    };
+    const p = client.chat('general').send({ text: 'slow but stored' });
+    await tick(7_000);
+    await expect(p).resolves.toEqual({ seq: 1 });
+    client.close();
+  });
+});
+
 describe('send retries', () => {
   it('a send whose reply is lost with the link is retried with the same client_id and stored once', async () => {
     const { server, client } = setup();
