@@ -980,6 +980,9 @@ function resolveOptions(opts) {
     throttledReconnectFloorMs: nonNegative("throttledReconnectFloorMs", opts.throttledReconnectFloorMs, 1e4),
     maxQueue: positive("maxQueue", opts.maxQueue, 100),
     sendRetries: nonNegative("sendRetries", opts.sendRetries, 10),
+    // Long enough to ride out a reconnect (backoff tops out at 20 s) and a server restart; short enough
+    // that a user learns within a minute that a message did not go, and can send it again.
+    sendTimeoutMs: positive("sendTimeoutMs", opts.sendTimeoutMs, 6e4),
     tokenRefreshMarginMs: nonNegative("tokenRefreshMarginMs", opts.tokenRefreshMarginMs, 3e4),
     maxFrameBytes: positive("maxFrameBytes", opts.maxFrameBytes, DEFAULT_FRAME_BYTES),
     fetchPageSize: Math.min(positive("fetchPageSize", opts.fetchPageSize, MAX_FETCH_LIMIT), MAX_FETCH_LIMIT),
@@ -1002,16 +1005,18 @@ function nonNegative(name, v, dflt) {
 
 // ../sdk/ts/src/outbox.ts
 var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS4 = 1e3, MAX_WINDOW = 32, Outbox = class {
-  constructor(host, maxQueue, maxRetries, newClientId3) {
+  constructor(host, maxQueue, maxRetries, newClientId3, sendTimeoutMs) {
     this.host = host;
     this.maxQueue = maxQueue;
     this.maxRetries = maxRetries;
     this.newClientId = newClientId3;
+    this.sendTimeoutMs = sendTimeoutMs;
   }
   host;
   maxQueue;
   maxRetries;
   newClientId;
+  sendTimeoutMs;
   /** Entries not yet written (offline, outside the window, or after a failed try), in enqueue order. */
   waiting = [];
   /** Entries written and awaiting their reply. */
@@ -1041,16 +1046,45 @@ var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]),
     return this.closedWith !== null ? Promise.reject(this.closedWith) : this.unsentCount >= this.maxQueue ? Promise.reject(
       new HeraldError("queue_full", `herald: ${this.unsentCount} sends already wait to be sent (maxQueue)`, { op: "send" })
     ) : new Promise((resolve, reject) => {
-      this.waiting.push({
+      let entry = {
         order: this.nextOrder++,
         chat,
         body,
         clientId: clientId ?? this.newClientId(),
         retries: 0,
-        resolve,
-        reject
-      }), this.flush();
+        resolve: (ok) => {
+          entry.cancelDeadline(), resolve(ok);
+        },
+        reject: (err) => {
+          entry.cancelDeadline(), reject(err);
+        },
+        cancelDeadline: () => {
+        },
+        expired: !1
+      };
+      entry.cancelDeadline = this.host.schedule(() => this.expire(entry), this.sendTimeoutMs), this.waiting.push(entry), this.flush();
     });
+  }
+  /**
+   * The send's deadline passed: an unwritten one (waiting, or sleeping before a retry) rejects with
+   * `timeout` now and is never written; one in flight is left to its reply.
+   */
+  expire(entry) {
+    let err = new HeraldError(
+      "timeout",
+      `herald: send not stored within ${this.sendTimeoutMs} ms (sendTimeoutMs)${this.host.connected ? "" : "; the client is not connected"}`,
+      { op: "send" }
+    ), waitingAt = this.waiting.indexOf(entry);
+    if (waitingAt >= 0) {
+      this.waiting.splice(waitingAt, 1), entry.reject(err);
+      return;
+    }
+    let cancelRetry = this.delayed.get(entry);
+    if (cancelRetry !== void 0) {
+      cancelRetry(), this.delayed.delete(entry), entry.reject(err), this.flush();
+      return;
+    }
+    this.inflight.has(entry) && (entry.expired = !0);
   }
   /**
    * Writes waiting sends, in order, while the link is up, the window has room and no throttle holds. A send
@@ -1093,6 +1127,13 @@ var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]),
     let e = err instanceof HeraldError ? err : new HeraldError("internal", String(err), { op: "send" });
     if (this.closedWith !== null) {
       entry.reject(this.closedWith);
+      return;
+    }
+    if (entry.expired) {
+      let unknown = e.code === "disconnected" || e.code === "timeout";
+      entry.reject(
+        unknown ? new HeraldError("timeout", `herald: send not stored within ${this.sendTimeoutMs} ms (sendTimeoutMs); its last try's outcome is unknown`, { op: "send" }) : e
+      );
       return;
     }
     if (e.code === "disconnected") {
@@ -1326,8 +1367,21 @@ function resolveWebSocket(given) {
     );
   return g;
 }
+var HERALD_WS_PATH = "/v1/ws";
 function endpointUrl(url, workspace) {
-  let u = new URL(url), named = u.searchParams.get("ws");
+  let u;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new TypeError(`herald: \`url\` is not a URL: "${url}"; herald's endpoint looks like wss://chat.example.com${HERALD_WS_PATH}`);
+  }
+  if (u.protocol !== "ws:" && u.protocol !== "wss:") {
+    let like = u.protocol === "https:" ? "wss:" : "ws:";
+    throw new TypeError(
+      `herald: \`url\` must be a WebSocket URL (ws:// or wss://), not ${u.protocol}//; herald's endpoint is ${like}//${u.host}${HERALD_WS_PATH}`
+    );
+  }
+  let named = u.searchParams.get("ws");
   if (named !== null && named !== workspace)
     throw new TypeError(`herald: url names workspace "${named}" but the options say "${workspace}"`);
   return u.searchParams.set("ws", workspace), u.toString();
@@ -1335,16 +1389,25 @@ function endpointUrl(url, workspace) {
 var Link = class {
   socket;
   live = !0;
+  wasOpened = !1;
+  /** What the runtime said about a failure: `ws` names it ("connect ECONNREFUSED ..."); browsers say nothing. */
+  errorDetail = "";
   /** Opens a socket to `url`; may throw synchronously for a malformed URL. */
   constructor(ctor, url, handlers) {
     this.socket = new ctor(url), this.socket.onopen = () => {
-      this.live && handlers.onOpen();
+      this.wasOpened = !0, this.live && handlers.onOpen();
     }, this.socket.onmessage = (ev) => {
       this.live && typeof ev.data == "string" && handlers.onFrame(ev.data);
     }, this.socket.onclose = (ev) => {
-      this.live && (this.live = !1, handlers.onClose(typeof ev.code == "number" ? ev.code : 1006, ev.reason ?? ""));
-    }, this.socket.onerror = () => {
+      this.live && (this.live = !1, handlers.onClose(typeof ev.code == "number" ? ev.code : 1006, ev.reason || this.errorDetail));
+    }, this.socket.onerror = (ev) => {
+      let detail = ev?.message ?? ev?.error?.message;
+      typeof detail == "string" && (this.errorDetail = detail.slice(0, 200));
     };
+  }
+  /** True once the socket opened: a link that never did points at the URL or the network, not herald. */
+  get opened() {
+    return this.wasOpened;
   }
   /** True while frames can be written. */
   get open() {
@@ -1381,7 +1444,7 @@ var TRANSITIONS = {
   connecting: ["connected", "disconnected", "closed"],
   connected: ["connecting", "disconnected", "closed"],
   closed: []
-}, DEFAULT_HEARTBEAT_MS = 25e3, MIN_HEARTBEAT_MS = 1e3, MAX_RECONNECT_AFTER_MS = 5 * 6e4, STABLE_CONNECTION_MS = 1e4;
+}, DEFAULT_HEARTBEAT_MS = 25e3, MIN_HEARTBEAT_MS = 1e3, MAX_RECONNECT_AFTER_MS = 5 * 6e4, STABLE_CONNECTION_MS = 1e4, UNREACHABLE_AFTER = 3;
 function schedule(fn, ms) {
   let t = setTimeout(fn, ms);
   return () => clearTimeout(t);
@@ -1417,6 +1480,8 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   connectWaiters = [];
   /** Bumped when an attempt starts or the client stops, so a token fetched for an old attempt is dropped. */
   generation = 0;
+  /** Attempts in a row whose socket never opened; reset when one opens. */
+  failedOpens = 0;
   /** Set after a rejected token was replaced; a second rejection then stops the client. */
   authRetried = !1;
   /** When a `reconnect` push asked us to come back (absolute ms), until the next attempt uses it. */
@@ -1439,7 +1504,8 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
       },
       this.s.maxQueue,
       this.s.sendRetries,
-      () => newClientId(this.s.random)
+      () => newClientId(this.s.random),
+      this.s.sendTimeoutMs
     ), this.chatHost = {
       get connected() {
         return self.isConnected;
@@ -1497,7 +1563,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
     if (this.current === "closed") return Promise.reject(new HeraldError("closed", "herald: the client is closed"));
     if (this.current === "connected" && this.helloOk !== null) return Promise.resolve(this.helloOk);
     let p = new Promise((resolve, reject) => this.connectWaiters.push({ resolve, reject }));
-    return this.current === "disconnected" && (this.authRetried = !1, this.backoff.reset(), this.setState("connecting"), this.startAttempt()), p;
+    return this.current === "disconnected" && (this.authRetried = !1, this.failedOpens = 0, this.backoff.reset(), this.setState("connecting"), this.startAttempt()), p;
   }
   /**
    * Drops the link and stops reconnecting. Watches and unsent messages are kept and resume on the next
@@ -1564,12 +1630,12 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
     }, this.s.requestTimeoutMs);
   }
   onOpen(link, token) {
-    link === this.link && this.requests.call(link, "hello", { token }, this.s.requestTimeoutMs).then(
+    link === this.link && (this.failedOpens = 0, this.requests.call(link, "hello", { token }, this.s.requestTimeoutMs).then(
       (ok) => this.onHello(link, ok),
       (err) => {
         link === this.link && (err.code === "unauthenticated" ? this.lost(link, CloseCode.Unauthenticated, err.message) : this.lost(link, 1006, `hello failed: ${err.code}`));
       }
-    );
+    ));
   }
   onHello(link, ok) {
     if (link !== this.link) return;
@@ -1616,7 +1682,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   lost(link, code, reason) {
     if (link !== this.link) return;
     let lived = this.current === "connected" ? Date.now() - this.connectedAt : 0;
-    this.detach(link, reason, new HeraldError("disconnected", `herald: link closed (${code}${reason ? ` ${reason}` : ""})`, { closeCode: code }));
+    this.detach(link, reason, new HeraldError("disconnected", `herald: link closed (${code}${reason ? ` ${reason}` : ""})`, { closeCode: code })), !link.opened && ++this.failedOpens === UNREACHABLE_AFTER && this.emit("error", new HeraldError("unreachable", this.unreachableMessage(reason), { closeCode: code }));
     let policy = closePolicy(code);
     if (policy === "reconnect_smaller" ? this.pageSize.shrink() : lived >= STABLE_CONNECTION_MS && this.backoff.reset(), policy === "refresh_token") {
       if (!this.tokens.canRefresh || this.authRetried) {
@@ -1629,6 +1695,15 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
     }
     let delay;
     this.reconnectAt !== null ? (delay = Math.max(0, this.reconnectAt - Date.now()), this.reconnectAt = null) : policy === "reconnect_slow" ? delay = this.s.throttledReconnectFloorMs + this.backoff.next() : delay = this.backoff.next(), this.retryLater(code, reason, delay);
+  }
+  /** What to tell a developer whose client cannot open a socket: the URL, the runtime's words, the likely causes. */
+  unreachableMessage(lastReason) {
+    let u = new URL(this.endpoint), hints = [];
+    /\b404\b/.test(lastReason) && hints.push("the server answered the upgrade with 404: nothing serves WebSockets at that path"), u.pathname.endsWith(HERALD_WS_PATH) || hints.push(`the path is "${u.pathname}", and herald serves WebSockets at ${HERALD_WS_PATH}`);
+    let refused = /ECONNREFUSED/.test(lastReason);
+    return refused && hints.push(`nothing listens on ${u.host}: a wrong port, or the server is down`), hints.push(
+      `check \`url\`: herald's endpoint is ${u.protocol}//HOST:PORT${HERALD_WS_PATH} (a proxy in front must pass WebSocket upgrades)` + (refused ? "" : ", or the server is down")
+    ), `herald: ${UNREACHABLE_AFTER} attempts in a row to open ${this.endpoint} failed before the WebSocket opened (last: ${lastReason || "no detail from the runtime; browsers give none"}). ${hints.join("; ")}. Still retrying.`;
   }
   retryLater(code, reason, delay) {
     this.emit("disconnected", { code, reason, reconnectInMs: delay }), !(this.current !== "connecting" && this.current !== "connected") && (this.setState("connecting"), this.cancelReconnect?.(), this.cancelReconnect = schedule(() => {

@@ -479,8 +479,12 @@ export class HeraldClient extends Emitter<ClientEvents> {
     const hints: string[] = [];
     if (/\b404\b/.test(lastReason)) hints.push('the server answered the upgrade with 404: nothing serves WebSockets at that path');
     if (!u.pathname.endsWith(HERALD_WS_PATH)) hints.push(`the path is "${u.pathname}", and herald serves WebSockets at ${HERALD_WS_PATH}`);
-    if (/ECONNREFUSED/.test(lastReason)) hints.push(`nothing listens on ${u.host}: a wrong port, or the server is down`);
-    hints.push(`check \`url\`: herald's endpoint is ${u.protocol}//HOST:PORT${HERALD_WS_PATH} (a proxy in front must pass WebSocket upgrades), or the server is down`);
+    const refused = /ECONNREFUSED/.test(lastReason);
+    if (refused) hints.push(`nothing listens on ${u.host}: a wrong port, or the server is down`);
+    hints.push(
+      `check \`url\`: herald's endpoint is ${u.protocol}//HOST:PORT${HERALD_WS_PATH} (a proxy in front must pass WebSocket upgrades)` +
+        (refused ? '' : ', or the server is down'),
+    );
     return (
       `herald: ${UNREACHABLE_AFTER} attempts in a row to open ${this.endpoint} failed before the WebSocket opened ` +
       `(last: ${lastReason || 'no detail from the runtime; browsers give none'}). ${hints.join('; ')}. Still retrying.`
