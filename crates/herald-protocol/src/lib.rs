@@ -1,6 +1,12 @@
 //! herald's wire contract, protocol version 1: the shapes, names and codes of
-//! `docs/protocol.md`, and nothing else. No I/O and no async: the server, the load
-//! tool and the golden fixtures shared with the TypeScript SDK all build on it.
+//! `docs/protocol.md`, and nothing else. No I/O and no async: the server and the load
+//! tool build on it.
+//!
+//! The golden fixtures in `fixtures/*.json` (requests, replies, pushes and stored
+//! events of protocol 1 and 1.1) are this crate's wire types written out:
+//! `tests/fixtures.rs` checks that each parses into these types and encodes back
+//! exactly, and the TypeScript SDK's `test/unit/fixtures.test.ts` reads the same files
+//! against its own types, so neither side can rename or drop a field alone.
 //!
 //! Parsing is split in two steps on purpose. [`request::parse_frame`] first
 //! decides whether a frame is a request at all (a JSON object with an integer
