@@ -495,8 +495,9 @@ var WATCH_TRANSITIONS = {
   }
   /**
    * Sends a message. Resolves with its seq once it is durable. The send survives link drops and is
-   * retried with the same `client_id`, so it is stored once; rejects with `queue_full` when too many sends
-   * wait unsent.
+   * retried with the same `client_id`, so it is stored once; made offline, it waits for the next link.
+   * Rejects with `queue_full` when too many sends wait unsent, and with `timeout` when it could not be
+   * written within `sendTimeoutMs` (60 s) of the call.
    */
   send(body, opts = {}) {
     return this.typists.stopTrailing(), this.host.send(this.id, body, opts.clientId);
@@ -1557,7 +1558,9 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   /**
    * Starts connecting (if not already) and resolves once connected. It keeps retrying with backoff
    * through failures; it rejects only when the client stops: a token rejected again after a refresh
-   * (`unauthenticated`), `disconnect()` or `close()`.
+   * (`unauthenticated`), `disconnect()` or `close()`. When three attempts in a row fail before a socket
+   * opens (a wrong `url`, or the server is down), an `error` event with code `unreachable` says what to
+   * check, and the attempts go on.
    */
   connect() {
     if (this.current === "closed") return Promise.reject(new HeraldError("closed", "herald: the client is closed"));

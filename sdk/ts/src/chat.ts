@@ -273,8 +273,9 @@ export class Chat extends Emitter<ChatEvents> {
 
   /**
    * Sends a message. Resolves with its seq once it is durable. The send survives link drops and is
-   * retried with the same `client_id`, so it is stored once; rejects with `queue_full` when too many sends
-   * wait unsent.
+   * retried with the same `client_id`, so it is stored once; made offline, it waits for the next link.
+   * Rejects with `queue_full` when too many sends wait unsent, and with `timeout` when it could not be
+   * written within `sendTimeoutMs` (60 s) of the call.
    */
   send(body: unknown, opts: SendOptions = {}): Promise<SeqOk> {
     this.typists.stopTrailing();

@@ -247,7 +247,9 @@ export class HeraldClient extends Emitter<ClientEvents> {
   /**
    * Starts connecting (if not already) and resolves once connected. It keeps retrying with backoff
    * through failures; it rejects only when the client stops: a token rejected again after a refresh
-   * (`unauthenticated`), `disconnect()` or `close()`.
+   * (`unauthenticated`), `disconnect()` or `close()`. When three attempts in a row fail before a socket
+   * opens (a wrong `url`, or the server is down), an `error` event with code `unreachable` says what to
+   * check, and the attempts go on.
    */
   connect(): Promise<HelloOk> {
     if (this.current === 'closed') return Promise.reject(new HeraldError('closed', 'herald: the client is closed'));

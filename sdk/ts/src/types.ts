@@ -3,6 +3,8 @@
 //! Owns: the TypeScript spelling of docs/protocol.md's frames (requests, replies, pushes, events).
 //! From 1.1 on, a client ignores `ev` values, event types and fields it does not know, so every shape
 //! here is what this version reads, not a promise that nothing else arrives.
+//! Kept in step with the server's Rust types by the golden fixtures of crates/herald-protocol/fixtures,
+//! which test/unit/fixtures.test.ts reads against these declarations (and the Rust side against its own).
 //! Does not own: codes (codes.ts), errors (errors.ts) or any behaviour. Field names stay in the
 //! protocol's snake_case on purpose, so a frame can be read against the contract without a mapping.
 
