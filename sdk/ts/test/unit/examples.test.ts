@@ -34,7 +34,8 @@ function freePort(): Promise<number> {
 }
 
 describe('examples/webhook', () => {
-  it('receiver.ts compiles with its tsconfig.json and runs on this Node', async () => {
+  // A type-checked compile with Node's types takes seconds, more on a loaded machine.
+  it('receiver.ts compiles with its tsconfig.json and runs on this Node', { timeout: 60_000 }, async () => {
     const config = ts.getParsedCommandLineOfConfigFile(
       join(EXAMPLE, 'tsconfig.json'),
       { outDir: out, typeRoots: [NODE_TYPES] },
@@ -63,7 +64,7 @@ describe('examples/webhook', () => {
     try {
       const url = `http://127.0.0.1:${port}/hook`;
       const post = (body: string, headers: Record<string, string>) => fetch(url, { method: 'POST', headers, body });
-      const deadline = Date.now() + 10_000;
+      const deadline = Date.now() + 20_000;
       for (;;) {
         const up = await post('{}', {}).then(
           () => true,
