@@ -223,7 +223,7 @@ impl ServeArgs {
     /// The settings checked together, and the secrets resolved. Makes random
     /// secrets in development mode; outside it, a missing, empty or short
     /// secret stops the server with a message that names it.
-    pub fn resolve(self) -> anyhow::Result<Config> {
+    pub fn resolve(mut self) -> anyhow::Result<Config> {
         let s = &self.secrets;
         let dev_mode = s.jwt_secret.is_none() && s.api_key.is_none() && s.jwt_public_key.is_none();
         let (tokens, api_key) = if dev_mode {
@@ -538,6 +538,8 @@ mod tests {
             assert!(cluster(&["--public-url", url]).is_err(), "{url}");
         }
         assert!(cluster(&["--listen", "0.0.0.0:8080", "--public-url", "wss://chat.example.com"]).is_ok());
+        let cfg = given(&["--allowed-origins", ""]).unwrap();
+        assert!(cfg.gateway.limits.allowed_origins.is_empty(), "a blank list is no list");
         let e = refusal(given(&["--allowed-origins", "example.com"]));
         assert!(e.contains("--allowed-origins"), "{e}");
         let e = refusal(given(&["--store", "mysql://h/db"]));

@@ -97,8 +97,9 @@ impl GatewaySettings {
         Duration::from_millis(self.idle_timeout_ms)
     }
 
-    /// Refuses settings that cannot work together, naming the flag.
-    pub fn check(&self) -> anyhow::Result<()> {
+    /// Refuses settings that cannot work together, naming the flag; drops blank origins.
+    pub fn check(&mut self) -> anyhow::Result<()> {
+        self.limits.allowed_origins.retain(|o| !o.is_empty());
         anyhow::ensure!(self.frame_limit >= 1024, "frame-limit must be at least 1024 bytes");
         anyhow::ensure!(self.heartbeat_ms > 0, "heartbeat-ms must be above 0");
         anyhow::ensure!(self.hello_timeout_ms > 0, "hello-timeout-ms must be above 0");
@@ -114,9 +115,10 @@ impl GatewaySettings {
 }
 
 /// `--allowed-origins`' parser: an origin, normalized (lowercase, no default
-/// port), or why it is not one.
+/// port), or why it is not one. A blank entry (`HERALD_ALLOWED_ORIGINS=` in
+/// an env file) stands for none and is dropped by [`GatewaySettings::check`].
 fn origin(s: &str) -> Result<String, String> {
-    normalize_origin(s)
+    if s.trim().is_empty() { Ok(String::new()) } else { normalize_origin(s) }
 }
 
 /// The normalized form of an origin (`scheme://host[:port]`), or why it is not one.
