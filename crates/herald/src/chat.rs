@@ -9,6 +9,9 @@
 mod erase;
 mod live;
 mod screen;
+pub mod settings;
+
+pub use settings::ChatSettings;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,19 +34,28 @@ use screen::Screened;
 /// Longest a watch waits for the broker to confirm its subscription.
 const SUBSCRIBE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Limits the chat layer enforces.
+/// Limits the chat layer enforces: its flags, and the replay bounds that
+/// follow from the outbound queue.
 #[derive(Debug, Clone)]
 pub struct ChatLimits {
-    /// Largest serialized `body`.
-    pub body_bytes: usize,
+    pub settings: ChatSettings,
     /// Most events one `watch` replays before it sends `notify` instead.
     pub replay_events: usize,
     /// Most bytes one `watch` replays, and most bytes of events in one
     /// `fetch` reply: keeps either well inside the outbound queue, so a
     /// client's own read never closes its connection with 4008.
     pub replay_bytes: usize,
-    /// Client joins per second into one chat on this node; 0 means no cap.
-    pub join_rate: u32,
+}
+
+/// Most events a `watch` replays before it sends `notify` instead.
+pub const REPLAY_EVENTS: usize = 5_000;
+
+impl ChatLimits {
+    /// The limits of a node whose connections queue at most `outbox_limit`
+    /// bytes: a watch's replay fits in half of it.
+    pub fn new(settings: ChatSettings, outbox_limit: usize) -> ChatLimits {
+        ChatLimits { settings, replay_events: REPLAY_EVENTS, replay_bytes: outbox_limit / 2 }
+    }
 }
 
 /// A user acting over a connection: identity comes only from the token.
@@ -72,7 +84,8 @@ pub struct Chats {
 
 impl Chats {
     pub fn new(store: Arc<dyn Store>, broker: Arc<dyn Broker>, hub: Arc<Hub>, limits: ChatLimits) -> Self {
-        let join_throttle = (limits.join_rate > 0).then(|| JoinThrottle::new(limits.join_rate));
+        let join_throttle =
+            (limits.settings.chat_join_rate > 0).then(|| JoinThrottle::new(limits.settings.chat_join_rate));
         Chats { store, broker, hub, join_throttle, limits, send_hook: None }
     }
 
@@ -113,8 +126,8 @@ impl Chats {
     }
 
     fn check_body(&self, body: &RawValue) -> Result<(), Error> {
-        if body.get().len() > self.limits.body_bytes {
-            return Err(Error::TooLarge(format!("body is over {} bytes", self.limits.body_bytes)));
+        if body.get().len() > self.limits.settings.body_limit {
+            return Err(Error::TooLarge(format!("body is over {} bytes", self.limits.settings.body_limit)));
         }
         Ok(())
     }
@@ -581,7 +594,11 @@ mod tests {
         let log = Arc::new(GatedLog { latest, gate: tokio::sync::Semaphore::new(0) });
         let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new());
         let hub = Hub::new(broker.clone(), log.clone(), 0, 1 << 20);
-        let limits = ChatLimits { body_bytes: 1024, replay_events: 100, replay_bytes: 1 << 16, join_rate: 0 };
+        let limits = ChatLimits {
+            settings: ChatSettings { body_limit: 1024, chat_join_rate: 0 },
+            replay_events: 100,
+            replay_bytes: 1 << 16,
+        };
         (Arc::new(Chats::new(log.clone(), broker, hub.clone(), limits)), log, hub)
     }
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use herald::config::ServeArgs;
 
 #[global_allocator]
@@ -45,7 +45,12 @@ struct BackupArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+    // A `--config` file's values become `serve`'s defaults before parsing,
+    // so flags and env still win over it (herald::config).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let matches = herald::config::with_config_file(Cli::command(), &args)?.get_matches_from(&args);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Backup(args) => {
             let s = herald::backup::backup(&args.data, &args.to)?;
@@ -64,15 +69,16 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let config = args.merge_file()?.resolve()?;
+    let config = args.resolve()?;
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| config.log.as_str().into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| config.server.log.as_str().into()),
         )
         .init();
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async move {
-        let listener =
-            tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+        let listener = tokio::net::TcpListener::bind(config.server.listen)
+            .await
+            .with_context(|| format!("binding {}", config.server.listen))?;
         let addr = listener.local_addr()?;
         if config.dev_mode {
             // Printed once, to stdout, so a developer can copy them.

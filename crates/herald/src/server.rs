@@ -25,7 +25,7 @@ use crate::gateway::{Gateway, GatewayConfig};
 use crate::hooks::send::SendHook;
 use crate::hooks::webhook::Webhook;
 use crate::hooks::webhook::presence::Presence;
-use crate::hub::{Hub, HubSettings};
+use crate::hub::Hub;
 use crate::revoke::Revocations;
 use crate::store::postgres::{PgShard, ShardCheckError};
 use crate::store::shard_identity::Claims;
@@ -33,8 +33,6 @@ use crate::store::sharded::Sharded;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{ShardSpec, Store};
 
-/// Most events a `watch` replays before it sends `notify` instead.
-const REPLAY_EVENTS: usize = 5_000;
 /// Delay between hearing of a new node and moving clients to it.
 const REBALANCE_SETTLE: Duration = Duration::from_secs(2);
 /// Time allowed, beyond the drain window, for connections to close at shutdown.
@@ -55,10 +53,10 @@ const SHARD_CHECK_WAIT: Duration = Duration::from_secs(5);
 /// database, or when a shard's TLS certificate is not trusted. A shard that
 /// does not answer does not stop the start (its chats fail until it does).
 async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    if config.stores.is_empty() {
-        return Ok(Arc::new(SqliteStore::open(&config.data)?));
+    if config.store.stores.is_empty() {
+        return Ok(Arc::new(SqliteStore::open(&config.store.data)?));
     }
-    let specs = ShardSpec::parse_all(&config.stores)?;
+    let specs = ShardSpec::parse_all(&config.store.stores)?;
     let claims = Claims::default();
     let shards = specs.iter().map(|spec| PgShard::open(spec, &claims)).collect::<anyhow::Result<Vec<_>>>()?;
     let checks = shards.iter().map(|s| tokio::time::timeout(SHARD_CHECK_WAIT, s.check()));
@@ -89,48 +87,27 @@ pub(crate) struct Core {
 impl Core {
     /// Builds hub, chats and gateway over `store` and `broker`.
     pub(crate) fn new(config: &Config, store: Arc<dyn Store>, broker: Arc<dyn Broker>) -> anyhow::Result<Core> {
-        // A watch's start fits the outbound queue: its replay in half of it,
-        // the live events meanwhile in a quarter, so it never closes with 4008.
-        let hub = Hub::with_settings(
-            broker.clone(),
-            store.clone(),
-            HubSettings {
-                hot_deliveries: config.hot_chat_deliveries,
-                sync_bytes: config.outbox_limit / 4,
-                recent_bytes: config.recent_events_bytes,
-                recent_chat_bytes: config.recent_events_chat_bytes,
-            },
-        );
-        let limits = ChatLimits {
-            body_bytes: config.body_limit,
-            replay_events: REPLAY_EVENTS,
-            replay_bytes: config.outbox_limit / 2,
-            join_rate: config.chat_join_rate,
-        };
+        // A watch's start fits the outbound queue: its replay in half of it
+        // (the chat layer's bound), the live events meanwhile in a quarter
+        // (the hub's), so it never closes with 4008.
+        let outbox_limit = config.gateway.outbox_limit;
+        let hub = Hub::with_settings(broker.clone(), store.clone(), config.hub.for_outbox(outbox_limit));
+        let limits = ChatLimits::new(config.chat.clone(), outbox_limit);
         let send_hook = match (&config.hooks.send_hook, &config.hooks.secret) {
-            (Some(settings), Some(secret)) => Some(Arc::new(SendHook::new(settings, secret, config.body_limit))),
+            (Some(settings), Some(secret)) => Some(Arc::new(SendHook::new(settings, secret, config.chat.body_limit))),
             _ => None,
         };
         let revocations = Revocations::new(store.clone());
         let chats = Arc::new(Chats::new(store, broker, hub, limits).with_send_hook(send_hook));
-        let cells = Arc::new(Cells::new(&config.cell, &config.cells)?);
+        let cells = Arc::new(Cells::new(&config.server.cell, &config.server.cells)?);
         let tokens = Arc::new(Tokens::new(&config.tokens)?);
         let gateway = Gateway::new(
             chats.clone(),
             tokens.clone(),
             GatewayConfig {
-                node: config.node.clone(),
-                frame_limit: config.frame_limit,
-                hello_timeout: config.hello_timeout,
-                heartbeat: config.heartbeat,
-                idle_timeout: config.idle_timeout,
-                rate: config.rate,
-                burst: config.burst,
-                outbox_limit: config.outbox_limit,
-                read_buffer: config.ws_read_buffer,
+                node: config.server.node.clone(),
+                settings: config.gateway.clone(),
                 cells: cells.clone(),
-                limits: config.limits.clone(),
-                max_watches: config.max_watches,
                 revocations: revocations.clone(),
             },
         );
@@ -170,26 +147,28 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     crate::metrics::spawn_upkeep();
     let store = open_store(&config).await?;
-    let nats = if config.brokers.is_empty() {
+    let nats = if config.broker.brokers.is_empty() {
         None
     } else {
-        Some(NatsBroker::connect(&config.brokers, &config.cell, config.broker_linger).await?)
+        Some(NatsBroker::connect(&config.broker.brokers, &config.server.cell, config.broker.linger()).await?)
     };
     let broker: Arc<dyn Broker> = match &nats {
         Some(n) => n.clone(),
         None => Arc::new(MemoryBroker::new()),
     };
     let Core { chats, tokens, cells, gateway, revocations } = Core::new(&config, store.clone(), broker)?;
-    revocations.follow(nats.as_ref().map(|n| (n.client(), config.cell.as_str()))).await;
+    revocations.follow(nats.as_ref().map(|n| (n.client(), config.server.cell.as_str()))).await;
     let public_url = config
+        .server
         .public_url
         .clone()
         .unwrap_or_else(|| format!("ws://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default()));
     let cluster = match &nats {
         Some(n) => {
             let gw = gateway.clone();
-            let cluster =
-                Cluster::join(n.client(), &config.cell, &config.node, &public_url, move || gw.connections() as u64);
+            let cluster = Cluster::join(n.client(), &config.server.cell, &config.server.node, &public_url, move || {
+                gw.connections() as u64
+            });
             let peers = Arc::downgrade(&cluster);
             chats.hub().set_cell(
                 cluster.incarnation(),
@@ -197,14 +176,15 @@ pub async fn run(
             );
             cluster
         }
-        None => Cluster::single(&config.node, &public_url),
+        None => Cluster::single(&config.server.node, &public_url),
     };
-    if config.rebalance {
-        spawn_rebalancer(cluster.clone(), gateway.clone(), config.drain_window);
+    if config.server.rebalance {
+        spawn_rebalancer(cluster.clone(), gateway.clone(), config.server.drain_window());
     }
     // Every node of a cell answers presence questions, webhook or not: the
     // node delivering a batch asks them all.
-    let presence = Presence::new(gateway.clone(), cluster.clone(), nats.as_ref().map(|n| (n.client(), &*config.cell)));
+    let presence =
+        Presence::new(gateway.clone(), cluster.clone(), nats.as_ref().map(|n| (n.client(), &*config.server.cell)));
     let webhook = match (&config.hooks.webhook, &config.hooks.secret) {
         (Some(settings), Some(secret)) => {
             Some(Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), presence, nats.is_some()))
@@ -214,21 +194,21 @@ pub async fn run(
     let state = AppState {
         cells,
         cluster: cluster.clone(),
-        drain_window: config.drain_window,
+        drain_window: config.server.drain_window(),
         chats,
         tokens,
         gateway: gateway.clone(),
         api_key: config.api_key.as_str().into(),
         dev_mode: config.dev_mode,
-        public_url: config.public_url.as_deref().map(Arc::from),
+        public_url: config.server.public_url.as_deref().map(Arc::from),
         revocations,
         webhook: webhook.clone(),
     };
-    let app = api::router(state, config.diag_echo);
+    let app = api::router(state, config.server.diag_echo);
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, node = %config.node, data = %config.data.display(), dev_mode = config.dev_mode, "herald serving");
+    tracing::info!(%addr, node = %config.server.node, data = %config.store.data.display(), dev_mode = config.dev_mode, "herald serving");
 
-    let drain_window = config.drain_window;
+    let drain_window = config.server.drain_window();
     let gw = gateway.clone();
     let signal = async move {
         shutdown.await;

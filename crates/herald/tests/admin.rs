@@ -41,7 +41,7 @@ async fn the_admin_routes_refuse_a_missing_or_wrong_key_and_a_refused_drain_drai
 
 #[tokio::test]
 async fn status_shows_this_nodes_connections_watched_chats_shards_and_growing_counters() {
-    let s = TestServer::start_with(|c| c.node = "node-a".into()).await;
+    let s = TestServer::start_with(|c| c.server.node = "node-a".into()).await;
     let (st, first) = s.http("GET", "/v1/admin/status", None).await;
     assert_eq!(st, 200, "{first}");
     assert_eq!(first["node"], "node-a");
@@ -117,9 +117,10 @@ async fn a_drain_from_the_admin_api_sends_each_client_reconnect_then_4012_and_re
 async fn the_admin_page_is_served_with_and_without_secrets() {
     let with_secrets = TestServer::start().await;
     let dev = TestServer::start_with(|c| {
-        let fresh =
-            herald::config::ServeArgs { listen: Some(c.listen), data: Some(c.data.clone()), ..Default::default() };
-        *c = fresh.resolve().unwrap();
+        // The same listener and data, no secrets: development mode.
+        let (listen, data) = (c.server.listen.to_string(), c.store.data.clone());
+        let args = [std::ffi::OsString::from("serve"), "--listen".into(), listen.into(), "--data".into(), data.into()];
+        *c = herald::config::ServeArgs::parse_from(args).and_then(|a| a.resolve()).unwrap();
         assert!(c.dev_mode);
     })
     .await;

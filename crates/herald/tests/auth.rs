@@ -156,7 +156,7 @@ async fn anything_before_hello_is_refused_with_4001() {
 
 #[tokio::test]
 async fn no_hello_in_time_is_closed_with_4001() {
-    let s = TestServer::start_with(|c| c.hello_timeout = Duration::from_millis(300)).await;
+    let s = TestServer::start_with(|c| c.gateway.hello_timeout_ms = 300).await;
     let mut c = Client::connect(&s.ws_url("w")).await;
     let started = std::time::Instant::now();
     assert_eq!(c.closed_with().await, 4001);
@@ -166,8 +166,8 @@ async fn no_hello_in_time_is_closed_with_4001() {
 #[tokio::test]
 async fn the_server_pings_and_closes_silent_connections() {
     let s = TestServer::start_with(|c| {
-        c.heartbeat = Duration::from_millis(200);
-        c.idle_timeout = Duration::from_millis(700);
+        c.gateway.heartbeat_ms = 200;
+        c.gateway.idle_timeout_ms = 700;
     })
     .await;
     let mut c = s.client("w", "alice").await;

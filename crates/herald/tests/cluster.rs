@@ -52,13 +52,13 @@ impl Cell {
     async fn add_node_with(&mut self, rebalance: bool) {
         let (brokers, stores, i) = (self.nats.urls(), self.stores.clone(), self.nodes.len());
         let node = TestServer::start_with(move |c| {
-            c.rebalance = rebalance;
-            c.brokers = brokers;
-            c.stores = stores;
-            c.node = format!("node-{i}");
-            c.rate = 100_000;
-            c.burst = 100_000;
-            c.broker_linger = Duration::from_millis(500);
+            c.server.rebalance = rebalance;
+            c.broker.brokers = brokers;
+            c.store.stores = stores;
+            c.server.node = format!("node-{i}");
+            c.gateway.rate = 100_000;
+            c.gateway.burst = 100_000;
+            c.broker.broker_linger_ms = 500;
         })
         .await;
         self.nodes.push(node);

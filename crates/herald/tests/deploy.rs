@@ -61,16 +61,13 @@ fn nginx_number(conf: &str, directive: &str) -> u64 {
 
 /// The settings herald would run with from `deploy/herald.toml` (secrets as the env file gives them).
 fn example_settings() -> herald::Config {
-    herald::config::ServeArgs {
-        config: Some(deploy_path("herald.toml")),
-        api_key: Some(API_KEY.into()),
-        jwt_secret: Some(SECRET.into()),
-        ..Default::default()
-    }
-    .merge_file()
-    .expect("deploy/herald.toml parses")
-    .resolve()
-    .expect("deploy/herald.toml resolves")
+    let file = deploy_path("herald.toml");
+    let args = ["serve".into(), "--config".into(), file.into_os_string(), "--api-key".into(), API_KEY.into()];
+    let args: Vec<std::ffi::OsString> = args.into_iter().chain(["--jwt-secret".into(), SECRET.into()]).collect();
+    herald::config::ServeArgs::parse_from(args)
+        .expect("deploy/herald.toml parses")
+        .resolve()
+        .expect("deploy/herald.toml resolves")
 }
 
 /// The unit is what `systemd-analyze verify` accepts without a word, and its
@@ -81,13 +78,17 @@ fn the_systemd_unit_passes_systemd_analyze_verify_and_outlasts_a_drain() {
     let unit = deploy_file("herald.service");
     let keys = settings(&unit);
     let config = example_settings();
-    assert!(!config.dev_mode && config.public_url.as_deref() == Some("wss://chat.example.com"));
+    assert!(!config.dev_mode && config.server.public_url.as_deref() == Some("wss://chat.example.com"));
 
     let stop: u64 = setting(&keys, "TimeoutStopSec").trim_end_matches('s').parse().expect("TimeoutStopSec in seconds");
-    let needed = config.drain_window + herald::server::CLOSE_GRACE;
+    let needed = config.server.drain_window() + herald::server::CLOSE_GRACE;
     assert!(Duration::from_secs(stop) > needed, "TimeoutStopSec={stop}s must outlast the drain ({needed:?})");
     let nofile: usize = setting(&keys, "LimitNOFILE").parse().unwrap();
-    assert!(nofile >= 2 * config.limits.max_connections, "LimitNOFILE {nofile} for {}", config.limits.max_connections);
+    assert!(
+        nofile >= 2 * config.gateway.limits.max_connections,
+        "LimitNOFILE {nofile} for {}",
+        config.gateway.limits.max_connections
+    );
     for (key, want) in [
         ("User", "herald"),
         ("EnvironmentFile", "/etc/herald/herald.env"),
@@ -100,7 +101,7 @@ fn the_systemd_unit_passes_systemd_analyze_verify_and_outlasts_a_drain() {
     ] {
         assert_eq!(setting(&keys, key), want, "{key}");
     }
-    assert_eq!(config.data, Path::new("/var/lib/herald"), "herald.toml's data is the unit's writable path");
+    assert_eq!(config.store.data, Path::new("/var/lib/herald"), "herald.toml's data is the unit's writable path");
 
     // verify checks that ExecStart's program exists: the binary under test stands in.
     let exec = "/usr/local/bin/herald";
@@ -150,7 +151,7 @@ fn the_sysctl_file_sets_only_what_the_kernel_has_and_agrees_with_the_other_files
     assert!(number("fs.nr_open") >= unit_nofile.max(nginx_nofile));
     assert!(number("fs.file-max") >= unit_nofile + nginx_nofile, "herald and an nginx worker, each at its limit");
     assert!(number("net.core.somaxconn") >= 65535, "nginx's backlog=65535 is not cut");
-    let listen = example_settings().listen.port().to_string();
+    let listen = example_settings().server.listen.port().to_string();
     let reserved = setting(&all, "net.ipv4.ip_local_reserved_ports");
     assert!(reserved.split(',').any(|p| p == listen), "herald's port {listen} is reserved: {reserved}");
     let rmem: Vec<u64> = setting(&all, "net.ipv4.tcp_rmem").split_whitespace().map(|v| v.parse().unwrap()).collect();
@@ -283,10 +284,10 @@ async fn an_event_sent_on_one_node_reaches_a_watcher_on_the_other_across_the_exa
     let node = |i: usize, nats_url: String| {
         let stores = stores.clone();
         TestServer::start_with(move |c| {
-            c.node = format!("node-{i}");
-            c.brokers = vec![nats_url];
-            c.stores = stores;
-            c.rebalance = false;
+            c.server.node = format!("node-{i}");
+            c.broker.brokers = vec![nats_url];
+            c.store.stores = stores;
+            c.server.rebalance = false;
         })
     };
     let a = node(0, nats.servers[0].url()).await;

@@ -63,8 +63,8 @@ async fn extreme_seqs_are_answered_not_wrapped() {
 /// near the 16 KiB limit: 1.6 MB, over the 1 MiB outbound queue.
 async fn big_chat() -> (TestServer, Client) {
     let s = TestServer::start_with(|c| {
-        c.rate = 10_000;
-        c.burst = 10_000;
+        c.gateway.rate = 10_000;
+        c.gateway.burst = 10_000;
     })
     .await;
     let mut a = s.client("w", "alice").await;

@@ -37,7 +37,7 @@ async fn fetch_to(c: &mut Client, mut after: u64, upto: u64, into: &mut BTreeMap
 #[tokio::test]
 async fn watchers_of_a_hot_chat_get_every_event_by_notify_and_fetch_from_the_window() {
     // 20 watchers: hot from the 2nd event of a second.
-    let s = TestServer::start_with(|c| c.hot_chat_deliveries = 2 * WATCHERS as u64).await;
+    let s = TestServer::start_with(|c| c.hub.hot_deliveries = 2 * WATCHERS as u64).await;
     let mut sender = s.client("w", "sender").await;
     sender.ok(json!({"op": "join", "chat": "hot"})).await;
     let mut watchers = Vec::new();

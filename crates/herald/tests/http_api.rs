@@ -117,9 +117,10 @@ async fn dev_mode_serves_the_demo_and_dev_tokens_only_without_secrets() {
     assert_eq!(http(s.addr, "POST", "/v1/dev/token", None, Some(json!({"workspace": "w", "user": "u"}))).await.0, 404);
 
     let dev = TestServer::start_with(|c| {
-        let fresh =
-            herald::config::ServeArgs { listen: Some(c.listen), data: Some(c.data.clone()), ..Default::default() };
-        *c = fresh.resolve().unwrap();
+        // The same listener and data, no secrets: development mode.
+        let (listen, data) = (c.server.listen.to_string(), c.store.data.clone());
+        let args = [std::ffi::OsString::from("serve"), "--listen".into(), listen.into(), "--data".into(), data.into()];
+        *c = herald::config::ServeArgs::parse_from(args).and_then(|a| a.resolve()).unwrap();
     })
     .await;
     let (st, page) = http_raw(dev.addr, "GET", "/", None, None).await;
@@ -136,8 +137,8 @@ async fn dev_mode_serves_the_demo_and_dev_tokens_only_without_secrets() {
 #[tokio::test]
 async fn nothing_crosses_cells() {
     let a = TestServer::start_with(|c| {
-        c.cell = "a".into();
-        c.cells = vec!["a".into(), "b=ws://cell-b.example:8080".into()];
+        c.server.cell = "a".into();
+        c.server.cells = vec!["a".into(), "b=ws://cell-b.example:8080".into()];
     })
     .await;
     let cells = herald::cluster::Cells::new("a", &["a".into(), "b".into()]).unwrap();

@@ -11,7 +11,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn shutdown_asks_clients_to_reconnect_spread_over_the_window_then_closes_4012() {
-    let mut s = TestServer::start_with(|c| c.drain_window = Duration::from_millis(2000)).await;
+    let mut s = TestServer::start_with(|c| c.server.drain_window_ms = 2000).await;
     let mut clients = Vec::new();
     for i in 0..20 {
         clients.push(s.client("w", &format!("u{i}")).await);
@@ -118,9 +118,9 @@ async fn kill_9_loses_no_acknowledged_event() {
 #[tokio::test]
 async fn a_stalled_reader_is_cut_while_senders_keep_their_pace() {
     let s = TestServer::start_with(|c| {
-        c.rate = 100_000;
-        c.burst = 100_000;
-        c.outbox_limit = 256 * 1024;
+        c.gateway.rate = 100_000;
+        c.gateway.burst = 100_000;
+        c.gateway.outbox_limit = 256 * 1024;
     })
     .await;
     let mut sender = s.client("w", "sender").await;

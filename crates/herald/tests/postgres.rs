@@ -37,9 +37,9 @@ async fn a_dead_shard_fails_fast_and_the_other_keeps_its_latency() {
     let stores = vec![create_database(&a.admin_url).await, create_database(&b.admin_url).await];
     let names: Vec<String> = stores.iter().map(|u| shard_name(u)).collect();
     let s = TestServer::start_with(|c| {
-        c.stores = stores.clone();
-        c.rate = 100_000;
-        c.burst = 100_000;
+        c.store.stores = stores.clone();
+        c.gateway.rate = 100_000;
+        c.gateway.burst = 100_000;
     })
     .await;
     let (chat_a, chat_b) = (chat_on(&names, 0, "a"), chat_on(&names, 1, "b"));
@@ -172,9 +172,9 @@ async fn a_shard_that_is_back_takes_writes_from_every_node_within_two_seconds() 
     let pg = PgCluster::start();
     let stores = vec![create_database(&pg.admin_url).await];
     let tweak = |c: &mut herald::Config| {
-        c.stores = stores.clone();
-        c.rate = 100_000;
-        c.burst = 100_000;
+        c.store.stores = stores.clone();
+        c.gateway.rate = 100_000;
+        c.gateway.burst = 100_000;
     };
     let nodes = [TestServer::start_with(tweak).await, TestServer::start_with(tweak).await];
     let stop = Arc::new(AtomicBool::new(false));
@@ -238,7 +238,7 @@ async fn a_shard_of_schema_2_is_migrated_with_its_counts() {
             .await
             .unwrap();
     }
-    let s = TestServer::start_with(|c| c.stores = vec![url.clone()]).await;
+    let s = TestServer::start_with(|c| c.store.stores = vec![url.clone()]).await;
     let (status, inbox) = s.http("GET", "/v1/workspaces/w/users/alice/inbox", None).await;
     assert_eq!(status, 200, "{inbox}");
     let g = &inbox["chats"][0];

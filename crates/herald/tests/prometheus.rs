@@ -102,8 +102,8 @@ async fn every_dashboard_panel_queries_prometheus_scraping_herald() {
     let pg = PgCluster::start();
     let shard = create_database(&pg.admin_url).await;
     let server = TestServer::start_with(|c| {
-        c.stores = vec![shard];
-        c.limits.allowed_origins = vec!["https://app.example.com".into()];
+        c.store.stores = vec![shard];
+        c.gateway.limits.allowed_origins = vec!["https://app.example.com".into()];
     })
     .await;
 

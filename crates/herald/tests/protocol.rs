@@ -173,7 +173,7 @@ async fn workspaces_never_see_each_other() {
 
 #[tokio::test]
 async fn watch_after_replays_every_missed_event_once_in_order() {
-    let s = TestServer::start_with(|c| c.rate = 10_000).await;
+    let s = TestServer::start_with(|c| c.gateway.rate = 10_000).await;
     let mut a = s.client("w", "alice").await;
     let mut b = s.client("w", "bob").await;
     a.ok(json!({"op": "join", "chat": "c"})).await;
@@ -195,7 +195,7 @@ async fn watch_after_replays_every_missed_event_once_in_order() {
 
 #[tokio::test]
 async fn concurrent_senders_get_distinct_gapless_seqs_and_watchers_see_them_in_order() {
-    let s = TestServer::start_with(|c| c.rate = 10_000).await;
+    let s = TestServer::start_with(|c| c.gateway.rate = 10_000).await;
     let mut w = s.client("w", "watcher").await;
     w.ok(json!({"op": "join", "chat": "c"})).await;
     let start = w.ok(json!({"op": "watch", "chat": "c"})).await["seq"].as_u64().unwrap();
@@ -264,8 +264,8 @@ async fn oversized_bodies_and_frames() {
 #[tokio::test]
 async fn requests_over_the_rate_are_throttled_then_cut_with_4029() {
     let s = TestServer::start_with(|c| {
-        c.rate = 1;
-        c.burst = 5;
+        c.gateway.rate = 1;
+        c.gateway.burst = 5;
     })
     .await;
     let mut a = s.client("w", "alice").await;
@@ -292,8 +292,8 @@ async fn a_send_refused_for_now_holds_back_the_sends_behind_it() {
         // A token every 10 ms, sends written every 2 ms: the bucket runs dry
         // whatever the store's speed, and refills while later sends arrive,
         // which it would let through if nothing held them back.
-        c.rate = 100;
-        c.burst = 4;
+        c.gateway.rate = 100;
+        c.gateway.burst = 4;
     })
     .await;
     let mut a = s.client("w", "alice").await;
@@ -358,7 +358,7 @@ async fn a_send_refused_for_now_holds_back_the_sends_behind_it() {
 async fn a_join_flood_into_one_chat_is_throttled_and_the_refused_get_in_on_retry() {
     const CAP: u32 = 40;
     const USERS: usize = 160;
-    let s = TestServer::start_with(|c| c.chat_join_rate = CAP).await;
+    let s = TestServer::start_with(|c| c.chat.chat_join_rate = CAP).await;
     let mut clients = Vec::new();
     for i in 0..USERS {
         clients.push(s.client("w", &format!("u{i}")).await);
@@ -434,7 +434,7 @@ async fn a_join_flood_into_one_chat_is_throttled_and_the_refused_get_in_on_retry
 async fn a_hot_chat_pushes_coalesced_notifies_and_fetch_fills_in_every_event() {
     const SENDS: u64 = 120;
     // Two watchers: hot at the 20th event of a second.
-    let s = TestServer::start_with(|c| c.hot_chat_deliveries = 40).await;
+    let s = TestServer::start_with(|c| c.hub.hot_deliveries = 40).await;
     let mut sender = s.client("w", "sender").await;
     sender.ok(json!({"op": "join", "chat": "hot"})).await;
     let mut watchers = Vec::new();

@@ -110,8 +110,8 @@ async fn revocation_survives_a_restart(stores: Vec<String>) {
     let data = data_dir();
     let start = |stores: Vec<String>, dir: std::path::PathBuf| {
         TestServer::start_with(move |c| {
-            c.data = dir;
-            c.stores = stores;
+            c.store.data = dir;
+            c.store.stores = stores;
         })
     };
     let mut s = start(stores.clone(), data.path().to_path_buf()).await;
@@ -241,15 +241,15 @@ async fn erasing_a_user_erases_their_messages_memberships_and_tokens() {
 #[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
 async fn on_postgres_shards_erasing_a_user_erases_their_messages_memberships_and_tokens() {
     let (_pg, stores) = two_shards().await;
-    let s = TestServer::start_with(move |c| c.stores = stores).await;
+    let s = TestServer::start_with(move |c| c.store.stores = stores).await;
     erasing_a_user(&s, false).await;
 }
 
 #[tokio::test]
 async fn a_user_with_more_messages_than_one_step_is_erased_whole() {
     let s = TestServer::start_with(|c| {
-        c.rate = 100_000;
-        c.burst = 100_000;
+        c.gateway.rate = 100_000;
+        c.gateway.burst = 100_000;
     })
     .await;
     let mut alice = s.client("acme", "alice").await;
@@ -314,9 +314,9 @@ async fn a_revocation_reaches_every_node_over_nats_or_through_the_store() {
     let (_pg, stores) = two_shards().await;
     let node = |i: usize, brokers: Vec<String>, stores: Vec<String>| {
         TestServer::start_with(move |c| {
-            c.brokers = brokers;
-            c.stores = stores;
-            c.node = format!("node-{i}");
+            c.broker.brokers = brokers;
+            c.store.stores = stores;
+            c.server.node = format!("node-{i}");
         })
     };
     let a = node(0, nats.urls(), stores.clone()).await;

@@ -98,7 +98,7 @@ async fn upgrade(addr: SocketAddr, headers: &str) -> (u16, TcpStream) {
 #[tokio::test]
 async fn only_allowed_origins_may_open_a_websocket() {
     let server = TestServer::start_with(|c| {
-        c.limits.allowed_origins = vec!["https://app.example.com".into(), "http://localhost:5173".into()];
+        c.gateway.limits.allowed_origins = vec!["https://app.example.com".into(), "http://localhost:5173".into()];
     })
     .await;
     assert_eq!(upgrade(server.addr, "Origin: https://evil.example.com\r\n").await.0, 403);
@@ -116,7 +116,7 @@ async fn only_allowed_origins_may_open_a_websocket() {
 
 #[tokio::test]
 async fn max_connections_answers_503_until_one_closes() {
-    let server = TestServer::start_with(|c| c.limits.max_connections = 2).await;
+    let server = TestServer::start_with(|c| c.gateway.limits.max_connections = 2).await;
     let a = server.client("w", "a").await;
     let (status, b) = upgrade(server.addr, "").await;
     assert_eq!(status, 101);
@@ -137,7 +137,7 @@ async fn max_connections_answers_503_until_one_closes() {
 
 #[tokio::test]
 async fn connections_without_hello_are_capped_apart_from_the_rest() {
-    let server = TestServer::start_with(|c| c.limits.max_pending_hellos = 2).await;
+    let server = TestServer::start_with(|c| c.gateway.limits.max_pending_hellos = 2).await;
     let (_, silent_1) = upgrade(server.addr, "").await;
     let mut ok = server.client("w", "a").await;
     let (_, silent_2) = upgrade(server.addr, "").await;
@@ -160,7 +160,7 @@ async fn connections_without_hello_are_capped_apart_from_the_rest() {
 
 #[tokio::test]
 async fn one_address_past_its_connect_rate_gets_429() {
-    let server = TestServer::start_with(|c| c.limits.ip_connect_rate = 1).await;
+    let server = TestServer::start_with(|c| c.gateway.limits.ip_connect_rate = 1).await;
     let mut open = Vec::new();
     for i in 0..4 {
         let (status, s) = upgrade(server.addr, "").await;
@@ -174,7 +174,7 @@ async fn one_address_past_its_connect_rate_gets_429() {
 
 #[tokio::test]
 async fn a_connection_watches_at_most_max_watches_chats() {
-    let server = TestServer::start_with(|c| c.max_watches = 2).await;
+    let server = TestServer::start_with(|c| c.gateway.max_watches = 2).await;
     let mut c = server.client("w", "a").await;
     for chat in ["c1", "c2", "c3"] {
         assert!(c.request(json!({"op": "join", "chat": chat})).await.get("ok").is_some());

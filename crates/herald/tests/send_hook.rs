@@ -335,7 +335,7 @@ async fn on_postgres_shards_a_reject_stores_nothing_and_a_replace_stores_the_new
     let r = Receiver::start().await;
     let url = r.url();
     let s = TestServer::start_with(move |c| {
-        c.stores = stores;
+        c.store.stores = stores;
         c.hooks = HookSettings {
             secret: Some(HOOK_SECRET.into()),
             webhook: None,

@@ -14,7 +14,7 @@ use serde_json::json;
 async fn refusal(stores: Vec<String>) -> String {
     let data = tempfile::tempdir().unwrap();
     let mut config = herald::Config::for_tests(data.path().to_path_buf(), SECRET, API_KEY);
-    config.stores = stores;
+    config.store.stores = stores;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let run = herald::run(listener, config, std::future::pending());
     let result = tokio::time::timeout(WAIT, run).await.expect("the node refuses within the wait");
@@ -23,7 +23,7 @@ async fn refusal(stores: Vec<String>) -> String {
 
 /// Starts a node on `stores` and waits until it serves (its shards checked).
 async fn node(stores: Vec<String>) -> TestServer {
-    let s = TestServer::start_with(|c| c.stores = stores).await;
+    let s = TestServer::start_with(|c| c.store.stores = stores).await;
     let (status, body) = s.http("GET", "/readyz", None).await;
     assert_eq!(status, 200, "{body}");
     s

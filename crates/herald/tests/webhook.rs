@@ -176,8 +176,8 @@ fn first_order(events: &[Value]) -> BTreeMap<String, Vec<u64>> {
 fn with_webhook(url: &str) -> Box<dyn FnOnce(&mut herald::Config)> {
     let url = url.to_owned();
     Box::new(move |c: &mut herald::Config| {
-        c.rate = 100_000;
-        c.burst = 100_000;
+        c.gateway.rate = 100_000;
+        c.gateway.burst = 100_000;
         c.hooks.secret = Some(HOOK_SECRET.into());
         c.hooks.webhook = Some(herald::hooks::WebhookSettings {
             url,
@@ -403,7 +403,7 @@ type Running = (SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinH
 async fn start_on(data: &std::path::Path, stores: &[String], url: &str) -> Running {
     let mut config = herald::Config::for_tests(data.to_path_buf(), SECRET, API_KEY);
     with_webhook(url)(&mut config);
-    config.stores = stores.to_vec();
+    config.store.stores = stores.to_vec();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

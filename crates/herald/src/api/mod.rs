@@ -312,7 +312,8 @@ mod tests {
 
     /// The router of a development-mode node, as `run` builds it.
     fn dev_app(dir: &std::path::Path) -> Router {
-        let config = ServeArgs { data: Some(dir.to_path_buf()), ..ServeArgs::default() }.resolve().unwrap();
+        let data = dir.to_str().unwrap();
+        let config = ServeArgs::parse_from(["serve", "--data", data]).and_then(ServeArgs::resolve).unwrap();
         assert!(config.dev_mode);
         let store: Arc<dyn crate::store::Store> = Arc::new(SqliteStore::open(dir).unwrap());
         let core = Core::new(&config, store, Arc::new(MemoryBroker::new())).unwrap();
@@ -322,9 +323,9 @@ mod tests {
             gateway: core.gateway,
             api_key: config.api_key.as_str().into(),
             dev_mode: true,
-            cluster: Cluster::single(&config.node, "ws://127.0.0.1:1"),
+            cluster: Cluster::single(&config.server.node, "ws://127.0.0.1:1"),
             cells: core.cells,
-            drain_window: config.drain_window,
+            drain_window: config.server.drain_window(),
             public_url: None,
             revocations: core.revocations,
             webhook: None,

@@ -27,6 +27,7 @@
 
 pub mod memory;
 pub mod nats;
+pub mod settings;
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;

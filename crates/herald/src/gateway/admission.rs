@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderMap, StatusCode, header};
 
 use super::Gateway;
+pub use super::settings::{Limits, normalize_origin};
 use crate::guard::TokenBucket;
 
 /// Addresses tracked by the per-address rate at most; past it, those whose
@@ -27,17 +28,6 @@ pub struct Refusal {
     pub status: StatusCode,
     pub message: &'static str,
     pub reason: &'static str,
-}
-
-/// The upgrade-time limits of a node.
-#[derive(Debug, Clone, Default)]
-pub struct Limits {
-    /// Allowed `Origin`s, normalized (lowercase, no default port); empty: any.
-    pub allowed_origins: Vec<String>,
-    pub max_connections: usize,
-    pub max_pending_hellos: usize,
-    /// Upgrades per second per address (bursts of four times that); 0: no limit.
-    pub ip_connect_rate: u32,
 }
 
 /// The node's count of open connections and of those without a `hello`.
@@ -85,20 +75,6 @@ impl IpRate {
     }
 }
 
-/// The normalized form of an origin (`scheme://host[:port]`), or why it is not one.
-pub fn normalize_origin(origin: &str) -> Result<String, String> {
-    let lower = origin.trim().to_ascii_lowercase();
-    let (scheme, rest) = lower.split_once("://").ok_or_else(|| format!("{origin:?} has no scheme://"))?;
-    if !matches!(scheme, "http" | "https") {
-        return Err(format!("{origin:?}: an origin's scheme is http or https"));
-    }
-    if rest.is_empty() || rest.contains(['/', '?', '#', '@', ' ']) {
-        return Err(format!("{origin:?}: an origin is scheme://host[:port], nothing more"));
-    }
-    let default_port = if scheme == "https" { ":443" } else { ":80" };
-    Ok(format!("{scheme}://{}", rest.strip_suffix(default_port).unwrap_or(rest)))
-}
-
 impl Gateway {
     /// Runs the upgrade-time checks for a client at `ip` with `headers`,
     /// and takes a connection's place if they pass.
@@ -107,7 +83,7 @@ impl Gateway {
         if self.draining.load(Ordering::SeqCst) {
             return refuse(StatusCode::SERVICE_UNAVAILABLE, "draining", "draining");
         }
-        let limits = &self.cfg.limits;
+        let limits = &self.cfg.settings.limits;
         if !limits.allowed_origins.is_empty()
             && let Some(origin) = headers.get(header::ORIGIN)
         {
@@ -134,7 +110,7 @@ impl Gateway {
 
     /// Takes a connection's place (and one among those without a `hello`), within the limits.
     pub(super) fn take_place(self: &Arc<Self>) -> Result<Slot, (&'static str, &'static str)> {
-        let limits = &self.cfg.limits;
+        let limits = &self.cfg.settings.limits;
         if self.counts.open.fetch_add(1, Ordering::AcqRel) >= limits.max_connections {
             self.counts.open.fetch_sub(1, Ordering::AcqRel);
             return Err(("this node has as many connections as it takes", "max_connections"));

@@ -155,12 +155,12 @@ impl Conn {
     /// place ([`Gateway::take_place`]); [`Conn::end`] gives it back.
     pub(super) fn open(gw: Arc<Gateway>, route_ws: Option<Box<str>>) -> Conn {
         let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
-        let outbox = Arc::new(Outbox::new(id, gw.cfg.outbox_limit));
+        let outbox = Arc::new(Outbox::new(id, gw.cfg.settings.outbox_limit));
         gw.conns.lock().expect("conns lock").insert(id, outbox.clone());
         metrics::gauge!("herald_connections").increment(1.0);
         metrics::counter!("herald_connections_total").increment(1);
-        let bucket = TokenBucket::new(gw.cfg.rate, gw.cfg.burst, Instant::now());
-        let hello_by = TokioInstant::now() + gw.cfg.hello_timeout;
+        let bucket = TokenBucket::new(gw.cfg.settings.rate, gw.cfg.settings.burst, Instant::now());
+        let hello_by = TokioInstant::now() + gw.cfg.settings.hello_timeout();
         let clock =
             Clock { timers: gw.timers.clone(), id, next_ping: hello_by, idle_at: hello_by, tick: 0, said_hello: false };
         Conn { gw, outbox, route_ws, session: None, bucket, throttled_in_a_row: 0, clock, inflight: None }
@@ -241,10 +241,10 @@ impl Conn {
                         return read_end(end);
                     }
                     let now = TokioInstant::now();
-                    self.clock.idle_at = now + self.gw.cfg.idle_timeout;
+                    self.clock.idle_at = now + self.gw.cfg.settings.idle_timeout();
                     if !self.clock.said_hello && self.session.is_some() {
                         self.clock.said_hello = true;
-                        self.clock.next_ping = now + self.gw.cfg.heartbeat;
+                        self.clock.next_ping = now + self.gw.cfg.settings.heartbeat();
                     }
                 }
                 () = poll_fn(|cx| self.clock.poll(cx)) => {
@@ -259,7 +259,7 @@ impl Conn {
                         return End::Close(CloseCode::GOING_AWAY, "idle");
                     }
                     if now >= self.clock.next_ping {
-                        self.clock.next_ping = now + self.gw.cfg.heartbeat;
+                        self.clock.next_ping = now + self.gw.cfg.settings.heartbeat();
                         ws.queue_ping();
                     }
                 }
@@ -408,12 +408,12 @@ impl Conn {
             workspace: identity.workspace.clone(),
             node: self.gw.cfg.node.clone(),
             session: session_id,
-            heartbeat_ms: self.gw.cfg.heartbeat.as_millis() as u64,
+            heartbeat_ms: self.gw.cfg.settings.heartbeat_ms,
             protocol: herald_protocol::reply::PROTOCOL_VERSION.to_string(),
         };
         self.outbox.push(Frame::from(ok_reply(id, &ok)));
         metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "ok").increment(1);
-        self.session = Some(Arc::new(Session::new(caller, self.outbox.clone(), self.gw.cfg.max_watches)));
+        self.session = Some(Arc::new(Session::new(caller, self.outbox.clone(), self.gw.cfg.settings.max_watches)));
         self.gw.said_hello();
     }
 }

@@ -21,6 +21,7 @@ mod dispatch;
 mod fences;
 #[doc(hidden)]
 pub mod harness;
+pub mod settings;
 mod timers;
 mod ws;
 
@@ -49,25 +50,13 @@ use crate::chat::Chats;
 use crate::outbox::{ConnId, Frame, Outbox};
 use ws::{Message, ReadEnd, Socket};
 
-/// Connection settings; see `config` for their defaults and reasons.
+/// What the gateway is given at start: its settings and the node's parts it asks.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
     pub node: String,
-    pub frame_limit: usize,
-    pub hello_timeout: Duration,
-    pub heartbeat: Duration,
-    pub idle_timeout: Duration,
-    pub rate: u32,
-    pub burst: u32,
-    pub outbox_limit: usize,
-    /// Bytes read from a socket at once, into each worker thread's shared buffer.
-    pub read_buffer: usize,
+    pub settings: settings::GatewaySettings,
     /// Which workspaces this node's cell serves.
     pub cells: Arc<crate::cluster::Cells>,
-    /// Upgrade-time limits.
-    pub limits: admission::Limits,
-    /// Chats one connection may watch at once.
-    pub max_watches: usize,
     /// Revoked tokens, which `hello` refuses.
     pub revocations: Arc<crate::revoke::Revocations>,
 }
@@ -147,7 +136,7 @@ pub struct WsQuery {
 
 impl Gateway {
     pub fn new(chats: Arc<Chats>, tokens: Arc<Tokens>, cfg: GatewayConfig) -> Arc<Gateway> {
-        ws::set_read_chunk(cfg.read_buffer);
+        ws::set_read_chunk(cfg.settings.ws_read_buffer);
         Arc::new(Gateway {
             chats,
             tokens,
@@ -156,7 +145,8 @@ impl Gateway {
             draining: AtomicBool::new(false),
             tasks: TaskTracker::new(),
             counts: admission::Counts::default(),
-            ip_rate: (cfg.limits.ip_connect_rate > 0).then(|| admission::IpRate::new(cfg.limits.ip_connect_rate)),
+            ip_rate: (cfg.settings.limits.ip_connect_rate > 0)
+                .then(|| admission::IpRate::new(cfg.settings.limits.ip_connect_rate)),
             timers: timers::Timers::new(),
             cfg,
         })
@@ -293,7 +283,7 @@ pub async fn ws_route(
     // The connection runs on a task of its own, not on the one that waits
     // for the upgrade: its future then holds nothing of the upgrade's.
     tokio::spawn(async move {
-        let Some(socket) = upgraded(on_upgrade, gw.cfg.frame_limit).await else { return };
+        let Some(socket) = upgraded(on_upgrade, gw.cfg.settings.frame_limit).await else { return };
         slot.taken();
         let tasks = gw.tasks.clone();
         let conn = conn::Conn::open(gw, q.ws.map(String::into_boxed_str));

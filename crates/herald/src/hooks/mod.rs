@@ -5,6 +5,7 @@
 //! [`client`] per hook.
 
 pub mod send;
+pub mod settings;
 pub mod webhook;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

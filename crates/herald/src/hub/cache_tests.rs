@@ -144,7 +144,11 @@ fn windows_drop_their_oldest_events_beyond_the_chat_cap_and_the_node_budget() {
 }
 
 fn limits() -> ChatLimits {
-    ChatLimits { body_bytes: 1024, replay_events: 100, replay_bytes: 1 << 16, join_rate: 0 }
+    ChatLimits {
+        settings: crate::chat::ChatSettings { body_limit: 1024, chat_join_rate: 0 },
+        replay_events: 100,
+        replay_bytes: 1 << 16,
+    }
 }
 
 /// A hub whose chat `key` has watcher `conn` of user "u", live from seq

@@ -37,6 +37,7 @@ mod inbox;
 mod live;
 mod presence;
 mod sequencer;
+mod settings;
 mod start;
 mod tail;
 
@@ -55,6 +56,7 @@ pub use hot::{HOT_MIN_EVENTS, HOT_NOTIFY_EVERY};
 pub use inbox::{INBOX_FOLLOW_MAX, INBOX_PUSH_EVERY, INBOX_TAIL_EVERY, Listener};
 pub use live::{COUNT_EVERY, TYPING_EVERY};
 pub use sequencer::GAP_WAIT;
+pub use settings::{DEFAULT_HOT_CHAT_DELIVERIES, HubSettings};
 pub use tail::TAIL_EVERY;
 
 /// Shards of the chat map: enough that watch churn on many cores rarely contends.
@@ -94,19 +96,6 @@ pub struct Hub {
     feeds: inbox::Feeds,
     /// The byte budget of the chats' windows of recent events.
     recent: Arc<cache::Budget>,
-}
-
-/// How a [`Hub`] is tuned.
-#[derive(Debug, Clone, Copy)]
-pub struct HubSettings {
-    /// Deliveries per second into one chat's local watchers at which it turns hot; 0: never.
-    pub hot_deliveries: u64,
-    /// Bytes of live events buffered for one watcher while its replay is read.
-    pub sync_bytes: usize,
-    /// Bytes of recent events cached over every watched chat of the node.
-    pub recent_bytes: usize,
-    /// Bytes of recent events cached for one chat.
-    pub recent_chat_bytes: usize,
 }
 
 /// Part of the chat map.

@@ -14,6 +14,7 @@ mod apply;
 pub(crate) use apply::now_ms;
 mod pg_tls;
 pub mod postgres;
+pub mod settings;
 pub mod shard_identity;
 pub mod shard_spec;
 pub mod sharded;

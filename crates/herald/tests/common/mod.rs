@@ -43,8 +43,8 @@ impl TestServer {
     pub async fn start_with(tweak: impl FnOnce(&mut herald::Config)) -> TestServer {
         let data = tempfile::tempdir().expect("tempdir");
         let mut config = herald::Config::for_tests(data.path().to_path_buf(), SECRET, API_KEY);
-        config.drain_window = Duration::from_millis(200);
-        config.stores = test_stores().await;
+        config.server.drain_window_ms = 200;
+        config.store.stores = test_stores().await;
         tweak(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().unwrap();
