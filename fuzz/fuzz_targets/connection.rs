@@ -33,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
 use arbitrary::{Result as AResult, Unstructured};
-use herald::gateway::harness::FrameHarness;
+use herald::harness::FrameHarness;
 use herald_fuzz::json;
 use herald_protocol::{BadFrame, Op, Request, request::parse_frame};
 use libfuzzer_sys::fuzz_target;

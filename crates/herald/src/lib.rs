@@ -14,6 +14,8 @@ pub mod config;
 pub mod error;
 pub mod gateway;
 pub mod guard;
+#[doc(hidden)]
+pub mod harness;
 pub mod hashing;
 pub mod hooks;
 pub mod hub;

@@ -1,47 +1,28 @@
-//! A connection of a real node without a socket, for fuzzing a connection's
+//! A connection of a node without a socket, for fuzzing a connection's
 //! frame handling: frames go in as the reader would hand them over, and what
-//! the connection queued for its client comes out. Everything behind the
-//! connection is the real thing (embedded store, in-process broker, hub,
-//! chat rules); only the WebSocket framing is left out: [`ws_read`] and
-//! [`ws_decode`] drive that, for the `websocket` fuzz target (Autobahn's
-//! cases cover it too).
+//! the connection queued for its client comes out ([`FrameConn`]; the whole
+//! node behind it is built by `crate::harness`). Everything behind the
+//! connection is the real thing; only the WebSocket framing is left out:
+//! [`ws_read`] and [`ws_decode`] drive that, for the `websocket` fuzz target
+//! (Autobahn's cases cover it too).
 
-use std::path::Path;
 use std::sync::Arc;
 
+use super::Gateway;
 use super::conn::Conn;
 use super::ws::frame::{Decoder, Event};
 use super::ws::{Message, ReadEnd, Socket};
-use crate::auth::Tokens;
-use crate::broker::memory::MemoryBroker;
-use crate::config::Config;
-use crate::server::Core;
-use crate::store::Store;
-use crate::store::sqlite::SqliteStore;
 
-/// A token's lifetime in the harness: long enough for any run.
-const TOKEN_TTL_S: u64 = 3600;
-
-/// One connection of a fresh node. See the module documentation.
-pub struct FrameHarness {
+/// One connection of `gateway`, fed frames by hand.
+pub struct FrameConn {
     conn: Conn,
-    tokens: Arc<Tokens>,
-    store: Arc<dyn Store>,
 }
 
-impl FrameHarness {
-    /// A connection of a fresh node: embedded store in `dir`, in-process broker, HS256 secret `secret`.
-    pub async fn new(dir: &Path, secret: &str) -> anyhow::Result<FrameHarness> {
-        let config = Config::for_tests(dir.to_path_buf(), secret, "harness-api-key-0123456789abcdef0123456789");
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir)?);
-        let core = Core::new(&config, store.clone(), Arc::new(MemoryBroker::new()))?;
-        core.gateway.take_place().map_err(|(m, _)| anyhow::anyhow!(m))?.taken();
-        Ok(FrameHarness { conn: Conn::open(core.gateway, None), tokens: core.tokens, store })
-    }
-
-    /// A token for (workspace, user) signed with the node's secret.
-    pub fn token(&self, ws: &str, user: &str) -> String {
-        self.tokens.issue(ws, user, TOKEN_TTL_S).expect("the harness has a secret")
+impl FrameConn {
+    /// A connection of `gateway` that has taken its place as an upgrade would.
+    pub fn open(gateway: Arc<Gateway>) -> anyhow::Result<FrameConn> {
+        gateway.take_place().map_err(|(m, _)| anyhow::anyhow!(m))?.taken();
+        Ok(FrameConn { conn: Conn::open(gateway, None) })
     }
 
     /// Feeds one text frame as the connection's reader would, and waits
@@ -52,7 +33,7 @@ impl FrameHarness {
     }
 
     /// Feeds one binary frame.
-    pub async fn binary(&mut self, _frame: &[u8]) {
+    pub fn binary(&mut self) {
         self.conn.on_binary();
     }
 
@@ -64,12 +45,10 @@ impl FrameHarness {
         (frames.iter().map(|f| f.as_str().to_owned()).collect(), close.map(|(code, _)| code.0))
     }
 
-    /// Ends the connection as a socket close would (its watches end), and
-    /// flushes the node's store.
-    pub async fn close(mut self) {
+    /// Ends the connection as a socket close would (its watches end).
+    pub async fn end(mut self) {
         self.settle().await;
         self.conn.end();
-        self.store.close().await;
     }
 
     async fn settle(&mut self) {

@@ -7,7 +7,7 @@
 //!   heartbeats, writing its outbound queue in batches;
 //! - [`dispatch`]: running a request against the chat layer, and the one
 //!   owner of a connection's watches;
-//! - [`harness`]: a connection without a socket, for fuzzing;
+//! - [`harness`]: a connection without a socket, for fuzzing (the node behind it: `crate::harness`);
 //! - [`timers`]: the connections' deadlines, in one table per node;
 //! - [`ws`]: the WebSocket layer: the upgrade's answer, frames read and written.
 //!
