@@ -23,8 +23,9 @@ use tokio::sync::{Semaphore, oneshot};
 
 use super::apply::{self, ChatRow, EventMeta, MessageRow, Outcome, Reply, Stored, Tx};
 use super::{
-    Alive, BoxFuture, Fetched, InboxCursor, Member, Revocation, Revoked, Store, StoreError, Undelivered, WebhookAck,
-    Write, Written, sql_seq,
+    Alive, BoxFuture, EventLog, Fetched, InboxCursor, Lifecycle, Member, Membership, Moderation, Revocation,
+    RevocationList, Revoked, ShardStatus, StoreError, Undelivered, WebhookAck, WebhookPositions, Write, Written,
+    sql_seq,
 };
 use crate::model::{ChatInfo, ChatKey};
 use herald_protocol::reply::InboxEntry;
@@ -299,7 +300,7 @@ fn unavailable(msg: &str) -> StoreError {
     StoreError::Unavailable(msg.to_string())
 }
 
-impl Store for SqliteStore {
+impl EventLog for SqliteStore {
     fn write(&self, write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
@@ -365,6 +366,25 @@ impl Store for SqliteStore {
         )
     }
 
+    fn client_id_seq<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+        client_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let (key, user, client_id) = (key.clone(), user.to_owned(), client_id.to_owned());
+        Box::pin(self.read(move |conn| {
+            conn.prepare_cached(
+                "SELECT e.seq FROM chats c JOIN events e ON e.chat_id = c.id
+                  WHERE c.ws = ?1 AND c.chat = ?2 AND e.user = ?3 AND e.client_id = ?4",
+            )?
+            .query_row(params![&*key.ws, &*key.chat, user, client_id], |r| r.get::<_, i64>(0).map(|v| v as u64))
+            .optional()
+        }))
+    }
+}
+
+impl Membership for SqliteStore {
     fn member<'a>(&'a self, key: &'a ChatKey, user: &'a str) -> BoxFuture<'a, Result<Option<Member>, StoreError>> {
         let (key, user) = (key.clone(), user.to_owned());
         Box::pin(async move {
@@ -426,9 +446,36 @@ impl Store for SqliteStore {
             conn.prepare_cached(&sql)?.query_row(params![user, &*key.ws, &*key.chat], inbox_entry_from_row).optional()
         }))
     }
+}
 
-    // --- revocations, erasure and idempotent sends
+impl Moderation for SqliteStore {
+    fn user_messages<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<(&'a str, u64)>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
+        let (ws, user) = (ws.to_owned(), user.to_owned());
+        let (chat, seq) = after.map_or((String::new(), 0), |(c, s)| (c.to_owned(), sql_seq(s)));
+        Box::pin(self.read(move |conn| {
+            // The workspace's chats in name order, and in each the user's
+            // messages through `events_own`: no other user's events are read.
+            conn.prepare_cached(
+                "SELECT c.chat, e.seq FROM chats c JOIN events e ON e.chat_id = c.id
+                  WHERE c.ws = ?1 AND e.user = ?2 AND e.ord IS NOT NULL AND e.deleted = 0
+                    AND (c.chat > ?3 OR (c.chat = ?3 AND e.seq > ?4))
+                  ORDER BY c.chat, e.seq LIMIT ?5",
+            )?
+            .query_map(params![ws, user, chat, seq, i64::from(limit)], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+            })?
+            .collect()
+        }))
+    }
+}
 
+impl RevocationList for SqliteStore {
     fn revoke<'a>(&'a self, ws: &'a str, user: &'a str, revoked_ms: i64) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let (reply, rx) = oneshot::channel();
@@ -456,62 +503,9 @@ impl Store for SqliteStore {
             Ok(Revoked { rows, complete: true })
         })
     }
+}
 
-    fn user_messages<'a>(
-        &'a self,
-        ws: &'a str,
-        user: &'a str,
-        after: Option<(&'a str, u64)>,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
-        let (ws, user) = (ws.to_owned(), user.to_owned());
-        let (chat, seq) = after.map_or((String::new(), 0), |(c, s)| (c.to_owned(), sql_seq(s)));
-        Box::pin(self.read(move |conn| {
-            // The workspace's chats in name order, and in each the user's
-            // messages through `events_own`: no other user's events are read.
-            conn.prepare_cached(
-                "SELECT c.chat, e.seq FROM chats c JOIN events e ON e.chat_id = c.id
-                  WHERE c.ws = ?1 AND e.user = ?2 AND e.ord IS NOT NULL AND e.deleted = 0
-                    AND (c.chat > ?3 OR (c.chat = ?3 AND e.seq > ?4))
-                  ORDER BY c.chat, e.seq LIMIT ?5",
-            )?
-            .query_map(params![ws, user, chat, seq, i64::from(limit)], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
-            })?
-            .collect()
-        }))
-    }
-
-    fn client_id_seq<'a>(
-        &'a self,
-        key: &'a ChatKey,
-        user: &'a str,
-        client_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
-        let (key, user, client_id) = (key.clone(), user.to_owned(), client_id.to_owned());
-        Box::pin(self.read(move |conn| {
-            conn.prepare_cached(
-                "SELECT e.seq FROM chats c JOIN events e ON e.chat_id = c.id
-                  WHERE c.ws = ?1 AND c.chat = ?2 AND e.user = ?3 AND e.client_id = ?4",
-            )?
-            .query_row(params![&*key.ws, &*key.chat, user, client_id], |r| r.get::<_, i64>(0).map(|v| v as u64))
-            .optional()
-        }))
-    }
-
-    /// Ready while the writer runs and a reader answers: a node whose
-    /// writer is gone cannot acknowledge anything and must leave rotation.
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            if !self.writer_alive.load(Ordering::SeqCst) {
-                return Err(unavailable("the store's writer stopped"));
-            }
-            self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(()))).await
-        })
-    }
-
-    // --- webhook: delivery positions
-
+impl WebhookPositions for SqliteStore {
     fn track_webhook(&self) {
         self.webhook.store(true, Ordering::SeqCst);
     }
@@ -581,6 +575,19 @@ impl Store for SqliteStore {
             rx.await.unwrap_or_else(|_| Err(unavailable("the store writer stopped")))
         })
     }
+}
+
+impl Lifecycle for SqliteStore {
+    /// Ready while the writer runs and a reader answers: a node whose
+    /// writer is gone cannot acknowledge anything and must leave rotation.
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            if !self.writer_alive.load(Ordering::SeqCst) {
+                return Err(unavailable("the store's writer stopped"));
+            }
+            self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(()))).await
+        })
+    }
 
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
@@ -592,6 +599,11 @@ impl Store for SqliteStore {
                 let _ = rx.await;
             }
         })
+    }
+
+    /// No shards: one database.
+    fn shards(&self) -> Vec<ShardStatus> {
+        Vec::new()
     }
 }
 

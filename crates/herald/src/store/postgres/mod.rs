@@ -28,8 +28,9 @@ use super::pg_tls;
 use super::shard_identity::{self, Claims, IdentityError};
 use super::shard_spec::{ShardName, ShardSpec, TlsMode, chain};
 use super::{
-    Alive, BoxFuture, Fetched, InboxCursor, Member, Revocation, Revoked, Store, StoreError, Undelivered, WebhookAck,
-    Write, Written, sql_seq,
+    Alive, BoxFuture, EventLog, Fetched, InboxCursor, Lifecycle, Member, Membership, Moderation, Revocation,
+    RevocationList, Revoked, ShardStatus, StoreError, Undelivered, WebhookAck, WebhookPositions, Write, Written,
+    sql_seq,
 };
 use crate::model::{ChatInfo, ChatKey};
 use herald_protocol::reply::InboxEntry;
@@ -238,7 +239,7 @@ async fn ensure_schema(shard: &Checked, conn: &Object) -> Result<(), IdentityErr
         .map(|_| ())
 }
 
-impl Store for PgShard {
+impl EventLog for PgShard {
     fn write(&self, write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
@@ -319,6 +320,29 @@ impl Store for PgShard {
         })
     }
 
+    fn client_id_seq<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+        client_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let stmt = conn
+                .prepare_cached(
+                    r#"SELECT e.seq FROM chats c JOIN events e ON e.chat_id = c.id
+                        WHERE c.ws = $1 AND c.chat = $2 AND e."user" = $3 AND e.client_id = $4"#,
+                )
+                .await
+                .map_err(fail)?;
+            let row = conn.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &user, &client_id]).await.map_err(fail)?;
+            Ok(row.map(|r| r.get::<_, i64>(0) as u64))
+        })
+    }
+}
+
+impl Membership for PgShard {
     fn member<'a>(&'a self, key: &'a ChatKey, user: &'a str) -> BoxFuture<'a, Result<Option<Member>, StoreError>> {
         Box::pin(async move {
             let conn = self.conn().await?;
@@ -404,10 +428,38 @@ impl Store for PgShard {
             row.as_ref().map(inbox_entry_from_row).transpose()
         })
     }
+}
 
-    // --- revocations, erasure and idempotent sends. A revocation is
-    // one statement outside the writer's batches: it touches no chat row.
+impl Moderation for PgShard {
+    fn user_messages<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<(&'a str, u64)>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let (chat, seq) = after.map_or(("", 0), |(c, s)| (c, sql_seq(s)));
+            // Byte order (`COLLATE "C"`), as every shard and the merge in `sharded` compare.
+            let stmt = conn
+                .prepare_cached(
+                    r#"SELECT c.chat, e.seq FROM chats c JOIN events e ON e.chat_id = c.id
+                        WHERE c.ws = $1 AND e."user" = $2 AND e.ord IS NOT NULL AND NOT e.deleted
+                          AND (c.chat COLLATE "C" > $3 OR (c.chat = $3 AND e.seq > $4))
+                        ORDER BY c.chat COLLATE "C", e.seq LIMIT $5"#,
+                )
+                .await
+                .map_err(fail)?;
+            let rows = conn.query(&stmt, &[&ws, &user, &chat, &seq, &i64::from(limit)]).await.map_err(fail)?;
+            Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64)).collect())
+        })
+    }
+}
 
+// A revocation is one statement outside the writer's batches: it touches no chat row.
+impl RevocationList for PgShard {
     fn revoke<'a>(&'a self, ws: &'a str, user: &'a str, revoked_ms: i64) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let conn = self.conn().await?;
@@ -444,68 +496,9 @@ impl Store for PgShard {
             Ok(Revoked { rows, complete: true })
         })
     }
+}
 
-    fn user_messages<'a>(
-        &'a self,
-        ws: &'a str,
-        user: &'a str,
-        after: Option<(&'a str, u64)>,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
-        Box::pin(async move {
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-            let (chat, seq) = after.map_or(("", 0), |(c, s)| (c, sql_seq(s)));
-            // Byte order (`COLLATE "C"`), as every shard and the merge in `sharded` compare.
-            let stmt = conn
-                .prepare_cached(
-                    r#"SELECT c.chat, e.seq FROM chats c JOIN events e ON e.chat_id = c.id
-                        WHERE c.ws = $1 AND e."user" = $2 AND e.ord IS NOT NULL AND NOT e.deleted
-                          AND (c.chat COLLATE "C" > $3 OR (c.chat = $3 AND e.seq > $4))
-                        ORDER BY c.chat COLLATE "C", e.seq LIMIT $5"#,
-                )
-                .await
-                .map_err(fail)?;
-            let rows = conn.query(&stmt, &[&ws, &user, &chat, &seq, &i64::from(limit)]).await.map_err(fail)?;
-            Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64)).collect())
-        })
-    }
-
-    fn client_id_seq<'a>(
-        &'a self,
-        key: &'a ChatKey,
-        user: &'a str,
-        client_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
-        Box::pin(async move {
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-            let stmt = conn
-                .prepare_cached(
-                    r#"SELECT e.seq FROM chats c JOIN events e ON e.chat_id = c.id
-                        WHERE c.ws = $1 AND c.chat = $2 AND e."user" = $3 AND e.client_id = $4"#,
-                )
-                .await
-                .map_err(fail)?;
-            let row = conn.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &user, &client_id]).await.map_err(fail)?;
-            Ok(row.map(|r| r.get::<_, i64>(0) as u64))
-        })
-    }
-
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            if !self.writer_alive.load(std::sync::atomic::Ordering::SeqCst) {
-                tracing::error!(shard = %self.shard.name, "the shard's writer stopped");
-                return Err(StoreError::Unavailable(self.shard.name.public("has no writer")));
-            }
-            let conn = self.conn().await?;
-            conn.simple_query("SELECT 1").await.map_err(|e| pg_unavailable(&self.shard.name, &e))?;
-            Ok(())
-        })
-    }
-
-    // --- webhook: delivery positions
-
+impl WebhookPositions for PgShard {
     fn track_webhook(&self) {
         self.webhook.store(true, std::sync::atomic::Ordering::SeqCst);
     }
@@ -587,6 +580,20 @@ impl Store for PgShard {
             Ok(())
         })
     }
+}
+
+impl Lifecycle for PgShard {
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            if !self.writer_alive.load(std::sync::atomic::Ordering::SeqCst) {
+                tracing::error!(shard = %self.shard.name, "the shard's writer stopped");
+                return Err(StoreError::Unavailable(self.shard.name.public("has no writer")));
+            }
+            let conn = self.conn().await?;
+            conn.simple_query("SELECT 1").await.map_err(|e| pg_unavailable(&self.shard.name, &e))?;
+            Ok(())
+        })
+    }
 
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
@@ -596,6 +603,11 @@ impl Store for PgShard {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
+    }
+
+    /// A shard on its own: `Sharded` reports each shard's state.
+    fn shards(&self) -> Vec<ShardStatus> {
+        Vec::new()
     }
 }
 
