@@ -553,7 +553,7 @@ mod tests {
     use crate::broker::Sink;
     use crate::broker::memory::MemoryBroker;
     use crate::model::ChatInfo;
-    use crate::store::{BoxFuture, Fetched, StoreError};
+    use crate::store::{BoxFuture, EventLog, Fetched, Lifecycle, ShardStatus, StoreError};
     use herald_protocol::{Event, EventType};
 
     /// A log of one chat at seq `latest` whose reads wait until `gate` opens.
@@ -562,7 +562,7 @@ mod tests {
         gate: tokio::sync::Semaphore,
     }
 
-    impl Store for GatedLog {
+    impl EventLog for GatedLog {
         fn write(&self, _write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
             Box::pin(std::future::ready(Err(StoreError::Unavailable("read-only".into()))))
         }
@@ -582,13 +582,32 @@ mod tests {
                 Ok(Fetched { events: vec![], info: ChatInfo { seq: self.latest, members: 1, open: true }, more: false })
             })
         }
+        fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {
+            Box::pin(std::future::ready(Ok(keys.iter().map(|_| Some(self.latest)).collect())))
+        }
+        fn client_id_seq<'a>(
+            &'a self,
+            _key: &'a ChatKey,
+            _user: &'a str,
+            _client_id: &'a str,
+        ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+            Box::pin(std::future::ready(Ok(None)))
+        }
+    }
+
+    impl Lifecycle for GatedLog {
         fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
             Box::pin(std::future::ready(Ok(())))
         }
         fn close(&self) -> BoxFuture<'_, ()> {
             Box::pin(std::future::ready(()))
         }
+        fn shards(&self) -> Vec<ShardStatus> {
+            Vec::new()
+        }
     }
+
+    crate::store::not_kept!(GatedLog: Membership, Moderation, RevocationList, WebhookPositions);
 
     fn chats(latest: u64) -> (Arc<Chats>, Arc<GatedLog>, Arc<Hub>) {
         let log = Arc::new(GatedLog { latest, gate: tokio::sync::Semaphore::new(0) });

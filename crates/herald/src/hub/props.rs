@@ -48,7 +48,7 @@ use crate::broker::Sink;
 use crate::broker::memory::MemoryBroker;
 use crate::model::{ChatInfo, ChatKey, Published};
 use crate::outbox::{Frame, Outbox};
-use crate::store::{BoxFuture, Fetched, Store, StoreError, Write, Written};
+use crate::store::{BoxFuture, EventLog, Fetched, Lifecycle, ShardStatus, Store, StoreError, Write, Written};
 
 /// Connections in a program; connection `c` is user `c % USERS`.
 const CONNS: u8 = 3;
@@ -135,7 +135,7 @@ impl ModelLog {
     }
 }
 
-impl Store for ModelLog {
+impl EventLog for ModelLog {
     fn write(&self, _write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
         Box::pin(std::future::ready(Err(StoreError::Unavailable("the test commits itself".into()))))
     }
@@ -179,6 +179,18 @@ impl Store for ModelLog {
         })
     }
 
+    /// The fake stores no `client_id`s.
+    fn client_id_seq<'a>(
+        &'a self,
+        _key: &'a ChatKey,
+        _user: &'a str,
+        _client_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+}
+
+impl Lifecycle for ModelLog {
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(std::future::ready(Ok(())))
     }
@@ -186,7 +198,13 @@ impl Store for ModelLog {
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(std::future::ready(()))
     }
+
+    fn shards(&self) -> Vec<ShardStatus> {
+        Vec::new()
+    }
 }
+
+crate::store::not_kept!(ModelLog: Membership, Moderation, RevocationList, WebhookPositions);
 
 // ---- programs ------------------------------------------------------------------------------
 

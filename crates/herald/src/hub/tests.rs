@@ -4,7 +4,7 @@ use super::*;
 use crate::broker::memory::MemoryBroker;
 use crate::broker::{Broker, Sink};
 use crate::model::ChatInfo;
-use crate::store::{BoxFuture, Fetched, StoreError, Write, Written};
+use crate::store::{BoxFuture, EventLog, Fetched, Lifecycle, Membership, ShardStatus, StoreError, Write, Written};
 use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
 
@@ -56,7 +56,7 @@ impl Log {
     }
 }
 
-impl Store for Log {
+impl EventLog for Log {
     fn write(&self, _write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
         Box::pin(std::future::ready(Err(StoreError::Unavailable("read-only log".into()))))
     }
@@ -90,6 +90,46 @@ impl Store for Log {
         Box::pin(std::future::ready(Ok(keys.iter().map(|_| Some(seq)).collect())))
     }
 
+    /// The fake stores no `client_id`s.
+    fn client_id_seq<'a>(
+        &'a self,
+        _key: &'a ChatKey,
+        _user: &'a str,
+        _client_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+}
+
+/// Keeps only inbox entries: every other read of members is unavailable.
+impl Membership for Log {
+    fn member<'a>(
+        &'a self,
+        _key: &'a ChatKey,
+        _user: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::store::Member>, StoreError>> {
+        Box::pin(std::future::ready(Err(StoreError::Unavailable("no members".into()))))
+    }
+
+    fn inbox<'a>(
+        &'a self,
+        _ws: &'a str,
+        _user: &'a str,
+        _after: Option<&'a crate::store::InboxCursor>,
+        _limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<herald_protocol::reply::InboxEntry>, StoreError>> {
+        Box::pin(std::future::ready(Err(StoreError::Unavailable("no inbox pages".into()))))
+    }
+
+    fn member_chats<'a>(
+        &'a self,
+        _ws: &'a str,
+        _user: &'a str,
+        _limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, i64)>, StoreError>> {
+        Box::pin(std::future::ready(Err(StoreError::Unavailable("no members".into()))))
+    }
+
     /// Every event is a message from someone else, and nothing is read.
     fn inbox_entry<'a>(
         &'a self,
@@ -108,7 +148,9 @@ impl Store for Log {
         };
         Box::pin(std::future::ready(Ok(Some(entry))))
     }
+}
 
+impl Lifecycle for Log {
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(std::future::ready(Ok(())))
     }
@@ -116,7 +158,13 @@ impl Store for Log {
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(std::future::ready(()))
     }
+
+    fn shards(&self) -> Vec<ShardStatus> {
+        Vec::new()
+    }
 }
+
+crate::store::not_kept!(Log: Moderation, RevocationList, WebhookPositions);
 
 pub(super) fn hub_over(log: &Arc<Log>, hot: u64) -> Arc<Hub> {
     let hub = Hub::new(Arc::new(MemoryBroker::new()), log.clone(), hot, 1 << 20);

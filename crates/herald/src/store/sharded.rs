@@ -14,8 +14,8 @@ use std::time::Duration;
 use herald_protocol::reply::InboxEntry;
 
 use super::{
-    BoxFuture, Fetched, InboxCursor, Member, Revoked, ShardName, ShardStatus, Store, StoreError, Undelivered,
-    WebhookAck, Write, Written,
+    BoxFuture, EventLog, Fetched, InboxCursor, Lifecycle, Member, Membership, Moderation, RevocationList, Revoked,
+    ShardName, ShardStatus, Store, StoreError, Undelivered, WebhookAck, WebhookPositions, Write, Written,
 };
 use crate::guard::{Breaker, BreakerConfig, BreakerState, Bulkhead};
 use crate::hashing::rendezvous;
@@ -171,7 +171,7 @@ impl Shard {
     }
 }
 
-impl Store for Sharded {
+impl EventLog for Sharded {
     fn write(&self, write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
         let shard = self.shard(write.key());
         Box::pin(shard.guarded(shard.store.write(write)))
@@ -215,6 +215,18 @@ impl Store for Sharded {
         })
     }
 
+    fn client_id_seq<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+        client_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let shard = self.shard(key);
+        Box::pin(shard.guarded(shard.store.client_id_seq(key, user, client_id)))
+    }
+}
+
+impl Membership for Sharded {
     fn member<'a>(&'a self, key: &'a ChatKey, user: &'a str) -> BoxFuture<'a, Result<Option<Member>, StoreError>> {
         let shard = self.shard(key);
         Box::pin(shard.guarded(shard.store.member(key, user)))
@@ -255,9 +267,25 @@ impl Store for Sharded {
         let shard = self.shard(key);
         Box::pin(shard.guarded(shard.store.inbox_entry(key, user)))
     }
+}
 
-    // --- revocations, erasure and idempotent sends
+impl Moderation for Sharded {
+    /// Every shard's page, merged in (chat, seq) order: each shard answers
+    /// in that order from the same cursor, so the first `limit` of the merge
+    /// are the page. A shard that fails fails the page (its messages would
+    /// be skipped otherwise).
+    fn user_messages<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<(&'a str, u64)>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
+        Box::pin(self.merged(move |s| s.user_messages(ws, user, after, limit), Ord::cmp, limit as usize))
+    }
+}
 
+impl RevocationList for Sharded {
     /// Stored on every shard: a node then knows every revocation as long as
     /// any one shard answers, so a shard that is down at a node's start
     /// cannot let a revoked token in. Fails (`unavailable`) unless every
@@ -301,58 +329,11 @@ impl Store for Sharded {
             }
         })
     }
+}
 
-    /// Every shard's page, merged in (chat, seq) order: each shard answers
-    /// in that order from the same cursor, so the first `limit` of the merge
-    /// are the page. A shard that fails fails the page (its messages would
-    /// be skipped otherwise).
-    fn user_messages<'a>(
-        &'a self,
-        ws: &'a str,
-        user: &'a str,
-        after: Option<(&'a str, u64)>,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
-        Box::pin(self.merged(move |s| s.user_messages(ws, user, after, limit), Ord::cmp, limit as usize))
-    }
-
-    fn client_id_seq<'a>(
-        &'a self,
-        key: &'a ChatKey,
-        user: &'a str,
-        client_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
-        let shard = self.shard(key);
-        Box::pin(shard.guarded(shard.store.client_id_seq(key, user, client_id)))
-    }
-
-    /// Ready while at least one shard answers: a node with one shard down still
-    /// serves every other shard's chats, and taking it out of rotation would not help.
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let mut last = None;
-            for s in self.shards.iter() {
-                match tokio::time::timeout(OP_TIMEOUT, s.store.ready()).await {
-                    Ok(Ok(())) => return Ok(()),
-                    Ok(Err(e)) => last = Some(e),
-                    Err(_) => last = Some(StoreError::Unavailable(s.name.public("timed out"))),
-                }
-            }
-            Err(last.unwrap_or_else(|| StoreError::Unavailable("no shards".into())))
-        })
-    }
-
-    fn close(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            for s in self.shards.iter() {
-                s.store.close().await;
-            }
-        })
-    }
-
-    // --- webhook: each shard keeps its own chats' positions. Not through the
-    // bulkhead and breaker: the webhook is one caller with its own backoff.
-
+// Each shard keeps its own chats' webhook positions. Not through the
+// bulkhead and breaker: the webhook is one caller with its own backoff.
+impl WebhookPositions for Sharded {
     fn track_webhook(&self) {
         for s in self.shards.iter() {
             s.store.track_webhook();
@@ -377,6 +358,32 @@ impl Store for Sharded {
             Some(s) => s.store.webhook_ack(0, acks),
             None => Box::pin(std::future::ready(Err(StoreError::NotFound(format!("no shard {shard}"))))),
         }
+    }
+}
+
+impl Lifecycle for Sharded {
+    /// Ready while at least one shard answers: a node with one shard down still
+    /// serves every other shard's chats, and taking it out of rotation would not help.
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut last = None;
+            for s in self.shards.iter() {
+                match tokio::time::timeout(OP_TIMEOUT, s.store.ready()).await {
+                    Ok(Ok(())) => return Ok(()),
+                    Ok(Err(e)) => last = Some(e),
+                    Err(_) => last = Some(StoreError::Unavailable(s.name.public("timed out"))),
+                }
+            }
+            Err(last.unwrap_or_else(|| StoreError::Unavailable("no shards".into())))
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            for s in self.shards.iter() {
+                s.store.close().await;
+            }
+        })
     }
 
     fn shards(&self) -> Vec<ShardStatus> {

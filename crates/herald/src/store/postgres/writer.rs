@@ -2,15 +2,22 @@
 //! one transaction (with [`apply`]'s rules), and answers each.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
+use deadpool_postgres::{Object, Pool, Transaction};
 use futures_util::FutureExt;
 use herald_protocol::Event;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
-use super::*;
+use super::log::chat_row;
+use super::schema::ensure_schema;
+use super::{BATCH_TIMEOUT, Checked, MAX_BATCH, shard_failed};
+use crate::model::ChatKey;
 use crate::store::apply::{self, ChatRow, EventMeta, MessageRow, Reply, Stored, Tx};
+use crate::store::shard_spec::chain;
+use crate::store::{Write, sql_seq};
 
 /// This node's writer for one shard.
 pub(super) struct Writer {
@@ -203,7 +210,7 @@ impl Tx for PgTx<'_, '_> {
             )
             .await?;
         let row = self.tx.query_opt(&stmt, &[&&*key.ws, &&*key.chat]).await?;
-        Ok(row.as_ref().map(super::chat_row))
+        Ok(row.as_ref().map(chat_row))
     }
 
     async fn create_chat(&mut self, key: &ChatKey, open: bool, now_ms: i64) -> Result<ChatRow, Self::Error> {

@@ -1,0 +1,167 @@
+//! A shard's event log: writes (queued for the shard's writer) and the
+//! reads of chats and their events.
+//!
+//! Not here: how a batch of writes is applied (`writer.rs`).
+
+use std::time::Instant;
+
+use herald_protocol::{Event, EventType};
+use serde_json::value::RawValue;
+use tokio::sync::oneshot;
+
+use super::members::read_position;
+use super::{PgShard, pg_unavailable};
+use crate::model::{ChatInfo, ChatKey};
+use crate::store::apply::ChatRow;
+use crate::store::{BoxFuture, EventLog, Fetched, StoreError, Write, Written, sql_seq};
+
+impl EventLog for PgShard {
+    fn write(&self, write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            if self.jobs.try_send((write, tx)).is_err() {
+                return Err(StoreError::Unavailable(self.shard.name.public("overloaded")));
+            }
+            rx.await.unwrap_or_else(|_| Err(StoreError::Unavailable("the shard writer stopped".into())))
+        })
+    }
+
+    fn chat(&self, key: &ChatKey) -> BoxFuture<'_, Result<Option<ChatInfo>, StoreError>> {
+        let key = key.clone();
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let row = select_chat(&conn, &key, false).await.map_err(|e| pg_unavailable(&self.shard.name, &e))?;
+            Ok(row.map(|r| r.info()))
+        })
+    }
+
+    fn fetch<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        member: Option<&'a str>,
+        after: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Fetched, StoreError>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let Some(row) = select_chat(&conn, key, false).await.map_err(fail)? else {
+                return Err(StoreError::NotFound(format!("no chat {}", key.chat)));
+            };
+            if let Some(user) = member
+                && read_position(&conn, row.id, user).await.map_err(fail)?.is_none()
+            {
+                return Err(StoreError::Forbidden(format!("not a member of {}", key.chat)));
+            }
+            let stmt = conn
+                .prepare_cached(
+                    r#"SELECT seq, type, "user", ts, body, client_id, edited, deleted FROM events
+                       WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"#,
+                )
+                .await
+                .map_err(fail)?;
+            let rows = conn.query(&stmt, &[&row.id, &sql_seq(after), &(limit as i64)]).await.map_err(fail)?;
+            let events = rows.iter().map(event_from_row).collect::<Result<Vec<_>, _>>()?;
+            metrics::histogram!("herald_store_read_seconds").record(started.elapsed().as_secs_f64());
+            // The events were read after the row: the log may be ahead of it, never behind.
+            let mut info = row.info();
+            let last = events.last().map(|e| e.seq);
+            info.seq = info.seq.max(last.unwrap_or(0));
+            Ok(Fetched { more: last.unwrap_or(after) < info.seq, events, info })
+        })
+    }
+
+    fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let stmt = conn
+                .prepare_cached(
+                    "SELECT k.i, c.seq FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(ws, chat, i)
+                       JOIN chats c ON c.ws = k.ws AND c.chat = k.chat",
+                )
+                .await
+                .map_err(fail)?;
+            let ws: Vec<&str> = keys.iter().map(|k| &*k.ws).collect();
+            let chats: Vec<&str> = keys.iter().map(|k| &*k.chat).collect();
+            let mut heads = vec![None; keys.len()];
+            for row in conn.query(&stmt, &[&ws, &chats]).await.map_err(fail)? {
+                let i = row.get::<_, i64>(0) as usize;
+                if let Some(slot) = i.checked_sub(1).and_then(|i| heads.get_mut(i)) {
+                    *slot = Some(row.get::<_, i64>(1) as u64);
+                }
+            }
+            Ok(heads)
+        })
+    }
+
+    fn client_id_seq<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+        client_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let stmt = conn
+                .prepare_cached(
+                    r#"SELECT e.seq FROM chats c JOIN events e ON e.chat_id = c.id
+                        WHERE c.ws = $1 AND c.chat = $2 AND e."user" = $3 AND e.client_id = $4"#,
+                )
+                .await
+                .map_err(fail)?;
+            let row = conn.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &user, &client_id]).await.map_err(fail)?;
+            Ok(row.map(|r| r.get::<_, i64>(0) as u64))
+        })
+    }
+}
+
+pub(super) fn event_from_row(r: &tokio_postgres::Row) -> Result<Event, StoreError> {
+    event_from_row_at(r, 0)
+}
+
+/// An event from the eight columns of a row starting at `at`, in fetch's order.
+pub(super) fn event_from_row_at(r: &tokio_postgres::Row, at: usize) -> Result<Event, StoreError> {
+    let kind: String = r.get(at + 1);
+    let body: String = r.get(at + 4);
+    Ok(Event {
+        seq: r.get::<_, i64>(at) as u64,
+        kind: EventType::parse(&kind).unwrap_or(EventType::System),
+        user: r.get(at + 2),
+        ts: r.get(at + 3),
+        body: RawValue::from_string(body).map_err(|e| StoreError::Unavailable(format!("corrupt event body: {e}")))?,
+        client_id: r.get(at + 5),
+        edited: r.get::<_, Option<i64>>(at + 6).map(|v| v as u64),
+        deleted: r.get(at + 7),
+    })
+}
+
+pub(super) async fn select_chat(
+    conn: &impl std::ops::Deref<Target = deadpool_postgres::ClientWrapper>,
+    key: &ChatKey,
+    lock: bool,
+) -> Result<Option<ChatRow>, tokio_postgres::Error> {
+    let sql = if lock {
+        "SELECT id, seq, members, open, messages, last_ts, last_message FROM chats WHERE ws = $1 AND chat = $2 FOR UPDATE"
+    } else {
+        "SELECT id, seq, members, open, messages, last_ts, last_message FROM chats WHERE ws = $1 AND chat = $2"
+    };
+    let stmt = conn.prepare_cached(sql).await?;
+    let row = conn.query_opt(&stmt, &[&&*key.ws, &&*key.chat]).await?;
+    Ok(row.as_ref().map(chat_row))
+}
+
+/// A chat row from `id, seq, members, open, messages, last_ts, last_message`.
+pub(super) fn chat_row(r: &tokio_postgres::Row) -> ChatRow {
+    ChatRow {
+        id: r.get(0),
+        seq: r.get::<_, i64>(1) as u64,
+        members: r.get::<_, i64>(2) as u64,
+        open: r.get(3),
+        messages: r.get::<_, i64>(4) as u64,
+        ts: r.get(5),
+        last_message: r.get::<_, i64>(6) as u64,
+    }
+}

@@ -1,0 +1,150 @@
+//! A shard's members and inboxes: a member's read position and mute, and
+//! the inbox's page and entries, each unread count made of counts kept as
+//! counts (see [`crate::store::unread`]).
+//!
+//! Not here: joining, leaving, reading and muting (writes of the log: `writer.rs`).
+
+use std::time::Instant;
+
+use herald_protocol::reply::InboxEntry;
+
+use super::log::{event_from_row_at, select_chat};
+use super::{PgShard, pg_unavailable};
+use crate::model::ChatKey;
+use crate::store::apply;
+use crate::store::{BoxFuture, InboxCursor, Member, Membership, StoreError};
+
+impl Membership for PgShard {
+    fn member<'a>(&'a self, key: &'a ChatKey, user: &'a str) -> BoxFuture<'a, Result<Option<Member>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let Some(row) = select_chat(&conn, key, false).await.map_err(fail)? else {
+                return Err(StoreError::NotFound(format!("no chat {}", key.chat)));
+            };
+            let stmt = conn
+                .prepare_cached(
+                    r#"SELECT m.read_seq, mu.until_ms FROM members m
+                       LEFT JOIN mutes mu ON mu.chat_id = m.chat_id AND mu."user" = m."user"
+                       WHERE m.chat_id = $1 AND m."user" = $2"#,
+                )
+                .await
+                .map_err(fail)?;
+            let found = conn.query_opt(&stmt, &[&row.id, &user]).await.map_err(fail)?;
+            Ok(found.map(|r| {
+                let until: Option<i64> = r.get(1);
+                Member {
+                    read: r.get::<_, i64>(0) as u64,
+                    muted_until_ms: until.filter(|_| apply::is_muted(until, apply::now_ms())),
+                }
+            }))
+        })
+    }
+
+    fn inbox<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<&'a InboxCursor>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<InboxEntry>, StoreError>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let (ts, chat) = after.map_or((i64::MAX, ""), |c| (c.ts, c.chat.as_str()));
+            let sql = INBOX_SQL.replace(
+                "{filter}",
+                r#"m."user" = $1 AND c.ws = $2 AND (c.last_ts < $3 OR (c.last_ts = $3 AND c.chat > $4))
+                   ORDER BY c.last_ts DESC, c.chat LIMIT $5"#,
+            );
+            let stmt = conn.prepare_cached(&sql).await.map_err(fail)?;
+            let rows = conn.query(&stmt, &[&user, &ws, &ts, &chat, &(i64::from(limit) + 1)]).await.map_err(fail)?;
+            metrics::histogram!("herald_store_read_seconds").record(started.elapsed().as_secs_f64());
+            rows.iter().map(inbox_entry_from_row).collect()
+        })
+    }
+
+    fn member_chats<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, i64)>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let stmt = conn
+                .prepare_cached(
+                    r#"SELECT c.chat, c.last_ts FROM members m JOIN chats c ON c.id = m.chat_id
+                        WHERE m."user" = $1 AND c.ws = $2 ORDER BY c.last_ts DESC, c.chat LIMIT $3"#,
+                )
+                .await
+                .map_err(fail)?;
+            let rows = conn.query(&stmt, &[&user, &ws, &i64::from(limit)]).await.map_err(fail)?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
+    fn inbox_entry<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<Option<InboxEntry>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let sql = INBOX_SQL.replace("{filter}", r#"m."user" = $1 AND c.ws = $2 AND c.chat = $3"#);
+            let stmt = conn.prepare_cached(&sql).await.map_err(fail)?;
+            let row = conn.query_opt(&stmt, &[&user, &&*key.ws, &&*key.chat]).await.map_err(fail)?;
+            row.as_ref().map(inbox_entry_from_row).transpose()
+        })
+    }
+}
+
+/// The inbox's query (see the SQLite store's, which this one mirrors): the
+/// chats chosen by `{filter}`, each with the counts its unread number is
+/// made of and its latest message as fetch shows it. Each count is an index
+/// lookup; no chat's history is read.
+const INBOX_SQL: &str = r#"
+SELECT p.chat, p.seq, p.last_ts, p.read_seq, p.messages,
+    coalesce((SELECT e.ord FROM events e WHERE e.chat_id = p.id AND e.seq <= p.read_seq AND e.ord IS NOT NULL
+              ORDER BY e.seq DESC LIMIT 1), 0),
+    coalesce((SELECT e.user_ord FROM events e WHERE e.chat_id = p.id AND e."user" = p."user" AND e.ord IS NOT NULL
+              ORDER BY e.seq DESC LIMIT 1), 0),
+    coalesce((SELECT e.user_ord FROM events e WHERE e.chat_id = p.id AND e."user" = p."user"
+              AND e.seq <= p.read_seq AND e.ord IS NOT NULL ORDER BY e.seq DESC LIMIT 1), 0),
+    (SELECT count(*) FROM events e WHERE e.chat_id = p.id AND e.deleted AND e.seq > p.read_seq
+              AND e."user" IS DISTINCT FROM p."user"),
+    l.seq, l.type, l."user", l.ts, l.body, l.client_id, l.edited, l.deleted
+FROM (SELECT c.id, c.chat, c.seq, c.last_ts, c.messages, c.last_message, m.read_seq, m."user"
+        FROM members m JOIN chats c ON c.id = m.chat_id
+       WHERE {filter}) AS p
+LEFT JOIN events l ON l.chat_id = p.id AND l.seq = p.last_message
+ORDER BY p.last_ts DESC, p.chat
+"#;
+
+fn inbox_entry_from_row(r: &tokio_postgres::Row) -> Result<InboxEntry, StoreError> {
+    let n = |i: usize| r.get::<_, i64>(i) as u64;
+    let last = match r.get::<_, Option<i64>>(9) {
+        None => None,
+        Some(_) => Some(event_from_row_at(r, 9)?),
+    };
+    Ok(InboxEntry {
+        chat: r.get(0),
+        seq: n(1),
+        ts: r.get(2),
+        read: n(3),
+        unread: crate::store::unread(n(4), n(5), n(6), n(7), n(8)),
+        last,
+    })
+}
+
+pub(super) async fn read_position(
+    conn: &impl std::ops::Deref<Target = deadpool_postgres::ClientWrapper>,
+    chat: i64,
+    user: &str,
+) -> Result<Option<u64>, tokio_postgres::Error> {
+    let stmt = conn.prepare_cached(r#"SELECT read_seq FROM members WHERE chat_id = $1 AND "user" = $2"#).await?;
+    Ok(conn.query_opt(&stmt, &[&chat, &user]).await?.map(|r| r.get::<_, i64>(0) as u64))
+}

@@ -1,0 +1,219 @@
+//! The SQLite schema and its migrations: the tables every capability's
+//! statements read and write, and how an older file is brought up to date
+//! when the store opens. `herald-bench`'s inbox loader writes these tables
+//! too: change them only with a new version.
+//!
+//! Not here: connection settings (WAL, fsync, secure delete; `mod.rs`), or
+//! the statements that use the tables (one file per capability).
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+/// Schema version kept in `PRAGMA user_version`. Version 2 (protocol v1.1)
+/// added the message lifecycle, mutes, bans and the inbox's counts
+/// ([`SCHEMA_V2`]); a version 1 file is migrated at start. Version 3 added
+/// the hooks' tables ([`SCHEMA_V3`]).
+const SCHEMA_VERSION: i64 = 3;
+
+/// The schema. `events` is clustered by (chat, seq) so a fetch is one range scan.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS chats (
+    id         INTEGER PRIMARY KEY,
+    ws         TEXT NOT NULL,
+    chat       TEXT NOT NULL,
+    open       INTEGER NOT NULL,
+    seq        INTEGER NOT NULL,   -- latest event's seq; written once per batch
+    members    INTEGER NOT NULL,   -- member count; written once per batch
+    created_ms INTEGER NOT NULL,
+    UNIQUE (ws, chat)
+);
+CREATE TABLE IF NOT EXISTS members (
+    chat_id   INTEGER NOT NULL,
+    user      TEXT NOT NULL,
+    read_seq  INTEGER NOT NULL,
+    joined_ms INTEGER NOT NULL,
+    PRIMARY KEY (chat_id, user)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    chat_id   INTEGER NOT NULL,
+    seq       INTEGER NOT NULL,
+    type      TEXT NOT NULL,
+    user      TEXT,
+    ts        INTEGER NOT NULL,
+    body      TEXT NOT NULL,
+    client_id TEXT,
+    PRIMARY KEY (chat_id, seq)
+) WITHOUT ROWID;
+-- Idempotent sends: one event per (chat, user, client_id).
+CREATE UNIQUE INDEX IF NOT EXISTS events_client_id ON events (chat_id, user, client_id)
+    WHERE client_id IS NOT NULL;
+";
+
+/// Version 2, from version 1: columns, then their values for rows stored
+/// before (counts kept as counts start from the log once, here).
+const MIGRATE_V2: &str = "
+ALTER TABLE chats ADD COLUMN messages INTEGER NOT NULL DEFAULT 0;     -- message events, kept as a count
+ALTER TABLE chats ADD COLUMN last_ts INTEGER NOT NULL DEFAULT 0;      -- the latest event's ts
+ALTER TABLE chats ADD COLUMN last_message INTEGER NOT NULL DEFAULT 0; -- the latest message's seq
+ALTER TABLE events ADD COLUMN ord INTEGER;       -- a message's place among the chat's messages
+ALTER TABLE events ADD COLUMN user_ord INTEGER;  -- a message's place among its sender's messages in the chat
+ALTER TABLE events ADD COLUMN target INTEGER;    -- edit and delete events: the message they change
+ALTER TABLE events ADD COLUMN edited INTEGER;    -- messages: the seq of the latest edit
+ALTER TABLE events ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+UPDATE events SET ord = n.o, user_ord = n.uo FROM (
+    SELECT chat_id, seq,
+           row_number() OVER (PARTITION BY chat_id ORDER BY seq) AS o,
+           row_number() OVER (PARTITION BY chat_id, user ORDER BY seq) AS uo
+      FROM events WHERE type = 'message') AS n
+ WHERE events.chat_id = n.chat_id AND events.seq = n.seq;
+UPDATE chats SET
+    messages = (SELECT count(*) FROM events e WHERE e.chat_id = chats.id AND e.type = 'message'),
+    last_message = coalesce((SELECT max(seq) FROM events e WHERE e.chat_id = chats.id AND e.type = 'message'), 0),
+    last_ts = coalesce((SELECT ts FROM events e WHERE e.chat_id = chats.id ORDER BY seq DESC LIMIT 1), created_ms);
+";
+
+/// Version 2's tables and indexes. The partial indexes hold only message
+/// rows (or deleted ones, which are rare): an unread count is a few lookups
+/// in them, never a scan of a chat's history.
+const SCHEMA_V2: &str = "
+CREATE INDEX IF NOT EXISTS members_user ON members (user, chat_id);
+CREATE INDEX IF NOT EXISTS events_messages ON events (chat_id, seq, ord) WHERE ord IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_own ON events (chat_id, user, seq, user_ord) WHERE ord IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_deleted ON events (chat_id, seq, user) WHERE deleted = 1;
+CREATE INDEX IF NOT EXISTS events_target ON events (chat_id, target) WHERE target IS NOT NULL;
+CREATE TABLE IF NOT EXISTS bans (
+    chat_id INTEGER NOT NULL,
+    user    TEXT NOT NULL,
+    PRIMARY KEY (chat_id, user)
+) WITHOUT ROWID;
+-- Mutes outlive a membership: leaving and joining again does not end one.
+CREATE TABLE IF NOT EXISTS mutes (
+    chat_id  INTEGER NOT NULL,
+    user     TEXT NOT NULL,
+    until_ms INTEGER NOT NULL,   -- 9223372036854775807: until unmuted
+    PRIMARY KEY (chat_id, user)
+) WITHOUT ROWID;
+";
+
+/// Version 3: the hooks' state (new tables only, so applying it is the migration).
+const SCHEMA_V3: &str = "
+-- webhook: delivery positions. One row per chat that stored an event while
+-- a webhook was configured; the partial index holds only the chats with
+-- events not acknowledged yet, oldest first, so finding them reads no idle chat.
+CREATE TABLE IF NOT EXISTS webhook_positions (
+    chat_id   INTEGER PRIMARY KEY,
+    delivered INTEGER NOT NULL,   -- the last seq the receiver acknowledged
+    head      INTEGER NOT NULL,   -- the latest seq stored while the webhook was on
+    since_ms  INTEGER NOT NULL    -- when the oldest event not acknowledged was stored (or a moment before)
+);
+CREATE INDEX IF NOT EXISTS webhook_pending ON webhook_positions (since_ms, chat_id) WHERE head > delivered;
+-- revocations
+-- A user's tokens issued (iat) at or before revoked_ms are refused. stored_ms:
+-- when the row was written, by this store's clock, which nodes poll by.
+CREATE TABLE IF NOT EXISTS revocations (
+    ws         TEXT NOT NULL,
+    user       TEXT NOT NULL,
+    revoked_ms INTEGER NOT NULL,
+    stored_ms  INTEGER NOT NULL,
+    PRIMARY KEY (ws, user)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS revocations_stored ON revocations (stored_ms);
+";
+
+/// The file's schema version; refuses a file of a newer herald.
+pub(super) fn version(conn: &Connection, path: &Path) -> anyhow::Result<i64> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        anyhow::bail!("{} has schema version {version}; this herald knows {SCHEMA_VERSION}", path.display());
+    }
+    Ok(version)
+}
+
+/// Brings the database from `version` to [`SCHEMA_VERSION`] in one
+/// transaction: creates what is missing, migrates a version 1 file.
+pub(super) fn migrate(conn: &Connection, path: &Path, version: i64) -> anyhow::Result<()> {
+    let tx = conn.unchecked_transaction()?;
+    tx.execute_batch(SCHEMA)?;
+    if version < 2 {
+        tx.execute_batch(MIGRATE_V2)?;
+        if version == 1 {
+            tracing::info!(path = %path.display(), "sqlite store migrated from schema 1 to 2");
+        }
+    }
+    tx.execute_batch(SCHEMA_V2)?;
+    tx.execute_batch(SCHEMA_V3)?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ChatKey;
+    use crate::store::sqlite::{DB_FILE, SqliteStore};
+    use crate::store::{EventLog, Lifecycle, Membership, Write};
+    use serde_json::value::RawValue;
+
+    /// A file written by a herald of schema 1 (the v1 schema as it was, with
+    /// its rows): the store opens it, migrates it, and counts as if it had
+    /// always kept the counts.
+    #[tokio::test]
+    async fn a_schema_1_file_is_migrated_with_its_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute_batch(
+                r#"INSERT INTO chats VALUES (1, 'w', 'g', 1, 6, 2, 1000);
+                   INSERT INTO members VALUES (1, 'alice', 3, 1000), (1, 'bob', 0, 1001);
+                   INSERT INTO events VALUES
+                     (1, 1, 'join', 'alice', 1000, '{}', NULL),
+                     (1, 2, 'join', 'bob', 1001, '{}', NULL),
+                     (1, 3, 'message', 'bob', 1002, '{"t":1}', 'c1'),
+                     (1, 4, 'message', 'alice', 1003, '{"t":2}', NULL),
+                     (1, 5, 'message', 'bob', 1004, '{"t":3}', NULL),
+                     (1, 6, 'reaction', 'alice', 1005, '{"target":5,"emoji":"+1","on":true}', NULL);
+                   PRAGMA user_version = 1;"#,
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let key = ChatKey::new("w", "g");
+        let alice = store.inbox_entry(&key, "alice").await.unwrap().unwrap();
+        assert_eq!((alice.seq, alice.ts, alice.read, alice.unread), (6, 1005, 3, 1), "bob's 5 only: {alice:?}");
+        assert_eq!(alice.last.as_ref().map(|e| e.seq), Some(5));
+        let bob = store.inbox_entry(&key, "bob").await.unwrap().unwrap();
+        assert_eq!(bob.unread, 1, "alice's 4 only");
+        // New messages continue the migrated counts.
+        let sent = store
+            .write(Write::Append {
+                key: key.clone(),
+                user: Some("bob".into()),
+                system: false,
+                body: RawValue::from_string("1".into()).unwrap(),
+                client_id: Some("c1".into()),
+                member_only: true,
+            })
+            .await
+            .unwrap();
+        assert_eq!(sent.seq, 3, "the migrated client_id still answers its first seq");
+        store
+            .write(Write::Append {
+                key: key.clone(),
+                user: Some("bob".into()),
+                system: false,
+                body: RawValue::from_string("2".into()).unwrap(),
+                client_id: None,
+                member_only: true,
+            })
+            .await
+            .unwrap();
+        assert_eq!(store.inbox_entry(&key, "alice").await.unwrap().unwrap().unread, 2);
+        store.close().await;
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+    }
+}
