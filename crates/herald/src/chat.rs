@@ -310,10 +310,8 @@ impl Chats {
     }
 
     /// Ends every watch of a closing connection.
-    pub fn unwatch_all(&self, outbox: &Outbox, keys: &[ChatKey]) {
-        for key in keys {
-            self.hub.unwatch(key, outbox.id());
-        }
+    pub fn unwatch_conn(&self, outbox: &Outbox) {
+        self.hub.unwatch_conn(outbox.id());
     }
 
     // The server API: trusted callers, acting on any member.

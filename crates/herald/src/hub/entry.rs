@@ -122,6 +122,7 @@ impl Entry {
     /// Watchers were removed: those present are absent now.
     fn gone(self: &Arc<Self>, hub: &Hub, st: &mut State, gone: impl IntoIterator<Item = Gone>) {
         for g in gone {
+            hub.conn_ended(g.conn, &self.key);
             if g.present {
                 let timers = st.live.absent(hub.live(), &self.key, &st.watchers, &g.user);
                 self.run(hub, timers);
@@ -135,6 +136,9 @@ impl Entry {
         let mut guard = self.lock();
         let st = &mut *guard;
         let begun = st.watchers.begin(outbox, user);
+        if !begun.replaced {
+            hub.conn_started(outbox.id(), &self.key);
+        }
         if let Some(user) = begun.absent {
             let timers = st.live.absent(hub.live(), &self.key, &st.watchers, &user);
             self.run(hub, timers);

@@ -218,8 +218,7 @@ impl Feed {
             state: Mutex::default(),
         });
         conns.insert(l.conn, l.clone());
-        self
-            .users
+        self.users
             .lock()
             .expect("inbox users lock")
             .entry((ws.clone(), user.clone()))
@@ -432,8 +431,7 @@ impl Feed {
 
     /// Every followed chat, for the tail check.
     fn followed_chats(&self) -> Vec<ChatKey> {
-        self
-            .chats
+        self.chats
             .iter()
             .flat_map(|s| s.lock().expect("inbox chats lock").keys().cloned().collect::<Vec<_>>())
             .collect()

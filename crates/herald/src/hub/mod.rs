@@ -19,7 +19,8 @@
 //!   [`recent`] (the window of recent events that serves `fetch` and watch
 //!   replays without the store where it is exact), [`watchers`] (who
 //!   watches, sync buffers, the fan-out of one event, going live),
-//!   [`presence`] (a chat's presence bookkeeping).
+//!   [`presence`] (a chat's presence bookkeeping), [`conns`] (each
+//!   connection's watches: its cap and its close).
 //! - [`repair`]: the only part that waits: gap reads, catch-ups, tail checks.
 //! - [`live`]: typing and presence, the node's side and each chat's.
 //! - [`feed`]: live inboxes, a second consumer of deliveries beside the
@@ -31,12 +32,15 @@
 //! never through the chat layer, and knows a connection only as its
 //! [`Outbox`].
 //!
-//! Lock order: shard map, then a chat's entry, then an outbox. The interest map is taken under the shard map (and
+//! Lock order: shard map, then a chat's entry, then an outbox; the
+//! connection index ([`conns`]) is taken under an entry's lock and under
+//! nothing else's, last. The interest map is taken under the shard map (and
 //! under the feed's chat map, itself under a listener's state), and the
 //! broker's own subscription map under it (subscribe and unsubscribe are
 //! called with it held), never the other way round. The typing gate is
 //! taken alone. No lock is held across an `.await`.
 
+mod conns;
 mod entry;
 mod feed;
 mod heat;
@@ -81,6 +85,8 @@ pub struct Hub {
     started: tokio::time::Instant,
     /// The node's interest in chats at the broker, shared with the feed.
     interest: Arc<interest::Interest>,
+    /// Each connection's watches.
+    conns: conns::Conns,
     /// Reads of the log.
     repair: repair::Repair,
     /// Typing and presence, the node's side.
@@ -145,6 +151,7 @@ impl Hub {
             settings,
             started: tokio::time::Instant::now(),
             interest: interest.clone(),
+            conns: conns::Conns::new(),
             repair: repair::Repair::new(store.clone()),
             live: live::Live::new(broker.clone()),
             feed: Feed::new(store, interest, may_lose),
@@ -209,6 +216,20 @@ impl Hub {
         let Some(entry) = shard.get(key).cloned() else { return };
         if entry.unwatch(self, conn) == Some(true) {
             self.forget(&mut shard, key);
+        }
+    }
+
+    /// Whether connection `conn` may watch `key` with at most `max` watches:
+    /// it watches fewer chats (a watch ended by a `leave` on another device
+    /// no longer counts), or watches `key` already.
+    pub fn has_room(&self, conn: ConnId, key: &ChatKey, max: usize) -> bool {
+        self.conns.has_room(conn, key, max)
+    }
+
+    /// Ends every watch of connection `conn` (it closed).
+    pub fn unwatch_conn(&self, conn: ConnId) {
+        for key in self.conns.take(conn) {
+            self.unwatch(&key, conn);
         }
     }
 
@@ -332,6 +353,16 @@ impl Hub {
     /// The second since the hub started (heat counts per second).
     fn second(&self) -> u64 {
         self.started.elapsed().as_secs()
+    }
+
+    /// `conn`'s watch of `key` began (see [`conns`]).
+    fn conn_started(&self, conn: ConnId, key: &ChatKey) {
+        self.conns.add(conn, key);
+    }
+
+    /// `conn`'s watch of `key` ended.
+    fn conn_ended(&self, conn: ConnId, key: &ChatKey) {
+        self.conns.remove(conn, key);
     }
 
     /// Runs `then` with this hub and `entry` after `delay`, unless the hub is gone by then.
