@@ -90,8 +90,11 @@ impl Entry {
         };
         let mut emptied = false;
         while let Some(event) = next {
-            // Heat.
-            let hot = st.heat.count(&self.key, hub.second(), st.watchers.len() as u64, hub.hot_deliveries());
+            // Heat (no clock read when chats never turn hot).
+            let hot = match hub.hot_deliveries() {
+                0 => false,
+                threshold => st.heat.count(&self.key, hub.second(), st.watchers.len() as u64, threshold),
+            };
             // Window: only a hot chat keeps one: its notifies are what send
             // its watchers fetching. Any other chat's rare fetch (a gap) reads
             // the store, and its events cost no memory once pushed.
