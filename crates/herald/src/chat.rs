@@ -323,10 +323,8 @@ impl Chats {
     }
 
     /// Ends every watch of a closing connection.
-    pub fn unwatch_all(&self, outbox: &Outbox, keys: &[ChatKey]) {
-        for key in keys {
-            self.hub.unwatch(key, outbox.id());
-        }
+    pub fn unwatch_conn(&self, outbox: &Outbox) {
+        self.hub.unwatch_conn(outbox.id());
     }
 
     // The server API: trusted callers, acting on any member.
@@ -465,7 +463,7 @@ impl Chats {
 impl Chats {
     /// Registers `outbox`'s connection as a live inbox of `c`'s user; see [`Chats::inbox_live`].
     pub fn inbox_listen(&self, c: &Caller, outbox: &Arc<Outbox>) -> (Arc<Listener>, bool) {
-        self.hub.inbox_listen(&c.ws, &c.user, outbox)
+        self.hub.feed().listen(&c.ws, &c.user, outbox)
     }
 
     /// `inbox` with `live: true`, for live inbox `l` (from [`Chats::inbox_listen`]):
@@ -487,29 +485,29 @@ impl Chats {
                 metrics::counter!("herald_inbox_follow_capped_total").increment(1);
             }
             let keys: Vec<ChatKey> = chats.iter().map(|(chat, _)| c.key(chat)).collect();
-            self.hub.inbox_follow(l, &keys.iter().map(|k| (k.clone(), 0)).collect::<Vec<_>>());
+            self.hub.feed().follow(l, &keys.iter().map(|k| (k.clone(), 0)).collect::<Vec<_>>());
             // Followed first, then read: a change after this read is pushed,
             // one before it is in what the connection counts as told.
             let heads = self.store.heads(&keys).await?;
             let told: Vec<(ChatKey, u64, Option<u64>)> =
                 keys.into_iter().zip(heads).map(|(k, h)| (k, h.unwrap_or(0), None)).collect();
-            self.hub.inbox_told(l, &told);
+            self.hub.feed().told(l, &told);
         }
         let page = self.inbox(&c.ws, &c.user, limit, cursor).await?;
         let told: Vec<(ChatKey, u64, Option<u64>)> =
             page.chats.iter().map(|e| (c.key(&e.chat), e.seq, Some(e.unread))).collect();
-        self.hub.inbox_told(l, &told);
+        self.hub.feed().told(l, &told);
         Ok(page)
     }
 
     /// `l`'s reply is queued: its pushes may flow.
     pub fn inbox_start(&self, l: &Arc<Listener>) {
-        self.hub.inbox_start(l);
+        self.hub.feed().start(l);
     }
 
     /// The connection ended: its live inbox, if any, with it.
     pub fn inbox_unlisten(&self, outbox: &Outbox) {
-        self.hub.inbox_unlisten(outbox.id());
+        self.hub.feed().unlisten(outbox.id());
     }
 }
 

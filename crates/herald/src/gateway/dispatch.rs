@@ -1,7 +1,11 @@
-//! Running one request of a connection against the chat layer, and the one
-//! owner of a connection's watches ([`Session`]'s watch set): a watch is
-//! adopted there once it is live, and a connection that closes ends every
-//! watch it owns, including one whose request was still running.
+//! Running one request of a connection against the chat layer, and the
+//! connection's session: who it is, its send fences, and whether it ended.
+//!
+//! A connection's watches have one owner, the hub (see `hub::conns`): it
+//! counts them against the connection's cap, ends one when a `leave` (on
+//! any device) reaches it, and ends them all when the connection closes.
+//! The session only refuses a watch that finishes after its connection
+//! closed, which its own request then ends, since nobody else would.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,22 +30,21 @@ const WATCH_FULL_RETRY_MS: u64 = 5_000;
 /// retry is due (`internal` carries no time; clients wait about this long).
 const INTERNAL_RETRY_MS: u64 = 1_000;
 
-/// A connection after `hello`: who it is, its queue, and the watches it owns.
+/// A connection after `hello`: who it is, its queue, and its state.
 pub(super) struct Session {
     caller: Caller,
     outbox: Arc<Outbox>,
-    watches: Mutex<WatchSet>,
+    state: Mutex<SessionState>,
     /// Chats it may watch at once.
     max_watches: usize,
 }
 
-/// The chats a connection watches. A watch joins the set once it is live;
-/// once the connection has ended the set refuses new ones, so a watch that
-/// finishes after its connection closed is ended by its own request instead
-/// of staying registered with nobody to end it.
+/// What a session keeps between its requests. Once the connection has
+/// ended it refuses new watches and live inboxes, so one that finishes
+/// after its connection closed is ended by its own request instead of
+/// staying registered with nobody to end it.
 #[derive(Default)]
-struct WatchSet {
-    chats: Vec<ChatKey>,
+struct SessionState {
     ended: bool,
     /// The connection asked for a live inbox.
     inbox: bool,
@@ -53,15 +56,16 @@ struct WatchSet {
 
 impl Session {
     pub(super) fn new(caller: Caller, outbox: Arc<Outbox>, max_watches: usize) -> Session {
-        Session { caller, outbox, watches: Mutex::new(WatchSet::default()), max_watches }
+        Session { caller, outbox, state: Mutex::new(SessionState::default()), max_watches }
     }
 
     /// Whether one more watch of `chat` fits (a watch of a chat already
-    /// watched replaces it). A connection runs one request at a time, so
+    /// watched replaces it), counted by the hub, which owns the
+    /// connection's watches. A connection runs one request at a time, so
     /// no other watch starts between this check and the watch.
-    fn check_room(&self, chat: &str) -> Result<(), Error> {
-        let set = self.watches.lock().expect("watches lock");
-        if set.chats.len() < self.max_watches || set.chats.iter().any(|k| *k.chat == *chat) {
+    fn check_room(&self, chats: &Chats, chat: &str) -> Result<(), Error> {
+        let key = ChatKey { ws: self.caller.ws.clone(), chat: chat.into() };
+        if chats.hub().has_room(self.outbox.id(), &key, self.max_watches) {
             return Ok(());
         }
         metrics::counter!("herald_watches_refused_total").increment(1);
@@ -71,26 +75,15 @@ impl Session {
         })
     }
 
-    /// Takes a live watch of `key` into the set. False once the connection ended.
-    fn adopt(&self, key: ChatKey) -> bool {
-        let mut set = self.watches.lock().expect("watches lock");
-        if set.ended {
-            return false;
-        }
-        if !set.chats.contains(&key) {
-            // Most connections watch one chat or a few: room for exactly
-            // one, then doubling, not the four a first push makes room for.
-            let more = set.chats.len().max(1);
-            set.chats.reserve_exact(more);
-            set.chats.push(key);
-        }
-        true
+    /// Whether a watch that just went live may stay: false once the connection ended.
+    fn may_stay(&self) -> bool {
+        !self.state.lock().expect("session lock").ended
     }
 
     /// Whether a send of `client_id` to `chat` may be served now, or must
     /// wait for an earlier refused one (see [`Fences::check`]).
     fn check_fence(&self, chat: &str, client_id: Option<&str>) -> Result<(), Error> {
-        let mut set = self.watches.lock().expect("watches lock");
+        let mut set = self.state.lock().expect("session lock");
         Fences::check(&mut set.fences, chat, client_id, Instant::now()).map_err(|(refusal, retry_after_ms)| {
             metrics::counter!("herald_sends_fenced_total").increment(1);
             let message = "an earlier send to this chat was refused: send it again first".to_string();
@@ -110,19 +103,14 @@ impl Session {
             Error::Internal(_) => (Refusal::Unavailable, INTERNAL_RETRY_MS),
             _ => return,
         };
-        let mut set = self.watches.lock().expect("watches lock");
+        let mut set = self.state.lock().expect("session lock");
         Fences::raise(&mut set.fences, chat, client_id, refusal, retry_after_ms, Instant::now());
-    }
-
-    /// Drops `chat` from the set (its watch ended: unwatch or leave).
-    fn forget(&self, chat: &str) {
-        self.watches.lock().expect("watches lock").chats.retain(|k| *k.chat != *chat);
     }
 
     /// Registers the connection's live inbox (or finds it), unless the
     /// connection ended; see [`Chats::inbox_listen`].
     fn listen_inbox(&self, chats: &Chats) -> Option<(Arc<Listener>, bool)> {
-        let mut set = self.watches.lock().expect("watches lock");
+        let mut set = self.state.lock().expect("session lock");
         if set.ended {
             return None;
         }
@@ -130,20 +118,20 @@ impl Session {
         Some(chats.inbox_listen(&self.caller, &self.outbox))
     }
 
-    /// The connection ended: ends every watch in the set and its live
-    /// inbox, and refuses new ones.
     /// Who the connection is.
     pub(super) fn caller(&self) -> &Caller {
         &self.caller
     }
 
+    /// The connection ended: ends every watch it has and its live inbox,
+    /// and refuses new ones.
     pub(super) fn end_watches(&self, chats: &Chats) {
-        let (keys, inbox) = {
-            let mut set = self.watches.lock().expect("watches lock");
+        let inbox = {
+            let mut set = self.state.lock().expect("session lock");
             set.ended = true;
-            (std::mem::take(&mut set.chats), std::mem::take(&mut set.inbox))
+            std::mem::take(&mut set.inbox)
         };
-        chats.unwatch_all(&self.outbox, &keys);
+        chats.unwatch_conn(&self.outbox);
         if inbox {
             chats.inbox_unlisten(&self.outbox);
         }
@@ -191,14 +179,13 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
         Op::Join { chat } => ok(ok_reply(id, &chats.join(c, &chat).await?)),
         Op::Leave { chat } => {
             chats.leave(c, &s.outbox, &chat).await?;
-            s.forget(&chat);
             ok(ok_reply(id, &EmptyOk {}))
         }
         Op::Watch { chat, after } => {
-            s.check_room(&chat)?;
+            s.check_room(chats, &chat)?;
             let reply = |latest| Frame::from(ok_reply(id, &WatchOk { chat: chat.clone(), seq: latest }));
             chats.watch(c, &s.outbox, &chat, after, reply).await?;
-            if !s.adopt(ChatKey { ws: c.ws.clone(), chat: chat.as_str().into() }) {
+            if !s.may_stay() {
                 // The connection closed while the watch started: nobody else will end it.
                 chats.unwatch(c, &s.outbox, &chat);
             }
@@ -206,7 +193,6 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
         }
         Op::Unwatch { chat } => {
             chats.unwatch(c, &s.outbox, &chat);
-            s.forget(&chat);
             ok(ok_reply(id, &EmptyOk {}))
         }
         Op::Send { chat, body, client_id } => {
@@ -237,5 +223,70 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
             Ok(None)
         }
         Op::Hello { .. } | Op::Ping => unreachable!("answered by the connection itself"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::Broker;
+    use crate::broker::memory::MemoryBroker;
+    use crate::chat::ChatLimits;
+    use crate::hub::Hub;
+    use crate::store::Store;
+    use crate::store::sqlite::SqliteStore;
+
+    /// The replies queued in `outbox`, by request id, as JSON.
+    fn replies(outbox: &Outbox) -> Vec<serde_json::Value> {
+        let mut frames = Vec::new();
+        outbox.drain(usize::MAX, &mut frames);
+        frames
+            .iter()
+            .map(|f| serde_json::from_str::<serde_json::Value>(f.as_str()).expect("JSON"))
+            .filter(|v| v.get("id").is_some())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_connection_at_its_watch_cap_can_watch_again_once_a_leave_on_another_device_ended_a_watch() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).expect("store"));
+        let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new());
+        let hub = Hub::new(broker.clone(), store.clone(), 0, 1 << 20);
+        let limits = ChatLimits {
+            settings: crate::chat::ChatSettings { body_limit: 1024, chat_join_rate: 0 },
+            replay_events: 100,
+            replay_bytes: 1 << 16,
+        };
+        let chats = Arc::new(Chats::new(store, broker, hub.clone(), limits));
+        let bob = Caller { ws: "w".into(), user: "bob".into() };
+        for chat in ["a", "b", "c"] {
+            let key = ChatKey { ws: bob.ws.clone(), chat: chat.into() };
+            chats.put_chat(key.clone(), true).await.expect("chat");
+            chats.add_member(key, "bob").await.expect("member");
+        }
+        let laptop = Arc::new(Outbox::new(1, 1 << 20));
+        let session = Arc::new(Session::new(bob.clone(), laptop.clone(), 2));
+        let ask = |id: i64, chat: &str| {
+            let op = Op::Watch { chat: chat.into(), after: None };
+            handle(chats.clone(), session.clone(), Request { id, op })
+        };
+        ask(1, "a").await;
+        ask(2, "b").await;
+        ask(3, "c").await;
+        let got = replies(&laptop);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(got[0]["ok"].is_object() && got[1]["ok"].is_object(), "{got:?}");
+        assert_eq!(got[2]["err"]["code"], "throttled", "at its cap of 2: {got:?}");
+
+        // Bob leaves "a" on his phone: the hub ends the laptop's watch of it.
+        let phone = Outbox::new(2, 1 << 20);
+        chats.leave(&bob, &phone, "a").await.expect("leave");
+        assert_eq!(hub.chats(), 1, "only b is watched now");
+
+        ask(4, "c").await;
+        let got = replies(&laptop);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0]["ok"].is_object(), "one watch left: a second fits again: {got:?}");
     }
 }

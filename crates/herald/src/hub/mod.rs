@@ -1,195 +1,106 @@
-//! The node's own fan-out: which local connections watch which chat, and the
+//! The node's fan-out: which local connections watch which chat, and the
 //! pushing of each chat's events to them in seq order.
 //!
-//! - this file: the watch registry. A chat has an entry only while it has
-//!   local watchers; the first watcher subscribes the node at the broker and
-//!   the last one unsubscribes it, both under the registry's lock, so the
-//!   broker sees a chat's interest change in the order the watches did.
-//! - [`start`]: starting a watch, two steps around a store read
-//!   ([`Hub::begin_watch`], [`Hub::finish_watch`]) so that no event falls
-//!   between replay and live.
-//! - [`sequencer`]: each chat's sequencer: events may arrive out of order or
-//!   not at all (a lost broker hint); it pushes them in seq order and repairs
-//!   gaps from the log.
-//! - [`tail`]: the periodic check that no stored event stays unannounced
-//!   (a hint lost for the last event of a burst, a publisher that died right
-//!   after its commit): the bound on how late a watcher can hear of an event.
-//! - [`hot`]: hot chats, pushed as coalesced `notify` frames.
-//! - [`cache`]: each watched chat's recent events, which serve `fetch`
-//!   and watch replays without the store where they are exact.
-//! - [`live`]: typing and presence, ephemeral signals between nodes turned
-//!   into pushes; [`presence`]: a chat's presence bookkeeping.
-//! - [`inbox`]: live inboxes, which follow chats beside the watchers: the
-//!   node's interest in a chat at the broker is counted over both
-//!   ([`Hub::want`]), so the broker hears of the first and after the last.
+//! One owner per concern:
 //!
-//! The hub reads the log through the [`Store`], never through the chat layer.
+//! - this file: the chat registry and routing. A chat has an [`entry`] only
+//!   while it has local watchers; the first watcher makes the node want the
+//!   chat at the broker and the last one stops wanting it, both under the
+//!   registry's lock, so the broker sees a chat's interest change in the
+//!   order the watches did. The broker's [`Sink`] lands here and is routed:
+//!   events to the chat's entry and to the live inbox [`feed`], signals to
+//!   the entry's presence ([`live`]), resyncs to the [`repair`]s.
+//! - [`interest`]: the only caller of the broker's subscribe and
+//!   unsubscribe, counting the node's interest over watchers and live inboxes.
+//! - [`entry`]: one chat's entry, composing its parts under one lock; its
+//!   `deliver` is order -> heat -> window -> fan-out.
+//! - plain data, no I/O, no timers: [`sequencer`] (the order of a chat's
+//!   events), [`heat`] (hot chats, pushed as coalesced `notify` frames),
+//!   [`recent`] (the window of recent events that serves `fetch` and watch
+//!   replays without the store where it is exact), [`watchers`] (who
+//!   watches, sync buffers, the fan-out of one event, going live),
+//!   [`presence`] (a chat's presence bookkeeping), [`conns`] (each
+//!   connection's watches: its cap and its close).
+//! - [`repair`]: the only part that waits: gap reads, catch-ups, tail checks.
+//! - [`live`]: typing and presence, the node's side and each chat's.
+//! - [`feed`]: live inboxes, a second consumer of deliveries beside the
+//!   entries, sharing the node's interest.
 //!
-//! Lock order: shard map, then a chat's state, then an outbox; the interest
-//! map is taken under the shard map (and under the inbox feed's chat map),
-//! and the broker's own subscription map under it (subscribe and
-//! unsubscribe are called with it held), never the other way round. The
-//! hub knows a connection only as its [`Outbox`].
+//! Starting a watch takes two steps around the chat layer's read of the log
+//! ([`Hub::begin_watch`], [`Hub::finish_watch`]), so that no event falls
+//! between replay and live. The hub reads the log through the [`Store`],
+//! never through the chat layer, and knows a connection only as its
+//! [`Outbox`].
+//!
+//! Lock order: shard map, then a chat's entry, then an outbox; the
+//! connection index ([`conns`]) is taken under an entry's lock and under
+//! nothing else's, last. The interest map is taken under the shard map (and
+//! under the feed's chat map, itself under a listener's state), and the
+//! broker's own subscription map under it (subscribe and unsubscribe are
+//! called with it held), never the other way round. The typing gate is
+//! taken alone. No lock is held across an `.await`.
 
-mod cache;
-mod hot;
-mod inbox;
+mod conns;
+mod entry;
+mod feed;
+mod heat;
+mod interest;
 mod live;
 mod presence;
+mod recent;
+mod repair;
 mod sequencer;
 mod settings;
-mod start;
-mod tail;
+mod watchers;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use herald_protocol::reply::PresenceOk;
 
 use crate::broker::{Broker, Sink};
 use crate::model::{ChatKey, Published, Signal};
 use crate::outbox::{ConnId, Frame, Outbox};
 use crate::store::Store;
 
-pub use cache::{CachedPage, DEFAULT_RECENT_BYTES, DEFAULT_RECENT_CHAT_BYTES};
-pub use hot::{HOT_MIN_EVENTS, HOT_NOTIFY_EVERY};
-pub use inbox::{INBOX_FOLLOW_MAX, INBOX_PUSH_EVERY, INBOX_TAIL_EVERY, Listener};
+use entry::Entry;
+pub use feed::{Feed, INBOX_FOLLOW_MAX, INBOX_PUSH_EVERY, INBOX_TAIL_EVERY, Listener};
+pub use heat::{HOT_MIN_EVENTS, HOT_NOTIFY_EVERY};
 pub use live::{COUNT_EVERY, TYPING_EVERY};
+pub use recent::{CachedPage, DEFAULT_RECENT_BYTES, DEFAULT_RECENT_CHAT_BYTES};
+pub use repair::TAIL_EVERY;
 pub use sequencer::GAP_WAIT;
 pub use settings::{DEFAULT_HOT_CHAT_DELIVERIES, HubSettings};
-pub use tail::TAIL_EVERY;
 
 /// Shards of the chat map: enough that watch churn on many cores rarely contends.
 const SHARDS: usize = 64;
 
 /// The node's fan-out.
 pub struct Hub {
-    /// Itself, for the timers and catch-ups it starts.
+    /// Itself, for the timers and reads it starts.
     me: Weak<Hub>,
     shards: Box<[Mutex<Shard>]>,
     hasher: std::hash::RandomState,
-    broker: Arc<dyn Broker>,
-    /// The log, for repairs.
-    store: Arc<dyn Store>,
-    /// Wakes the tail check at once (after a broker reconnect).
-    tail_now: tokio::sync::Notify,
-    /// Deliveries per second into one chat's local watchers at which it
-    /// turns hot; 0: never.
-    hot_deliveries: u64,
-    /// Bytes of live events buffered for one watcher while its replay is
-    /// read; beyond it the watcher is told to fetch (`notify`) instead.
-    sync_bytes: usize,
-    /// Tokens of the gap reads of watches being started.
-    gap_reads: std::sync::atomic::AtomicU64,
+    settings: HubSettings,
     started: tokio::time::Instant,
-    /// This node in its cell, for presence (unset on a node alone).
-    cell: std::sync::OnceLock<live::CellView>,
-    /// The last presence epoch given to a chat entry.
-    epochs: std::sync::atomic::AtomicU64,
-    /// When each member last had a typing push, per chat.
-    typing: live::Gate,
-    /// How many of this node's parts want each chat's events (its watchers'
-    /// entry, its live inboxes' following): the broker subscription lives
-    /// while any does.
-    interest: Box<[Mutex<HashMap<ChatKey, u32>>]>,
+    /// The node's interest in chats at the broker, shared with the feed.
+    interest: Arc<interest::Interest>,
+    /// Each connection's watches.
+    conns: conns::Conns,
+    /// Reads of the log.
+    repair: repair::Repair,
+    /// Typing and presence, the node's side.
+    live: live::Live,
     /// Live inboxes.
-    feeds: inbox::Feeds,
+    feed: Arc<Feed>,
     /// The byte budget of the chats' windows of recent events.
-    recent: Arc<cache::Budget>,
+    budget: Arc<recent::Budget>,
 }
 
 /// Part of the chat map.
-type Shard = HashMap<ChatKey, Arc<Watched>>;
-
-/// One chat's local watchers and sequencer.
-struct Watched {
-    key: ChatKey,
-    state: Mutex<ChatState>,
-}
-
-#[derive(Default)]
-struct ChatState {
-    /// The next seq the sequencer expects; `None` until the first watch finishes.
-    next: Option<u64>,
-    /// Events ahead of `next`, waiting for the gap to fill.
-    held: BTreeMap<u64, Arc<Published>>,
-    /// Whether a gap timer is running.
-    gap_timer: bool,
-    /// The chat's latest seq in the log at the previous tail check.
-    tail_seen: u64,
-    watchers: HashMap<ConnId, Watcher>,
-    /// The second (since the hub started) whose events `window_events` counts.
-    window: u64,
-    window_events: u32,
-    /// Hot: watchers get a coalesced `notify` now and then, not each event.
-    hot: bool,
-    /// While hot: the latest seq not yet announced.
-    unannounced: Option<u64>,
-    /// Whether the timer that announces it is running.
-    notify_timer: bool,
-    /// Which slot of watchers the timer's next tick announces to (see `hot`).
-    notify_slot: u64,
-    /// Typing and presence.
-    live: live::LiveState,
-    /// The chat's recent events, as the store shows them.
-    recent: cache::Recent,
-}
-
-struct Watcher {
-    outbox: Arc<Outbox>,
-    user: Arc<str>,
-    /// The lowest seq this connection may still be pushed; pushes only go up.
-    next: u64,
-    /// `Some` while the watch's replay is being read: live events wait here.
-    /// Boxed: every watcher carries this field, few carry a buffer, so a
-    /// pointer (8 bytes) beats an inline buffer in every idle watch.
-    syncing: Option<Box<SyncBuffer>>,
-    /// Counted in the chat's presence: set once the watch is live.
-    present: bool,
-    /// Gets presence pushes: the connection asked `presence` for this chat
-    /// while watching it (a v1 client, which never does, gets none).
-    follows: bool,
-}
-
-/// Live events kept for a watcher while its replay is read.
-#[derive(Default)]
-struct SyncBuffer {
-    events: Vec<Arc<Published>>,
-    bytes: usize,
-    /// Events were dropped for lack of room: the watcher gets `notify` instead.
-    /// Once set, every later event is dropped too, so what is kept has no hole.
-    overflowed: bool,
-    /// The seq of the first event offered, kept or not: where this watcher's
-    /// share of the sequencer's fan-out begins.
-    first: Option<u64>,
-    /// Seqs of this watcher's user's `leave`s offered, kept or not. Whether
-    /// one ends the watch depends on where the watch starts, known only at
-    /// its finish (a `leave` older than the read is from an earlier membership).
-    leaves: Vec<u64>,
-    /// Set once [`Hub::finish_watch`] ran and the events the sequencer moved
-    /// past before this watcher saw them are being read: that read's token.
-    reading_gap: Option<u64>,
-}
-
-impl Watcher {
-    /// While the watch's replay is read, keeps `event` for after it (or notes
-    /// that there was no room). Returns whether the watcher is still syncing.
-    fn buffer_if_syncing(&mut self, event: &Arc<Published>, limit: usize) -> bool {
-        let Some(buf) = &mut self.syncing else { return false };
-        buf.first.get_or_insert(event.seq);
-        if start::ends(event, &self.user) {
-            buf.leaves.push(event.seq);
-        }
-        let len = event.frame.as_str().len();
-        if !buf.overflowed && buf.bytes + len <= limit {
-            buf.bytes += len;
-            buf.events.push(event.clone());
-        } else {
-            buf.overflowed = true;
-        }
-        true
-    }
-}
+type Shard = HashMap<ChatKey, Arc<Entry>>;
 
 /// What the chat layer read for a watch, to be pushed by [`Hub::finish_watch`].
 pub struct Replay {
@@ -220,78 +131,101 @@ impl Hub {
 
     /// A hub tuned by `settings`, repairing from `store`.
     pub fn with_settings(broker: Arc<dyn Broker>, store: Arc<dyn Store>, settings: HubSettings) -> Arc<Hub> {
-        let HubSettings { hot_deliveries, sync_bytes, .. } = settings;
+        let interest = Arc::new(interest::Interest::new(broker.clone()));
+        let may_lose = broker.may_lose();
         let hub = Arc::new_cyclic(|me| Hub {
             me: me.clone(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: std::hash::RandomState::new(),
-            broker: broker.clone(),
-            store,
-            tail_now: tokio::sync::Notify::new(),
-            hot_deliveries,
-            sync_bytes,
-            gap_reads: std::sync::atomic::AtomicU64::new(0),
+            settings,
             started: tokio::time::Instant::now(),
-            cell: std::sync::OnceLock::new(),
-            epochs: std::sync::atomic::AtomicU64::new(0),
-            typing: live::Gate::default(),
-            interest: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            feeds: inbox::Feeds::default(),
-            recent: Arc::new(cache::Budget::new(settings.recent_bytes, settings.recent_chat_bytes)),
+            interest: interest.clone(),
+            conns: conns::Conns::new(),
+            repair: repair::Repair::new(store.clone()),
+            live: live::Live::new(broker.clone()),
+            feed: Feed::new(store, interest, may_lose),
+            budget: Arc::new(recent::Budget::new(settings.recent_bytes, settings.recent_chat_bytes)),
         });
         let sink: Arc<dyn Sink> = hub.clone();
         broker.attach(Arc::downgrade(&sink));
-        if broker.may_lose() {
-            tail::spawn(Arc::downgrade(&hub));
-            live::spawn_sweep(Arc::downgrade(&hub));
-            inbox::spawn_tail(Arc::downgrade(&hub));
+        if may_lose {
+            repair::spawn_tail(Arc::downgrade(&hub));
+            spawn_sweep(Arc::downgrade(&hub));
         }
         hub
     }
 
-    /// Which of the [`SHARDS`] of the hub's maps (chats, interest, the live
-    /// inbox's chats) holds `key`. Process-local maps: a per-process hash
-    /// seed is fine here (never for routing).
-    fn shard_of(&self, key: &ChatKey) -> usize {
-        (self.hasher.hash_one(key) as usize) % SHARDS
+    /// The live inboxes.
+    pub fn feed(&self) -> &Arc<Feed> {
+        &self.feed
     }
 
+    /// Process-local map: a per-process hash seed is fine here (never for routing).
     fn shard(&self, key: &ChatKey) -> &Mutex<Shard> {
-        &self.shards[self.shard_of(key)]
+        &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
 
     /// The entry of `key`, if this node watches it.
-    fn watched(&self, key: &ChatKey) -> Option<Arc<Watched>> {
+    fn entry(&self, key: &ChatKey) -> Option<Arc<Entry>> {
         self.shard(key).lock().expect("hub shard lock").get(key).cloned()
+    }
+
+    /// Registers `outbox`'s connection as a syncing watcher of `key` (live
+    /// events are buffered for it while the chat layer reads the log),
+    /// replacing a previous watch of the same connection.
+    pub fn begin_watch(&self, key: &ChatKey, user: &Arc<str>, outbox: &Arc<Outbox>) {
+        let mut shard = self.shard(key).lock().expect("hub shard lock");
+        let mut created = false;
+        let entry = shard
+            .entry(key.clone())
+            .or_insert_with(|| {
+                created = true;
+                Arc::new(Entry::new(key.clone(), self.live.new_chat()))
+            })
+            .clone();
+        entry.begin(self, user, outbox);
+        if created {
+            metrics::gauge!("herald_hub_chats").increment(1.0);
+            self.interest.want(key);
+        }
+    }
+
+    /// Completes a watch begun with [`Hub::begin_watch`]: pushes the reply,
+    /// the replay and the live events buffered meanwhile, then goes live
+    /// (after a gap read, if the chat's sequencer had moved past this
+    /// watch's read). Returns false, pushing nothing, if the watch ended meanwhile.
+    pub fn finish_watch(&self, key: &ChatKey, conn: ConnId, replay: Replay) -> bool {
+        let Some(entry) = self.entry(key) else { return false };
+        entry.finish(self, conn, replay)
     }
 
     /// Ends `conn`'s watch of `key`, if any.
     pub fn unwatch(&self, key: &ChatKey, conn: ConnId) {
         let mut shard = self.shard(key).lock().expect("hub shard lock");
-        let Some(watched) = shard.get(key).cloned() else {
-            return;
-        };
-        let mut state = watched.state.lock().expect("hub chat lock");
-        let Some(gone) = state.watchers.remove(&conn) else {
-            return;
-        };
-        if gone.present {
-            self.watch_absent(&watched, &mut state, &gone.user);
-        }
-        metrics::gauge!("herald_watches").decrement(1.0);
-        if state.watchers.is_empty() {
-            drop(state);
+        let Some(entry) = shard.get(key).cloned() else { return };
+        if entry.unwatch(self, conn) == Some(true) {
             self.forget(&mut shard, key);
+        }
+    }
+
+    /// Whether connection `conn` may watch `key` with at most `max` watches:
+    /// it watches fewer chats (a watch ended by a `leave` on another device
+    /// no longer counts), or watches `key` already.
+    pub fn has_room(&self, conn: ConnId, key: &ChatKey, max: usize) -> bool {
+        self.conns.has_room(conn, key, max)
+    }
+
+    /// Ends every watch of connection `conn` (it closed).
+    pub fn unwatch_conn(&self, conn: ConnId) {
+        for key in self.conns.take(conn) {
+            self.unwatch(&key, conn);
         }
     }
 
     /// Drops the entry of `key` if its last watcher left while only its own lock was held.
     fn remove_if_empty(&self, key: &ChatKey) {
         let mut shard = self.shard(key).lock().expect("hub shard lock");
-        let Some(watched) = shard.get(key).cloned() else {
-            return;
-        };
-        if watched.state.lock().expect("hub chat lock").watchers.is_empty() {
+        if shard.get(key).is_some_and(|entry| entry.is_empty()) {
             self.forget(&mut shard, key);
         }
     }
@@ -300,28 +234,7 @@ impl Hub {
     fn forget(&self, shard: &mut Shard, key: &ChatKey) {
         shard.remove(key);
         metrics::gauge!("herald_hub_chats").decrement(1.0);
-        self.unwant(key);
-    }
-
-    /// One more part of this node wants `key`'s events: the first subscribes at the broker.
-    fn want(&self, key: &ChatKey) {
-        let mut interest = self.interest[self.shard_of(key)].lock().expect("hub interest lock");
-        let n = interest.entry(key.clone()).or_insert(0);
-        *n += 1;
-        if *n == 1 {
-            self.broker.subscribe(key);
-        }
-    }
-
-    /// One part of this node no longer wants `key`'s events: after the last, the broker is told.
-    fn unwant(&self, key: &ChatKey) {
-        let mut interest = self.interest[self.shard_of(key)].lock().expect("hub interest lock");
-        let Some(n) = interest.get_mut(key) else { return };
-        *n -= 1;
-        if *n == 0 {
-            interest.remove(key);
-            self.broker.unsubscribe(key);
-        }
+        self.interest.unwant(key);
     }
 
     /// Chats with local watchers now.
@@ -330,77 +243,222 @@ impl Hub {
     }
 
     /// Every chat entry, for the tail check and resyncs.
-    fn entries(&self) -> Vec<Arc<Watched>> {
+    fn entries(&self) -> Vec<Arc<Entry>> {
         self.shards
             .iter()
             .flat_map(|s| s.lock().expect("hub shard lock").values().cloned().collect::<Vec<_>>())
             .collect()
     }
 
-    /// Runs `then` with this hub and `watched` after `delay`, unless the hub is gone by then.
-    fn later<F, Fut>(&self, delay: Duration, watched: &Arc<Watched>, then: F)
+    /// A `fetch` page of `key` after `after` for connection `conn` of
+    /// `user`, from the chat's window, when that is exact (see
+    /// [`Entry::cached_fetch`]). `None`: ask the store.
+    pub fn cached_fetch(
+        &self,
+        key: &ChatKey,
+        conn: ConnId,
+        user: &str,
+        after: u64,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Option<CachedPage> {
+        let page = self.entry(key).and_then(|entry| entry.cached_fetch(conn, user, after, limit, max_bytes));
+        let outcome = if page.is_some() { "hit" } else { "miss" };
+        metrics::counter!("herald_hub_cache_reads_total", "read" => "fetch", "outcome" => outcome).increment(1);
+        page
+    }
+
+    /// The push frames of `key`'s events in `(after, upto]` for a watch's
+    /// replay, if this node watches the chat and its window holds them all.
+    /// Membership is the caller's to check (the chat layer reads it from the
+    /// store with the chat's head `upto`).
+    pub fn cached_replay(&self, key: &ChatKey, after: u64, upto: u64) -> Option<Vec<(u64, Frame)>> {
+        let frames = self.entry(key).and_then(|entry| entry.cached_replay(after, upto));
+        let outcome = if frames.is_some() { "hit" } else { "miss" };
+        metrics::counter!("herald_hub_cache_reads_total", "read" => "replay", "outcome" => outcome).increment(1);
+        frames
+    }
+
+    /// Tells the hub who this node is in its cell and how to know whether
+    /// another node is alive. Set once, before serving; a node alone never calls it.
+    pub fn set_cell(&self, me: String, live: Arc<dyn Fn(&str) -> bool + Send + Sync>) {
+        self.live.set_cell(me, live);
+    }
+
+    /// Whether `user`'s typing in `key` is pushed now: once per [`TYPING_EVERY`].
+    pub fn admit_typing(&self, key: &ChatKey, user: &Arc<str>, now: Instant) -> bool {
+        self.live.admit_typing(key, user, now)
+    }
+
+    /// `user` types in `key`: pushes it to this node's watchers and tells the others.
+    pub fn typing(&self, key: &ChatKey, user: &str) {
+        self.live.send_typing(key, user);
+        if let Some(entry) = self.entry(key) {
+            entry.push_typing(user);
+        }
+    }
+
+    /// The present users of `key`: this node's view when it watches the
+    /// chat, else what the other nodes answer within a short wait. When
+    /// `follower` (a connection) watches the chat, it gets presence pushes from now on.
+    pub async fn presence(&self, key: &ChatKey, follower: Option<ConnId>) -> PresenceOk {
+        if let Some(entry) = self.entry(key) {
+            return entry.presence(follower);
+        }
+        self.live.gather(key).await
+    }
+
+    /// Reads the latest seq of every watched chat and catches up those
+    /// whose previous latest has not arrived (see [`repair`]). Returns how
+    /// many were caught up. Tests run it by hand; the node's own tail check
+    /// runs it on its timer.
+    #[cfg(test)]
+    pub(crate) async fn check_tails(&self) -> usize {
+        self.repair.check_tails(self).await
+    }
+
+    // ---- what the entries and repairs use of the node ---------------------------------------
+
+    fn live(&self) -> &live::Live {
+        &self.live
+    }
+
+    fn repair(&self) -> &repair::Repair {
+        &self.repair
+    }
+
+    fn budget(&self) -> &Arc<recent::Budget> {
+        &self.budget
+    }
+
+    fn hot_deliveries(&self) -> u64 {
+        self.settings.hot_deliveries
+    }
+
+    fn sync_bytes(&self) -> usize {
+        self.settings.sync_bytes
+    }
+
+    /// The second since the hub started (heat counts per second).
+    fn second(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    /// `conn`'s watch of `key` began (see [`conns`]).
+    fn conn_started(&self, conn: ConnId, key: &ChatKey) {
+        self.conns.add(conn, key);
+    }
+
+    /// `conn`'s watch of `key` ended.
+    fn conn_ended(&self, conn: ConnId, key: &ChatKey) {
+        self.conns.remove(conn, key);
+    }
+
+    /// Runs `then` with this hub and `entry` after `delay`, unless the hub is gone by then.
+    fn later<F, Fut>(&self, delay: Duration, entry: &Arc<Entry>, then: F)
     where
-        F: FnOnce(Arc<Hub>, Arc<Watched>) -> Fut + Send + 'static,
+        F: FnOnce(Arc<Hub>, Arc<Entry>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send,
     {
-        let (hub, watched) = (self.me.clone(), watched.clone());
+        let (hub, entry) = (self.me.clone(), entry.clone());
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             if let Some(hub) = hub.upgrade() {
-                then(hub, watched).await;
+                then(hub, entry).await;
             }
         });
     }
+
+    /// Drops the users of nodes the cell no longer hears of, from every chat.
+    fn sweep(&self) {
+        if !self.live.in_cell() {
+            return;
+        }
+        let now = Instant::now();
+        for entry in self.entries() {
+            entry.sweep(self, now);
+        }
+    }
+}
+
+/// Starts the sweep for dead nodes' users; it ends with the hub.
+fn spawn_sweep(hub: Weak<Hub>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(live::SWEEP_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(hub) = hub.upgrade() else { return };
+            hub.sweep();
+        }
+    });
 }
 
 impl Sink for Hub {
-    /// Messages may have been lost everywhere: the tail check runs now
-    /// instead of at its next tick, and catches up every chat that is behind.
+    /// Messages may have been lost everywhere: the tail checks run now
+    /// instead of at their next tick, and catch up every chat that is
+    /// behind; every chat's presence is asked for again.
     fn resync(&self) {
         tracing::info!(chats = self.chats(), "checking every watched chat against the log");
-        self.tail_now.notify_one();
-        self.feeds.tail_now.notify_one();
-        self.presence_resync();
+        self.repair.check_now();
+        self.feed.check_now();
+        for entry in self.entries() {
+            entry.resync_presence(&self.live);
+        }
     }
 
     fn joined(&self, event: Arc<Published>) {
-        self.inbox_joined(&event);
+        self.feed.joined(&event);
     }
 
     fn signal(&self, key: &ChatKey, signal: Signal, reply: Option<String>) {
-        self.on_signal(key, signal, reply);
+        metrics::counter!("herald_signals_received_total", "kind" => signal.label()).increment(1);
+        let entry = self.entry(key);
+        match &signal {
+            Signal::Typing { user } => {
+                if let Some(entry) = entry {
+                    entry.push_typing(user);
+                }
+            }
+            Signal::Ask { of } => self.live.ask(key, of.as_deref(), reply.as_deref(), entry.as_deref()),
+            Signal::Delta { .. } | Signal::Beat { .. } | Signal::State { .. } => {
+                if let Some(entry) = entry {
+                    entry.receive(self, &signal);
+                }
+            }
+        }
     }
 
     fn catch_up(&self, key: &ChatKey) {
-        if self.inbox_follows(key) {
-            let (hub, key) = (self.me.clone(), key.clone());
+        if self.feed.follows(key) {
+            let (feed, key) = (Arc::downgrade(&self.feed), key.clone());
             tokio::spawn(async move {
-                if let Some(hub) = hub.upgrade() {
-                    hub.inbox_check(std::slice::from_ref(&key)).await;
+                if let Some(feed) = feed.upgrade() {
+                    feed.check(std::slice::from_ref(&key)).await;
                 }
             });
         }
-        let Some(watched) = self.watched(key) else { return };
-        self.later(Duration::ZERO, &watched, |hub, watched| async move {
-            hub.catch_up_entry(&watched).await;
+        let Some(entry) = self.entry(key) else { return };
+        self.later(Duration::ZERO, &entry, |hub, entry| async move {
+            hub.repair.catch_up(&hub, &entry).await;
         });
     }
 
+    /// Hands `event` to the live inboxes and to its chat's entry.
     fn deliver(&self, event: Arc<Published>) {
-        self.inbox_event(&event);
-        let Some(watched) = self.watched(&event.key) else { return };
-        let mut state = watched.state.lock().expect("hub chat lock");
-        let emptied = self.sequence(&watched, &mut state, event);
-        drop(state);
-        if emptied {
-            self.remove_if_empty(&watched.key);
+        self.feed.event(&event);
+        let Some(entry) = self.entry(&event.key) else { return };
+        if entry.deliver(self, event) {
+            self.remove_if_empty(entry.key());
         }
     }
 }
 
 #[cfg(test)]
-mod cache_tests;
+mod parts_props;
 #[cfg(test)]
 mod props;
+#[cfg(test)]
+mod recent_tests;
 #[cfg(test)]
 mod tests;

@@ -1,20 +1,24 @@
-//! Each watched chat's sequencer: pushes its events to local watchers in seq
-//! order, whatever order they arrive in.
+//! Each watched chat's sequencer: the order in which its events are pushed
+//! to local watchers, seq by seq, whatever order they arrive in.
 //!
 //! Events may reach the hub out of order (two sends of one chat finishing on
 //! different tasks, a broker hint arriving late) or not at all (a hint lost).
 //! An event ahead of the next expected seq is held until the gap fills, for
-//! at most [`GAP_WAIT`]; then the gap is read from the log. A gap left after
-//! a successful read opened after it and gets another round; only when the
-//! log cannot be read does the hub move on, and watchers, seeing the gap,
-//! fetch it as the protocol tells them to.
+//! at most [`GAP_WAIT`]; then the gap is read from the log
+//! ([`super::repair`]). A gap left after a successful read opened after it
+//! and gets another round; only when the log cannot be read does the hub
+//! move on, and watchers, seeing the gap, fetch it as the protocol tells
+//! them to.
+//!
+//! Plain data: it decides what is next, what waits and when a repair is due;
+//! the entry ([`super::entry`]) fans out what it releases and runs the
+//! timers it asks for. It also keeps the chat's head at the previous tail
+//! check, the one other thing compared with its position.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_protocol::EventType;
-
-use super::{ChatState, Hub, Watched};
 use crate::model::Published;
 
 /// How long an event ahead of a gap is held before the gap is read from the
@@ -23,103 +27,92 @@ use crate::model::Published;
 pub const GAP_WAIT: Duration = Duration::from_millis(250);
 /// Events held per chat while waiting for a gap. Beyond it the hub moves on at once.
 const MAX_HELD: usize = 1024;
-/// Events read per catch-up page, and pages per catch-up before it stops
-/// (the next tail check or gap goes on from there).
-const CATCH_UP_PAGE: u32 = 500;
-const CATCH_UP_PAGES: usize = 10;
 
-impl Hub {
-    /// Takes `event` into `watched`'s sequence: pushes it (and whatever it
-    /// releases) if it is next, holds it if it is ahead, drops it if it is
-    /// old. Returns true if a `leave` removed the last watcher.
-    pub(super) fn sequence(&self, watched: &Arc<Watched>, state: &mut ChatState, event: Arc<Published>) -> bool {
-        match state.next {
+/// One chat's order.
+#[derive(Default)]
+pub(super) struct Sequencer {
+    /// The next seq expected; `None` until the first watch finishes.
+    next: Option<u64>,
+    /// Events ahead of `next`, waiting for the gap to fill.
+    held: BTreeMap<u64, Arc<Published>>,
+    /// Whether a gap timer is running.
+    gap_timer: bool,
+    /// The chat's latest seq in the log at the previous tail check.
+    tail_seen: u64,
+}
+
+/// What became of an event offered to the sequencer.
+pub(super) enum Offered {
+    /// It is next: push it, then whatever [`Sequencer::pop_ready`] releases.
+    Ready(Arc<Published>),
+    /// Older than what was pushed already: dropped.
+    Old,
+    /// Held for a gap; `arm`: start the gap timer.
+    Held { arm: bool },
+    /// Too many held: the gap was given up; push what [`Sequencer::pop_ready`] releases.
+    Skipped,
+}
+
+/// What a gap timer's repair leaves.
+pub(super) enum AfterRepair {
+    /// No gap left.
+    Closed,
+    /// The log was read and a gap remains (it opened after the read): `arm`
+    /// the timer for another round.
+    Again { arm: bool },
+    /// The log could not be read: the `missing` seqs are given up; push what
+    /// [`Sequencer::pop_ready`] releases, then [`Sequencer::arm_gap`].
+    Skipped { missing: u64 },
+}
+
+impl Sequencer {
+    /// The next seq expected, once the first watch started the sequencer.
+    pub(super) fn next(&self) -> Option<u64> {
+        self.next
+    }
+
+    /// Starts the sequencer after `latest`, the log's head as the chat's
+    /// first finished watch read it. What this releases comes from
+    /// [`Sequencer::pop_ready`].
+    pub(super) fn start(&mut self, latest: u64) {
+        self.next = Some(latest + 1);
+        self.tail_seen = latest;
+    }
+
+    /// Takes `event` in: it is next, old, or ahead of a gap (held; the
+    /// oldest held goes first when too many wait before the start, and the
+    /// gap is given up when too many wait after it).
+    pub(super) fn offer(&mut self, event: Arc<Published>) -> Offered {
+        match self.next {
             Some(next) if event.seq == next => {
-                let mut emptied = self.fan_out(watched, state, &event);
-                state.next = Some(next + 1);
-                emptied |= self.release_held(watched, state);
-                emptied
+                self.next = Some(next + 1);
+                Offered::Ready(event)
             }
-            Some(next) if event.seq < next => false,
+            Some(next) if event.seq < next => Offered::Old,
             _ => {
                 // Ahead of a gap, or before the first watch set the start: hold it.
-                state.held.insert(event.seq, event);
-                if state.held.len() > MAX_HELD && state.next.is_none() {
+                self.held.insert(event.seq, event);
+                if self.held.len() > MAX_HELD && self.next.is_none() {
                     // Not started yet: the first watch's own read covers the oldest.
-                    state.held.pop_first();
-                    false
-                } else if state.held.len() > MAX_HELD {
-                    let first = *state.held.keys().next().expect("not empty");
+                    self.held.pop_first();
+                    Offered::Held { arm: false }
+                } else if self.held.len() > MAX_HELD {
+                    let first = *self.held.keys().next().expect("not empty");
                     metrics::counter!("herald_hub_gaps_skipped_total").increment(1);
-                    state.next = Some(first);
-                    self.release_held(watched, state)
+                    self.next = Some(first);
+                    Offered::Skipped
                 } else {
-                    self.arm_gap_timer(watched, state);
-                    false
+                    Offered::Held { arm: self.arm_gap() }
                 }
             }
         }
     }
 
-    /// Pushes `event` to every live watcher and buffers it for syncing ones;
-    /// in a hot chat, keeps it in the chat's recent window and only notes it
-    /// for the next coalesced `notify`.
-    /// Returns true if a `leave` removed the last watcher.
-    fn fan_out(&self, watched: &Arc<Watched>, state: &mut ChatState, event: &Arc<Published>) -> bool {
-        let hot = self.count_for_heat(watched, state);
-        // Only a hot chat keeps a window: its notifies are what send its
-        // watchers fetching. Any other chat's rare fetch (a gap) reads the
-        // store, and its events cost no memory once pushed.
-        if hot {
-            state.recent.push(&self.recent, &watched.key.chat, event);
-        } else if !state.recent.is_empty() {
-            state.recent.clear();
-        }
-        if hot && event.kind != EventType::Leave {
-            for w in state.watchers.values_mut() {
-                w.buffer_if_syncing(event, self.sync_bytes);
-            }
-            state.unannounced = Some(event.seq);
-            self.arm_notify_timer(watched, state);
-            return false;
-        }
-        let mut pushed = 0u64;
-        // A `leave` ends the live watches of its user that it reaches; one
-        // from before a watch's start is history. Syncing watches decide at
-        // their finish, when their start is known.
-        let mut ended = Vec::new();
-        for (conn, w) in state.watchers.iter_mut() {
-            if w.buffer_if_syncing(event, self.sync_bytes) || event.seq < w.next {
-                continue;
-            }
-            w.next = event.seq + 1;
-            if w.outbox.push(event.frame.clone()) {
-                pushed += 1;
-            }
-            if super::start::ends(event, &w.user) {
-                ended.push(*conn);
-            }
-        }
-        metrics::counter!("herald_pushes_total").increment(pushed);
-        if ended.is_empty() {
-            return false;
-        }
-        for conn in &ended {
-            if let Some(gone) = state.watchers.remove(conn)
-                && gone.present
-            {
-                self.watch_absent(watched, state, &gone.user);
-            }
-        }
-        metrics::gauge!("herald_watches").decrement(ended.len() as f64);
-        state.watchers.is_empty()
-    }
-
-    /// Fans out held events from `state.next` on while they are contiguous.
-    pub(super) fn release_held(&self, watched: &Arc<Watched>, state: &mut ChatState) -> bool {
-        let mut emptied = false;
-        while let Some(entry) = state.held.first_entry() {
-            let next = state.next.expect("released only once started");
+    /// The held event that is next now, if any (dropping older ones), and
+    /// moves past it.
+    pub(super) fn pop_ready(&mut self) -> Option<Arc<Published>> {
+        let next = self.next?;
+        while let Some(entry) = self.held.first_entry() {
             if *entry.key() < next {
                 entry.remove();
                 continue;
@@ -127,76 +120,42 @@ impl Hub {
             if *entry.key() > next {
                 break;
             }
-            let event = entry.remove();
-            emptied |= self.fan_out(watched, state, &event);
-            state.next = Some(next + 1);
+            self.next = Some(next + 1);
+            return Some(entry.remove());
         }
-        emptied
+        None
     }
 
-    /// Starts the timer that repairs `watched`'s gap, unless one runs or there is no gap.
-    pub(super) fn arm_gap_timer(&self, watched: &Arc<Watched>, state: &mut ChatState) {
-        if state.gap_timer || state.next.is_none() || state.held.is_empty() {
-            return;
+    /// Whether the gap timer must start now: there is a gap and none runs.
+    #[must_use]
+    pub(super) fn arm_gap(&mut self) -> bool {
+        if self.gap_timer || self.next.is_none() || self.held.is_empty() {
+            return false;
         }
-        state.gap_timer = true;
-        self.later(GAP_WAIT, watched, |hub, watched| async move { hub.repair(&watched).await });
-    }
-
-    /// Fills `watched`'s gap from the log. A gap left after a successful read
-    /// opened after it (events reordered under load): it is given another
-    /// round, never skipped, because the log has every published event. Only
-    /// when the log cannot be read does the hub move on, and clients fetch.
-    async fn repair(&self, watched: &Arc<Watched>) {
-        let caught_up = self.catch_up_entry(watched).await;
-        let mut state = watched.state.lock().expect("hub chat lock");
-        state.gap_timer = false;
-        let Some((&first, _)) = state.held.first_key_value() else { return };
-        if caught_up {
-            self.arm_gap_timer(watched, &mut state);
-            return;
-        }
-        let missing = first - state.next.unwrap_or(first);
-        tracing::warn!(chat = %watched.key, missing, "gap not repaired: the log could not be read; watchers will fetch it");
-        metrics::counter!("herald_hub_gaps_skipped_total").increment(1);
-        state.next = Some(first);
-        let emptied = self.release_held(watched, &mut state);
-        self.arm_gap_timer(watched, &mut state);
-        drop(state);
-        if emptied {
-            self.remove_if_empty(&watched.key);
-        }
-    }
-
-    /// Delivers, in order, every stored event of `watched` after the
-    /// sequencer's position. Returns false if the log could not be read.
-    pub(super) async fn catch_up_entry(&self, watched: &Arc<Watched>) -> bool {
-        for _ in 0..CATCH_UP_PAGES {
-            let Some(next) = watched.state.lock().expect("hub chat lock").next else { return true };
-            let fetched = match self.store.fetch(&watched.key, None, next - 1, CATCH_UP_PAGE).await {
-                Ok(f) => f,
-                Err(e) => {
-                    tracing::warn!(chat = %watched.key, error = %e, "catch-up read failed; the next tail check retries");
-                    metrics::counter!("herald_hub_catch_up_failures_total").increment(1);
-                    return false;
-                }
-            };
-            let n = fetched.events.len();
-            if n > 0 {
-                metrics::counter!("herald_hub_backfilled_total").increment(n as u64);
-            }
-            for event in &fetched.events {
-                self.deliver_published(Published::new(watched.key.clone(), event));
-            }
-            if !fetched.more {
-                return true;
-            }
-        }
+        self.gap_timer = true;
         true
     }
 
-    /// [`crate::broker::Sink::deliver`], callable from inside the hub.
-    fn deliver_published(&self, event: Arc<Published>) {
-        crate::broker::Sink::deliver(self, event);
+    /// The gap timer's repair is over; `caught_up`: the log was read.
+    pub(super) fn repaired(&mut self, caught_up: bool) -> AfterRepair {
+        self.gap_timer = false;
+        let Some((&first, _)) = self.held.first_key_value() else { return AfterRepair::Closed };
+        if caught_up {
+            return AfterRepair::Again { arm: self.arm_gap() };
+        }
+        let missing = first - self.next.unwrap_or(first);
+        metrics::counter!("herald_hub_gaps_skipped_total").increment(1);
+        self.next = Some(first);
+        AfterRepair::Skipped { missing }
+    }
+
+    /// A tail check read `head` as the chat's latest seq. Returns true when
+    /// the head of the previous check has still not been reached: its hint
+    /// was lost, and the chat is caught up from the log.
+    pub(super) fn check_tail(&mut self, head: u64) -> bool {
+        let Some(next) = self.next else { return false };
+        let behind = next <= self.tail_seen;
+        self.tail_seen = head;
+        behind
     }
 }

@@ -418,11 +418,11 @@ fn inbox_pushed(outbox: &Outbox) -> Vec<(String, u64, u64)> {
 /// `id`, following `key` as told up to `told`.
 fn live_inbox(hub: &Hub, key: &ChatKey, id: u64, told: u64) -> Arc<Outbox> {
     let outbox = Arc::new(Outbox::new(id, 1 << 20));
-    let (l, setup) = hub.inbox_listen(&key.ws, &Arc::from("me"), &outbox);
+    let (l, setup) = hub.feed().listen(&key.ws, &Arc::from("me"), &outbox);
     assert!(setup);
-    hub.inbox_follow(&l, &[(key.clone(), 0)]);
-    hub.inbox_told(&l, &[(key.clone(), told, None)]);
-    hub.inbox_start(&l);
+    hub.feed().follow(&l, &[(key.clone(), 0)]);
+    hub.feed().told(&l, &[(key.clone(), told, None)]);
+    hub.feed().start(&l);
     outbox
 }
 
@@ -493,7 +493,7 @@ async fn watchers_and_live_inboxes_of_a_chat_share_one_broker_subscription() {
     let inbox = live_inbox(&hub, &key, 2, 0);
     hub.unwatch(&key, watcher.id());
     assert_eq!(*broker.interest.lock().unwrap(), vec![true], "the inbox still follows it");
-    hub.inbox_unlisten(inbox.id());
+    hub.feed().unlisten(inbox.id());
     assert_eq!(*broker.interest.lock().unwrap(), vec![true, false]);
-    assert_eq!(hub.inbox_listeners(), 0);
+    assert_eq!(hub.feed().listeners(), 0);
 }

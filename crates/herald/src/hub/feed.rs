@@ -6,8 +6,10 @@
 //! Every change of a chat is an event in its log, so the feed needs only
 //! each followed chat's events, and those already reach this node the way a
 //! watch's do: the node subscribes each followed chat at the broker (one
-//! interest per chat per node, shared with its watchers), and [`Hub`]'s
-//! delivery hands each event to the feed as well. The event only says that
+//! interest per chat per node, shared with its watchers: [`super::interest`]),
+//! and the hub's [`crate::broker::Sink`] hands each delivery to the feed as
+//! well as to the chat's entry: the feed is a second consumer of deliveries,
+//! with its own state, and knows nothing of watches. The event only says that
 //! a chat changed; what is pushed (seq, ts, this user's unread count) is
 //! read from the store ([`Store::inbox_entry`], a few index lookups), once
 //! per chat per connection per [`INBOX_PUSH_EVERY`] at most, however busy
@@ -26,11 +28,12 @@
 //! log for the latest seq of every followed chat and treats those that moved
 //! unannounced as changed, so a lost hint delays a push, never loses it.
 //!
-//! Lock order: a listener's state, then a shard of the feed's chat map, then the hub's
+//! Lock order: a listener's state, then a shard of the feed's chat map, then the node's
 //! interest map (and the broker). The feed's maps are never held while a
 //! listener's state is taken.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -40,9 +43,10 @@ use herald_protocol::EventType;
 use herald_protocol::frame::inbox_push;
 use tokio::time::Instant;
 
-use super::Hub;
+use super::interest::Interest;
 use crate::model::{ChatKey, Published};
 use crate::outbox::{ConnId, Frame, Outbox};
+use crate::store::Store;
 
 /// The least time between two pushes of one chat to one connection.
 pub const INBOX_PUSH_EVERY: Duration = Duration::from_millis(250);
@@ -55,14 +59,22 @@ pub const INBOX_TAIL_EVERY: Duration = Duration::from_secs(5);
 const TAIL_BATCH: usize = 500;
 /// Store reads of the feed at once, across the node.
 const READS_AT_ONCE: usize = 16;
+/// Shards of the followed-chat map.
+const SHARDS: usize = 64;
 /// The wait before a chat whose read failed is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The node's live inboxes.
-pub(super) struct Feeds {
+pub struct Feed {
+    /// Itself, for the flushes it starts.
+    me: Weak<Feed>,
+    store: Arc<dyn Store>,
+    interest: Arc<Interest>,
     /// Followed chats: their followers, and the latest seq the feed knows
-    /// of; sharded like the hub's chat map (every delivered event looks here).
+    /// of; sharded (every delivered event looks here).
     chats: Box<[Mutex<HashMap<ChatKey, Followers>>]>,
+    /// Process-local map: a per-process hash seed is fine here (never for routing).
+    hasher: std::hash::RandomState,
     /// Live inboxes by user, to follow the chats a user joins.
     users: Mutex<HashMap<UserKey, HashMap<ConnId, Arc<Listener>>>>,
     /// Live inboxes by connection.
@@ -71,19 +83,30 @@ pub(super) struct Feeds {
     listeners: AtomicUsize,
     reads: tokio::sync::Semaphore,
     /// Wakes the tail check at once (after a broker reconnect).
-    pub(super) tail_now: tokio::sync::Notify,
+    tail_now: tokio::sync::Notify,
 }
 
-impl Default for Feeds {
-    fn default() -> Self {
-        Feeds {
-            chats: (0..super::SHARDS).map(|_| Mutex::default()).collect(),
+impl Feed {
+    /// No live inbox yet; reads from `store`, follows chats through
+    /// `interest`. With `may_lose` (the broker can lose hints), checks its
+    /// chats against the log every [`INBOX_TAIL_EVERY`].
+    pub(super) fn new(store: Arc<dyn Store>, interest: Arc<Interest>, may_lose: bool) -> Arc<Feed> {
+        let feed = Arc::new_cyclic(|me| Feed {
+            me: me.clone(),
+            store,
+            interest,
+            chats: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: std::hash::RandomState::new(),
             users: Mutex::default(),
             conns: Mutex::default(),
             listeners: AtomicUsize::new(0),
             reads: tokio::sync::Semaphore::new(READS_AT_ONCE),
             tail_now: tokio::sync::Notify::new(),
+        });
+        if may_lose {
+            spawn_tail(Arc::downgrade(&feed));
         }
+        feed
     }
 }
 
@@ -176,13 +199,13 @@ impl Listener {
     }
 }
 
-impl Hub {
+impl Feed {
     /// Registers `outbox`'s connection as a live inbox of `user` of `ws`
     /// (or finds the one it has). Returns it, and whether it still has to be
     /// set up (new, or an earlier ask never finished): it follows nothing
-    /// yet; [`Hub::inbox_follow`], then [`Hub::inbox_start`].
-    pub fn inbox_listen(&self, ws: &Arc<str>, user: &Arc<str>, outbox: &Arc<Outbox>) -> (Arc<Listener>, bool) {
-        let mut conns = self.feeds.conns.lock().expect("inbox conns lock");
+    /// yet; [`Feed::follow`], then [`Feed::start`].
+    pub fn listen(&self, ws: &Arc<str>, user: &Arc<str>, outbox: &Arc<Outbox>) -> (Arc<Listener>, bool) {
+        let mut conns = self.conns.lock().expect("inbox conns lock");
         if let Some(l) = conns.get(&outbox.id()) {
             let started = l.state.lock().expect("inbox listener lock").started;
             return (l.clone(), !started);
@@ -195,21 +218,20 @@ impl Hub {
             state: Mutex::default(),
         });
         conns.insert(l.conn, l.clone());
-        self.feeds
-            .users
+        self.users
             .lock()
             .expect("inbox users lock")
             .entry((ws.clone(), user.clone()))
             .or_default()
             .insert(l.conn, l.clone());
-        self.feeds.listeners.fetch_add(1, Ordering::Relaxed);
+        self.listeners.fetch_add(1, Ordering::Relaxed);
         metrics::gauge!("herald_inbox_listeners").increment(1.0);
         (l, true)
     }
 
     /// Follows `chats` (with their latest seq, which the connection counts as
     /// told) for `l`. Chats already followed keep their state.
-    pub fn inbox_follow(&self, l: &Arc<Listener>, chats: &[(ChatKey, u64)]) {
+    pub fn follow(&self, l: &Arc<Listener>, chats: &[(ChatKey, u64)]) {
         let mut st = l.state.lock().expect("inbox listener lock");
         if st.ended {
             return;
@@ -221,7 +243,7 @@ impl Hub {
             st.chats.insert(key.chat.clone(), Follow { told: *head, latest: (*head, 0), ..Follow::default() });
             let mut feeds = self.followed(key);
             let followers = feeds.entry(key.clone()).or_insert_with(|| {
-                self.want(key);
+                self.interest.want(key);
                 metrics::gauge!("herald_inbox_chats").increment(1.0);
                 Followers { conns: HashMap::new(), head: *head }
             });
@@ -235,7 +257,7 @@ impl Hub {
     /// entries), and what the feed knows of their latest seq with it.
     /// With `unread` (a reply's entry: (seq, unread) exact then), pushes of
     /// the following events may need no store read.
-    pub fn inbox_told(&self, l: &Listener, chats: &[(ChatKey, u64, Option<u64>)]) {
+    pub fn told(&self, l: &Listener, chats: &[(ChatKey, u64, Option<u64>)]) {
         let mut st = l.state.lock().expect("inbox listener lock");
         for (key, seq, unread) in chats {
             if let Some(f) = st.chats.get_mut(&*key.chat) {
@@ -255,7 +277,7 @@ impl Hub {
 
     /// `l`'s `inbox` reply is queued: pushes may go out from now on,
     /// starting with the changes seen meanwhile.
-    pub fn inbox_start(&self, l: &Arc<Listener>) {
+    pub fn start(&self, l: &Arc<Listener>) {
         let flush = {
             let mut st = l.state.lock().expect("inbox listener lock");
             st.started = true;
@@ -268,10 +290,10 @@ impl Hub {
     }
 
     /// Ends the live inbox of connection `conn`, if it has one.
-    pub fn inbox_unlisten(&self, conn: ConnId) {
-        let Some(l) = self.feeds.conns.lock().expect("inbox conns lock").remove(&conn) else { return };
+    pub fn unlisten(&self, conn: ConnId) {
+        let Some(l) = self.conns.lock().expect("inbox conns lock").remove(&conn) else { return };
         {
-            let mut users = self.feeds.users.lock().expect("inbox users lock");
+            let mut users = self.users.lock().expect("inbox users lock");
             let key = (l.ws.clone(), l.user.clone());
             if let Some(of_user) = users.get_mut(&key) {
                 of_user.remove(&conn);
@@ -286,13 +308,13 @@ impl Hub {
             self.unfollow(&ChatKey { ws: l.ws.clone(), chat }, conn);
         }
         drop(st);
-        self.feeds.listeners.fetch_sub(1, Ordering::Relaxed);
+        self.listeners.fetch_sub(1, Ordering::Relaxed);
         metrics::gauge!("herald_inbox_listeners").decrement(1.0);
     }
 
     /// The shard of the followed-chat map that holds `key`.
     fn followed(&self, key: &ChatKey) -> std::sync::MutexGuard<'_, HashMap<ChatKey, Followers>> {
-        self.feeds.chats[self.shard_of(key)].lock().expect("inbox chats lock")
+        self.chats[(self.hasher.hash_one(key) as usize) % SHARDS].lock().expect("inbox chats lock")
     }
 
     /// Removes `conn` from `key`'s followers, and the node's interest in
@@ -304,19 +326,24 @@ impl Hub {
         if followers.conns.is_empty() {
             feeds.remove(key);
             metrics::gauge!("herald_inbox_chats").decrement(1.0);
-            self.unwant(key);
+            self.interest.unwant(key);
         }
     }
 
+    /// Runs the tail check now instead of at its next tick (after a broker reconnect).
+    pub(super) fn check_now(&self) {
+        self.tail_now.notify_one();
+    }
+
     /// Live inboxes on this node now.
-    pub fn inbox_listeners(&self) -> usize {
-        self.feeds.listeners.load(Ordering::Relaxed)
+    pub fn listeners(&self) -> usize {
+        self.listeners.load(Ordering::Relaxed)
     }
 
     /// An event of a chat reached this node: its followers' chat changed;
     /// a `join` makes the joiner's live inboxes follow the chat.
-    pub(super) fn inbox_event(&self, event: &Published) {
-        if self.feeds.listeners.load(Ordering::Relaxed) == 0 {
+    pub(super) fn event(&self, event: &Published) {
+        if self.listeners.load(Ordering::Relaxed) == 0 {
             return;
         }
         let followers: Vec<Arc<Listener>> = {
@@ -334,16 +361,16 @@ impl Hub {
             }
         }
         if event.kind == EventType::Join {
-            self.inbox_joined(event);
+            self.joined(event);
         }
     }
 
     /// A `join` (from this node or, through the cell-wide notice, another):
     /// the joiner's live inboxes here follow the chat and hear of it.
-    pub(super) fn inbox_joined(&self, event: &Published) {
+    pub(super) fn joined(&self, event: &Published) {
         let Some(user) = &event.user else { return };
         let joiners: Vec<Arc<Listener>> = {
-            let users = self.feeds.users.lock().expect("inbox users lock");
+            let users = self.users.lock().expect("inbox users lock");
             match users.get(&(event.key.ws.clone(), user.clone())) {
                 Some(of_user) => of_user.values().cloned().collect(),
                 None => return,
@@ -351,7 +378,7 @@ impl Hub {
         };
         for l in joiners {
             // Told nothing of it yet: its first read is pushed.
-            self.inbox_follow(&l, &[(event.key.clone(), 0)]);
+            self.follow(&l, &[(event.key.clone(), 0)]);
             if l.mark(&event.key.chat, Some(event)) {
                 self.spawn_flush(l);
             }
@@ -360,7 +387,7 @@ impl Hub {
 
     /// Marks the followers of `key` changed when its latest seq in the log
     /// (`head`) is past what the feed heard of: an event whose hint was lost.
-    fn inbox_seen_head(&self, key: &ChatKey, head: u64) {
+    fn seen_head(&self, key: &ChatKey, head: u64) {
         let followers: Vec<Arc<Listener>> = {
             let mut feeds = self.followed(key);
             let Some(f) = feeds.get_mut(key) else { return };
@@ -378,14 +405,14 @@ impl Hub {
         }
     }
 
-    /// Checks `keys` against the log ([`Hub::inbox_seen_head`]).
-    pub(super) async fn inbox_check(&self, keys: &[ChatKey]) {
+    /// Checks `keys` against the log ([`Feed::seen_head`]).
+    pub(super) async fn check(&self, keys: &[ChatKey]) {
         for batch in keys.chunks(TAIL_BATCH) {
             match self.store.heads(batch).await {
                 Ok(heads) => {
                     for (key, head) in batch.iter().zip(heads) {
                         if let Some(head) = head {
-                            self.inbox_seen_head(key, head);
+                            self.seen_head(key, head);
                         }
                     }
                 }
@@ -398,24 +425,23 @@ impl Hub {
     }
 
     /// Whether a live inbox here follows `key`.
-    pub(super) fn inbox_follows(&self, key: &ChatKey) -> bool {
+    pub(super) fn follows(&self, key: &ChatKey) -> bool {
         self.followed(key).contains_key(key)
     }
 
     /// Every followed chat, for the tail check.
-    fn inbox_chats(&self) -> Vec<ChatKey> {
-        self.feeds
-            .chats
+    fn followed_chats(&self) -> Vec<ChatKey> {
+        self.chats
             .iter()
             .flat_map(|s| s.lock().expect("inbox chats lock").keys().cloned().collect::<Vec<_>>())
             .collect()
     }
 
     fn spawn_flush(&self, l: Arc<Listener>) {
-        let hub = self.me.clone();
+        let feed = self.me.clone();
         tokio::spawn(async move {
-            if let Some(hub) = hub.upgrade() {
-                hub.flush(&l).await;
+            if let Some(feed) = feed.upgrade() {
+                feed.flush(&l).await;
             } else {
                 l.state.lock().expect("inbox listener lock").flushing = false;
             }
@@ -489,7 +515,7 @@ impl Hub {
     async fn push_entry(&self, l: &Arc<Listener>, chat: Arc<str>) {
         let key = ChatKey { ws: l.ws.clone(), chat };
         let read = {
-            let _permit = self.feeds.reads.acquire().await.expect("never closed");
+            let _permit = self.reads.acquire().await.expect("never closed");
             self.store.inbox_entry(&key, &l.user).await
         };
         let now = Instant::now();
@@ -531,18 +557,18 @@ impl Hub {
     }
 }
 
-/// Starts the feed's tail check of `hub`; it ends with the hub.
-pub(super) fn spawn_tail(hub: Weak<Hub>) {
+/// Starts the tail check of `feed`; it ends with the feed.
+fn spawn_tail(feed: Weak<Feed>) {
     tokio::spawn(async move {
         loop {
-            let Some(strong) = hub.upgrade() else { return };
+            let Some(strong) = feed.upgrade() else { return };
             tokio::select! {
                 _ = tokio::time::sleep(INBOX_TAIL_EVERY) => {}
-                _ = strong.feeds.tail_now.notified() => {}
+                _ = strong.tail_now.notified() => {}
             }
-            let keys = strong.inbox_chats();
+            let keys = strong.followed_chats();
             if !keys.is_empty() {
-                strong.inbox_check(&keys).await;
+                strong.check(&keys).await;
             }
         }
     });

@@ -9,7 +9,7 @@ use herald_protocol::reply::FetchOk;
 use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
 
-use super::cache::{Budget, Recent};
+use super::recent::{Budget, Recent};
 use super::tests::{Log, hub_over};
 use super::{Hub, Replay};
 use crate::broker::Sink;

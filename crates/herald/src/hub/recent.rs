@@ -1,4 +1,4 @@
-//! Each watched chat's recent events, kept by its entry so that `fetch` and
+//! Each watched chat's recent events (its window), kept by its entry so that `fetch` and
 //! watch replays of what was just pushed (or announced by a `notify`) need no
 //! store read.
 //!
@@ -22,6 +22,10 @@
 //! Bytes are bounded twice: per chat ([`Budget::chat`]) and per node
 //! ([`Budget::node`]); a chat over either drops its oldest events first. A
 //! chat's window is freed with its entry, when its last watcher goes.
+//!
+//! Plain data: no locks of its own, no I/O. The entry ([`super::entry`])
+//! holds one under the chat's lock and decides when it is read (only for a
+//! live watcher of the chat, or a replay the chat layer checked).
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -31,9 +35,8 @@ use herald_protocol::frame::EventPush;
 use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
 
-use super::Hub;
-use crate::model::{ChatKey, Published};
-use crate::outbox::{ConnId, Frame};
+use crate::model::Published;
+use crate::outbox::Frame;
 
 /// Default node-wide bytes of cached events: a few hundred busy chats' last
 /// minutes, small beside the outboxes of the connections watching them.
@@ -335,50 +338,6 @@ impl Drop for Recent {
         if let Some(budget) = &self.budget {
             budget.sub(self.bytes);
         }
-    }
-}
-
-impl Hub {
-    /// A `fetch` page of `key` after `after` for connection `conn` of
-    /// `user`, from the chat's window, when that is exact: the connection is
-    /// a live watcher of the chat here as `user` (so a member: a `leave` or
-    /// ban ends its watch when the sequencer reaches it, and every event in
-    /// the window is older), and the window holds every event after `after`.
-    /// `None`: ask the store.
-    pub fn cached_fetch(
-        &self,
-        key: &ChatKey,
-        conn: ConnId,
-        user: &str,
-        after: u64,
-        limit: u32,
-        max_bytes: usize,
-    ) -> Option<CachedPage> {
-        let page = self.watched(key).and_then(|watched| {
-            let state = watched.state.lock().expect("hub chat lock");
-            let w = state.watchers.get(&conn)?;
-            if w.syncing.is_some() || *w.user != *user {
-                return None;
-            }
-            state.recent.page(after, limit, max_bytes)
-        });
-        let outcome = if page.is_some() { "hit" } else { "miss" };
-        metrics::counter!("herald_hub_cache_reads_total", "read" => "fetch", "outcome" => outcome).increment(1);
-        page
-    }
-
-    /// The push frames of `key`'s events in `(after, upto]` for a watch's
-    /// replay, if this node watches the chat and its window holds them all.
-    /// Membership is the caller's to check (the chat layer reads it from the
-    /// store with the chat's head `upto`).
-    pub fn cached_replay(&self, key: &ChatKey, after: u64, upto: u64) -> Option<Vec<(u64, Frame)>> {
-        let frames = self.watched(key).and_then(|watched| {
-            let state = watched.state.lock().expect("hub chat lock");
-            state.recent.frames(after, upto)
-        });
-        let outcome = if frames.is_some() { "hit" } else { "miss" };
-        metrics::counter!("herald_hub_cache_reads_total", "read" => "replay", "outcome" => outcome).increment(1);
-        frames
     }
 }
 
