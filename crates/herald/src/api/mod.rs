@@ -1,6 +1,7 @@
 //! The HTTP side: the server API (api key), tokens, `/v1/gateway`, health,
 //! metrics, the admin page and its routes (`admin`), and in development mode
-//! the demo page and dev tokens.
+//! the demo page and dev tokens; for any other path or method, the JSON
+//! error every route answers (404, 405).
 //! [`router`] builds the whole app so tests can drive it without a socket.
 
 use std::net::SocketAddr;
@@ -110,8 +111,8 @@ async fn no_route(method: Method, uri: Uri) -> ApiError {
 }
 
 /// A route's path with a method it does not take: 405 (axum adds the
-/// `Allow` header), with the JSON error body. `bad_request` is the code:
-/// the protocol has none of its own for 405 and gets none here.
+/// `Allow` header), with the JSON error body. Its code is `bad_request`:
+/// the protocol's codes have none for 405, and the wire protocol does not change.
 async fn wrong_method(method: Method, uri: Uri) -> Response {
     let message = format!("{} is not a method of this route (see the Allow header)", request_line(&method, &uri));
     let body = ErrorBody { code: herald_protocol::ErrorCode::BadRequest, message, retry_after_ms: None };

@@ -47,6 +47,7 @@ impl Settings {
     }
 }
 
+/// Where the run is.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Phase {
     /// Senders send, the bouncer deals faults.
@@ -71,8 +72,10 @@ pub struct ChatSpec {
 pub struct Run {
     /// When the load started (the clock of the timeline).
     pub t0: Instant,
+    /// When the load stops.
     pub load_ends: Instant,
     pub cell: Arc<Cell>,
+    /// The run's chats; everywhere else a chat is its index `k` here.
     pub chats: Vec<ChatSpec>,
     phase: watch::Sender<Phase>,
     /// Set when the load stops: pending sends are given up after it.
@@ -133,6 +136,7 @@ impl Run {
         self.phase.send_replace(Phase::Done);
     }
 
+    /// Seconds since the load started.
     pub fn secs(&self) -> f64 {
         self.t0.elapsed().as_secs_f64()
     }
@@ -159,6 +163,7 @@ impl Run {
         self.failures.lock().unwrap().len()
     }
 
+    /// The phase now.
     pub fn phase(&self) -> Phase {
         *self.phase.borrow()
     }
@@ -168,6 +173,7 @@ impl Run {
         self.phase.subscribe()
     }
 
+    /// Whether every client is to stop.
     pub fn done(&self) -> bool {
         self.phase() == Phase::Done
     }

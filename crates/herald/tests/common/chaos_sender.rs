@@ -62,14 +62,18 @@ pub struct Sender {
 /// next burst, and where it is connected, so that a fault can be aimed at a
 /// burst in flight or dealt right before one.
 pub struct QuietCtl {
+    /// The quiet chat (the run's index) and its shard.
     pub chat: usize,
     pub shard: usize,
+    /// Whether the sender waits for its next burst (the bouncer takes it by setting it false).
     pub idle: AtomicBool,
+    /// Starts the next burst.
     pub go: tokio::sync::Notify,
     /// Notified (to whoever waits) as the burst's last send goes out.
     pub last: tokio::sync::Notify,
     /// How long the quickest of the burst's sends before the last took (µs): the bouncer aims inside it.
     pub rtt_us: AtomicUsize,
+    /// The node its sender is connected to now (`usize::MAX`: none).
     pub node: Arc<AtomicUsize>,
 }
 
