@@ -11,7 +11,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use herald_protocol::ids::is_valid_id;
+use herald_protocol::ids::{invalid_id, is_valid_id};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
@@ -138,7 +138,7 @@ impl Tokens {
             return Err(TokenError("invalid token: issued in the future".into()));
         }
         if !is_valid_id(&c.sub) || !is_valid_id(&c.ws) {
-            return Err(TokenError("invalid token: sub and ws must be valid ids".into()));
+            return Err(TokenError(format!("invalid token: {}", invalid_id("sub and ws"))));
         }
         Ok(Identity { user: c.sub, workspace: c.ws, iat: c.iat })
     }

@@ -74,6 +74,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| config.server.log.as_str().into()),
         )
+        .with_ansi(log_in_colour())
         .init();
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.server.listen)
@@ -91,6 +92,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         println!("herald listening on {addr}");
         herald::run(listener, config, shutdown_signal()).await
     })
+}
+
+/// Whether log lines carry ANSI colour codes: only when they go to a terminal
+/// (the log writer is standard output), and `NO_COLOR` is unset or empty
+/// (<https://no-color.org>). In a file, a pipe or the journal, the codes are
+/// noise that every reader has to strip.
+fn log_in_colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

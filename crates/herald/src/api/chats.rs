@@ -5,7 +5,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use herald_protocol::ids::is_valid_id;
+use herald_protocol::ids::{invalid_id, is_valid_id};
 use herald_protocol::reply::{ChatView, FetchOk, PresenceOk, SeqOk};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -19,7 +19,7 @@ use crate::model::ChatKey;
 /// The key of a chat this node's cell serves.
 pub(super) fn chat_key(s: &AppState, ws: &str, chat: &str) -> Result<ChatKey, ApiError> {
     if !is_valid_id(ws) || !is_valid_id(chat) {
-        return Err(bad("workspace and chat must be 1 to 128 characters of A-Z a-z 0-9 _ . : -"));
+        return Err(bad(invalid_id("workspace and chat")));
     }
     if let Some((cell, _)) = s.cells.elsewhere(ws) {
         return Err(ApiError(Error::Forbidden(format!("workspace {ws} is served by cell {cell}"))));
@@ -74,7 +74,8 @@ pub(super) async fn get_chat(State(s): State<AppState>, headers: HeaderMap, p: C
     Ok(axum::Json(s.chats.get_chat(chat_key(&s, &ws, &chat)?).await?))
 }
 
-/// Adds a member (a `join` event; none if already a member). Creates the chat, open, if it does not exist.
+/// Adds a member to an existing chat (a `join` event; none if already a member).
+/// The chat must exist, or the answer is 404: `PUT .../chats/{chat}` creates it.
 #[utoipa::path(put, path = "/v1/workspaces/{ws}/chats/{chat}/members/{user}", tag = "chats",
     params(WsParam, ChatParam, UserParam), responses((status = 200, body = SeqOk), Refusals),
     security(("api_key" = [])))]
@@ -83,7 +84,7 @@ pub(super) async fn add_member(State(s): State<AppState>, headers: HeaderMap, p:
     let (ws, chat, user) = path(p)?;
     let key = chat_key(&s, &ws, &chat)?;
     if !is_valid_id(&user) {
-        return Err(bad("user must be a valid id"));
+        return Err(bad(invalid_id("user")));
     }
     Ok(axum::Json(s.chats.add_member(key, &user).await?))
 }
@@ -97,7 +98,7 @@ pub(super) async fn remove_member(State(s): State<AppState>, headers: HeaderMap,
     let (ws, chat, user) = path(p)?;
     let key = chat_key(&s, &ws, &chat)?;
     if !is_valid_id(&user) {
-        return Err(bad("user must be a valid id"));
+        return Err(bad(invalid_id("user")));
     }
     Ok(axum::Json(s.chats.remove_member(key, &user).await?))
 }
@@ -144,7 +145,7 @@ pub(super) async fn post_event(
     let system = matches!(req.kind, PostedType::System);
     if let Some(u) = &req.user {
         if !is_valid_id(u) {
-            return Err(bad("user must be a valid id"));
+            return Err(bad(invalid_id("user")));
         }
     } else if !system {
         return Err(bad("a message needs a user"));

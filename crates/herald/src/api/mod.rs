@@ -1,6 +1,7 @@
 //! The HTTP side: the server API (api key), tokens, `/v1/gateway`, health,
 //! metrics, the admin page and its routes (`admin`), and in development mode
-//! the demo page and dev tokens.
+//! the demo page and dev tokens; for any other path or method, the JSON
+//! error every route answers (404, 405).
 //! [`router`] builds the whole app so tests can drive it without a socket.
 
 use std::net::SocketAddr;
@@ -9,11 +10,11 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, patch, post, put};
 use herald_protocol::frame::ErrorBody;
-use herald_protocol::ids::is_valid_id;
+use herald_protocol::ids::{invalid_id, is_valid_id};
 use serde::Deserialize;
 
 use crate::auth::{DEFAULT_TTL_S, MAX_TTL_S, Tokens};
@@ -89,7 +90,33 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
     }
     let gw = Router::new().route("/v1/ws", get(gateway::ws_route));
     let gw = if diag_echo { gw.route("/diag/echo", get(gateway::echo_route)) } else { gw };
-    app.with_state(state.clone()).merge(gw.with_state(state.gateway))
+    app.with_state(state.clone())
+        .merge(gw.with_state(state.gateway))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+}
+
+/// The longest part of a request's path an error message repeats.
+const PATH_ECHO_MAX: usize = 200;
+
+/// `method path` for an error message, the path cut at [`PATH_ECHO_MAX`] characters.
+fn request_line(method: &Method, uri: &Uri) -> String {
+    let path: String = uri.path().chars().take(PATH_ECHO_MAX).collect();
+    format!("{method} {path}")
+}
+
+/// A path no route takes: 404 with the JSON error every route answers, not axum's empty body.
+async fn no_route(method: Method, uri: Uri) -> ApiError {
+    ApiError(Error::NotFound(format!("no route for {}", request_line(&method, &uri))))
+}
+
+/// A route's path with a method it does not take: 405 (axum adds the
+/// `Allow` header), with the JSON error body. Its code is `bad_request`:
+/// the protocol's codes have none for 405, and the wire protocol does not change.
+async fn wrong_method(method: Method, uri: Uri) -> Response {
+    let message = format!("{} is not a method of this route (see the Allow header)", request_line(&method, &uri));
+    let body = ErrorBody { code: herald_protocol::ErrorCode::BadRequest, message, retry_after_ms: None };
+    (StatusCode::METHOD_NOT_ALLOWED, axum::Json(serde_json::json!({ "error": body }))).into_response()
 }
 
 /// An error as the HTTP API answers it: `{"error": {...}}` with the code's status.
@@ -165,7 +192,7 @@ struct TokenOk {
 fn make_token(tokens: &Tokens, body: &[u8]) -> ApiResult<TokenOk> {
     let req: TokenBody = parse_json(body)?;
     if !is_valid_id(&req.workspace) || !is_valid_id(&req.user) {
-        return Err(bad("workspace and user must be valid ids"));
+        return Err(bad(invalid_id("workspace and user")));
     }
     let ttl = req.ttl_s.unwrap_or(DEFAULT_TTL_S);
     if ttl == 0 || ttl > MAX_TTL_S {
@@ -229,7 +256,7 @@ async fn gateway_for(
     query: Result<Query<GatewayQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<GatewayOk> {
     let Query(q) = query.map_err(|e| bad(format!("bad query: {e}")))?;
-    let Some(ws) = q.ws.filter(|w| is_valid_id(w)) else { return Err(bad("ws must be a workspace id")) };
+    let Some(ws) = q.ws.filter(|w| is_valid_id(w)) else { return Err(bad(invalid_id("ws (the workspace)"))) };
     if let Some((cell, url)) = s.cells.elsewhere(&ws) {
         let Some(url) = url else {
             return Err(ApiError(Error::Forbidden(format!(

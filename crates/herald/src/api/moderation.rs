@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use herald_protocol::ids::is_valid_id;
+use herald_protocol::ids::{invalid_id, is_valid_id};
 use herald_protocol::reply::{EmptyOk, InboxOk, SeqOk};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -57,7 +57,7 @@ pub(super) async fn edit_event(
     let key = chat_key(&s, &ws, &chat)?;
     let req: EditBody = parse_json(&body)?;
     if req.user.as_deref().is_some_and(|u| !is_valid_id(u)) {
-        return Err(bad("user must be a valid id"));
+        return Err(bad(invalid_id("user")));
     }
     Ok(axum::Json(s.chats.admin_edit(key, seq, req.body, req.user.as_deref()).await?))
 }
@@ -80,7 +80,7 @@ fn member_route(s: &AppState, p: MemberPath) -> Result<(crate::model::ChatKey, S
     let (ws, chat, user) = path(p)?;
     let key = chat_key(s, &ws, &chat)?;
     if !is_valid_id(&user) {
-        return Err(bad("user must be a valid id"));
+        return Err(bad(invalid_id("user")));
     }
     Ok((key, user))
 }
@@ -169,7 +169,7 @@ pub(super) async fn inbox(
     authorize(&s, &headers)?;
     let (ws, user) = path(p)?;
     if !is_valid_id(&ws) || !is_valid_id(&user) {
-        return Err(bad("workspace and user must be 1 to 128 characters of A-Z a-z 0-9 _ . : -"));
+        return Err(bad(invalid_id("workspace and user")));
     }
     if let Some((cell, _)) = s.cells.elsewhere(&ws) {
         return Err(ApiError(Error::Forbidden(format!("workspace {ws} is served by cell {cell}"))));

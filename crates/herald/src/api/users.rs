@@ -6,7 +6,7 @@
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use herald_protocol::ids::is_valid_id;
+use herald_protocol::ids::{invalid_id, is_valid_id};
 use herald_protocol::reply::EmptyOk;
 use utoipa::ToSchema;
 
@@ -21,7 +21,7 @@ type UserPath = Result<Path<(String, String)>, PathRejection>;
 fn user_route(s: &AppState, p: UserPath) -> Result<(String, String), ApiError> {
     let (ws, user) = path(p)?;
     if !is_valid_id(&ws) || !is_valid_id(&user) {
-        return Err(bad("workspace and user must be 1 to 128 characters of A-Z a-z 0-9 _ . : -"));
+        return Err(bad(invalid_id("workspace and user")));
     }
     if let Some((cell, _)) = s.cells.elsewhere(&ws) {
         return Err(ApiError(Error::Forbidden(format!("workspace {ws} is served by cell {cell}"))));

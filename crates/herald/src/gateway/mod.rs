@@ -37,7 +37,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use herald_protocol::CloseCode;
 use herald_protocol::frame::reconnect_push;
-use herald_protocol::ids::is_valid_id;
+use herald_protocol::ids::{invalid_id, is_valid_id};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use rand::RngExt;
@@ -269,7 +269,7 @@ pub async fn ws_route(
     if let Some(ws) = &q.ws
         && !is_valid_id(ws)
     {
-        return (StatusCode::BAD_REQUEST, "ws must be a workspace id").into_response();
+        return (StatusCode::BAD_REQUEST, invalid_id("ws (the workspace)")).into_response();
     }
     let slot = match gw.admit(peer.ip(), req.headers()) {
         Ok(slot) => slot,

@@ -338,6 +338,63 @@ impl Client {
     }
 }
 
+/// The fallible side of [`Client`], for clients that outlive the nodes they
+/// talk to (the chaos harness): a connection that cannot be made, a socket
+/// that breaks or a reply that does not come is an answer, not a panic.
+impl Client {
+    /// Connects within `within`; says why not otherwise.
+    pub async fn try_connect(url: &str, within: Duration) -> Result<Client, String> {
+        match tokio::time::timeout(within, tokio_tungstenite::connect_async(url)).await {
+            Ok(Ok((ws, _))) => Ok(Client::over(ws)),
+            Ok(Err(e)) => Err(format!("connect: {e}")),
+            Err(_) => Err("connect: timed out".into()),
+        }
+    }
+
+    /// [`Client::send`] that says why the socket refused the frame.
+    pub async fn try_send(&mut self, mut req: Value) -> Result<i64, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        req["id"] = json!(id);
+        self.ws.send(Message::Text(req.to_string().into())).await.map_err(|e| e.to_string())?;
+        Ok(id)
+    }
+
+    /// The reply to request `id` if it comes before `deadline` (`None` if not);
+    /// `Err` with the close (code, reason) once the connection ended, 1006 when it broke.
+    pub async fn reply_before(
+        &mut self,
+        id: i64,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Value>, (u16, String)> {
+        loop {
+            if let Some(r) = self.replies.remove(&id) {
+                return Ok(Some(r));
+            }
+            if !self.read_before(deadline).await? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Reads one frame if one comes before `deadline` (false if none did);
+    /// `Err` as in [`Client::reply_before`].
+    pub async fn read_before(&mut self, deadline: tokio::time::Instant) -> Result<bool, (u16, String)> {
+        if self.read_one(deadline).await {
+            return Ok(true);
+        }
+        match &self.closed {
+            Some(closed) => Err(closed.clone()),
+            None => Ok(false),
+        }
+    }
+
+    /// Takes every push read so far, oldest first.
+    pub fn take_pushes(&mut self) -> std::collections::VecDeque<Value> {
+        std::mem::take(&mut self.pushes)
+    }
+}
+
 /// Starts the real binary; returns the child and its address.
 pub struct BinServer {
     pub child: std::process::Child,

@@ -1,0 +1,170 @@
+//! One chaos client's connection: the shared test [`Client`] said hello
+//! over, with one request in flight at a time, the server's `reconnect` push
+//! kept aside for when the connection ends, and why it ended. Also what every
+//! chaos client does between connections: which node to try next, how long to
+//! back off, and how it fingerprints an event to compare it with the log.
+//!
+//! Not here: what a watcher or a sender does over the connection
+//! (`chaos_watcher.rs`, `chaos_sender.rs`).
+
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use rand::RngExt;
+use rand::rngs::StdRng;
+use serde_json::{Value, json};
+
+use super::{NODES, REPLY_WAIT, Run};
+use crate::common::{Client, try_http};
+
+/// A stable fingerprint of an event as stored: type, user, client_id, body.
+pub fn ident(e: &Value) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    e["type"].to_string().hash(&mut h);
+    e["user"].to_string().hash(&mut h);
+    e["client_id"].to_string().hash(&mut h);
+    e["body"].to_string().hash(&mut h);
+    h.finish()
+}
+
+/// An event's or a push's seq.
+pub fn seq_of(e: &Value) -> Option<u64> {
+    e["seq"].as_u64()
+}
+
+/// Full jitter: a random wait below `min(cap, base * 2^attempt)`.
+pub fn backoff(rng: &mut StdRng, attempt: u32) -> Duration {
+    let ceiling = (50u64 << attempt.min(5)).min(1_000);
+    Duration::from_millis(rng.random_range(10..=ceiling))
+}
+
+/// `retry_after_ms` of an error reply, with a little jitter of the client's own.
+pub fn retry_after(rng: &mut StdRng, err: &Value) -> Duration {
+    let ms = err["retry_after_ms"].as_u64().unwrap_or(100);
+    Duration::from_millis(ms + rng.random_range(0..=50))
+}
+
+/// Why a connection ended.
+#[derive(Debug)]
+pub enum End {
+    /// The server closed (code, reason); `after_ms` of a `reconnect` push before it, if any.
+    Closed(u16, String, Option<u64>),
+    /// No reply in time.
+    Timeout,
+    /// The socket failed (a killed node, mostly).
+    Broken(String),
+    /// The run is over.
+    Done,
+}
+
+impl std::fmt::Display for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            End::Closed(code, reason, Some(ms)) => write!(f, "closed {code} {reason:?} after reconnect in {ms} ms"),
+            End::Closed(code, reason, None) => write!(f, "closed {code} {reason:?}"),
+            End::Timeout => write!(f, "no reply in {} s", REPLY_WAIT.as_secs()),
+            End::Broken(e) => write!(f, "broken: {e}"),
+            End::Done => write!(f, "run over"),
+        }
+    }
+}
+
+/// One WebSocket: one request in flight at a time, pushes queued aside.
+pub struct Conn {
+    client: Client,
+    /// The node it is connected to.
+    pub node: usize,
+    /// Pushes read and not taken yet, `reconnect` apart.
+    pushes: VecDeque<Value>,
+    /// `after_ms` of the server's `reconnect` push, once one came.
+    reconnect_after: Option<u64>,
+}
+
+impl Conn {
+    /// Connects to `node` for workspace `ws` and says hello.
+    pub async fn open(run: &Run, node: usize, ws: &str, token: &str) -> Result<Conn, String> {
+        let url = format!("ws://{}/v1/ws?ws={ws}", run.cell.addrs[node]);
+        let client = Client::try_connect(&url, Duration::from_secs(2)).await?;
+        let mut c = Conn { client, node, pushes: VecDeque::new(), reconnect_after: None };
+        match c.request(json!({"op": "hello", "token": token}), Duration::from_secs(5)).await {
+            Ok(r) if r.get("ok").is_some() => Ok(c),
+            Ok(r) => Err(format!("hello refused: {r}")),
+            Err(e) => Err(format!("hello: {e}")),
+        }
+    }
+
+    /// Sends `req` with a fresh id and waits at most `within` for its reply.
+    pub async fn request(&mut self, req: Value, within: Duration) -> Result<Value, End> {
+        let id = self.client.try_send(req).await.map_err(|e| End::Broken(format!("send: {e}")))?;
+        let reply = self.client.reply_before(id, tokio::time::Instant::now() + within).await;
+        self.sort_pushes();
+        match reply {
+            Ok(Some(r)) => Ok(r),
+            Ok(None) => Err(End::Timeout),
+            Err(closed) => Err(self.ended(closed)),
+        }
+    }
+
+    /// The next push, waiting until `deadline`; `None` if none came.
+    pub async fn push_until(&mut self, deadline: tokio::time::Instant) -> Result<Option<Value>, End> {
+        loop {
+            self.sort_pushes();
+            if let Some(p) = self.pushes.pop_front() {
+                return Ok(Some(p));
+            }
+            match self.client.read_before(deadline).await {
+                Ok(true) => {}
+                Ok(false) => return Ok(None),
+                Err(closed) => {
+                    self.sort_pushes();
+                    return Err(self.ended(closed));
+                }
+            }
+        }
+    }
+
+    /// A push read already (while waiting for a reply), if any.
+    pub fn queued_push(&mut self) -> Option<Value> {
+        self.sort_pushes();
+        self.pushes.pop_front()
+    }
+
+    /// Moves the client's pushes into this queue, keeping a `reconnect`'s `after_ms` aside.
+    fn sort_pushes(&mut self) {
+        for p in self.client.take_pushes() {
+            if p["ev"] == "reconnect" {
+                self.reconnect_after = p["after_ms"].as_u64();
+            } else {
+                self.pushes.push_back(p);
+            }
+        }
+    }
+
+    /// Why the connection ended, from the client's close: 1006 is a broken
+    /// socket (no server sends it), anything else the server's close.
+    fn ended(&self, (code, reason): (u16, String)) -> End {
+        if code == 1006 { End::Broken(reason) } else { End::Closed(code, reason, self.reconnect_after) }
+    }
+}
+
+/// Where a client goes next: half the time the node `/v1/gateway` (asked of a
+/// random node) names, otherwise a random node, not `avoid` if it can help it.
+pub async fn pick_node(run: &Run, rng: &mut StdRng, ws: &str, avoid: Option<usize>) -> usize {
+    if rng.random_bool(0.5) {
+        let via = rng.random_range(0..NODES);
+        let path = format!("/v1/gateway?ws={ws}");
+        if let Some((200, v)) = try_http(run.cell.addrs[via], "GET", &path, None, Duration::from_secs(1)).await
+            && let Some(url) = v["url"].as_str()
+            && let Some(i) = run.cell.addrs.iter().position(|a| url.contains(&a.to_string()))
+            && Some(i) != avoid
+        {
+            return i;
+        }
+    }
+    let mut i = rng.random_range(0..NODES);
+    if Some(i) == avoid {
+        i = (i + rng.random_range(1..NODES)) % NODES;
+    }
+    i
+}

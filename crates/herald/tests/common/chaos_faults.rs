@@ -1,0 +1,224 @@
+//! The bouncer: deals the chaos run's faults, one every 1 to 3 s while the
+//! load runs: a node killed with SIGKILL, a NATS server killed, a PostgreSQL
+//! shard stopped; each for an outage of its own, then mended. Never two of
+//! one kind at once, so one node, one NATS server and one shard at most are
+//! down. Most faults are aimed at a quiet chat's burst: they land in its last
+//! send's round trip, on what that send goes through, or as the fault is
+//! mended. Every choice comes from the seeded generator it is given.
+//!
+//! Not here: the processes it strikes (`chaos_cell.rs`), the bursts (`chaos_sender.rs`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::RngExt;
+use rand::rngs::StdRng;
+
+use super::sender::QuietCtl;
+use super::{NODES, QUIET_ROOM, Run};
+
+/// The faults the bouncer deals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL a herald node; it is started again on its port after the outage.
+    KillNode,
+    /// Kill a nats-server; it is started again on its ports after the outage.
+    RestartNats,
+    /// Stop a PostgreSQL shard (fast shutdown); it is started again after the outage.
+    StopShard,
+}
+
+const FAULTS: [Fault; 3] = [Fault::KillNode, Fault::RestartNats, Fault::StopShard];
+
+/// Deals a fault every 1 to 3 s until the load stops, never two of one kind
+/// at once (so one node, one NATS server, one shard at most is down), and
+/// waits until every fault has been undone. Most faults are aimed at a quiet
+/// chat: its burst starts just before the fault (a send in flight on the
+/// killed node or the stopped shard) or right as the fault is mended.
+pub async fn bouncer(run: Arc<Run>, quiet: Vec<Arc<QuietCtl>>, mut rng: StdRng) -> HashMap<&'static str, u64> {
+    let down: Arc<[AtomicBool; 3]> = Arc::new(Default::default());
+    let mut dealt: HashMap<&'static str, u64> = HashMap::new();
+    let mut tasks = Vec::new();
+    loop {
+        let pause = Duration::from_millis(rng.random_range(1_000..=3_000));
+        if Instant::now() + pause >= run.load_ends {
+            break;
+        }
+        tokio::time::sleep(pause).await;
+        // Every choice is drawn whether it is used or not, so a seed replays the same choices.
+        let kind_pick: usize = rng.random_range(0..FAULTS.len());
+        let node = rng.random_range(0..NODES);
+        let nats = rng.random_range(0..3);
+        let shard = rng.random_range(0..2);
+        let outage = [rng.random_range(500..2_000), rng.random_range(200..2_000), rng.random_range(500..3_000)];
+        let (aim, aim_at_mend, lead, quiet_pick) =
+            (rng.random_bool(0.7), rng.random_bool(0.3), rng.random::<f64>(), rng.random::<u64>() as usize);
+        let free: Vec<usize> = (0..FAULTS.len()).filter(|&i| !down[i].load(Ordering::SeqCst)).collect();
+        if free.is_empty() {
+            run.note("bouncer: one of each kind is down already; skipped".into());
+            continue;
+        }
+        let kind = free[kind_pick % free.len()];
+        let fault = FAULTS[kind];
+        let target = match fault {
+            Fault::KillNode => node,
+            Fault::RestartNats => nats,
+            Fault::StopShard => shard,
+        };
+        // The quiet chat to aim at: one whose sender is on the node, or whose chat is on the shard, if any waits.
+        let mut target_chat = None;
+        if aim && Instant::now() + QUIET_ROOM < run.load_ends {
+            let idle: Vec<&Arc<QuietCtl>> = quiet.iter().filter(|q| q.idle.load(Ordering::SeqCst)).collect();
+            let fits: Vec<&Arc<QuietCtl>> = idle
+                .iter()
+                .copied()
+                .filter(|q| match fault {
+                    Fault::KillNode => q.node.load(Ordering::SeqCst) == target,
+                    Fault::StopShard => q.shard == target,
+                    Fault::RestartNats => true,
+                })
+                .collect();
+            let pool = if fits.is_empty() { idle } else { fits };
+            if !pool.is_empty() {
+                let q = pool[quiet_pick % pool.len()];
+                if q.idle.compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                    target_chat = Some(q.clone());
+                }
+            }
+        }
+        // A fault aimed at a burst takes down what its last send goes through: its sender's
+        // node, the NATS server that node publishes through, or its chat's shard.
+        let mut target = target;
+        if let Some(q) = &target_chat {
+            let node = q.node.load(Ordering::SeqCst);
+            match fault {
+                Fault::KillNode if node != usize::MAX => target = node,
+                Fault::RestartNats if node != usize::MAX => {
+                    if let Some(server) = run.cell.nats_server_of_node(node).await {
+                        target = server;
+                    }
+                }
+                Fault::StopShard => target = q.shard,
+                _ => {}
+            }
+        }
+        down[kind].store(true, Ordering::SeqCst);
+        *dealt.entry(fault_name(fault)).or_default() += 1;
+        let mut at_mend = None;
+        if let Some(q) = target_chat {
+            let label = run.chat_label(q.chat);
+            if aim_at_mend {
+                run.note(format!("bouncer: {label}'s burst will start as the next fault is mended"));
+                at_mend = Some(q);
+            } else {
+                // The fault lands on the tail of the burst: somewhere in the last send's round trip
+                // (as long as the quickest send before it took) or just after it, when the node has
+                // stored it (a write that commits as its node dies or its shard stops may never be
+                // announced) or published it (a message inside a NATS server that dies is lost).
+                let sent = q.last.notified();
+                tokio::pin!(sent);
+                sent.as_mut().enable();
+                q.go.notify_one();
+                let came = tokio::time::timeout(Duration::from_secs(10), sent).await.is_ok();
+                let window_us = q.rtt_us.load(Ordering::SeqCst).clamp(500, 50_000) + 2_000;
+                let lead = (lead * window_us as f64) as u64;
+                tokio::time::sleep(Duration::from_micros(lead)).await;
+                let on = q.node.load(Ordering::SeqCst);
+                run.note(format!(
+                    "bouncer: {label}'s last send {} (its sender on {}); the fault comes {lead} µs later",
+                    if came { "went out" } else { "did not go out in 10 s" },
+                    if on == usize::MAX { "no node".to_string() } else { format!("node-{on}") }
+                ));
+            }
+        }
+        let outage = Duration::from_millis(outage[kind]);
+        let struck = Instant::now();
+        strike(&run, fault, target, outage).await;
+        let (run2, down2) = (run.clone(), down.clone());
+        tasks.push(tokio::spawn(async move {
+            mend(&run2, fault, target, struck, outage, at_mend).await;
+            down2[kind].store(false, Ordering::SeqCst);
+        }));
+    }
+    for t in tasks {
+        t.await.expect("fault task");
+    }
+    dealt
+}
+
+/// How the report names a fault.
+pub fn fault_name(f: Fault) -> &'static str {
+    match f {
+        Fault::KillNode => "node SIGKILL",
+        Fault::RestartNats => "NATS server restart",
+        Fault::StopShard => "PostgreSQL shard stop",
+    }
+}
+
+/// The breaking half of a fault, done at once (the bouncer may have aimed it
+/// at a send in flight): SIGKILL a node, kill a NATS server, or signal a
+/// shard's fast shutdown.
+async fn strike(run: &Run, fault: Fault, i: usize, outage: Duration) {
+    let cell = &run.cell;
+    let ms = outage.as_millis();
+    match fault {
+        Fault::KillNode => {
+            cell.kill_node(i, &format!("SIGKILL at t={:.3}s", run.secs()));
+            run.note(format!("FAULT kill -9 node-{i} for {ms} ms"));
+        }
+        Fault::RestartNats => {
+            cell.kill_nats(i).await;
+            run.note(format!("FAULT NATS server {i} down for {ms} ms"));
+        }
+        Fault::StopShard => {
+            cell.signal_shard_stop(i);
+            run.note(format!("FAULT stop PostgreSQL shard {i} for {ms} ms"));
+        }
+    }
+}
+
+/// The rest of a fault: wait `outage`, mend (starting `at_mend`'s burst right
+/// then), and wait until it is mended.
+async fn mend(run: &Run, fault: Fault, i: usize, struck: Instant, outage: Duration, at_mend: Option<Arc<QuietCtl>>) {
+    let cell = &run.cell;
+    let mended = || {
+        if let Some(q) = &at_mend {
+            q.go.notify_one();
+        }
+    };
+    match fault {
+        Fault::KillNode => {
+            tokio::time::sleep(outage).await;
+            cell.restart_node(i, &format!("started again at t={:.3}s", run.secs()));
+            mended();
+            let started = Instant::now();
+            if cell.wait_serving(i, Duration::from_secs(20)).await {
+                run.note(format!("MENDED node-{i} serving after {} ms", started.elapsed().as_millis()));
+            } else {
+                run.fail(format!("node-{i} did not serve HTTP within 20 s of its restart"));
+            }
+        }
+        Fault::RestartNats => {
+            tokio::time::sleep(outage).await;
+            cell.start_nats(i).await;
+            mended();
+            let started = Instant::now();
+            if cell.nats_formed(Duration::from_secs(20)).await {
+                run.note(format!("MENDED NATS cluster whole again after {} ms", started.elapsed().as_millis()));
+            } else {
+                run.note(format!("NATS cluster not whole 20 s after server {i} restarted"));
+            }
+        }
+        Fault::StopShard => {
+            cell.stop_shard(i).await;
+            run.note(format!("shard {i} stopped"));
+            tokio::time::sleep(outage).await;
+            cell.start_shard(i).await;
+            mended();
+            run.shard_outages.lock().unwrap().push((i, struck, Instant::now()));
+            run.note(format!("MENDED shard {i} started again"));
+        }
+    }
+}
