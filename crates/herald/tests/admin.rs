@@ -117,10 +117,7 @@ async fn a_drain_from_the_admin_api_sends_each_client_reconnect_then_4012_and_re
 async fn the_admin_page_is_served_with_and_without_secrets() {
     let with_secrets = TestServer::start().await;
     let dev = TestServer::start_with(|c| {
-        // The same listener and data, no secrets: development mode.
-        let (listen, data) = (c.server.listen.to_string(), c.store.data.clone());
-        let args = [std::ffi::OsString::from("serve"), "--listen".into(), listen.into(), "--data".into(), data.into()];
-        *c = herald::config::ServeArgs::parse_from(args).and_then(|a| a.resolve()).unwrap();
+        *c = common::dev_mode(c);
         assert!(c.dev_mode);
     })
     .await;

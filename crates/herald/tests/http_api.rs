@@ -117,10 +117,7 @@ async fn dev_mode_serves_the_demo_and_dev_tokens_only_without_secrets() {
     assert_eq!(http(s.addr, "POST", "/v1/dev/token", None, Some(json!({"workspace": "w", "user": "u"}))).await.0, 404);
 
     let dev = TestServer::start_with(|c| {
-        // The same listener and data, no secrets: development mode.
-        let (listen, data) = (c.server.listen.to_string(), c.store.data.clone());
-        let args = [std::ffi::OsString::from("serve"), "--listen".into(), listen.into(), "--data".into(), data.into()];
-        *c = herald::config::ServeArgs::parse_from(args).and_then(|a| a.resolve()).unwrap();
+        *c = common::dev_mode(c);
     })
     .await;
     let (st, page) = http_raw(dev.addr, "GET", "/", None, None).await;

@@ -143,9 +143,7 @@ async fn every_route_still_answers_beside_the_fallback() {
     c.ok(json!({"op": "join", "chat": "c"})).await;
 
     let dev = TestServer::start_with(|c| {
-        let fresh =
-            herald::config::ServeArgs { listen: Some(c.listen), data: Some(c.data.clone()), ..Default::default() };
-        *c = fresh.resolve().unwrap();
+        *c = common::dev_mode(c);
     })
     .await;
     for path in ["/", "/demo.js", "/admin"] {

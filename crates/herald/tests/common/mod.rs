@@ -551,3 +551,10 @@ pub fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
     }
     found
 }
+
+/// `c`'s listener and data directory with no secrets: a development-mode node.
+pub fn dev_mode(c: &herald::Config) -> herald::Config {
+    let (listen, data) = (c.server.listen.to_string(), c.store.data.clone());
+    let args = [std::ffi::OsString::from("serve"), "--listen".into(), listen.into(), "--data".into(), data.into()];
+    herald::config::ServeArgs::parse_from(args).and_then(|a| a.resolve()).expect("development mode resolves")
+}
