@@ -7,6 +7,16 @@
 //! only the chats the new shard wins, about 1/(n+1) of them, and the order of
 //! `--store` flags does not matter. Moving those chats' rows is an operator's
 //! step; see docs/operations.md.
+//!
+//! Each capability is one `impl` block below, and what tells them apart is
+//! where a call goes: the log, a member and an inbox entry to the chat's
+//! shard; an inbox page, a live inbox's chats and a user's messages to every
+//! shard, merged in one order ([`Sharded::merged`]); a revocation to every
+//! shard (read back as the union); webhook positions to the shard the
+//! webhook names. They sit side by side in one file so that the routing of
+//! each reads against the others.
+//!
+//! Not here: the shards' statements (`postgres`), the breaker and bulkhead (`guard.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
