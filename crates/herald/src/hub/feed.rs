@@ -11,7 +11,7 @@
 //! well as to the chat's entry: the feed is a second consumer of deliveries,
 //! with its own state, and knows nothing of watches. The event only says that
 //! a chat changed; what is pushed (seq, ts, this user's unread count) is
-//! read from the store ([`Store::inbox_entry`], a few index lookups), once
+//! read from the store ([`crate::store::Membership::inbox_entry`], a few index lookups), once
 //! per chat per connection per [`INBOX_PUSH_EVERY`] at most, however busy
 //! the chat: a burst of 100 messages costs each follower one read. A push
 //! goes out only when the chat's latest seq moved past what the connection
