@@ -1,6 +1,7 @@
 //! Wiring: builds store, broker, hub, chats, gateway and the HTTP app from a
 //! [`Config`], serves a listener until `shutdown` resolves, then drains
-//! connections and flushes the store. The binary is a thin shell over [`run`].
+//! connections and flushes the store. The binary is a thin shell over [`run`];
+//! tests run several nodes of one cell in a process with [`run_in_cell`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,7 +17,8 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, AppState};
 use crate::auth::Tokens;
 use crate::broker::Broker;
-use crate::broker::memory::MemoryBroker;
+use crate::broker::bus::Bus;
+use crate::broker::memory::{MemoryBroker, MemoryCell};
 use crate::broker::nats::NatsBroker;
 use crate::chat::{ChatLimits, Chats};
 use crate::cluster::{Cells, Cluster};
@@ -161,6 +163,35 @@ fn spawn_rebalancer(cluster: Arc<Cluster>, gateway: Arc<Gateway>, window: Durati
     });
 }
 
+/// What joins a node to the rest of its cell: its store, its broker and,
+/// unless it is alone, the cell's bus (the broker's own connection).
+struct Links {
+    store: Arc<dyn Store>,
+    broker: Arc<dyn Broker>,
+    bus: Option<Arc<dyn Bus>>,
+    /// Whether this node closes the store when it stops (not a store shared in process).
+    closes_store: bool,
+}
+
+/// The links `config` names: its stores, and NATS when `--broker` is given.
+async fn connect(config: &Config) -> anyhow::Result<Links> {
+    let store = open_store(config).await?;
+    if config.brokers.is_empty() {
+        return Ok(Links { store, broker: Arc::new(MemoryBroker::new()), bus: None, closes_store: true });
+    }
+    let nats = NatsBroker::connect(&config.brokers, &config.cell, config.broker_linger).await?;
+    Ok(Links { store, broker: nats.clone(), bus: Some(nats), closes_store: true })
+}
+
+/// A cell whose nodes run in one process (tests): the in-process bus they
+/// share, standing in for NATS, and the store they share, standing in for
+/// the cell's shards.
+#[derive(Clone)]
+pub struct InProcessCell {
+    pub bus: Arc<MemoryCell>,
+    pub store: Arc<dyn Store>,
+}
+
 /// Serves `listener` with `config` until `shutdown` resolves; then pushes
 /// `reconnect` to every client, closes them with 4012, and flushes the store.
 pub async fn run(
@@ -168,28 +199,44 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let links = connect(&config).await?;
+    serve(listener, config, links, shutdown).await
+}
+
+/// [`run`] for a node of `cell`, in this process: its broker and bus are a
+/// seat of `cell.bus` and its store is `cell.store` (`config.brokers` and
+/// `config.stores` are not read). The store outlives the node: whoever
+/// made the cell closes it.
+pub async fn run_in_cell(
+    listener: TcpListener,
+    config: Config,
+    cell: &InProcessCell,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let seat = MemoryBroker::join(&cell.bus);
+    let links = Links { store: cell.store.clone(), broker: seat.clone(), bus: Some(seat), closes_store: false };
+    serve(listener, config, links, shutdown).await
+}
+
+async fn serve(
+    listener: TcpListener,
+    config: Config,
+    links: Links,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     crate::metrics::spawn_upkeep();
-    let store = open_store(&config).await?;
-    let nats = if config.brokers.is_empty() {
-        None
-    } else {
-        Some(NatsBroker::connect(&config.brokers, &config.cell, config.broker_linger).await?)
-    };
-    let broker: Arc<dyn Broker> = match &nats {
-        Some(n) => n.clone(),
-        None => Arc::new(MemoryBroker::new()),
-    };
+    let Links { store, broker, bus, closes_store } = links;
     let Core { chats, tokens, cells, gateway, revocations } = Core::new(&config, store.clone(), broker)?;
-    revocations.follow(nats.as_ref().map(|n| (n.client(), config.cell.as_str()))).await;
+    revocations.follow(bus.clone()).await;
     let public_url = config
         .public_url
         .clone()
         .unwrap_or_else(|| format!("ws://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default()));
-    let cluster = match &nats {
-        Some(n) => {
+    let cluster = match &bus {
+        Some(bus) => {
             let gw = gateway.clone();
-            let cluster =
-                Cluster::join(n.client(), &config.cell, &config.node, &public_url, move || gw.connections() as u64);
+            let cluster = Cluster::join(bus.clone(), &config.node, &public_url, move || gw.connections() as u64);
+            // Weak: a node that stopped stops announcing itself, even while its hub's tasks linger.
             let peers = Arc::downgrade(&cluster);
             chats.hub().set_cell(
                 cluster.incarnation(),
@@ -204,10 +251,10 @@ pub async fn run(
     }
     // Every node of a cell answers presence questions, webhook or not: the
     // node delivering a batch asks them all.
-    let presence = Presence::new(gateway.clone(), cluster.clone(), nats.as_ref().map(|n| (n.client(), &*config.cell)));
+    let presence = Presence::new(gateway.clone(), cluster.clone(), bus.clone());
     let webhook = match (&config.hooks.webhook, &config.hooks.secret) {
         (Some(settings), Some(secret)) => {
-            Some(Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), presence, nats.is_some()))
+            Some(Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), presence, bus.is_some()))
         }
         _ => None,
     };
@@ -243,7 +290,9 @@ pub async fn run(
     if let Some(webhook) = &webhook {
         webhook.stop();
     }
-    store.close().await;
+    if closes_store {
+        store.close().await;
+    }
     tracing::info!("herald stopped");
     Ok(())
 }
