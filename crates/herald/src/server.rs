@@ -18,7 +18,7 @@ use crate::api::{self, AppState};
 use crate::auth::Tokens;
 use crate::broker::Broker;
 use crate::broker::bus::Bus;
-use crate::broker::memory::{MemoryBroker, MemoryCell};
+use crate::broker::memory::MemoryBroker;
 use crate::broker::nats::NatsBroker;
 use crate::chat::{ChatLimits, Chats};
 use crate::cluster::{Cells, Cluster};
@@ -183,15 +183,6 @@ async fn connect(config: &Config) -> anyhow::Result<Links> {
     Ok(Links { store, broker: nats.clone(), bus: Some(nats), closes_store: true })
 }
 
-/// A cell whose nodes run in one process (tests): the in-process bus they
-/// share, standing in for NATS, and the store they share, standing in for
-/// the cell's shards.
-#[derive(Clone)]
-pub struct InProcessCell {
-    pub bus: Arc<MemoryCell>,
-    pub store: Arc<dyn Store>,
-}
-
 /// Serves `listener` with `config` until `shutdown` resolves; then pushes
 /// `reconnect` to every client, closes them with 4012, and flushes the store.
 pub async fn run(
@@ -203,18 +194,19 @@ pub async fn run(
     serve(listener, config, links, shutdown).await
 }
 
-/// [`run`] for a node of `cell`, in this process: its broker and bus are a
-/// seat of `cell.bus` and its store is `cell.store` (`config.brokers` and
-/// `config.stores` are not read). The store outlives the node: whoever
-/// made the cell closes it.
+/// [`run`] for a node of a cell whose nodes share this process (tests):
+/// `seat`, its place on a [`MemoryCell`](crate::broker::memory::MemoryCell),
+/// is its broker and bus, and `store` the store the cell's nodes share
+/// (`config.brokers` and `config.stores` are not read). The store outlives
+/// the node: whoever made it closes it.
 pub async fn run_in_cell(
     listener: TcpListener,
     config: Config,
-    cell: &InProcessCell,
+    seat: Arc<MemoryBroker>,
+    store: Arc<dyn Store>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let seat = MemoryBroker::join(&cell.bus);
-    let links = Links { store: cell.store.clone(), broker: seat.clone(), bus: Some(seat), closes_store: false };
+    let links = Links { store, broker: seat.clone(), bus: Some(seat), closes_store: false };
     serve(listener, config, links, shutdown).await
 }
 

@@ -115,6 +115,46 @@ async fn presence_and_typing_reach_the_other_nodes() {
     assert_eq!(cell.nodes[1].http("GET", "/v1/workspaces/w/chats/g/presence", None).await.1, alone);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_of_a_node_cut_off_stop_being_present_within_10_s() {
+    let cell = LocalCell::start(3).await;
+    let mut alice = cell.nodes[0].client("w", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    alice.ok(json!({"op": "watch", "chat": "g"})).await;
+    alice.ok(json!({"op": "presence", "chat": "g"})).await;
+    let mut on_victim = Vec::new();
+    for user in ["carol", "dave"] {
+        let mut c = cell.nodes[2].client("w", user).await;
+        c.ok(json!({"op": "join", "chat": "g"})).await;
+        c.ok(json!({"op": "watch", "chat": "g"})).await;
+        on_victim.push(c);
+    }
+    for node in &cell.nodes {
+        presence_count_within(node, "g", 3, Duration::from_secs(2)).await;
+    }
+    for _ in 0..2 {
+        assert_eq!(push_of(&mut alice, "presence", Duration::from_secs(2)).await.unwrap()["present"], true);
+    }
+
+    cell.cut_off(2);
+    let cut = Instant::now();
+    let mut gone = Vec::new();
+    while gone.len() < 2 {
+        let left = Duration::from_secs(10).saturating_sub(cut.elapsed());
+        let p =
+            push_of(&mut alice, "presence", left).await.expect("the cut node's users stop being present within 10 s");
+        assert_eq!(p["present"], false, "{p}");
+        gone.push(p["user"].as_str().unwrap().to_string());
+    }
+    gone.sort();
+    assert_eq!(gone, ["carol", "dave"]);
+    for node in &cell.nodes[..2] {
+        presence_count_within(node, "g", 1, Duration::from_secs(10).saturating_sub(cut.elapsed())).await;
+    }
+    let (_, v) = cell.nodes[0].http("GET", "/v1/admin/nodes", None).await;
+    assert_eq!(v["nodes"].as_array().map(Vec::len), Some(2), "node-2 is out of routing: {v}");
+}
+
 /// The next `inbox` push of `chat` within 3 s, passing over others.
 async fn inbox_of(c: &mut Client, chat: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(3);

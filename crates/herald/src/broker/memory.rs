@@ -12,8 +12,11 @@
 //! notices, bus notes) is queued to that node and handed to its hub by one
 //! task per node, in the order sent, as a NATS connection would. Queued,
 //! not called in place: a hub sends signals with a chat's lock held, and a
-//! node answering in place could call back into that same lock. Nothing is
-//! ever lost here, so [`Broker::may_lose`] stays false.
+//! node answering in place could call back into that same lock. The bus
+//! loses nothing itself, but a node of a cell can be cut off
+//! ([`MemoryBroker::cut_off`]) right after a commit, as a NATS node can die:
+//! so a node of a cell says [`Broker::may_lose`], and its hub runs the same
+//! repairs (tail checks, the sweep of dead nodes' presence) as over NATS.
 //!
 //! Not here: the NATS backend ([`super::nats`]), what payloads mean.
 
@@ -86,6 +89,9 @@ impl MemoryCell {
     /// Queues `make()` to every node but `from` for which `to` holds.
     fn send(&self, from: u64, to: impl Fn(&Seat) -> bool, make: impl Fn() -> Inbound) {
         let state = self.lock();
+        if !state.seats.contains_key(&from) {
+            return; // cut off
+        }
         for (_, seat) in state.seats.iter().filter(|(id, seat)| **id != from && to(seat)) {
             let _ = seat.inbound.send(make());
         }
@@ -103,6 +109,9 @@ impl MemoryCell {
 
     fn post(&self, from: u64, topic: Topic, note: Note) {
         let mut state = self.lock();
+        if !state.seats.contains_key(&from) {
+            return; // cut off
+        }
         for (_, seat) in state.seats.iter_mut().filter(|(id, _)| **id != from) {
             if let Some(followers) = seat.topics.get_mut(&topic) {
                 followers.retain(|f| f.send(note.clone()).is_ok());
@@ -130,8 +139,11 @@ impl MemoryCell {
         (to, Answers::new(answers))
     }
 
-    fn reply(&self, to: &str, payload: Bytes) {
+    fn reply(&self, from: u64, to: &str, payload: Bytes) {
         let mut state = self.lock();
+        if !state.seats.contains_key(&from) {
+            return; // cut off
+        }
         if state.replies.get(to).is_some_and(|tx| tx.send(payload).is_err()) {
             state.replies.remove(to);
         }
@@ -173,6 +185,15 @@ impl MemoryBroker {
             }
         });
         Arc::new(MemoryBroker { sink, seat: Some((cell.clone(), id)) })
+    }
+
+    /// Cuts this node off the cell, as a `kill -9` would look from the
+    /// other nodes: from now on it hears nothing and nothing it sends
+    /// reaches anyone (its own hub still hears its own publishes).
+    pub fn cut_off(&self) {
+        if let Some((cell, id)) = &self.seat {
+            cell.leave(*id);
+        }
     }
 }
 
@@ -227,6 +248,10 @@ impl Broker for MemoryBroker {
         true
     }
 
+    fn may_lose(&self) -> bool {
+        self.seat.is_some()
+    }
+
     fn signal(&self, key: &ChatKey, signal: &Signal) {
         let Some((cell, id)) = &self.seat else { return };
         metrics::counter!("herald_signals_sent_total", "kind" => signal.label()).increment(1);
@@ -234,9 +259,9 @@ impl Broker for MemoryBroker {
     }
 
     fn answer(&self, to: &str, signal: &Signal) {
-        let Some((cell, _)) = &self.seat else { return };
+        let Some((cell, id)) = &self.seat else { return };
         match serde_json::to_vec(signal) {
-            Ok(payload) => cell.reply(to, payload.into()),
+            Ok(payload) => cell.reply(*id, to, payload.into()),
             Err(e) => tracing::error!(error = %e, "a signal did not serialize"),
         }
     }
@@ -281,8 +306,8 @@ impl Bus for MemoryBroker {
     }
 
     fn reply(&self, to: &str, payload: Bytes) -> BoxFuture<'_, Result<(), BusError>> {
-        if let Some((cell, _)) = &self.seat {
-            cell.reply(to, payload);
+        if let Some((cell, id)) = &self.seat {
+            cell.reply(*id, to, payload);
         }
         Box::pin(std::future::ready(Ok(())))
     }
@@ -359,7 +384,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn events_and_signals_reach_the_nodes_subscribed_to_the_chat_in_order() {
         let cell = MemoryCell::new();
-        let ((a, heard_a), (b, heard_b), (_c, heard_c)) = (node(&cell), node(&cell), node(&cell));
+        let ((a, heard_a), (b, heard_b), (c, heard_c)) = (node(&cell), node(&cell), node(&cell));
         let key = ChatKey::new("w", "g");
         b.subscribe(&key);
         a.publish(event(&key, 1, EventType::Message)).await;
@@ -374,8 +399,15 @@ mod tests {
         a.publish(event(&key, 3, EventType::Message)).await;
         settle().await;
         assert!(heard_b.take().is_empty());
+        assert_eq!(heard_a.take(), ["event w/g 3"]);
         drop(b);
         assert_eq!(cell.nodes(), 2, "a dropped node leaves the cell");
+        c.cut_off();
+        a.publish(event(&key, 4, EventType::Join)).await;
+        c.publish(event(&key, 5, EventType::Join)).await;
+        settle().await;
+        assert_eq!(heard_c.take(), ["event w/g 5"], "a node cut off hears only itself");
+        assert_eq!(heard_a.take(), ["event w/g 4"], "and nobody hears it");
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use herald::broker::memory::MemoryCell;
-use herald::server::InProcessCell;
+use herald::broker::memory::{MemoryBroker, MemoryCell};
+use herald::store::Store;
 use herald::store::sqlite::SqliteStore;
 use tokio::sync::oneshot;
 
@@ -20,8 +20,11 @@ use super::{API_KEY, SECRET, TestServer};
 
 /// Nodes of one cell, all in this process.
 pub struct LocalCell {
-    pub shared: InProcessCell,
+    pub bus: Arc<MemoryCell>,
+    pub store: Arc<dyn Store>,
     pub nodes: Vec<TestServer>,
+    /// Each node's place on the bus, by the node's index.
+    seats: Vec<Arc<MemoryBroker>>,
     /// The shared store's directory.
     _data: tempfile::TempDir,
 }
@@ -36,8 +39,7 @@ impl LocalCell {
     pub async fn start_with(n: usize, tweak: impl Fn(usize, &mut herald::Config)) -> LocalCell {
         let data = tempfile::tempdir().expect("tempdir");
         let store = Arc::new(SqliteStore::open(data.path()).expect("open the cell's store"));
-        let shared = InProcessCell { bus: MemoryCell::new(), store };
-        let mut cell = LocalCell { shared, nodes: Vec::new(), _data: data };
+        let mut cell = LocalCell { bus: MemoryCell::new(), store, nodes: Vec::new(), seats: Vec::new(), _data: data };
         for i in 0..n {
             cell.add_node(|c| tweak(i, c)).await;
         }
@@ -59,14 +61,19 @@ impl LocalCell {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("bound address");
         let (stop, stopped) = oneshot::channel::<()>();
-        let shared = self.shared.clone();
-        let task = tokio::spawn(async move {
-            herald::server::run_in_cell(listener, config, &shared, async move {
-                let _ = stopped.await;
-            })
-            .await
+        let seat = MemoryBroker::join(&self.bus);
+        let run = herald::server::run_in_cell(listener, config, seat.clone(), self.store.clone(), async move {
+            let _ = stopped.await;
         });
+        let task = tokio::spawn(run);
+        self.seats.push(seat);
         self.nodes.push(TestServer { addr, data, stop: Some(stop), task: Some(task) });
+    }
+
+    /// Cuts node `i` off the bus, as a `kill -9` looks to the other nodes:
+    /// they stop hearing it (and it them), its connections stay open.
+    pub fn cut_off(&self, i: usize) {
+        self.seats[i].cut_off();
     }
 
     /// Waits until every node lists `n` live nodes (each announces itself every second).
