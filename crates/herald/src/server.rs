@@ -210,6 +210,7 @@ pub async fn run_in_cell(
     serve(listener, config, links, shutdown).await
 }
 
+/// What [`run`] and [`run_in_cell`] share: builds the node over `links` and serves.
 async fn serve(
     listener: TcpListener,
     config: Config,
