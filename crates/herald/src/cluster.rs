@@ -1,5 +1,5 @@
 //! Which node a client should use. Nodes of a cell announce themselves and
-//! their load over NATS every second; a node not heard from for three seconds
+//! their load on the cell's bus ([`Topic::Nodes`]) every second; a node not heard from for three seconds
 //! is gone. `GET /v1/gateway?ws=` answers with the node that owns the
 //! workspace under rendezvous hashing, unless that node is above 1.25x the
 //! mean load, in which case the next node in the workspace's own order takes
@@ -7,15 +7,16 @@
 //! land together and most fan-out stays inside one node, and adding a fourth
 //! node moves about a quarter of the workspaces, not most of them.
 //!
-//! Not here: moving connections (the gateway drains), the broker's subjects.
+//! Not here: moving connections (the gateway drains), how the bus carries
+//! announcements (NATS or in process: [`crate::broker::bus`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use crate::broker::bus::{Bus, Topic};
 use crate::hashing::rendezvous;
 
 /// How often a node announces itself.
@@ -61,7 +62,8 @@ pub struct Cluster {
     joined: tokio::sync::watch::Sender<Option<String>>,
     me: Mutex<Announce>,
     peers: Mutex<HashMap<String, (Announce, Instant)>>,
-    nats: Option<(async_nats::Client, String)>,
+    /// The cell's bus; none for a node alone.
+    bus: Option<Arc<dyn Bus>>,
 }
 
 impl Cluster {
@@ -73,40 +75,31 @@ impl Cluster {
             joined: tokio::sync::watch::Sender::new(None),
             me: Mutex::new(me(node, url)),
             peers: Mutex::new(HashMap::new()),
-            nats: None,
+            bus: None,
         })
     }
 
-    /// Joins cell `cell` over `client`; `load` reports this node's connections.
+    /// Joins the cell over `bus`; `load` reports this node's connections.
     pub fn join(
-        client: async_nats::Client,
-        cell: &str,
+        bus: Arc<dyn Bus>,
         node: &str,
         url: &str,
         load: impl Fn() -> u64 + Send + Sync + 'static,
     ) -> Arc<Cluster> {
-        let subject = format!("herald.{cell}.nodes");
         let cluster = Arc::new(Cluster {
             incarnations: Mutex::new(HashMap::new()),
             heard_at: Mutex::new(HashMap::new()),
             joined: tokio::sync::watch::Sender::new(None),
             me: Mutex::new(me(node, url)),
             peers: Mutex::new(HashMap::new()),
-            nats: Some((client.clone(), subject.clone())),
+            bus: Some(bus.clone()),
         });
         let weak = Arc::downgrade(&cluster);
-        let (c2, s2) = (client.clone(), subject.clone());
         tokio::spawn(async move {
-            let mut sub = match c2.subscribe(s2).await {
-                Ok(sub) => sub,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot follow the cell's nodes");
-                    return;
-                }
-            };
-            while let Some(msg) = sub.next().await {
+            let mut notes = bus.follow(Topic::Nodes).await;
+            while let Some(note) = notes.next().await {
                 let Some(cluster) = weak.upgrade() else { return };
-                match serde_json::from_slice::<Announce>(&msg.payload) {
+                match serde_json::from_slice::<Announce>(&note.payload) {
                     Ok(a) => cluster.heard(a),
                     Err(e) => tracing::warn!(error = %e, "bad node announcement"),
                 }
@@ -130,9 +123,9 @@ impl Cluster {
     }
 
     async fn announce(&self, a: &Announce) {
-        if let Some((client, subject)) = &self.nats {
+        if let Some(bus) = &self.bus {
             let payload = serde_json::to_vec(a).expect("announcements serialize");
-            if let Err(e) = client.publish(subject.clone(), payload.into()).await {
+            if let Err(e) = bus.post(Topic::Nodes, payload.into()).await {
                 tracing::warn!(error = %e, "cannot announce this node");
             }
         }

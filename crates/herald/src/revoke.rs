@@ -5,8 +5,8 @@
 //!
 //! Each node keeps every revocation in memory ([`Revocations`]): `hello`'s
 //! check is one hash lookup and never waits for storage. A node learns of
-//! a revocation three ways: its own API call; a message on the cell's NATS
-//! subject `herald.<cell>.revoke` (within milliseconds); and, should that
+//! a revocation three ways: its own API call; a note on the cell's bus
+//! ([`Topic::Revocations`], within milliseconds); and, should that
 //! message be lost, a poll of the store every [`POLL_EVERY`] for the rows
 //! stored in the last [`POLL_WINDOW`] by the store's clock (everything,
 //! after a poll that failed or missed a shard, and at start). The cost of
@@ -29,29 +29,29 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use crate::broker::bus::{Bus, Topic};
 use crate::error::Error;
 use crate::store::{Revocation, Store};
 
 /// How often each node reads revocations from the store.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
 /// What an incremental poll reads: the rows stored this long ago or later.
-/// Far more than a poll's interval, a commit's delay or a NATS hiccup: a
+/// Far more than a poll's interval, a commit's delay or a bus hiccup: a
 /// row is seen by several polls, and a failed poll is followed by a full one.
 const POLL_WINDOW: Duration = Duration::from_secs(30);
 /// Longest a node waits at start for its first full read of revocations
 /// before it serves anyway (and keeps reading in the background).
 pub const FIRST_LOAD_WAIT: Duration = Duration::from_secs(5);
-/// Wait before subscribing again after the NATS subscription failed.
+/// Wait before following the bus again after its stream ended (a closed connection).
 const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 
 /// Revocation times (ms) by workspace, then user: looked up with borrowed
 /// `&str`s, so a `hello` allocates nothing for its check.
 type ByUser = HashMap<Box<str>, HashMap<Box<str>, i64>>;
 
-/// What the revoke subject carries.
+/// What a revocation note carries.
 #[derive(Serialize, Deserialize)]
 struct Announce {
     ws: String,
@@ -69,8 +69,8 @@ pub struct Revocations {
     store: Arc<dyn Store>,
     /// Closes a user's connections to this node, on a revocation new to it.
     on_revoked: OnceLock<OnRevoked>,
-    /// The cell's NATS client and the revoke subject, in a cell.
-    nats: OnceLock<(async_nats::Client, String)>,
+    /// The cell's bus, in a cell.
+    bus: OnceLock<Arc<dyn Bus>>,
 }
 
 impl std::fmt::Debug for Revocations {
@@ -86,7 +86,7 @@ impl Revocations {
             users: std::sync::atomic::AtomicUsize::new(0),
             store,
             on_revoked: OnceLock::new(),
-            nats: OnceLock::new(),
+            bus: OnceLock::new(),
         })
     }
 
@@ -157,12 +157,12 @@ impl Revocations {
     }
 
     async fn announce(&self, ws: &str, user: &str, revoked_ms: i64) {
-        let Some((client, subject)) = self.nats.get() else { return };
+        let Some(bus) = self.bus.get() else { return };
         let payload = serde_json::to_vec(&Announce { ws: ws.into(), user: user.into(), revoked_ms })
             .expect("an announcement serializes");
-        if let Err(e) = client.publish(subject.clone(), payload.into()).await {
+        if let Err(e) = bus.post(Topic::Revocations, payload.into()).await {
             // The other nodes' polls will find it in the store.
-            tracing::warn!(error = %e, "cannot announce a revocation over NATS");
+            tracing::warn!(error = %e, "cannot announce a revocation to the cell");
             metrics::counter!("herald_revocation_errors_total", "kind" => "announce").increment(1);
         }
     }
@@ -190,24 +190,23 @@ impl Revocations {
     }
 
     /// Reads every stored revocation (waiting at most [`FIRST_LOAD_WAIT`]),
-    /// then follows the cell: the NATS subject when `nats` is given
-    /// (client, cell), and the store's poll.
-    pub async fn follow(self: &Arc<Self>, nats: Option<(async_nats::Client, &str)>) {
+    /// then follows the cell: its bus when `bus` is given, and the store's poll.
+    pub async fn follow(self: &Arc<Self>, bus: Option<Arc<dyn Bus>>) {
         let first = tokio::time::timeout(FIRST_LOAD_WAIT, self.load(true)).await.unwrap_or(false);
         if !first {
             tracing::error!("revocations not read at start: tokens revoked before are accepted until they are");
         }
-        if let Some((client, cell)) = nats {
-            let subject = format!("herald.{cell}.revoke");
-            let _ = self.nats.set((client.clone(), subject.clone()));
+        if let Some(bus) = bus {
+            let _ = self.bus.set(bus.clone());
             let weak = Arc::downgrade(self);
             tokio::spawn(async move {
                 loop {
-                    let mut sub = crate::broker::nats::subscribe_retrying(&client, &subject).await;
-                    while let Some(msg) = sub.next().await {
+                    let mut notes = bus.follow(Topic::Revocations).await;
+                    while let Some(note) = notes.next().await {
                         let Some(me) = weak.upgrade() else { return };
-                        match serde_json::from_slice::<Announce>(&msg.payload) {
+                        match serde_json::from_slice::<Announce>(&note.payload) {
                             Ok(a) => {
+                                // "nats": the label operators already chart, whatever carries the bus.
                                 me.note(&a.ws, &a.user, a.revoked_ms, "nats");
                             }
                             Err(e) => tracing::warn!(error = %e, "bad revocation announcement"),
@@ -260,6 +259,29 @@ mod tests {
         assert!(r.note("acme", "bob", 1_700_000_010_000, "nats"));
         assert!(r.refuses("acme", "bob", Some(1_700_000_001)));
         assert_eq!(r.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_node_learns_a_revocation_from_the_cells_bus_at_once() {
+        use crate::broker::memory::{MemoryBroker, MemoryCell};
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let cell = MemoryCell::new();
+        let writer = Revocations::new(Arc::new(SqliteStore::open(d1.path()).unwrap()));
+        // A store of its own that never holds the revocation: only the bus can tell this node.
+        let reader = Revocations::new(Arc::new(SqliteStore::open(d2.path()).unwrap()));
+        let closed = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let c = closed.clone();
+        reader.on_revoked(move |ws, user| c.lock().unwrap().push(format!("{ws}/{user}")));
+        writer.follow(Some(MemoryBroker::join(&cell))).await;
+        reader.follow(Some(MemoryBroker::join(&cell))).await;
+        tokio::task::yield_now().await; // the reader's follower starts listening
+        writer.revoke("acme", "bob").await.unwrap();
+        let deadline = tokio::time::Instant::now() + POLL_EVERY;
+        while !reader.refuses("acme", "bob", None) {
+            assert!(tokio::time::Instant::now() < deadline, "the bus did not bring bob's revocation");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(*closed.lock().unwrap(), ["acme/bob"], "bob's connections here closed");
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! Wiring: builds store, broker, hub, chats, gateway and the HTTP app from a
 //! [`Config`], serves a listener until `shutdown` resolves, then drains
-//! connections and flushes the store. The binary is a thin shell over [`run`].
+//! connections and flushes the store. The binary is a thin shell over [`run`];
+//! tests run several nodes of one cell in a process with [`run_in_cell`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, AppState};
 use crate::auth::Tokens;
 use crate::broker::Broker;
+use crate::broker::bus::Bus;
 use crate::broker::memory::MemoryBroker;
 use crate::broker::nats::NatsBroker;
 use crate::chat::{ChatLimits, Chats};
@@ -138,6 +140,26 @@ fn spawn_rebalancer(cluster: Arc<Cluster>, gateway: Arc<Gateway>, window: Durati
     });
 }
 
+/// What joins a node to the rest of its cell: its store, its broker and,
+/// unless it is alone, the cell's bus (the broker's own connection).
+struct Links {
+    store: Arc<dyn Store>,
+    broker: Arc<dyn Broker>,
+    bus: Option<Arc<dyn Bus>>,
+    /// Whether this node closes the store when it stops (not a store shared in process).
+    closes_store: bool,
+}
+
+/// The links `config` names: its stores, and NATS when `--broker` is given.
+async fn connect(config: &Config) -> anyhow::Result<Links> {
+    let store = open_store(config).await?;
+    if config.broker.brokers.is_empty() {
+        return Ok(Links { store, broker: Arc::new(MemoryBroker::new()), bus: None, closes_store: true });
+    }
+    let nats = NatsBroker::connect(&config.broker.brokers, &config.server.cell, config.broker.linger()).await?;
+    Ok(Links { store, broker: nats.clone(), bus: Some(nats), closes_store: true })
+}
+
 /// Serves `listener` with `config` until `shutdown` resolves; then pushes
 /// `reconnect` to every client, closes them with 4012, and flushes the store.
 pub async fn run(
@@ -145,30 +167,47 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let links = connect(&config).await?;
+    serve(listener, config, links, shutdown).await
+}
+
+/// [`run`] for a node of a cell whose nodes share this process (tests):
+/// `seat`, its place on a [`MemoryCell`](crate::broker::memory::MemoryCell),
+/// is its broker and bus, and `store` the store the cell's nodes share
+/// (`config.broker` and `config.store` are not read). The store outlives
+/// the node: whoever made it closes it.
+pub async fn run_in_cell(
+    listener: TcpListener,
+    config: Config,
+    seat: Arc<MemoryBroker>,
+    store: Arc<dyn Store>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let links = Links { store, broker: seat.clone(), bus: Some(seat), closes_store: false };
+    serve(listener, config, links, shutdown).await
+}
+
+/// What [`run`] and [`run_in_cell`] share: builds the node over `links` and serves.
+async fn serve(
+    listener: TcpListener,
+    config: Config,
+    links: Links,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     crate::metrics::spawn_upkeep();
-    let store = open_store(&config).await?;
-    let nats = if config.broker.brokers.is_empty() {
-        None
-    } else {
-        Some(NatsBroker::connect(&config.broker.brokers, &config.server.cell, config.broker.linger()).await?)
-    };
-    let broker: Arc<dyn Broker> = match &nats {
-        Some(n) => n.clone(),
-        None => Arc::new(MemoryBroker::new()),
-    };
+    let Links { store, broker, bus, closes_store } = links;
     let Core { chats, tokens, cells, gateway, revocations } = Core::new(&config, store.clone(), broker)?;
-    revocations.follow(nats.as_ref().map(|n| (n.client(), config.server.cell.as_str()))).await;
+    revocations.follow(bus.clone()).await;
     let public_url = config
         .server
         .public_url
         .clone()
         .unwrap_or_else(|| format!("ws://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default()));
-    let cluster = match &nats {
-        Some(n) => {
+    let cluster = match &bus {
+        Some(bus) => {
             let gw = gateway.clone();
-            let cluster = Cluster::join(n.client(), &config.server.cell, &config.server.node, &public_url, move || {
-                gw.connections() as u64
-            });
+            let cluster = Cluster::join(bus.clone(), &config.server.node, &public_url, move || gw.connections() as u64);
+            // Weak: a node that stopped stops announcing itself, even while its hub's tasks linger.
             let peers = Arc::downgrade(&cluster);
             chats.hub().set_cell(
                 cluster.incarnation(),
@@ -183,11 +222,10 @@ pub async fn run(
     }
     // Every node of a cell answers presence questions, webhook or not: the
     // node delivering a batch asks them all.
-    let presence =
-        Presence::new(gateway.clone(), cluster.clone(), nats.as_ref().map(|n| (n.client(), &*config.server.cell)));
+    let presence = Presence::new(gateway.clone(), cluster.clone(), bus.clone());
     let webhook = match (&config.hooks.webhook, &config.hooks.secret) {
         (Some(settings), Some(secret)) => {
-            Some(Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), presence, nats.is_some()))
+            Some(Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), presence, bus.is_some()))
         }
         _ => None,
     };
@@ -223,7 +261,9 @@ pub async fn run(
     if let Some(webhook) = &webhook {
         webhook.stop();
     }
-    store.close().await;
+    if closes_store {
+        store.close().await;
+    }
     tracing::info!("herald stopped");
     Ok(())
 }

@@ -23,8 +23,12 @@
 //! in the order this node sent them, and [`Sink::signal`] hands one received
 //! to the hub. Like events, signals are hints: presence repairs a lost one.
 //!
-//! Backends: [`memory`] (one node, in process), [`nats`] (nodes joined over NATS).
+//! Backends: [`memory`] (one node, or several nodes of one process joined
+//! into a cell), [`nats`] (nodes joined over NATS). Each backend is also the
+//! cell's [`bus::Bus`] for what is not a chat's (liveness, revocations,
+//! presence asks), over the same connection.
 
+pub mod bus;
 pub mod memory;
 pub mod nats;
 pub mod settings;
@@ -34,6 +38,8 @@ use std::time::Duration;
 
 use crate::model::{ChatKey, Published, Signal};
 use crate::store::BoxFuture;
+
+use bus::Answers;
 
 /// Where a broker delivers events: the node's hub.
 pub trait Sink: Send + Sync + 'static {
@@ -83,4 +89,19 @@ pub trait Broker: Send + Sync + 'static {
     fn gather(&self, _key: &ChatKey, _ask: &Signal, _wait: Duration) -> BoxFuture<'_, Vec<Signal>> {
         Box::pin(std::future::ready(Vec::new()))
     }
+}
+
+/// The signals that come back on `answers` within `wait`: the end of every
+/// backend's [`Broker::gather`]. A node may answer in several parts, so it
+/// waits the whole time rather than for a count of nodes.
+async fn gather_signals(mut answers: Answers, wait: Duration) -> Vec<Signal> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut signals = Vec::new();
+    while let Some(payload) = answers.next_before(deadline).await {
+        match serde_json::from_slice::<Signal>(&payload) {
+            Ok(signal) => signals.push(signal),
+            Err(e) => tracing::debug!(error = %e, "an undecodable answer dropped"),
+        }
+    }
+    signals
 }

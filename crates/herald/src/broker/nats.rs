@@ -25,6 +25,9 @@
 //! Signals (typing, presence) share the chat's subject; a `Herald-Signal`
 //! header tells them from events, so the event decoder never sees one. They
 //! leave through one queue and one task, in the order the hub sent them.
+//!
+//! The same connection is the cell's [`Bus`](super::bus::Bus) ([`bus`]):
+//! one subject per topic, `herald.<cell>.<topic>`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +40,8 @@ use futures_util::StreamExt;
 use herald_protocol::EventType;
 use serde::Deserialize;
 use tokio::sync::watch;
+
+mod bus;
 
 use super::{Broker, Sink};
 use crate::model::{ChatKey, Published, Signal};
@@ -173,11 +178,6 @@ impl NatsBroker {
             subs: Mutex::new(HashMap::new()),
             me: me.clone(),
         }))
-    }
-
-    /// The NATS client, shared with the cluster's node announcements.
-    pub fn client(&self) -> Client {
-        self.client.clone()
     }
 
     /// The subject of a chat. Ids may contain `.`, NATS's token separator, so
@@ -391,25 +391,18 @@ impl Broker for NatsBroker {
         let (subject, payload) = (self.subject(key), serde_json::to_vec(ask));
         Box::pin(async move {
             let Ok(payload) = payload else { return Vec::new() };
-            let inbox = self.client.new_inbox();
-            let mut sub = match self.client.subscribe(inbox.clone()).await {
-                Ok(sub) => sub,
-                Err(e) => {
-                    metrics::counter!("herald_broker_errors_total", "kind" => "subscribe").increment(1);
-                    tracing::warn!(error = %e, "cannot ask the other nodes");
-                    return Vec::new();
-                }
+            // Through the signals' queue, so the ask leaves after the chat's signals sent before it.
+            let send = |inbox| {
+                let _ = self.signals.send((subject, Some(inbox), payload.into()));
+                std::future::ready(Ok(()))
             };
-            // Sent after the inbox subscription, on the same connection: no answer can come before it.
-            let _ = self.signals.send((subject, Some(inbox), payload.into()));
-            let mut answers = Vec::new();
-            let deadline = tokio::time::Instant::now() + wait;
-            while let Ok(Some(msg)) = tokio::time::timeout_at(deadline, sub.next()).await {
-                if let Ok(signal) = serde_json::from_slice::<Signal>(&msg.payload) {
-                    answers.push(signal);
+            match bus::scatter(&self.client, send).await {
+                Ok(answers) => super::gather_signals(answers, wait).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot ask the other nodes");
+                    Vec::new()
                 }
             }
-            answers
         })
     }
 }

@@ -31,8 +31,8 @@
 //! it does not take every shard at start. A handover can deliver a batch
 //! twice, never skip one: positions only move forward, to what was acknowledged.
 //!
-//! **offline** comes from [`presence`]: one NATS request per batch, answered
-//! by each node from its own connections.
+//! **offline** comes from [`presence`]: one ask on the cell's bus per batch,
+//! answered by each node from its own connections.
 //!
 //! Not here: the signature and HTTP client ([`super`]), cutting batches and
 //! their JSON ([`batch`]), the positions' SQL (the stores), presence's wire
@@ -152,7 +152,7 @@ impl Drop for Aborting {
 impl Webhook {
     /// Starts delivering: tells the store to keep positions (before the
     /// node takes any write), then follows shard ownership. `clustered`: the
-    /// node is one of a NATS cell (it then waits [`SETTLE`] before claiming).
+    /// node is one of a cell of several (it then waits [`SETTLE`] before claiming).
     pub fn start(
         settings: WebhookSettings,
         secret: &str,

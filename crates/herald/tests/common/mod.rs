@@ -3,6 +3,7 @@
 //! replies and pushes apart.
 #![allow(dead_code)]
 
+pub mod cell;
 pub mod chaos;
 pub mod nats;
 pub mod nginx;

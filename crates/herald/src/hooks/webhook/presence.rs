@@ -1,10 +1,10 @@
 //! Who of a list of users has an open connection anywhere in the cell, for
 //! the webhook's `offline` lists. No node keeps the cell's user list: the
-//! node building a batch asks the others over NATS (one request on
-//! `herald.<cell>.online` carrying the batch's candidate users by
-//! workspace), each node answers with those connected to it
-//! ([`Gateway::connected`]), and the asking node answers for itself without
-//! a message. A cell of one node (no NATS) asks nobody.
+//! node building a batch asks the others on the cell's bus (one ask on
+//! [`Topic::Online`], `herald.<cell>.online` over NATS, carrying the
+//! batch's candidate users by workspace), each node answers with those
+//! connected to it ([`Gateway::connected`]), and the asking node answers
+//! for itself without a message. A node alone (no bus) asks nobody.
 //!
 //! A node that does not answer within [`ANSWER_WAIT`] counts as having none
 //! of the users connected: a user counted offline by mistake gets a spurious
@@ -17,14 +17,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use crate::broker::bus::{Bus, Topic};
 use crate::cluster::Cluster;
 use crate::gateway::Gateway;
 
 /// How long the asking node waits for the other nodes' answers. A live
-/// node answers from memory in well under a millisecond plus a NATS round
+/// node answers from memory in well under a millisecond plus a bus round
 /// trip; one that has not answered by then is taken as having nobody.
 pub const ANSWER_WAIT: Duration = Duration::from_millis(500);
 /// Largest request payload; a bigger candidate list goes out as several
@@ -50,7 +50,7 @@ struct Answer {
 /// What an ask cost, for the metrics.
 #[derive(Debug, Default, Clone, Copy)]
 struct AskCost {
-    /// NATS requests published (0 on a cell of one node).
+    /// Asks posted (0 on a node alone).
     requests: u64,
     /// Answers received.
     answers: u64,
@@ -64,24 +64,16 @@ struct AskCost {
 pub struct Presence {
     gateway: Arc<Gateway>,
     cluster: Arc<Cluster>,
-    /// The NATS client and the subject, in a cell of several nodes.
-    nats: Option<(async_nats::Client, String)>,
+    /// The cell's bus; none for a node alone.
+    bus: Option<Arc<dyn Bus>>,
 }
 
 impl Presence {
-    /// Presence for a node on `gateway`; with `nats`, over cell `cell` (and
+    /// Presence for a node on `gateway`; with `bus`, over its cell (and
     /// answering the other nodes' questions from now on).
-    pub fn new(
-        gateway: Arc<Gateway>,
-        cluster: Arc<Cluster>,
-        nats: Option<(async_nats::Client, &str)>,
-    ) -> Arc<Presence> {
-        let presence = Arc::new(Presence {
-            gateway,
-            cluster,
-            nats: nats.map(|(client, cell)| (client, format!("herald.{cell}.online"))),
-        });
-        if presence.nats.is_some() {
+    pub fn new(gateway: Arc<Gateway>, cluster: Arc<Cluster>, bus: Option<Arc<dyn Bus>>) -> Arc<Presence> {
+        let presence = Arc::new(Presence { gateway, cluster, bus });
+        if presence.bus.is_some() {
             presence.clone().spawn_answering();
         }
         presence
@@ -89,21 +81,15 @@ impl Presence {
 
     /// Answers other nodes' questions until the process ends.
     fn spawn_answering(self: Arc<Self>) {
-        let Some((client, subject)) = self.nats.clone() else { return };
+        let Some(bus) = self.bus.clone() else { return };
         let weak = Arc::downgrade(&self);
         drop(self);
         tokio::spawn(async move {
-            let mut sub = match client.subscribe(subject).await {
-                Ok(sub) => sub,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot answer the cell's presence questions");
-                    return;
-                }
-            };
-            while let Some(msg) = sub.next().await {
+            let mut notes = bus.follow(Topic::Online).await;
+            while let Some(note) = notes.next().await {
                 let Some(me) = weak.upgrade() else { return };
-                let Some(reply) = msg.reply else { continue };
-                let ask: Ask = match serde_json::from_slice(&msg.payload) {
+                let Some(reply) = note.reply else { continue };
+                let ask: Ask = match serde_json::from_slice(&note.payload) {
                     Ok(a) => a,
                     Err(e) => {
                         tracing::warn!(error = %e, "bad presence question");
@@ -116,7 +102,7 @@ impl Presence {
                 }
                 let online = me.local(&ask.users);
                 let payload = serde_json::to_vec(&Answer { node, online }).expect("answers serialize");
-                if let Err(e) = client.publish(reply, payload.into()).await {
+                if let Err(e) = bus.reply(&reply, payload.into()).await {
                     tracing::warn!(error = %e, "cannot answer a presence question");
                 }
             }
@@ -149,7 +135,7 @@ impl Presence {
             }
         };
         add(self.local(users));
-        let Some((client, subject)) = &self.nats else { return found };
+        let Some(bus) = &self.bus else { return found };
         let me = self.cluster.name();
         let others: HashSet<String> = self.cluster.nodes().into_iter().map(|n| n.name).filter(|n| *n != me).collect();
         if others.is_empty() || users.is_empty() {
@@ -158,7 +144,7 @@ impl Presence {
         let mut cost = AskCost::default();
         for part in split(users, MAX_ASK_BYTES) {
             let payload = serde_json::to_vec(&Ask { from: me.clone(), users: part }).expect("questions serialize");
-            let (answers, part_cost) = ask(client, subject, payload, &others).await;
+            let (answers, part_cost) = ask(bus.as_ref(), payload, &others).await;
             cost.requests += part_cost.requests;
             cost.answers += part_cost.answers;
             cost.bytes += part_cost.bytes;
@@ -178,16 +164,10 @@ impl Presence {
 
 /// One request, gathering the answers of `others` until all came or
 /// [`ANSWER_WAIT`] passed.
-async fn ask(
-    client: &async_nats::Client,
-    subject: &str,
-    payload: Vec<u8>,
-    others: &HashSet<String>,
-) -> (Vec<Answer>, AskCost) {
+async fn ask(bus: &dyn Bus, payload: Vec<u8>, others: &HashSet<String>) -> (Vec<Answer>, AskCost) {
     let mut cost = AskCost { requests: 1, bytes: payload.len() as u64, ..AskCost::default() };
-    let inbox = client.new_inbox();
-    let mut sub = match client.subscribe(inbox.clone()).await {
-        Ok(sub) => sub,
+    let mut asked = match bus.ask(Topic::Online, payload.into()).await {
+        Ok(asked) => asked,
         Err(e) => {
             tracing::warn!(error = %e, "cannot ask the cell who is online; counting the other nodes' users offline");
             cost.missing = others.len() as u64;
@@ -195,17 +175,12 @@ async fn ask(
         }
     };
     let mut answers = Vec::new();
-    if let Err(e) = client.publish_with_reply(subject.to_owned(), inbox, payload.into()).await {
-        tracing::warn!(error = %e, "cannot ask the cell who is online; counting the other nodes' users offline");
-        cost.missing = others.len() as u64;
-        return (answers, cost);
-    }
     let mut heard: HashSet<String> = HashSet::new();
     let deadline = tokio::time::Instant::now() + ANSWER_WAIT;
     while heard.len() < others.len() {
-        let Ok(Some(msg)) = tokio::time::timeout_at(deadline, sub.next()).await else { break };
-        cost.bytes += msg.payload.len() as u64;
-        match serde_json::from_slice::<Answer>(&msg.payload) {
+        let Some(payload) = asked.next_before(deadline).await else { break };
+        cost.bytes += payload.len() as u64;
+        match serde_json::from_slice::<Answer>(&payload) {
             Ok(a) if others.contains(&a.node) && heard.insert(a.node.clone()) => {
                 cost.answers += 1;
                 answers.push(a);
@@ -214,7 +189,6 @@ async fn ask(
             Err(e) => tracing::warn!(error = %e, "bad presence answer"),
         }
     }
-    let _ = sub.unsubscribe().await;
     cost.missing = (others.len() - heard.len()) as u64;
     (answers, cost)
 }
