@@ -9,7 +9,7 @@
 
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::{SinkExt, StreamExt};
 use herald_protocol::EventType;
@@ -37,6 +37,8 @@ const MAX_MESSAGE: usize = 1024 * 1024;
 pub const CONNS_PER_SOURCE: usize = 5_000;
 /// 127.0.0.2: the first source address, leaving 127.0.0.1 to everything else.
 const FIRST_SOURCE: u32 = 0x7f00_0002;
+/// One request gets this long before its sender gives up.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The loopback source address of client `index` when a run's sources start
 /// `offset` addresses after 127.0.0.2. Spreading clients over sources avoids
@@ -52,6 +54,12 @@ pub fn source_addr(offset: u32, index: usize) -> Ipv4Addr {
 pub fn fresh_sources(run: u32, per_run: u32) -> u32 {
     let s = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     ((s % 200_000) as u32 * 64) + run * per_run
+}
+
+/// A chat name no earlier run used, so each run starts at seq 0 even on a running server.
+pub fn fresh_chat(prefix: &str, run: u32) -> String {
+    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    format!("{prefix}-{ms}-{run}")
 }
 
 /// Source addresses that `count` clients use.
@@ -151,6 +159,13 @@ impl Failure {
     pub fn signing(e: impl fmt::Display) -> Failure {
         Failure { stage: Stage::Hello, error: ClientError::BadFrame(format!("signing a token: {e}")) }
     }
+}
+
+/// A request bounded by [`REQUEST_TIMEOUT`].
+pub async fn bounded<T>(req: impl std::future::Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
+    tokio::time::timeout(REQUEST_TIMEOUT, req)
+        .await
+        .unwrap_or_else(|_| Err(Failure::timeout(format!("no answer in {REQUEST_TIMEOUT:?}"))))
 }
 
 fn at(stage: Stage) -> impl FnOnce(ClientError) -> Failure {

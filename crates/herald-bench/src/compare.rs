@@ -7,13 +7,13 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use crate::churn::{self, ChurnArgs};
-use crate::fanout::{self, FanoutArgs};
-use crate::idle::{self, IdleArgs};
-use crate::joinflood::{self, JoinfloodArgs};
 use crate::machine::Machine;
 use crate::peer::Peer;
 use crate::report;
+use crate::scenarios::churn::{self, ChurnArgs};
+use crate::scenarios::fanout::{self, FanoutArgs};
+use crate::scenarios::idle::{self, IdleArgs};
+use crate::scenarios::joinflood::{self, JoinfloodArgs};
 
 /// `herald-bench compare`.
 #[derive(Debug, Args)]

@@ -3,6 +3,7 @@
 //! attempt has its own timeout, so a stuck server shows up as counted
 //! failures, never as a hang. What an attempt does (connect, hello, join...)
 //! is the caller's; [`open_clients`] is the common case of clients that said hello.
+//! [`for_each`] then takes every opened client through a setup step, bounded alike.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -25,6 +26,8 @@ const SETUP_CONCURRENCY: usize = 100;
 const SETUP_DEADLINE: Duration = Duration::from_secs(120);
 /// One attempt (connect, upgrade and the first few requests) gets this long.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
+/// Setup requests (joins, watches, presence) of [`for_each`] in flight at once.
+const EACH_CONCURRENCY: usize = 256;
 
 /// How to open a fleet.
 #[derive(Debug, Clone, Copy)]
@@ -172,6 +175,36 @@ pub async fn open_conns(
     })
     .await;
     (out.ok.into_iter().map(|(_, c)| c).collect(), out.failures)
+}
+
+/// `f` for every item, [`EACH_CONCURRENCY`] at a time; what it gave for
+/// those it did not fail, in the items' order (failures counted).
+pub async fn for_each<T, U, F, Fut>(items: Vec<T>, failures: &mut Failures, f: F) -> Vec<U>
+where
+    F: Fn(T) -> Fut,
+    Fut: Future<Output = Result<U, Failure>> + Send + 'static,
+    U: Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(EACH_CONCURRENCY));
+    let mut tasks = Vec::new();
+    for item in items {
+        let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let fut = f(item);
+        tasks.push(tokio::spawn(async move {
+            let r = fut.await;
+            drop(permit);
+            r
+        }));
+    }
+    let mut kept = Vec::new();
+    for t in tasks {
+        match t.await {
+            Ok(Ok(u)) => kept.push(u),
+            Ok(Err(e)) => failures.add_failure(&e),
+            Err(e) => failures.add("task", || e.to_string()),
+        }
+    }
+    kept
 }
 
 #[cfg(test)]

@@ -1,53 +1,48 @@
 //! `herald-bench`: herald's load generator and benchmark driver. This file
-//! only parses the command line and hands each scenario to its module:
-//! `idle` (memory per idle connection, with `worker` processes holding the
-//! clients), `sends` (durable send throughput; `--op join` for the
-//! closed-loop join flood in `joins`), `joinflood` (joins into one chat at a
-//! rising rate, with a `quiet` chat beside), `fanout` (one chat, many
-//! watchers, a rising rate), `churn` (short-lived connections at a set rate),
-//! `presence` (presence changes in a chat of 100 or thousands of present
-//! users: pushes and server CPU per change), `inbox` and `inbox-live` (an
-//! inbox in a large store; live inboxes under a message rate), `sendhook`
-//! (the latency a send hook adds to a send), `webhook` (delivery to a local
-//! receiver, and sends with the receiver up vs down),
-//! `compare` (herald beside its peers, `peer` and `pclient`) and `smoke`
-//! (everything tiny, for the test suite). Shared pieces: `client` (one herald
-//! WebSocket client), `conn` (a client of herald or a peer), `target` (the
-//! run's server, herald or a peer), `handshake` (the upgrade), `fleet`
-//! (opening many, bounded), `inbox` (one user's inbox in a bulk-loaded store), `server` (herald under test), `report`,
-//! `latency`, `machine`, `token`, `http`.
+//! only parses the command line and hands each command to its module, in
+//! three layers, each using only the ones below it:
+//!
+//! - drivers: `compare` (herald beside its peers on one scenario, runs
+//!   interleaved) and `smoke` (every scenario tiny, for the test suite);
+//! - `scenarios/`, one module each: `idle` (memory per idle connection),
+//!   `sends` (durable send throughput; `--op join`: the closed-loop join
+//!   flood), `fanout` (one chat, many watchers, a rising rate), `hot` (one
+//!   hot chat, pushed vs coalesced), `churn` (short-lived connections),
+//!   `joinflood` (joins at a rising rate, a quiet chat beside), `presence`
+//!   (presence changes), `inbox` (one inbox in a large store, loaded through
+//!   herald's store API) and `inbox_live` (live inboxes under a message
+//!   rate), `sendhook` (what a send hook adds), `webhook` (delivery to a
+//!   local receiver);
+//! - shared modules: the clients (`client` for herald, `handshake`,
+//!   `pclient` for the peers, `conn` for either), the servers (`server` for
+//!   herald, `peer`, `target` for either), opening many (`fleet`, and
+//!   `worker`, the client process `idle` starts), what several scenarios
+//!   measure with (`pubsub`, `join_tally`, `quiet`, `latency`), and the
+//!   report (`report`, `machine`), plus `token` and `http`.
 
-mod churn;
 mod client;
 mod compare;
 mod conn;
-mod fanout;
 mod fleet;
 mod handshake;
-mod hot;
 mod http;
-mod idle;
-mod inbox;
-mod inbox_live;
-mod joinflood;
-mod joins;
+mod join_tally;
 mod latency;
 mod machine;
 mod pclient;
 mod peer;
-mod presence;
+mod pubsub;
 mod quiet;
 mod report;
-mod sendhook;
-mod sends;
+mod scenarios;
 mod server;
 mod smoke;
 mod target;
 mod token;
-mod webhook;
 mod worker;
 
 use clap::{Parser, Subcommand};
+use scenarios::{churn, fanout, hot, idle, inbox, inbox_live, joinflood, presence, sendhook, sends, webhook};
 
 /// The server's allocator, only so that the clients' memory figures compare
 /// with the server's like for like: it does not make the clients leaner

@@ -16,11 +16,10 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::client::source_addr;
+use crate::client::{REQUEST_TIMEOUT, source_addr};
 use crate::conn::{Conn, Dial, Received};
 use crate::latency::Latencies;
 use crate::peer::Peer;
-use crate::sends::REQUEST_TIMEOUT;
 
 /// Marks messages sent between steps (not counted).
 const NO_STEP: i64 = -1;

@@ -29,6 +29,16 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 const KEPT_LOG_LINES: usize = 8;
 /// What a started server prints once it listens; `main.rs` of herald.
 const LISTENING: &str = "herald listening on ";
+/// The request rate and burst of [`raised_limits`]: far above what one
+/// connection can do waiting for each ack, so the limiter is not what is measured.
+const RAISED_RATE: u32 = 100_000;
+
+/// Flags that raise a started server's per-connection request limits, for
+/// scenarios whose clients send back to back.
+pub fn raised_limits() -> Vec<String> {
+    let r = RAISED_RATE.to_string();
+    vec!["--rate".into(), r.clone(), "--burst".into(), r]
+}
 
 /// Which server a scenario measures.
 #[derive(Debug, Clone, Args, Serialize)]
@@ -204,6 +214,14 @@ impl Server {
         let answer = http::get(self.addr, &format!("/v1/workspaces/{workspace}/chats/{chat}"), Some(key)).await?;
         anyhow::ensure!(answer.status == 200, "GET chat {chat}: {} {}", answer.status, answer.body);
         Ok(serde_json::from_str(&answer.body)?)
+    }
+
+    /// The member count of `chat` through the HTTP API (`None` without an api key).
+    pub async fn members(&self, workspace: &str, chat: &str) -> anyhow::Result<Option<u64>> {
+        Ok(match self.api_key {
+            Some(_) => Some(self.chat(workspace, chat).await?.members),
+            None => None,
+        })
     }
 
     /// Opens a server (with `flags`), runs `measure` on it, stops it, and

@@ -22,7 +22,7 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::client::{fresh_sources, source_addr};
+use crate::client::{fresh_chat, fresh_sources, source_addr};
 use crate::conn::{Conn, Dial};
 use crate::fleet::{self, Launch};
 use crate::http;
@@ -140,7 +140,7 @@ pub async fn run_once(args: &ChurnArgs, run: u32) -> anyhow::Result<Value> {
 /// a peer's connect and join a room (Sockudo: subscribe to a public channel).
 async fn measure(args: &ChurnArgs, run: u32, server: &Target) -> anyhow::Result<Value> {
     let dial = Arc::new(Dial::to(server, &args.target.workspace));
-    let prefix = crate::sends::fresh_chat("churn", run);
+    let prefix = fresh_chat("churn", run);
     let rooms: Arc<Vec<String>> =
         Arc::new((0..args.chats).map(|c| args.peer.room(&format!("{prefix}-{c}"), false)).collect());
     let count = (args.rate * args.duration_s).round() as usize;

@@ -1,24 +1,23 @@
-//! The closed-loop join flood (`sends --op join`): S*K distinct users each join the same
-//! chat once, from S senders working through K users each, one join at a time
-//! per sender. Clients connect and say hello before the clock starts, so the
-//! figure is the chat's join rate, not connection setup. The chat's member
-//! count through the HTTP API must then equal the joins acked. What a join is
-//! and how joins are counted ([`JoinTally`], [`timed_join`]) is shared with
-//! the open-loop, rising-rate `joinflood`.
+//! The closed-loop join flood (`sends --op join`), the `sends` scenario's
+//! second mode: S*K distinct users each join the same chat once, from S
+//! senders working through K users each, one join at a time per sender.
+//! Clients connect and say hello before the clock starts, so the figure is
+//! the chat's join rate, not connection setup. The chat's member count
+//! through the HTTP API must then equal the joins acked. What a join is and
+//! how joins are counted is the shared `join_tally`'s.
 
 use std::time::Instant;
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::client::{Failure, sources_for};
+use super::SendsArgs;
+use crate::client::{fresh_chat, sources_for};
 use crate::conn::Conn;
 use crate::fleet;
-use crate::fleet::Failures;
-use crate::latency::Latencies;
+use crate::join_tally::{JoinTally, timed_join};
 use crate::report::{self, Column, col};
-use crate::sends::{REQUEST_TIMEOUT, SendsArgs, fresh_chat};
-use crate::server::Server;
+use crate::server::{self, Server};
 use crate::token::Signer;
 
 /// Every joining user holds an open connection: stay well under the 20,000
@@ -48,60 +47,8 @@ pub async fn run(args: SendsArgs) -> anyhow::Result<Vec<Value>> {
     Ok(runs)
 }
 
-/// What a set of timed joins did; both join floods (this one and `joinflood`) count with it.
-#[derive(Default)]
-pub struct JoinTally {
-    pub latencies: Latencies,
-    pub acked: u64,
-    pub failures: Failures,
-    /// When the last ack came.
-    pub last_ack: Option<Instant>,
-    /// The largest member count an answer gave.
-    pub members_seen: u64,
-}
-
-impl JoinTally {
-    /// Counts one join that started at `started`, with its outcome.
-    pub fn record(&mut self, started: Instant, outcome: Result<Option<u64>, Failure>) {
-        match outcome {
-            Ok(members) => {
-                let now = Instant::now();
-                self.latencies.record(now - started);
-                self.acked += 1;
-                self.last_ack = Some(self.last_ack.map_or(now, |l| l.max(now)));
-                self.members_seen = self.members_seen.max(members.unwrap_or(0));
-            }
-            Err(f) => self.failures.add_failure(&f),
-        }
-    }
-
-    pub fn merge(&mut self, other: &JoinTally) {
-        self.latencies.merge(&other.latencies);
-        self.acked += other.acked;
-        self.failures.merge(&other.failures);
-        self.last_ack = self.last_ack.max(other.last_ack);
-        self.members_seen = self.members_seen.max(other.members_seen);
-    }
-}
-
-/// `conn` joins `room` as `user`, bounded by [`REQUEST_TIMEOUT`]; the member count the answer gave.
-pub async fn timed_join(conn: &mut Conn, room: &str, user: &str) -> Result<Option<u64>, Failure> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, conn.join_as(room, user)).await {
-        Ok(r) => r,
-        Err(_) => Err(Failure::timeout(format!("no join ack in {REQUEST_TIMEOUT:?}"))),
-    }
-}
-
-/// The member count of `chat` through herald's HTTP API (None without an api key).
-pub async fn herald_members(server: &Server, workspace: &str, chat: &str) -> anyhow::Result<Option<u64>> {
-    Ok(match server.api_key {
-        Some(_) => Some(server.chat(workspace, chat).await?.members),
-        None => None,
-    })
-}
-
 async fn run_once(args: &SendsArgs, run: u32) -> anyhow::Result<Value> {
-    let server = Server::open(&args.target, &SendsArgs::server_flags()).await?;
+    let server = Server::open(&args.target, &server::raised_limits()).await?;
     let signer = Signer::new(&server.jwt_secret, &args.target.workspace);
     let chat = fresh_chat("joins", run);
     let total = args.senders * args.messages;
@@ -142,7 +89,7 @@ async fn run_once(args: &SendsArgs, run: u32) -> anyhow::Result<Value> {
     failures.merge(&tally.failures);
     let acked = tally.acked;
     let elapsed = tally.last_ack.unwrap_or(started) - started;
-    let members = herald_members(&server, &args.target.workspace, &chat).await?;
+    let members = server.members(&args.target.workspace, &chat).await?;
     drop(held);
     let log = server.stop().await?;
     let p = tally.latencies.summary();

@@ -8,7 +8,7 @@
 //! Every watcher must end with every event: herald's watchers count an
 //! event only when its seq is the next they lack, by push or by fetch, so a
 //! watcher's count is its contiguous prefix; the peers' by a per-publisher
-//! counter (fanout's check). Latency is from the publisher's send to the
+//! counter (`pubsub`'s check). Latency is from the publisher's send to the
 //! watcher holding the event (push read or fetch reply read). Closes with
 //! 4008 (a watcher's outbound queue overflowed) are counted. Server CPU from
 //! `/proc/PID/stat`, divided by the events delivered; the bench's own CPU
@@ -27,14 +27,13 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, fresh_chat, sources_for};
 use crate::conn::Conn;
-use crate::fanout::{self, FanoutArgs, LATENCY_STEP, Shared};
 use crate::latency::Latencies;
 use crate::peer::Peer;
+use crate::pubsub::{self, Crowd, LATENCY_STEP, Shared};
 use crate::report::{self, Column, RunArgs, col};
-use crate::sends::{SendsArgs, fresh_chat};
-use crate::server::TargetArgs;
+use crate::server::{self, TargetArgs};
 use crate::target::Target;
 
 /// Events a watcher asks for per fetch (the protocol's most).
@@ -139,34 +138,19 @@ async fn run_once(args: &HotArgs, mode: Mode, run: u32) -> anyhow::Result<Value>
         },
         Mode::Peer(_) => {}
     }
-    let fan = FanoutArgs {
-        watchers: args.watchers,
-        publishers: args.publishers,
-        start: args.rate * args.watchers as f64,
-        factor: 2.0,
-        steps: 1,
-        step_s: args.seconds,
-        latency_s: args.seconds,
-        latency_rate: None,
-        drain_ms: 1000,
-        peer,
-        fetch_on_notify: true,
-        nodes: 1,
-        run: args.run.clone(),
-        target: target.clone(),
-    };
-    let server = Target::start(peer, &target, &SendsArgs::server_flags()).await?;
-    let out = measure(args, &fan, mode, run, &server).await;
+    let server = Target::start(peer, &target, &server::raised_limits()).await?;
+    let out = measure(args, mode, run, &server).await;
     let log = server.stop().await?;
     let mut out = out?;
     out["server_log"] = log;
     Ok(out)
 }
 
-async fn measure(args: &HotArgs, fan: &FanoutArgs, mode: Mode, run: u32, server: &Target) -> anyhow::Result<Value> {
+async fn measure(args: &HotArgs, mode: Mode, run: u32, server: &Target) -> anyhow::Result<Value> {
     let chat = fresh_chat("hot", run);
-    let offset = run * crate::client::sources_for(args.watchers + args.publishers);
-    let (mut watchers, publishers, failures) = fanout::open_all(fan, server, server, &chat, offset).await?;
+    let offset = run * sources_for(args.watchers + args.publishers);
+    let crowd = Crowd { watchers: args.watchers, publishers: args.publishers, workspace: &args.target.workspace };
+    let (mut watchers, publishers, failures) = pubsub::open_all(&crowd, server, None, &chat, offset).await?;
     anyhow::ensure!(watchers.len() == args.watchers, "setup failed: {:?}", failures.first);
     // Every watcher watched after every join and before any message: they
     // all start at the chat's head now, which one fetch tells.
@@ -182,16 +166,16 @@ async fn measure(args: &HotArgs, fan: &FanoutArgs, mode: Mode, run: u32, server:
         let (shared, stop, ends) = (shared.clone(), stop_rx.clone(), ends.clone());
         tasks.push(match w {
             Conn::Herald(c) => tokio::spawn(herald_watcher(c, chat.clone(), start, shared, ends, stop)),
-            peer => tokio::spawn(fanout::watch_loop(peer, args.publishers, None, shared, stop)),
+            peer => tokio::spawn(pubsub::watch_loop(peer, args.publishers, None, shared, stop)),
         });
     }
     let mut pubs: Vec<Option<Conn>> = publishers.into_iter().map(Some).collect();
     let mut counters = vec![0u64; args.publishers];
-    let room = fan.peer.room(&chat, true);
+    let room = server.peer().room(&chat, true);
     let n = args.watchers as u64;
     let pid = [server.pid()];
     let r =
-        fanout::phase(&mut pubs, &mut counters, &room, LATENCY_STEP, args.rate, args.seconds, n, &shared, &pid).await;
+        pubsub::phase(&mut pubs, &mut counters, &room, LATENCY_STEP, args.rate, args.seconds, n, &shared, &pid).await;
     let _ = stop_tx.send(true);
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;

@@ -3,9 +3,9 @@
 //! the protocol wants (the next send waits for the last ack), while one
 //! watcher checks that every event arrives once, in seq order, without gaps
 //! (and, where pushes skipped some, that fetching the gaps gives them all).
-//! `--op join` switches to the join flood in `joins`.
+//! `--op join` switches to the join flood in `sends/joins`.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
@@ -15,18 +15,15 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::client::{Client, ClientError, sources_for};
+use crate::client::{Client, ClientError, REQUEST_TIMEOUT, fresh_chat, sources_for};
 use crate::fleet::{self, Failures};
 use crate::latency::Latencies;
 use crate::report::{self, Column, RunArgs, col};
-use crate::server::{Server, TargetArgs};
+use crate::server::{self, Server, TargetArgs};
 use crate::token::Signer;
 
-/// The request rate and burst a started server gets: far above what one
-/// connection can do waiting for each ack, so the limiter is not what is measured.
-pub const RAISED_RATE: u32 = 100_000;
-/// One request gets this long before its sender gives up.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+mod joins;
+
 /// After the last ack, the watcher gets this long to see the last event.
 const WATCH_GRACE: Duration = Duration::from_secs(30);
 /// Most S*K: keeps one run under a few minutes even at a few hundred sends/s.
@@ -59,14 +56,6 @@ pub struct SendsArgs {
     pub target: TargetArgs,
 }
 
-impl SendsArgs {
-    /// Flags that raise a started server's request limits.
-    pub fn server_flags() -> Vec<String> {
-        let r = RAISED_RATE.to_string();
-        vec!["--rate".into(), r.clone(), "--burst".into(), r]
-    }
-}
-
 const COLUMNS: &[Column] = &[
     col("acked", "acked"),
     col("failed", "failed"),
@@ -87,18 +76,12 @@ const COLUMNS: &[Column] = &[
 pub async fn run(args: SendsArgs) -> anyhow::Result<Vec<Value>> {
     anyhow::ensure!(args.senders > 0 && args.messages > 0, "--senders and --messages must be positive");
     if args.op == Op::Join {
-        return crate::joins::run(args).await;
+        return joins::run(args).await;
     }
     anyhow::ensure!(args.senders * args.messages <= MAX_SENDS, "at most {MAX_SENDS} sends per run");
     let runs = report::repeat(&args.run, |r| run_once(&args, r)).await?;
     report::emit("sends", &args, &runs, COLUMNS, args.run.json);
     Ok(runs)
-}
-
-/// A chat name no earlier run used, so each run starts at seq 0 even on a running server.
-pub fn fresh_chat(prefix: &str, run: u32) -> String {
-    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-    format!("{prefix}-{ms}-{run}")
 }
 
 /// What one sender did.
@@ -136,7 +119,7 @@ struct WatchOutcome {
 }
 
 async fn run_once(args: &SendsArgs, run: u32) -> anyhow::Result<Value> {
-    let server = Server::open(&args.target, &SendsArgs::server_flags()).await?;
+    let server = Server::open(&args.target, &server::raised_limits()).await?;
     let signer = Signer::new(&server.jwt_secret, &args.target.workspace);
     let chat = fresh_chat("sends", run);
     let offset = run * sources_for(args.senders + 1);

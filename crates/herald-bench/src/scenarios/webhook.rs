@@ -26,13 +26,12 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use crate::client::{Client, sources_for};
+use crate::client::{Client, REQUEST_TIMEOUT, fresh_chat, sources_for};
 use crate::fleet;
 use crate::http::{HookRequest, read_request};
 use crate::latency::Latencies;
 use crate::report::{self, Column, RunArgs, col};
-use crate::sends::{REQUEST_TIMEOUT, SendsArgs, fresh_chat};
-use crate::server::{Server, TargetArgs};
+use crate::server::{self, Server, TargetArgs};
 use crate::token::Signer;
 
 /// The secret herald signs with in this scenario (the receiver checks it).
@@ -245,7 +244,7 @@ async fn wait_events(tally: &Tally, n: u64, limit: Duration) -> bool {
 async fn run_once(args: &WebhookArgs, run: u32) -> anyhow::Result<Value> {
     let tally = Arc::new(Tally::default());
     let mut receiver = Receiver::start(SocketAddr::from(([127, 0, 0, 1], 0)), tally.clone()).await?;
-    let mut flags = SendsArgs::server_flags();
+    let mut flags = server::raised_limits();
     flags.extend(["--hook-secret".into(), HOOK_SECRET.into(), "--webhook-url".into()]);
     flags.push(format!("http://{}/hook", receiver.addr));
     let server = Server::open(&args.target, &flags).await?;

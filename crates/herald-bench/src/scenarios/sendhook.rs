@@ -22,12 +22,11 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::client::Client;
+use crate::client::{Client, REQUEST_TIMEOUT, fresh_chat};
 use crate::http::read_request;
 use crate::latency::Latencies;
 use crate::report::{self, Column, RunArgs, col};
-use crate::sends::{REQUEST_TIMEOUT, SendsArgs, fresh_chat};
-use crate::server::{Server, TargetArgs};
+use crate::server::{self, Server, TargetArgs};
 use crate::token::Signer;
 
 /// Sends before the measured ones: connections, caches and the hook's pool warmed.
@@ -125,7 +124,7 @@ struct Sender {
 
 impl Sender {
     async fn start(args: &SendhookArgs, run: u32, flags: &[String]) -> anyhow::Result<Sender> {
-        let mut all_flags = SendsArgs::server_flags();
+        let mut all_flags = server::raised_limits();
         all_flags.extend_from_slice(flags);
         let server = Server::open(&args.target, &all_flags).await?;
         let signer = Signer::new(&server.jwt_secret, &args.target.workspace);

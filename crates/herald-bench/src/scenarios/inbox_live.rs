@@ -26,14 +26,12 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::client::{Failure, sources_for};
-use crate::fleet::{self, Failures};
+use crate::client::{ClientError, Failure, bounded, fresh_chat, sources_for};
+use crate::fleet::{self, Failures, for_each};
 use crate::latency::Latencies;
 use crate::peer::cpu_s;
-use crate::presence::{bounded, for_each};
 use crate::report::{self, Column, RunArgs, col};
-use crate::sends::fresh_chat;
-use crate::server::{Server, TargetArgs};
+use crate::server::{self, Server, TargetArgs};
 use crate::token::Signer;
 
 /// Clients in this one process (live inboxes plus senders): stay well under its 20,000 open files.
@@ -94,10 +92,7 @@ pub async fn run(args: InboxLiveArgs) -> anyhow::Result<Vec<Value>> {
 
 async fn run_once(args: &InboxLiveArgs, run: u32) -> anyhow::Result<Value> {
     // Senders' requests come back to back: the per-connection request rate is raised, as for `sends`.
-    Server::measured(&args.target, &crate::sends::SendsArgs::server_flags(), async |server| {
-        measure(args, run, server).await
-    })
-    .await
+    Server::measured(&args.target, &server::raised_limits(), async |server| measure(args, run, server).await).await
 }
 
 /// The chats of the scenario and who is in them.
@@ -180,7 +175,7 @@ async fn measure(args: &InboxLiveArgs, run: u32, server: &Server) -> anyhow::Res
                             pushes.push((chat, seq, f.unread.unwrap_or(0), f.left.unwrap_or(false), Instant::now()));
                         }
                         Ok(_) => {}
-                        Err(crate::client::ClientError::BadFrame(_)) => {}
+                        Err(ClientError::BadFrame(_)) => {}
                         Err(_) => { dropped = true; break; }
                     },
                 }

@@ -31,15 +31,14 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::client::{Failure, Held, fresh_sources, source_addr, sources_for};
+use crate::client::{Failure, Held, fresh_chat, fresh_sources, source_addr, sources_for};
 use crate::conn::{Conn, Dial};
 use crate::fleet::{self, Failures, Launch};
-use crate::joins::{JoinTally, herald_members, timed_join};
+use crate::join_tally::{JoinTally, timed_join};
 use crate::peer::{Peer, cpu_s};
 use crate::quiet::Quiet;
 use crate::report::{self, Column, RunArgs, col};
-use crate::sends::{SendsArgs, fresh_chat};
-use crate::server::TargetArgs;
+use crate::server::{self, TargetArgs};
 use crate::target::Target;
 
 /// Most steps of one ladder.
@@ -128,7 +127,7 @@ pub fn check(args: &JoinfloodArgs) -> anyhow::Result<()> {
 
 /// One run; `run` numbers it among the process's runs (it picks the source addresses).
 pub async fn run_once(args: &JoinfloodArgs, run: u32) -> anyhow::Result<Value> {
-    let server = Target::start(args.peer, &args.target, &SendsArgs::server_flags()).await?;
+    let server = Target::start(args.peer, &args.target, &server::raised_limits()).await?;
     let out = measure(args, run, &server).await;
     let log = server.stop().await?;
     let mut out = out?;
@@ -192,7 +191,7 @@ async fn measure(args: &JoinfloodArgs, run: u32, server: &Target) -> anyhow::Res
     // leave with their connections, so each step's count against that step's joins.
     let (members, expected, members_match) = match server {
         Target::Herald(s) => {
-            let m = herald_members(s, &args.target.workspace, &chat).await?;
+            let m = s.members(&args.target.workspace, &chat).await?;
             (m, Some(totals.acked), m == Some(totals.acked))
         }
         Target::Peer(_) if peer == Peer::Sockudo => {

@@ -23,19 +23,16 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::client::{Client, Failure, Held, sources_for};
-use crate::fleet::{self, Failures};
+use crate::client::{Client, Held, bounded, fresh_chat, sources_for};
+use crate::fleet::{self, Failures, for_each};
 use crate::http;
 use crate::peer::cpu_s;
 use crate::report::{self, Column, RunArgs, col};
-use crate::sends::{REQUEST_TIMEOUT, fresh_chat};
-use crate::server::{Server, TargetArgs};
+use crate::server::{self, Server, TargetArgs};
 use crate::token::Signer;
 
 /// Clients in this one process: stay well under its 20,000 open files.
 const MAX_PRESENT: usize = 15_000;
-/// Watches and presence requests of the setup in flight at once.
-const SETUP_CONCURRENCY: usize = 256;
 
 /// `herald-bench presence`.
 #[derive(Debug, Clone, Args, Serialize)]
@@ -108,10 +105,7 @@ fn parse_counters(body: &str) -> (f64, f64) {
 
 async fn run_once(args: &PresenceArgs, run: u32) -> anyhow::Result<Value> {
     // A churner's requests come back to back: the per-connection request rate is raised, as for `sends`.
-    Server::measured(&args.target, &crate::sends::SendsArgs::server_flags(), async |server| {
-        measure(args, run, server).await
-    })
-    .await
+    Server::measured(&args.target, &server::raised_limits(), async |server| measure(args, run, server).await).await
 }
 
 async fn measure(args: &PresenceArgs, run: u32, server: &Server) -> anyhow::Result<Value> {
@@ -233,43 +227,6 @@ async fn measure(args: &PresenceArgs, run: u32, server: &Server) -> anyhow::Resu
         "failed": failures.total,
         "failures": failures,
     }))
-}
-
-/// `f` for every item, [`SETUP_CONCURRENCY`] at a time; what it gave for
-/// those it did not fail, in the items' order (failures counted).
-pub(crate) async fn for_each<T, U, F, Fut>(items: Vec<T>, failures: &mut Failures, f: F) -> Vec<U>
-where
-    F: Fn(T) -> Fut,
-    Fut: std::future::Future<Output = Result<U, Failure>> + Send + 'static,
-    U: Send + 'static,
-{
-    let slots = Arc::new(tokio::sync::Semaphore::new(SETUP_CONCURRENCY));
-    let mut tasks = Vec::new();
-    for item in items {
-        let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
-        let fut = f(item);
-        tasks.push(tokio::spawn(async move {
-            let r = fut.await;
-            drop(permit);
-            r
-        }));
-    }
-    let mut kept = Vec::new();
-    for t in tasks {
-        match t.await {
-            Ok(Ok(u)) => kept.push(u),
-            Ok(Err(e)) => failures.add_failure(&e),
-            Err(e) => failures.add("task", || e.to_string()),
-        }
-    }
-    kept
-}
-
-/// A request bounded by [`REQUEST_TIMEOUT`].
-pub(crate) async fn bounded<T>(req: impl std::future::Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
-    tokio::time::timeout(REQUEST_TIMEOUT, req)
-        .await
-        .unwrap_or_else(|_| Err(Failure::timeout(format!("no answer in {REQUEST_TIMEOUT:?}"))))
 }
 
 #[cfg(test)]
