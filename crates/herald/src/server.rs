@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::hooks::send::SendHook;
 use crate::hooks::webhook::Webhook;
-use crate::hooks::webhook::presence::Presence;
+use crate::hooks::webhook::online::Online;
 use crate::hub::Hub;
 use crate::revoke::Revocations;
 use crate::store::postgres::{PgShard, ShardCheckError};
@@ -220,12 +220,12 @@ async fn serve(
     if config.server.rebalance {
         spawn_rebalancer(cluster.clone(), gateway.clone(), config.server.drain_window());
     }
-    // Every node of a cell answers presence questions, webhook or not: the
+    // Every node of a cell answers "who is online" questions, webhook or not: the
     // node delivering a batch asks them all.
-    let presence = Presence::new(gateway.clone(), cluster.clone(), bus.clone());
+    let online = Online::new(gateway.clone(), cluster.clone(), bus.clone());
     let webhook = match (&config.hooks.webhook, &config.hooks.secret) {
         (Some(settings), Some(secret)) => {
-            Some(Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), presence, bus.is_some()))
+            Some(Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), online, bus.is_some()))
         }
         _ => None,
     };

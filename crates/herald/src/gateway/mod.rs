@@ -370,3 +370,10 @@ async fn echo(mut ws: Socket) {
         }
     }
 }
+
+/// The webhook's "who is online" answers come from the registry of connections.
+impl crate::hooks::webhook::online::Connected for Gateway {
+    fn connected(&self, ws: &str, users: &[String]) -> Vec<String> {
+        Gateway::connected(self, ws, users.iter().map(String::as_str)).into_iter().map(str::to_owned).collect()
+    }
+}

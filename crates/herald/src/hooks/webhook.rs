@@ -31,15 +31,15 @@
 //! it does not take every shard at start. A handover can deliver a batch
 //! twice, never skip one: positions only move forward, to what was acknowledged.
 //!
-//! **offline** comes from [`presence`]: one ask on the cell's bus per batch,
+//! **offline** comes from [`online`]: one ask on the cell's bus per batch,
 //! answered by each node from its own connections.
 //!
 //! Not here: the signature and HTTP client ([`super`]), cutting batches and
-//! their JSON ([`batch`]), the positions' SQL (the stores), presence's wire
-//! format ([`presence`]).
+//! their JSON ([`batch`]), the positions' SQL (the stores), the online asks' wire
+//! format ([`online`]).
 
 mod batch;
-pub mod presence;
+pub mod online;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -54,7 +54,7 @@ use crate::cluster::Cluster;
 use crate::hashing::rendezvous;
 use crate::store::{Store, Undelivered, WebhookAck};
 use batch::{Batch, OutBody, OutEvent, batches};
-use presence::Presence;
+use online::Online;
 
 /// Most events in one POST.
 pub const BATCH_EVENTS: usize = 500;
@@ -125,7 +125,7 @@ pub struct Webhook {
     secret: Vec<u8>,
     store: Arc<dyn Store>,
     client: reqwest::Client,
-    presence: Arc<Presence>,
+    online: Arc<Online>,
     cluster: Arc<Cluster>,
     /// Shard names (ownership keys) and labels (for people), by index.
     shards: Vec<(String, String)>,
@@ -158,7 +158,7 @@ impl Webhook {
         secret: &str,
         store: Arc<dyn Store>,
         cluster: Arc<Cluster>,
-        presence: Arc<Presence>,
+        online: Arc<Online>,
         clustered: bool,
     ) -> Arc<Webhook> {
         store.track_webhook();
@@ -177,7 +177,7 @@ impl Webhook {
             settings,
             secret: secret.as_bytes().to_vec(),
             store,
-            presence,
+            online,
             cluster,
             shards,
             shared,
@@ -357,7 +357,7 @@ impl Webhook {
                 .into_iter()
                 .map(|(ws, users)| (ws.to_owned(), users.into_iter().map(str::to_owned).collect()))
                 .collect();
-            self.presence.online(&asks).await
+            self.online.online(&asks).await
         };
         let events: Vec<OutEvent<'_>> = batch
             .items

@@ -3,7 +3,7 @@
 //! node building a batch asks the others on the cell's bus (one ask on
 //! [`Topic::Online`], `herald.<cell>.online` over NATS, carrying the
 //! batch's candidate users by workspace), each node answers with those
-//! connected to it ([`Gateway::connected`]), and the asking node answers
+//! connected to it ([`Connected`], which the gateway answers), and the asking node answers
 //! for itself without a message. A node alone (no bus) asks nobody.
 //!
 //! A node that does not answer within [`ANSWER_WAIT`] counts as having none
@@ -11,7 +11,9 @@
 //! push notification, one counted online by mistake would miss one, and the
 //! former is the lesser harm.
 //!
-//! Not here: which users are candidates (the webhook's batch) or the gateway's index.
+//! Not here: which users are candidates (the webhook's batch) or the gateway's
+//! index of connections (the gateway implements [`Connected`]; this module
+//! sits below the gateway and does not import it).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,7 +23,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker::bus::{Bus, Topic};
 use crate::cluster::Cluster;
-use crate::gateway::Gateway;
 
 /// How long the asking node waits for the other nodes' answers. A live
 /// node answers from memory in well under a millisecond plus a bus round
@@ -60,19 +61,25 @@ struct AskCost {
     missing: u64,
 }
 
-/// Asks and answers the cell's presence questions.
-pub struct Presence {
-    gateway: Arc<Gateway>,
+/// Who is connected to this node, as the gateway's registry of connections answers.
+pub trait Connected: Send + Sync + 'static {
+    /// Those of `users` (of workspace `ws`) with at least one connection to this node.
+    fn connected(&self, ws: &str, users: &[String]) -> Vec<String>;
+}
+
+/// Asks and answers the cell's "who is online" questions (the webhook's `offline` lists).
+pub struct Online {
+    gateway: Arc<dyn Connected>,
     cluster: Arc<Cluster>,
     /// The cell's bus; none for a node alone.
     bus: Option<Arc<dyn Bus>>,
 }
 
-impl Presence {
-    /// Presence for a node on `gateway`; with `bus`, over its cell (and
+impl Online {
+    /// The questions of a node on `gateway`; with `bus`, over its cell (and
     /// answering the other nodes' questions from now on).
-    pub fn new(gateway: Arc<Gateway>, cluster: Arc<Cluster>, bus: Option<Arc<dyn Bus>>) -> Arc<Presence> {
-        let presence = Arc::new(Presence { gateway, cluster, bus });
+    pub fn new(gateway: Arc<dyn Connected>, cluster: Arc<Cluster>, bus: Option<Arc<dyn Bus>>) -> Arc<Online> {
+        let presence = Arc::new(Online { gateway, cluster, bus });
         if presence.bus.is_some() {
             presence.clone().spawn_answering();
         }
@@ -114,12 +121,7 @@ impl Presence {
         users
             .iter()
             .filter_map(|(ws, list)| {
-                let here: Vec<String> = self
-                    .gateway
-                    .connected(ws, list.iter().map(String::as_str))
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect();
+                let here = self.gateway.connected(ws, list);
                 (!here.is_empty()).then(|| (ws.clone(), here))
             })
             .collect()
