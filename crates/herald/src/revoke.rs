@@ -23,7 +23,7 @@
 //! `hello` can never slip between the two).
 //!
 //! Not here: closing connections (the gateway's, through the callback given
-//! to [`Revocations::on_revoked`]), erasing a user's messages (`chat`).
+//! to [`Revocations::revoked_users`]), erasing a user's messages (`chat`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
@@ -59,7 +59,8 @@ struct Announce {
     revoked_ms: i64,
 }
 
-type OnRevoked = Box<dyn Fn(&str, &str) + Send + Sync>;
+/// A user (workspace, user) whose tokens a revocation new to this node refused.
+pub type Revoked = (String, String);
 
 /// Every revocation of the cell this node knows, and how it learns more.
 pub struct Revocations {
@@ -67,8 +68,9 @@ pub struct Revocations {
     /// Revoked users, for the gauge and `len`.
     users: std::sync::atomic::AtomicUsize,
     store: Arc<dyn Store>,
-    /// Closes a user's connections to this node, on a revocation new to it.
-    on_revoked: OnceLock<OnRevoked>,
+    /// Where each revocation new to this node is told, for the gateway to
+    /// close the user's connections ([`Revocations::revoked_users`]).
+    closes: OnceLock<tokio::sync::mpsc::UnboundedSender<Revoked>>,
     /// The cell's bus, in a cell.
     bus: OnceLock<Arc<dyn Bus>>,
 }
@@ -85,14 +87,18 @@ impl Revocations {
             revoked: RwLock::new(HashMap::new()),
             users: std::sync::atomic::AtomicUsize::new(0),
             store,
-            on_revoked: OnceLock::new(),
+            closes: OnceLock::new(),
             bus: OnceLock::new(),
         })
     }
 
-    /// Sets what closes a user's connections on this node (once).
-    pub fn on_revoked(&self, close: impl Fn(&str, &str) + Send + Sync + 'static) {
-        let _ = self.on_revoked.set(Box::new(close));
+    /// The users of each revocation new to this node, from now on, in the
+    /// order noted: the gateway takes them (once; `None` after) and closes
+    /// their connections. Unbounded, since revocations are an operator's
+    /// rare acts, and a close must never be dropped.
+    pub fn revoked_users(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Revoked>> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.closes.set(tx).ok().map(|()| rx)
     }
 
     /// Revoked users known.
@@ -132,8 +138,10 @@ impl Revocations {
         }
         metrics::counter!("herald_revocations_noted_total", "source" => source).increment(1);
         tracing::info!(workspace = ws, user, source, "tokens revoked: closing the user's connections");
-        if let Some(close) = self.on_revoked.get() {
-            close(ws, user);
+        // Told after the map holds it: a `hello` registered before this is
+        // found by the close, one after it is refused (see the gateway's `identify`).
+        if let Some(closes) = self.closes.get() {
+            let _ = closes.send((ws.to_owned(), user.to_owned()));
         }
         true
     }
@@ -238,13 +246,17 @@ mod tests {
     use super::*;
     use crate::store::sqlite::SqliteStore;
 
+    /// The users told so far, as `ws/user`.
+    fn drain(closes: &mut tokio::sync::mpsc::UnboundedReceiver<Revoked>) -> Vec<String> {
+        std::iter::from_fn(|| closes.try_recv().ok()).map(|(ws, user)| format!("{ws}/{user}")).collect()
+    }
+
     #[tokio::test]
     async fn tokens_issued_at_or_before_a_revocation_or_without_iat_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let r = Revocations::new(Arc::new(SqliteStore::open(dir.path()).unwrap()));
-        let closed = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let c = closed.clone();
-        r.on_revoked(move |ws, user| c.lock().unwrap().push(format!("{ws}/{user}")));
+        let mut closes = r.revoked_users().expect("the first taker");
+        assert!(r.revoked_users().is_none(), "one taker");
         assert!(!r.refuses("acme", "bob", None), "nobody is revoked yet");
         assert!(r.note("acme", "bob", 1_700_000_000_500, "api"));
         assert!(r.refuses("acme", "bob", None));
@@ -254,7 +266,7 @@ mod tests {
         assert!(!r.refuses("other", "bob", None), "workspaces are apart");
         // The same revocation again (a poll, the NATS echo) closes nothing more.
         assert!(!r.note("acme", "bob", 1_700_000_000_500, "store"));
-        assert_eq!(*closed.lock().unwrap(), vec!["acme/bob".to_string()]);
+        assert_eq!(drain(&mut closes), ["acme/bob"]);
         // A later revocation of the same user replaces the first; still one user.
         assert!(r.note("acme", "bob", 1_700_000_010_000, "nats"));
         assert!(r.refuses("acme", "bob", Some(1_700_000_001)));
@@ -269,9 +281,7 @@ mod tests {
         let writer = Revocations::new(Arc::new(SqliteStore::open(d1.path()).unwrap()));
         // A store of its own that never holds the revocation: only the bus can tell this node.
         let reader = Revocations::new(Arc::new(SqliteStore::open(d2.path()).unwrap()));
-        let closed = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let c = closed.clone();
-        reader.on_revoked(move |ws, user| c.lock().unwrap().push(format!("{ws}/{user}")));
+        let mut closes = reader.revoked_users().expect("the first taker");
         writer.follow(Some(MemoryBroker::join(&cell))).await;
         reader.follow(Some(MemoryBroker::join(&cell))).await;
         tokio::task::yield_now().await; // the reader's follower starts listening
@@ -281,7 +291,7 @@ mod tests {
             assert!(tokio::time::Instant::now() < deadline, "the bus did not bring bob's revocation");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert_eq!(*closed.lock().unwrap(), ["acme/bob"], "bob's connections here closed");
+        assert_eq!(drain(&mut closes), ["acme/bob"], "bob's connections here are closed");
     }
 
     #[tokio::test]

@@ -113,12 +113,6 @@ impl Core {
                 revocations: revocations.clone(),
             },
         );
-        let gw = Arc::downgrade(&gateway);
-        revocations.on_revoked(move |ws, user| {
-            if let Some(gw) = gw.upgrade() {
-                gw.close_user(ws, user, herald_protocol::CloseCode::UNAUTHENTICATED, "token revoked");
-            }
-        });
         Ok(Core { chats, tokens, cells, gateway, revocations })
     }
 }

@@ -137,7 +137,8 @@ pub struct WsQuery {
 impl Gateway {
     pub fn new(chats: Arc<Chats>, tokens: Arc<Tokens>, cfg: GatewayConfig) -> Arc<Gateway> {
         ws::set_read_chunk(cfg.settings.ws_read_buffer);
-        Arc::new(Gateway {
+        let revoked = cfg.revocations.revoked_users();
+        let gateway = Arc::new(Gateway {
             chats,
             tokens,
             next_id: AtomicU64::new(1),
@@ -149,7 +150,11 @@ impl Gateway {
                 .then(|| admission::IpRate::new(cfg.settings.limits.ip_connect_rate)),
             timers: timers::Timers::new(),
             cfg,
-        })
+        });
+        if let Some(revoked) = revoked {
+            spawn_revoked_closer(Arc::downgrade(&gateway), revoked);
+        }
+        gateway
     }
 
     pub fn config(&self) -> &GatewayConfig {
@@ -376,4 +381,19 @@ impl crate::hooks::webhook::online::Connected for Gateway {
     fn connected(&self, ws: &str, users: &[String]) -> Vec<String> {
         Gateway::connected(self, ws, users.iter().map(String::as_str)).into_iter().map(str::to_owned).collect()
     }
+}
+
+/// Closes the connections of each user a revocation new to this node names,
+/// with 4001, for as long as the gateway lives (it holds the gateway weakly:
+/// a task must not keep a stopped node's gateway alive).
+fn spawn_revoked_closer(
+    gateway: std::sync::Weak<Gateway>,
+    mut revoked: tokio::sync::mpsc::UnboundedReceiver<crate::revoke::Revoked>,
+) {
+    tokio::spawn(async move {
+        while let Some((ws, user)) = revoked.recv().await {
+            let Some(gateway) = gateway.upgrade() else { return };
+            gateway.close_user(&ws, &user, CloseCode::UNAUTHENTICATED, "token revoked");
+        }
+    });
 }
