@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::nats::NatsCluster;
 use common::pg::{PgCluster, create_database, suite_or_own};
+use common::stories::{self, presence_count_within, push_of};
 use common::*;
 use serde_json::{Value, json};
 
@@ -430,81 +431,11 @@ async fn nginx_keeps_a_workspace_on_one_node_and_spreads_workspaces() {
     }
 }
 
-/// The next push of kind `ev` within `wait`, passing over others (events of joins and the like).
-async fn push_of(c: &mut Client, ev: &str, wait: Duration) -> Option<Value> {
-    let deadline = Instant::now() + wait;
-    loop {
-        let p = c.push_within(deadline.saturating_duration_since(Instant::now())).await?;
-        if p["ev"] == ev {
-            return Some(p);
-        }
-    }
-}
-
-/// Polls `node`'s presence route until `count` users are present; how long it took.
-async fn presence_count_within(node: &TestServer, chat: &str, count: u64, within: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        let (status, body) = node.http("GET", &format!("/v1/workspaces/w/chats/{chat}/presence"), None).await;
-        assert_eq!(status, 200, "{body}");
-        if body["count"] == count {
-            return started.elapsed();
-        }
-        assert!(started.elapsed() < within, "{} still says {body}, not {count}", node.addr);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
 async fn presence_and_typing_reach_the_other_nodes() {
     let cell = Cell::start(3).await;
-    let mut alice = cell.nodes[0].client("w", "alice").await;
-    alice.ok(json!({"op": "join", "chat": "g"})).await;
-    alice.ok(json!({"op": "watch", "chat": "g"})).await;
-    assert_eq!(alice.ok(json!({"op": "presence", "chat": "g"})).await["count"], 1);
-
-    let mut bob = cell.nodes[1].client("w", "bob").await;
-    bob.ok(json!({"op": "join", "chat": "g"})).await;
-    bob.ok(json!({"op": "watch", "chat": "g"})).await;
-    let seen = push_of(&mut alice, "presence", Duration::from_secs(2)).await;
-    assert_eq!(seen, Some(json!({"ev": "presence", "chat": "g", "user": "bob", "present": true})), "within 2 s");
-    // bob's node asked the others for their sets when it started watching. The list and the pushes from
-    // then on make both users; on a loaded machine the answer can still be on its way when bob asks.
-    let mut both = json!({"count": 2, "users": ["alice", "bob"]});
-    let list = bob.ok(json!({"op": "presence", "chat": "g"})).await;
-    if list != both {
-        assert_eq!(list, json!({"count": 1, "users": ["bob"]}));
-        let filled = push_of(&mut bob, "presence", Duration::from_secs(2)).await;
-        assert_eq!(filled, Some(json!({"ev": "presence", "chat": "g", "user": "alice", "present": true})));
-    }
-    // Every node agrees, node-2 (no watcher of the chat) by asking the others.
-    for node in &cell.nodes {
-        presence_count_within(node, "g", 2, Duration::from_secs(2)).await;
-    }
-    assert_eq!(cell.nodes[2].http("GET", "/v1/workspaces/w/chats/g/presence", None).await.1, both);
-
-    // Typing crosses nodes both ways, and never comes back to the typist.
-    bob.ok(json!({"op": "typing", "chat": "g"})).await;
-    let typing = push_of(&mut alice, "typing", Duration::from_secs(2)).await;
-    assert_eq!(typing, Some(json!({"ev": "typing", "chat": "g", "user": "bob"})));
-    alice.ok(json!({"op": "typing", "chat": "g"})).await;
-    assert_eq!(push_of(&mut bob, "typing", Duration::from_secs(2)).await.unwrap()["user"], "alice");
-    assert_eq!(push_of(&mut bob, "typing", Duration::from_millis(300)).await, None, "bob's own typing is not his");
-
-    // bob on a second node: still present when he stops watching on the first.
-    let mut bob_too = cell.nodes[2].client("w", "bob").await;
-    bob_too.ok(json!({"op": "watch", "chat": "g"})).await;
-    bob.ok(json!({"op": "unwatch", "chat": "g"})).await;
-    assert_eq!(push_of(&mut alice, "presence", Duration::from_millis(1500)).await, None, "bob watches on node-2");
-    drop(bob_too);
-    let gone = push_of(&mut alice, "presence", Duration::from_secs(2)).await;
-    assert_eq!(gone, Some(json!({"ev": "presence", "chat": "g", "user": "bob", "present": false})));
-    both = json!({"count": 1, "users": ["alice"]});
-    for node in &cell.nodes {
-        presence_count_within(node, "g", 1, Duration::from_secs(2)).await;
-    }
-    assert_eq!(cell.nodes[1].http("GET", "/v1/workspaces/w/chats/g/presence", None).await.1, both);
+    stories::presence_and_typing_reach_the_other_nodes(&cell.nodes).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -603,47 +534,9 @@ async fn admin_status_shows_every_node_of_the_cell_with_its_connections() {
     }
 }
 
-/// The next `inbox` push of `chat` within 3 s, passing over others.
-async fn inbox_of(c: &mut Client, chat: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let p = push_of(c, "inbox", deadline.saturating_duration_since(Instant::now()))
-            .await
-            .unwrap_or_else(|| panic!("no inbox push of {chat}"));
-        if p["chat"] == chat {
-            return p;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
 async fn a_live_inbox_hears_of_what_happens_on_the_other_nodes() {
     let cell = Cell::start(2).await;
-    let mut alice = cell.nodes[0].client("w", "alice").await;
-    let mut phone = cell.nodes[1].client("w", "alice").await;
-    let mut bob = cell.nodes[1].client("w", "bob").await;
-    alice.ok(json!({"op": "join", "chat": "g"})).await;
-    bob.ok(json!({"op": "join", "chat": "g"})).await;
-    let page = alice.ok(json!({"op": "inbox", "live": true})).await;
-    assert_eq!(page["chats"][0]["chat"], "g");
-    // Let node-0's subscription of g reach every NATS server.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
-    let m = bob.ok(json!({"op": "send", "chat": "g", "body": "from node-1"})).await;
-    let p = inbox_of(&mut alice, "g").await;
-    assert_eq!((p["seq"].clone(), p["unread"].clone()), (m["seq"].clone(), json!(1)), "{p}");
-
-    // Joined on node-1, a chat node-0 never heard of: the cell-wide join notice.
-    phone.ok(json!({"op": "join", "chat": "h"})).await;
-    assert_eq!(inbox_of(&mut alice, "h").await["seq"], 1);
-    bob.ok(json!({"op": "join", "chat": "h"})).await;
-    assert_eq!(inbox_of(&mut alice, "h").await["seq"], 2, "bob's join is news too");
-    let m = bob.ok(json!({"op": "send", "chat": "h", "body": "hello"})).await;
-    let p = inbox_of(&mut alice, "h").await;
-    assert_eq!((p["seq"].clone(), p["unread"].clone()), (m["seq"].clone(), json!(1)), "{p}");
-    phone.ok(json!({"op": "read", "chat": "h", "seq": m["seq"]})).await;
-    assert_eq!(inbox_of(&mut alice, "h").await["unread"], 0);
-    phone.ok(json!({"op": "leave", "chat": "g"})).await;
-    assert_eq!(inbox_of(&mut alice, "g").await["left"], true);
+    stories::a_live_inbox_hears_of_what_happens_on_the_other_nodes(&cell.nodes, Duration::from_millis(500)).await;
 }
