@@ -161,6 +161,9 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // The recorder first: what opening the store sets (each shard's breaker
+    // gauge) must reach /metrics.
+    crate::metrics::spawn_upkeep();
     let links = connect(&config).await?;
     serve(listener, config, links, shutdown).await
 }
@@ -177,6 +180,7 @@ pub async fn run_in_cell(
     store: Arc<dyn Store>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    crate::metrics::spawn_upkeep();
     let links = Links { store, broker: seat.clone(), bus: Some(seat), closes_store: false };
     serve(listener, config, links, shutdown).await
 }
@@ -188,7 +192,6 @@ async fn serve(
     links: Links,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    crate::metrics::spawn_upkeep();
     let Links { store, broker, bus, closes_store } = links;
     let Core { chats, tokens, cells, gateway, revocations } = Core::new(&config, store.clone(), broker)?;
     revocations.follow(bus.clone()).await;
