@@ -551,7 +551,7 @@ mod tests {
     use crate::broker::Sink;
     use crate::broker::memory::MemoryBroker;
     use crate::model::ChatInfo;
-    use crate::store::{BoxFuture, EventLog, Fetched, Lifecycle, ShardStatus, StoreError};
+    use crate::store::{BoxFuture, EventLog, Fetched, StoreError};
     use herald_protocol::{Event, EventType};
 
     /// A log of one chat at seq `latest` whose reads wait until `gate` opens.
@@ -593,19 +593,7 @@ mod tests {
         }
     }
 
-    impl Lifecycle for GatedLog {
-        fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-            Box::pin(std::future::ready(Ok(())))
-        }
-        fn close(&self) -> BoxFuture<'_, ()> {
-            Box::pin(std::future::ready(()))
-        }
-        fn shards(&self) -> Vec<ShardStatus> {
-            Vec::new()
-        }
-    }
-
-    crate::store::not_kept!(GatedLog: Membership, Moderation, RevocationList, WebhookPositions);
+    crate::store::not_kept!(GatedLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions);
 
     fn chats(latest: u64) -> (Arc<Chats>, Arc<GatedLog>, Arc<Hub>) {
         let log = Arc::new(GatedLog { latest, gate: tokio::sync::Semaphore::new(0) });

@@ -48,7 +48,7 @@ use crate::broker::Sink;
 use crate::broker::memory::MemoryBroker;
 use crate::model::{ChatInfo, ChatKey, Published};
 use crate::outbox::{Frame, Outbox};
-use crate::store::{BoxFuture, EventLog, Fetched, Lifecycle, ShardStatus, Store, StoreError, Write, Written};
+use crate::store::{BoxFuture, EventLog, Fetched, Store, StoreError, Write, Written};
 
 /// Connections in a program; connection `c` is user `c % USERS`.
 const CONNS: u8 = 3;
@@ -190,21 +190,7 @@ impl EventLog for ModelLog {
     }
 }
 
-impl Lifecycle for ModelLog {
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(std::future::ready(Ok(())))
-    }
-
-    fn close(&self) -> BoxFuture<'_, ()> {
-        Box::pin(std::future::ready(()))
-    }
-
-    fn shards(&self) -> Vec<ShardStatus> {
-        Vec::new()
-    }
-}
-
-crate::store::not_kept!(ModelLog: Membership, Moderation, RevocationList, WebhookPositions);
+crate::store::not_kept!(ModelLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions);
 
 // ---- programs ------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ use super::*;
 use crate::broker::memory::MemoryBroker;
 use crate::broker::{Broker, Sink};
 use crate::model::ChatInfo;
-use crate::store::{BoxFuture, EventLog, Fetched, Lifecycle, Membership, ShardStatus, StoreError, Write, Written};
+use crate::store::{BoxFuture, EventLog, Fetched, Membership, StoreError, Write, Written};
 use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
 
@@ -150,21 +150,7 @@ impl Membership for Log {
     }
 }
 
-impl Lifecycle for Log {
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(std::future::ready(Ok(())))
-    }
-
-    fn close(&self) -> BoxFuture<'_, ()> {
-        Box::pin(std::future::ready(()))
-    }
-
-    fn shards(&self) -> Vec<ShardStatus> {
-        Vec::new()
-    }
-}
-
-crate::store::not_kept!(Log: Moderation, RevocationList, WebhookPositions);
+crate::store::not_kept!(Log: Lifecycle, Moderation, RevocationList, WebhookPositions);
 
 pub(super) fn hub_over(log: &Arc<Log>, hot: u64) -> Arc<Hub> {
     let hub = Hub::new(Arc::new(MemoryBroker::new()), log.clone(), hot, 1 << 20);

@@ -232,6 +232,20 @@ macro_rules! not_kept {
             }
         }
     };
+    (@ $ty:ty, Lifecycle) => {
+        /// A fake has nothing to open or close: always ready, no shards.
+        impl $crate::store::Lifecycle for $ty {
+            fn ready(&self) -> $crate::store::BoxFuture<'_, Result<(), $crate::store::StoreError>> {
+                Box::pin(std::future::ready(Ok(())))
+            }
+            fn close(&self) -> $crate::store::BoxFuture<'_, ()> {
+                Box::pin(std::future::ready(()))
+            }
+            fn shards(&self) -> Vec<$crate::store::ShardStatus> {
+                Vec::new()
+            }
+        }
+    };
     ($ty:ty: $($cap:ident),+ $(,)?) => { $( $crate::store::not_kept!(@ $ty, $cap); )+ };
 }
 #[cfg(test)]
