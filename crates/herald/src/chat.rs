@@ -95,6 +95,11 @@ impl Chats {
         self
     }
 
+    /// The largest event body accepted, serialized (`--body-limit`).
+    pub fn body_limit(&self) -> usize {
+        self.limits.settings.body_limit
+    }
+
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }

@@ -1,5 +1,5 @@
 //! `herald serve`'s settings. Each setting is declared once, as a flag of
-//! the module that reads it (`gateway::GatewaySettings`, `hub::HubSettings`,
+//! the module that reads it (`front::FrontSettings`, `gateway::GatewaySettings`, `hub::HubSettings`,
 //! `chat::ChatSettings`, `store::settings`, `broker::settings`,
 //! `hooks::settings`; the node's own and its secrets here), with its
 //! environment variable (`HERALD_` + its name) and its default. A TOML file
@@ -20,6 +20,7 @@ use clap::{ArgAction, Args, Command, FromArgMatches};
 use crate::auth::{DEFAULT_LEEWAY_MS, TokenKeys, Tokens};
 use crate::broker::settings::BrokerSettings;
 use crate::chat::ChatSettings;
+use crate::front::FrontSettings;
 use crate::gateway::settings::GatewaySettings;
 use crate::hooks::HookSettings;
 use crate::hooks::settings::HookArgs;
@@ -40,6 +41,8 @@ pub struct ServeArgs {
     pub store: StoreSettings,
     #[command(flatten)]
     pub broker: BrokerSettings,
+    #[command(flatten)]
+    pub front: FrontSettings,
     #[command(flatten)]
     pub gateway: GatewaySettings,
     #[command(flatten)]
@@ -122,6 +125,7 @@ pub struct Config {
     pub server: ServerSettings,
     pub store: StoreSettings,
     pub broker: BrokerSettings,
+    pub front: FrontSettings,
     pub gateway: GatewaySettings,
     pub chat: ChatSettings,
     pub hub: HubSettings,
@@ -238,6 +242,7 @@ impl ServeArgs {
             s.checked()?
         };
         let hooks = self.hooks.resolve(check_secret)?;
+        self.front.check()?;
         self.gateway.check()?;
         let (frame, body) = (self.gateway.frame_limit, self.chat.body_limit);
         anyhow::ensure!(
@@ -263,6 +268,7 @@ impl ServeArgs {
             server: self.server,
             store: self.store,
             broker: self.broker,
+            front: self.front,
             gateway: self.gateway,
             chat: self.chat,
             hub: self.hub,

@@ -68,6 +68,19 @@ fn describe() {
         "herald_upgrades_refused_total",
         "WebSocket upgrades refused, by reason (origin, ip_rate, max_connections, max_pending_hellos, draining)"
     );
+    describe_gauge!("herald_http_sockets", "Sockets open before a WebSocket upgrade (HTTP connections)");
+    describe_counter!(
+        "herald_http_closed_total",
+        "HTTP sockets closed at a deadline, by reason (header_timeout, body_timeout, idle_timeout, send_timeout, linger)"
+    );
+    describe_counter!(
+        "herald_http_shed_total",
+        "Sockets waiting for a request closed to make room, by reason (node_cap, address_cap, out_of_files)"
+    );
+    describe_counter!(
+        "herald_accept_failures_total",
+        "Failed accepts, by kind (process_files, system_files, memory, other)"
+    );
     describe_counter!("herald_watches_refused_total", "Watches refused: the connection watched --max-watches chats");
     describe_counter!("herald_hub_gap_reads_total", "Starting watches whose gap behind another watch's start was read");
     describe_counter!("herald_requests_total", "Requests by op and outcome (ok or an error code)");

@@ -7,12 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::ConnectInfo;
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio_util::task::TaskTracker;
 
 use crate::api::{self, AppState};
 use crate::auth::Tokens;
@@ -23,6 +18,7 @@ use crate::broker::nats::NatsBroker;
 use crate::chat::{ChatLimits, Chats};
 use crate::cluster::{Cells, Cluster};
 use crate::config::Config;
+use crate::front::Front;
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::hooks::send::SendHook;
 use crate::hooks::webhook::Webhook;
@@ -40,10 +36,6 @@ const REBALANCE_SETTLE: Duration = Duration::from_secs(2);
 /// Time allowed, beyond the drain window, for connections to close at shutdown.
 /// Public for the check that a service manager's stop timeout outlasts it.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(5);
-
-/// Pause after an accept error that is not one connection's (out of file
-/// descriptors, say), so the loop does not spin on it.
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
 /// How long a node waits at start for its shards' check; a shard that has
 /// not answered by then is checked when it first does.
@@ -251,7 +243,8 @@ async fn serve(
         cluster.leave().await;
         gw.drain(drain_window, "drain");
     };
-    serve_http(listener, app, signal).await;
+    let front = Front::new(config.front.clone(), gateway.timers());
+    front.serve(listener, app, signal).await;
     if !gateway.wait_closed(CLOSE_GRACE).await {
         tracing::warn!(left = gateway.connections(), "connections still open after the grace period");
     }
@@ -263,64 +256,4 @@ async fn serve(
     }
     tracing::info!("herald stopped");
     Ok(())
-}
-
-/// Serves `app` over HTTP/1.1 on `listener` until `signal` resolves, then
-/// lets the requests in progress finish. HTTP/1 straight over each
-/// [`tokio::net::TcpStream`], rather than `axum::serve`'s builder that also
-/// detects HTTP/2 and so wraps the stream in a type of its own: an upgraded
-/// WebSocket gets the TCP stream itself back, for the gateway's WebSocket
-/// layer. Each request carries its peer's address as [`ConnectInfo`].
-async fn serve_http(listener: TcpListener, app: Router, signal: impl Future<Output = ()>) {
-    // Dropped at shutdown: every connection's receiver then sees it.
-    let (stop, stopped) = tokio::sync::watch::channel(());
-    let conns = TaskTracker::new();
-    tokio::pin!(signal);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::ConnectionRefused
-                        | std::io::ErrorKind::ConnectionAborted
-                        | std::io::ErrorKind::ConnectionReset
-                ) => continue,
-                Err(e) => {
-                    tracing::error!(error = %e, "accept failed");
-                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                    continue;
-                }
-            },
-            () = &mut signal => break,
-        };
-        // Batched writes already fill packets; Nagle would only add delay.
-        let _ = tcp.set_nodelay(true);
-        let app = app.clone();
-        let mut stopped = stopped.clone();
-        conns.spawn(async move {
-            let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(peer));
-                let mut app = app.clone();
-                async move { tower::Service::call(&mut app, req).await }
-            });
-            let conn =
-                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tcp), service).with_upgrades();
-            tokio::pin!(conn);
-            let served = tokio::select! {
-                served = conn.as_mut() => served,
-                _ = stopped.changed() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = served {
-                tracing::trace!(error = %e, %peer, "http connection failed");
-            }
-        });
-    }
-    drop(listener);
-    drop(stop);
-    conns.close();
-    conns.wait().await;
 }

@@ -6,13 +6,12 @@
 //! figures themselves (the gateway, the hub, the store's shards, the metrics
 //! recorder own them; this module only gathers them).
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{Html, IntoResponse};
 use serde::Deserialize;
 
-use super::{ApiResult, AppState, authorize, openapi, parse_json};
+use super::{ApiResult, AppState, Body, authorize, openapi, parse_json};
 use crate::hooks::webhook::WebhookStatus;
 
 /// The admin page and its script (bundled from `web/admin/` by `web/`'s
@@ -51,7 +50,7 @@ pub(super) struct DrainOk {
 /// get 503, the HTTP API keeps answering) until it is stopped.
 #[utoipa::path(post, path = "/v1/admin/drain", tag = "admin", request_body(content = Option<DrainBody>),
     responses((status = 200, body = DrainOk), openapi::Refusals), security(("api_key" = [])))]
-pub(super) async fn admin_drain(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<DrainOk> {
+pub(super) async fn admin_drain(State(s): State<AppState>, headers: HeaderMap, Body(body): Body) -> ApiResult<DrainOk> {
     authorize(&s, &headers)?;
     let req: DrainBody = if body.is_empty() { DrainBody::default() } else { parse_json(&body)? };
     let window = req.window_ms.map(std::time::Duration::from_millis).unwrap_or(s.drain_window);

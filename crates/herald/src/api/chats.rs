@@ -1,7 +1,6 @@
 //! The server API's chat routes: chats, members, events. Every route needs
 //! the api key and works only on workspaces of this node's cell.
 
-use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
@@ -12,7 +11,7 @@ use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 
 use super::openapi::{ChatParam, Refusals, UserParam, WsParam};
-use super::{ApiError, ApiResult, AppState, authorize, bad, parse_json};
+use super::{ApiError, ApiResult, AppState, Body, authorize, bad, parse_json};
 use crate::error::Error;
 use crate::model::ChatKey;
 
@@ -56,7 +55,7 @@ pub(super) async fn put_chat(
     State(s): State<AppState>,
     headers: HeaderMap,
     p: ChatPath,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<ChatView> {
     authorize(&s, &headers)?;
     let (ws, chat) = path(p)?;
@@ -136,7 +135,7 @@ pub(super) async fn post_event(
     State(s): State<AppState>,
     headers: HeaderMap,
     p: ChatPath,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<SeqOk> {
     authorize(&s, &headers)?;
     let (ws, chat) = path(p)?;

@@ -55,8 +55,45 @@ mod moderation;
 pub mod openapi;
 mod users;
 
+/// The least a request body may be on the server API; raised with
+/// `--body-limit` so a request that carries an event body of the largest
+/// size, escaped, still fits.
+const API_BODY_LIMIT: usize = 1024 * 1024;
+
+/// The largest request body the server API reads, for a node whose events
+/// are at most `body_limit` bytes.
+fn api_body_limit(body_limit: usize) -> usize {
+    API_BODY_LIMIT.max(body_limit.saturating_mul(2).saturating_add(64 * 1024))
+}
+
+/// A request's body, at most [`api_body_limit`] bytes: past it, 413 with
+/// the JSON error every refusal has (the socket then reads and discards
+/// what is still sent for a moment, so the client reads this answer
+/// instead of a reset: see `front::socket`).
+pub(super) struct Body(pub Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let limit = req.extensions().get::<BodyLimit>().map_or(API_BODY_LIMIT, |l| l.0);
+        match Bytes::from_request(req, state).await {
+            Ok(body) => Ok(Body(body)),
+            Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError(Error::TooLarge(format!("the request body is over {limit} bytes"))))
+            }
+            Err(r) => Err(bad(r.body_text())),
+        }
+    }
+}
+
+/// The body limit the router was built with, for [`Body`]'s message.
+#[derive(Clone, Copy)]
+struct BodyLimit(usize);
+
 /// The whole HTTP app.
 pub fn router(state: AppState, diag_echo: bool) -> Router {
+    let body_limit = api_body_limit(state.chats.body_limit());
     let mut app = Router::new()
         .route("/v1/workspaces/{ws}/chats/{chat}", put(chats::put_chat).get(chats::get_chat))
         .route("/v1/workspaces/{ws}/chats/{chat}/members/{user}", put(chats::add_member).delete(chats::remove_member))
@@ -94,6 +131,8 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
         .merge(gw.with_state(state.gateway))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        .layer(axum::Extension(BodyLimit(body_limit)))
 }
 
 /// The longest part of a request's path an error message repeats.
@@ -210,7 +249,7 @@ fn make_token(tokens: &Tokens, body: &[u8]) -> ApiResult<TokenOk> {
 /// Issues a client token (HS256, signed with `--jwt-secret`).
 #[utoipa::path(post, path = "/v1/tokens", tag = "server", request_body = TokenBody,
     responses((status = 200, body = TokenOk), openapi::Refusals), security(("api_key" = [])))]
-async fn issue_token(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<TokenOk> {
+async fn issue_token(State(s): State<AppState>, headers: HeaderMap, Body(body): Body) -> ApiResult<TokenOk> {
     authorize(&s, &headers)?;
     make_token(&s.tokens, &body)
 }
@@ -219,7 +258,7 @@ async fn issue_token(State(s): State<AppState>, headers: HeaderMap, body: Bytes)
 async fn dev_token(
     State(s): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<TokenOk> {
     // An IPv4 peer of a dual-stack socket shows as `::ffff:a.b.c.d`.
     if !peer.ip().to_canonical().is_loopback() {

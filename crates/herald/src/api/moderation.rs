@@ -3,7 +3,6 @@
 //! api key, and workspaces of this node's cell only. The rules themselves
 //! (who may, what is stored) are the store's, so every node enforces them.
 
-use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
@@ -15,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::chats::{MemberPath, chat_key, path};
 use super::openapi::{ChatParam, Refusals, UserParam, WsParam};
-use super::{ApiError, ApiResult, AppState, authorize, bad, parse_json};
+use super::{ApiError, ApiResult, AppState, Body, authorize, bad, parse_json};
 use crate::error::Error;
 
 /// The `{seq}` of an event's path.
@@ -50,7 +49,7 @@ pub(super) async fn edit_event(
     State(s): State<AppState>,
     headers: HeaderMap,
     p: EventPath,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<SeqOk> {
     authorize(&s, &headers)?;
     let (ws, chat, seq) = path(p)?;
@@ -123,7 +122,7 @@ pub(super) async fn mute(
     State(s): State<AppState>,
     headers: HeaderMap,
     p: MemberPath,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<EmptyOk> {
     authorize(&s, &headers)?;
     let (key, user) = member_route(&s, p)?;

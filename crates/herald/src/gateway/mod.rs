@@ -22,7 +22,7 @@ mod fences;
 #[doc(hidden)]
 pub mod harness;
 pub mod settings;
-mod timers;
+pub(crate) mod timers;
 mod ws;
 
 use std::collections::HashMap;
@@ -42,7 +42,6 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use rand::RngExt;
 use rand::seq::SliceRandom;
-use tokio::net::TcpStream;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::Tokens;
@@ -155,6 +154,11 @@ impl Gateway {
             spawn_revoked_closer(Arc::downgrade(&gateway), revoked);
         }
         gateway
+    }
+
+    /// The node's table of connection deadlines, which the HTTP side shares.
+    pub(crate) fn timers(&self) -> Arc<timers::Timers> {
+        self.timers.clone()
     }
 
     pub fn config(&self) -> &GatewayConfig {
@@ -314,7 +318,7 @@ fn upgrade(req: &mut Request) -> Result<(OnUpgrade, Response), (StatusCode, &'st
 }
 
 /// The socket of an upgraded connection, once its `101` was sent: the TCP
-/// stream itself, as [`crate::server`] serves HTTP/1 straight over it, with
+/// stream itself, as [`crate::front`] serves HTTP/1 straight over it, with
 /// the bytes the HTTP side read past the request.
 async fn upgraded(on_upgrade: OnUpgrade, limit: usize) -> Option<Socket> {
     let upgraded = match on_upgrade.await {
@@ -324,10 +328,10 @@ async fn upgraded(on_upgrade: OnUpgrade, limit: usize) -> Option<Socket> {
             return None;
         }
     };
-    match upgraded.downcast::<TokioIo<TcpStream>>() {
-        Ok(parts) => Some(Socket::new(parts.io.into_inner(), parts.read_buf, limit)),
+    match upgraded.downcast::<TokioIo<crate::front::socket::Io>>() {
+        Ok(parts) => Some(Socket::new(parts.io.into_inner().into_tcp(), parts.read_buf, limit)),
         Err(_) => {
-            tracing::error!("an upgraded connection is not a TCP stream: serve the router with herald's server::run");
+            tracing::error!("an upgraded connection is not a TCP stream: serve the router with herald's front::Front");
             metrics::counter!("herald_upgrades_refused_total", "reason" => "transport").increment(1);
             None
         }

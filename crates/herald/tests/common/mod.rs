@@ -408,6 +408,16 @@ pub struct BinServer {
 impl BinServer {
     /// Starts the binary on `data`, or on the PostgreSQL shards `stores` when given.
     pub fn start(data: &std::path::Path, stores: &[String], extra_env: &[(&str, &str)]) -> BinServer {
+        BinServer::start_with_files(data, stores, extra_env, None)
+    }
+
+    /// [`BinServer::start`] with the process's open-file limit set to `nofile`, when given.
+    pub fn start_with_files(
+        data: &std::path::Path,
+        stores: &[String],
+        extra_env: &[(&str, &str)],
+        nofile: Option<u64>,
+    ) -> BinServer {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_herald"));
@@ -426,6 +436,20 @@ impl BinServer {
         }
         for (k, v) in extra_env {
             cmd.env(k, v);
+        }
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            let limit = libc::rlimit { rlim_cur: n, rlim_max: n };
+            // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
         }
         let child = cmd.spawn().expect("start herald");
         BinServer { child, addr, log }
