@@ -33,10 +33,11 @@ use crate::outbox::ConnId;
 
 /// How long a socket that is closed with part of a request unread (a body
 /// over its limit, answered 413) keeps reading and discarding, so the client
-/// reads the answer instead of a reset.
-const LINGER: Duration = Duration::from_secs(2);
+/// reads the answer instead of a reset: some clients (Python's http.client)
+/// send the whole body before they read anything.
+const LINGER: Duration = Duration::from_secs(5);
 /// Bytes discarded that way at most.
-const LINGER_BYTES: usize = 8 * 1024 * 1024;
+const LINGER_BYTES: usize = 64 * 1024 * 1024;
 
 /// What a socket is doing.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -54,6 +55,7 @@ pub(crate) enum Phase {
     /// Between two requests. Waiting; `--keepalive-timeout-ms`.
     Idle = 4,
     /// Closing with part of a request unread: discarding for [`LINGER`].
+    /// Waiting (the oldest such socket may be closed first).
     Linger = 5,
 }
 
@@ -217,7 +219,7 @@ impl Tracked {
 
     fn lingering(self: &Arc<Self>) {
         self.enter(Phase::Linger, Some(LINGER.as_millis() as u64));
-        self.front.stop_waiting(self);
+        self.front.wait(self);
     }
 }
 
