@@ -171,3 +171,26 @@ async fn out_of_files_sheds_the_oldest_waiting_sockets() {
     }
     assert!(get_hi(&mut young).await.ends_with("hi"), "the youngest is kept");
 }
+
+#[tokio::test]
+async fn past_the_cap_per_node_the_oldest_waiting_socket_is_closed_first() {
+    let s = FrontSettings { max_pending_requests: 4, header_timeout_ms: 30_000, ..settings() };
+    let (front, addr, _stop) = start(s).await;
+    let mut oldest = TcpStream::connect(addr).await.unwrap();
+    let mut waiting = Vec::new();
+    for _ in 0..4 {
+        waiting.push(TcpStream::connect(addr).await.unwrap());
+    }
+    assert!(closed_within(&mut oldest, Duration::from_secs(2)).await.is_some(), "the oldest went");
+    // One more closes the next oldest; the newest is served.
+    let mut fifth = TcpStream::connect(addr).await.unwrap();
+    assert!(closed_within(&mut waiting[0], Duration::from_secs(2)).await.is_some());
+    assert!(get_hi(&mut fifth).await.ends_with("hi"));
+    for _ in 0..100 {
+        if front.waiting() <= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(front.waiting() <= 4, "{}", front.waiting());
+}
