@@ -12,7 +12,8 @@
 //!   (presence changes), `inbox` (one inbox in a large store, loaded through
 //!   herald's store API) and `inbox_live` (live inboxes under a message
 //!   rate), `sendhook` (what a send hook adds), `webhook` (delivery to a
-//!   local receiver);
+//!   local receiver), `slowloris` (sockets that never finish a request, with
+//!   real clients timed meanwhile);
 //! - shared modules: the clients (`client` for herald, `handshake`,
 //!   `pclient` for the peers, `conn` for either), the servers (`server` for
 //!   herald, `peer`, `target` for either), opening many (`fleet`, and
@@ -42,7 +43,7 @@ mod token;
 mod worker;
 
 use clap::{Parser, Subcommand};
-use scenarios::{churn, fanout, hot, idle, inbox, inbox_live, joinflood, presence, sendhook, sends, webhook};
+use scenarios::{churn, fanout, hot, idle, inbox, inbox_live, joinflood, presence, sendhook, sends, slowloris, webhook};
 
 /// The server's allocator, only so that the clients' memory figures compare
 /// with the server's like for like: it does not make the clients leaner
@@ -83,11 +84,16 @@ pub(crate) enum Command {
     InboxLive(inbox_live::InboxLiveArgs),
     /// The webhook to a local receiver: events/s delivered, and send latency with the receiver up vs down.
     Webhook(webhook::WebhookArgs),
+    /// Sockets that never finish a request (slowloris) against a node with a set file limit; real clients' time to an acked send meanwhile.
+    Slowloris(slowloris::SlowlorisArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
+    /// One attacker process of `slowloris` (started by it).
+    #[command(hide = true)]
+    SlowlorisAttacker(slowloris::AttackerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -95,6 +101,9 @@ fn main() -> anyhow::Result<()> {
     // A worker runs its own single-threaded runtime; scenarios use every core.
     if let Command::Worker(args) = command {
         return worker::run(args);
+    }
+    if let Command::SlowlorisAttacker(args) = command {
+        return scenarios::slowloris::attacker_run(args);
     }
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(dispatch(command)).map(|_| ())
 }
@@ -115,6 +124,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Webhook(args) => webhook::run(args).await,
         Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
-        Command::Worker(_) => anyhow::bail!("a worker runs on its own"),
+        Command::Slowloris(args) => slowloris::run(args).await,
+        Command::Worker(_) | Command::SlowlorisAttacker(_) => anyhow::bail!("a worker runs on its own"),
     }
 }

@@ -64,6 +64,15 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         ("inbox-live".into(), words("inbox-live --users 100 --members 5 --rate 100 --seconds 2")),
         ("sendhook".into(), words("sendhook --messages 50")),
         ("webhook".into(), words("webhook --senders 4 --chats 2 --rate 200 --seconds 1")),
+        // More attack sockets than the server has files, 2 s deadlines; real clients timed after 2.5 s.
+        (
+            "slowloris".into(),
+            words(
+                "slowloris --attack-sockets 400 --per-process 400 --seconds 5 --warmup-s 2.5 --probe-every-ms 200 \
+                 --server-nofile 256 --server-arg=--header-timeout-ms=2000 --server-arg=--keepalive-timeout-ms=2000 \
+                 --server-arg=--body-timeout-ms=2000",
+            ),
+        ),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
@@ -132,6 +141,8 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
         "sends" => yes("all_delivered") && num("acked") == num("sent"),
         "joins" => yes("members_match"),
         "churn" => num("completed") == num("planned"),
+        // Real clients served after the first deadline, the attack's sockets closed, nothing acked lost.
+        "slowloris" => num("probes_ok") > 0.0 && num("attack_closed") > 0.0 && num("acked_lost") == 0.0,
         // Every change counted and pushed to the 25 watchers (fewer than 100 present: one push per watcher).
         // Every message's chat pushed to its members, and every inbox exact at the end.
         "inbox-live" => {

@@ -16,4 +16,5 @@ pub mod joinflood;
 pub mod presence;
 pub mod sendhook;
 pub mod sends;
+pub mod slowloris;
 pub mod webhook;

@@ -39,6 +39,9 @@ const LINGER: Duration = Duration::from_secs(5);
 /// Bytes discarded that way at most.
 const LINGER_BYTES: usize = 64 * 1024 * 1024;
 
+/// The reason a [`Closer`] gives for a shed socket.
+const SHED: &str = "shed";
+
 /// What a socket is doing.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u8)]
@@ -262,7 +265,10 @@ pub(super) async fn serve(
                 return;
             }
             reason = &mut closer => {
-                metrics::counter!("herald_http_closed_total", "reason" => reason).increment(1);
+                // A shed socket was counted by whoever shed it.
+                if reason != SHED {
+                    metrics::counter!("herald_http_closed_total", "reason" => reason).increment(1);
+                }
                 tracing::trace!(%peer, reason, "http connection closed");
                 return;
             }
@@ -298,7 +304,7 @@ impl Future for Closer {
         let t = &this.tracked;
         t.waker.register(cx.waker());
         if t.shed.load(Ordering::Acquire) {
-            return Poll::Ready("shed");
+            return Poll::Ready(SHED);
         }
         let at = t.deadline.load(Ordering::Relaxed);
         if at == 0 {
