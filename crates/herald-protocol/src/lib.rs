@@ -1,9 +1,9 @@
-//! herald's wire contract, protocol version 1: the shapes, names and codes of
+//! herald's wire contract, protocol versions 1, 1.1 and 1.2: the shapes, names and codes of
 //! `docs/protocol.md`, and nothing else. No I/O and no async: the server and the load
 //! tool build on it.
 //!
 //! The golden fixtures in `fixtures/*.json` (requests, replies, pushes and stored
-//! events of protocol 1 and 1.1) are this crate's wire types written out:
+//! events of protocol 1 and 1.1, and in `fixtures/*-1.2.json` of 1.2's conversations) are this crate's wire types written out:
 //! `tests/fixtures.rs` checks that each parses into these types and encodes back
 //! exactly, and the TypeScript SDK's `test/unit/fixtures.test.ts` reads the same files
 //! against its own types, so neither side can rename or drop a field alone.
@@ -15,6 +15,7 @@
 //! client its connection (close 4000), a request with bad arguments only gets a
 //! `bad_request` reply.
 
+pub mod args;
 pub mod codes;
 pub mod event;
 pub mod frame;
