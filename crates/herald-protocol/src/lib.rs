@@ -3,9 +3,10 @@
 //! tool build on it.
 //!
 //! The golden fixtures in `fixtures/*.json` (requests, replies, pushes and stored
-//! events of protocol 1 and 1.1, and in `fixtures/*-1.2.json` of 1.2's conversations) are this crate's wire types written out:
-//! `tests/fixtures.rs` checks that each parses into these types and encodes back
-//! exactly, and the TypeScript SDK's `test/unit/fixtures.test.ts` reads the same files
+//! events of protocol 1 and 1.1; 1.2's conversations in `fixtures/*-1.2.json`) are
+//! this crate's wire types written out: `tests/fixtures.rs` checks that each parses
+//! into these types and encodes back exactly, and the TypeScript SDK's
+//! `test/unit/fixtures.test.ts` reads the same files (1.1's, until it speaks 1.2)
 //! against its own types, so neither side can rename or drop a field alone.
 //!
 //! Parsing is split in two steps on purpose. [`request::parse_frame`] first

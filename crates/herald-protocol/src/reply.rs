@@ -119,8 +119,9 @@ pub struct InboxEntry {
     pub read: u64,
     /// `message` events above `read`, sent by other users, not deleted.
     pub unread: u64,
-    /// The latest `message` event as `fetch` shows it, or `null`. From v1.2, the latest one that is
-    /// not in a thread.
+    // From v1.2, the latest one that is not in a thread (kept out of the `///` line below, which the
+    // OpenAPI document shows, until the server builds v1.2).
+    /// The latest `message` event as `fetch` shows it, or `null`.
     pub last: Option<Event>,
     // v1.2's fields are `None` only until the server builds v1.2 (a v1.1 entry), and are left out
     // of the OpenAPI document until then.

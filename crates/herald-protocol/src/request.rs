@@ -544,6 +544,125 @@ mod tests {
         }
     }
 
+    /// The `bad_request` message of `frame`, which must be refused with id 4 as `op`.
+    fn refusal(frame: &str, op: &str) -> String {
+        match parse_frame(frame) {
+            Err(BadFrame::BadRequest { id: 4, op: Some(o), message }) if o == op => message,
+            other => panic!("{frame}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_the_conversation_ops() {
+        let send =
+            r#"{"id":1,"op":"send","chat":"g","body":{"text":"x"},"thread":41,"quote":44,"mentions":["b","b","c"]}"#;
+        match parse_frame(send).unwrap().op {
+            Op::Send { thread, quote, mentions, stream, .. } => {
+                assert_eq!((thread, quote, stream), (Some(41), Some(44), false));
+                assert_eq!(mentions, Some(vec!["b".to_string(), "c".to_string()]), "duplicates removed, order kept");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"send","chat":"g","body":{"text":""},"stream":true}"#).unwrap().op,
+            Op::Send { stream: true, thread: None, quote: None, mentions: None, .. }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"edit","chat":"g","target":4,"body":1,"mentions":[]}"#).unwrap().op,
+            Op::Edit { mentions: Some(m), .. } if m.is_empty()
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"read","chat":"g","seq":5,"thread":4}"#).unwrap().op,
+            Op::Read { seq: 5, thread: Some(4), .. }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"fetch","chat":"g","after":4,"thread":4}"#).unwrap().op,
+            Op::Fetch { after: 4, thread: Some(4), limit: None, .. }
+        ));
+        match parse_frame(r#"{"id":1,"op":"profile","chat":"g","name":"G","image":null}"#).unwrap().op {
+            Op::Profile { chat, patch } => {
+                assert_eq!((chat.as_str(), &patch.name, &patch.image), ("g", &Patch::Set("G".into()), &Patch::Clear));
+                assert!(matches!(patch.data, Patch::Keep));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"members","chat":"g"}"#).unwrap().op,
+            Op::Members { limit: None, cursor: None, .. }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"threads"}"#).unwrap().op,
+            Op::Threads { chat: None, limit: None, cursor: None }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"threads","chat":"g","limit":5,"cursor":"c"}"#).unwrap().op,
+            Op::Threads { chat: Some(_), limit: Some(5), cursor: Some(_) }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"pin","chat":"g","target":4}"#).unwrap().op,
+            Op::Pin { target: 4, on: true, .. }
+        ));
+        assert!(matches!(parse_frame(r#"{"id":1,"op":"pins","chat":"g"}"#).unwrap().op, Op::Pins { .. }));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"reactions","chat":"g","target":4}"#).unwrap().op,
+            Op::Reactions { target: 4, .. }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"append","chat":"g","target":4,"text":"lo"}"#).unwrap().op,
+            Op::Append { target: 4, done: false, .. }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"append","chat":"g","target":4,"text":"","done":true}"#).unwrap().op,
+            Op::Append { done: true, .. }
+        ));
+    }
+
+    #[test]
+    fn refuses_conversation_arguments_with_a_message_that_names_them() {
+        for (frame, op, says) in [
+            (r#"{"id":4,"op":"send","chat":"g","body":{},"thread":-1}"#, "send", "\"thread\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":{},"quote":"41"}"#, "send", "\"quote\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":{},"mentions":"bob"}"#, "send", "\"mentions\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":{},"mentions":["a b"]}"#, "send", "\"mentions\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":{"text":1},"stream":true}"#, "send", "\"stream\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":"hi","stream":true}"#, "send", "\"body\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":{},"stream":"yes"}"#, "send", "\"stream\""),
+            (r#"{"id":4,"op":"edit","chat":"g","target":1,"body":{},"mentions":[1]}"#, "edit", "\"mentions\""),
+            (r#"{"id":4,"op":"read","chat":"g","seq":1,"thread":1.5}"#, "read", "\"thread\""),
+            (r#"{"id":4,"op":"fetch","chat":"g","after":1,"thread":true}"#, "fetch", "\"thread\""),
+            (r#"{"id":4,"op":"profile","name":"x"}"#, "profile", "\"chat\""),
+            (r#"{"id":4,"op":"profile","chat":"g","name":5}"#, "profile", "\"name\""),
+            (r#"{"id":4,"op":"members","chat":"g","limit":0}"#, "members", "\"limit\""),
+            (r#"{"id":4,"op":"members","chat":"g","cursor":""}"#, "members", "members reply"),
+            (r#"{"id":4,"op":"members"}"#, "members", "\"chat\""),
+            (r#"{"id":4,"op":"threads","chat":"a b"}"#, "threads", "chat"),
+            (r#"{"id":4,"op":"threads","cursor":""}"#, "threads", "threads reply"),
+            (r#"{"id":4,"op":"pin","chat":"g"}"#, "pin", "\"target\""),
+            (r#"{"id":4,"op":"pins"}"#, "pins", "\"chat\""),
+            (r#"{"id":4,"op":"reactions","chat":"g"}"#, "reactions", "\"target\""),
+            (r#"{"id":4,"op":"append","chat":"g","text":"x"}"#, "append", "\"target\""),
+            (r#"{"id":4,"op":"append","chat":"g","target":1}"#, "append", "\"text\""),
+            (r#"{"id":4,"op":"append","chat":"g","target":1,"text":""}"#, "append", "\"done\""),
+            (r#"{"id":4,"op":"append","chat":"g","target":1,"text":"x","done":1}"#, "append", "\"done\""),
+        ] {
+            let message = refusal(frame, op);
+            assert!(message.contains(says), "{frame}: {message}");
+        }
+    }
+
+    /// Before v1.2 these arguments were unknown, and ignored whatever their type, by every op; an op
+    /// that does not take one still ignores it.
+    #[test]
+    fn ops_ignore_conversation_arguments_they_do_not_take() {
+        for frame in [
+            r#"{"id":1,"op":"join","chat":"g","thread":"x","text":5,"name":[],"done":"no","mentions":1}"#,
+            r#"{"id":1,"op":"react","chat":"g","target":1,"emoji":"+1","stream":"x","data":1}"#,
+            r#"{"id":1,"op":"ping","image":false,"quote":-3}"#,
+        ] {
+            assert!(parse_frame(frame).is_ok(), "{frame}");
+        }
+    }
+
     #[test]
     fn tells_bad_requests_from_non_requests() {
         assert!(matches!(parse_frame("hello"), Err(BadFrame::NotRequest(_))));
