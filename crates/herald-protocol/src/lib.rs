@@ -1,4 +1,4 @@
-//! herald's wire contract, protocol versions 1, 1.1 and 1.2: the shapes, names and codes of
+//! herald's wire contract, protocol 1, 1.1 and 1.2's conversations: the shapes, names and codes of
 //! `docs/protocol.md`, and nothing else. No I/O and no async: the server and the load
 //! tool build on it.
 //!
