@@ -1,4 +1,8 @@
-//! Events: what a chat's log is made of.
+//! Events: what a chat's log is made of, as stored and as the stored view shows them (v1.1's
+//! `edited` and `deleted`; v1.2's `replies`, `pinned`, `reactions`, `stream`). Not here: how a push
+//! frames an event (`frame`), or what a server derives the stored view from.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -17,6 +21,9 @@ pub enum EventType {
     // v1.1: the message lifecycle.
     Edit,
     Delete,
+    // v1.2: chat profiles and pins.
+    Profile,
+    Pin,
 }
 
 impl EventType {
@@ -31,6 +38,8 @@ impl EventType {
             EventType::System => "system",
             EventType::Edit => "edit",
             EventType::Delete => "delete",
+            EventType::Profile => "profile",
+            EventType::Pin => "pin",
         }
     }
 
@@ -45,6 +54,8 @@ impl EventType {
             "system" => EventType::System,
             "edit" => EventType::Edit,
             "delete" => EventType::Delete,
+            "profile" => EventType::Profile,
+            "pin" => EventType::Pin,
             _ => return None,
         })
     }
@@ -76,6 +87,58 @@ pub struct Event {
     /// `body` is then `null`); absent otherwise.
     #[serde(default, skip_serializing_if = "is_false")]
     pub deleted: bool,
+    /// v1.2, `message` events: the seq of the thread root this message replies in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub thread: Option<u64>,
+    /// v1.2, `message` events: the seq of the message this one quotes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub quote: Option<u64>,
+    /// v1.2, `message` and `edit` events: the users mentioned, without duplicates, in the order given.
+    /// On an `edit`, `Some([])` clears the message's mentions and `None` keeps them; the stored view
+    /// shows a message's current mentions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub mentions: Option<Vec<String>>,
+    /// v1.2, the stored view of a thread root: its replies that are not deleted; absent while none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub replies: Option<Replies>,
+    /// v1.2, the stored view: true while the message is pinned; absent otherwise.
+    #[serde(default, skip_serializing_if = "is_false")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub pinned: bool,
+    /// v1.2, the stored view: each emoji's count of users whose reaction is on now; absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub reactions: Option<BTreeMap<String, u64>>,
+    /// v1.2, a message sent with `"stream": true`: `open` until its stream ends, then `done`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub stream: Option<StreamState>,
+}
+
+// The v1.2 fields are left out of the HTTP API's OpenAPI document (`schema(ignore)`) until the
+// server writes them: the document describes what the server answers.
+
+/// v1.2: `"replies": {"count": N, "last": S}` on a thread root in the stored view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replies {
+    /// The root's replies that are not deleted.
+    pub count: u64,
+    /// The seq of the latest of them.
+    pub last: u64,
+}
+
+/// v1.2: where a streamed message stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamState {
+    /// Appends are still coming.
+    Open,
+    /// Ended by `done`, by a delete, or by the server after 60 s without an append.
+    Done,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -92,5 +155,12 @@ impl PartialEq for Event {
             && self.client_id == other.client_id
             && self.edited == other.edited
             && self.deleted == other.deleted
+            && self.thread == other.thread
+            && self.quote == other.quote
+            && self.mentions == other.mentions
+            && self.replies == other.replies
+            && self.pinned == other.pinned
+            && self.reactions == other.reactions
+            && self.stream == other.stream
     }
 }

@@ -3,11 +3,13 @@
 //! Encoding goes through small borrowed structs so that a push is serialized
 //! once and the same bytes are shared by every watcher.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::codes::ErrorCode;
-use crate::event::{Event, EventType};
+use crate::event::{Event, EventType, Replies, StreamState};
 
 /// The `err` object of a reply, also the `error` object of an HTTP error body.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
@@ -59,6 +61,21 @@ pub struct EventPush<'a> {
     pub edited: Option<u64>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    // v1.2: as `Event` writes them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quote: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mentions: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replies: Option<Replies>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reactions: Option<&'a BTreeMap<String, u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamState>,
 }
 
 impl<'a> EventPush<'a> {
@@ -75,6 +92,13 @@ impl<'a> EventPush<'a> {
             client_id: event.client_id.as_deref(),
             edited: event.edited,
             deleted: event.deleted,
+            thread: event.thread,
+            quote: event.quote,
+            mentions: event.mentions.as_deref(),
+            replies: event.replies,
+            pinned: event.pinned,
+            reactions: event.reactions.as_ref(),
+            stream: event.stream,
         }
     }
 
@@ -134,22 +158,60 @@ pub fn presence_user_push(chat: &str, user: &str, present: bool) -> String {
     serde_json::to_string(&PresenceUserPush { ev: "presence", chat, user, present }).expect("pushes serialize")
 }
 
-#[derive(Serialize)]
-struct InboxPush<'a> {
-    ev: &'static str,
-    chat: &'a str,
-    seq: u64,
-    ts: i64,
-    unread: u64,
+/// The fields of an `inbox` push: one chat of a live inbox changed.
+#[derive(Debug, Serialize)]
+pub struct InboxPush<'a> {
+    pub ev: &'static str,
+    pub chat: &'a str,
+    /// The chat's latest event.
+    pub seq: u64,
+    /// The timestamp of the chat's latest event.
+    pub ts: i64,
+    pub unread: u64,
+    /// v1.2: the sum of `unread` over the threads this user follows in the chat.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u64>,
+    /// v1.2: unread messages whose mentions name this user.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mentions: Option<u64>,
+    /// True once the user left the chat.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    left: bool,
+    pub left: bool,
+}
+
+impl InboxPush<'_> {
+    /// The JSON text of this push.
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("pushes serialize")
+    }
 }
 
 /// `{"ev": "inbox", "chat": chat, "seq": seq, "ts": ts, "unread": unread}`,
 /// with `"left": true` once the user left the chat: one chat of a live
-/// inbox changed.
+/// inbox changed (v1.1's shape, without v1.2's `threads` and `mentions`).
 pub fn inbox_push(chat: &str, seq: u64, ts: i64, unread: u64, left: bool) -> String {
-    serde_json::to_string(&InboxPush { ev: "inbox", chat, seq, ts, unread, left }).expect("pushes serialize")
+    InboxPush { ev: "inbox", chat, seq, ts, unread, threads: None, mentions: None, left }.encode()
+}
+
+#[derive(Serialize)]
+struct AppendPush<'a> {
+    ev: &'static str,
+    chat: &'a str,
+    target: u64,
+    text: &'a str,
+    at: u64,
+}
+
+/// `{"ev": "append", "chat": chat, "target": target, "text": text, "at": at}` (v1.2): `text` was
+/// added to the streamed message `target`, whose text was `at` UTF-16 code units long before it.
+pub fn append_push(chat: &str, target: u64, text: &str, at: u64) -> String {
+    serde_json::to_string(&AppendPush { ev: "append", chat, target, text, at }).expect("pushes serialize")
+}
+
+/// The length of `text` in UTF-16 code units, as a JavaScript string counts it: the unit of an
+/// `append` push's `at`.
+pub fn utf16_len(text: &str) -> u64 {
+    text.chars().map(|c| c.len_utf16() as u64).sum()
 }
 
 #[derive(Serialize)]
@@ -180,6 +242,13 @@ mod tests {
             client_id: Some("m-17".into()),
             edited: None,
             deleted: false,
+            thread: None,
+            quote: None,
+            mentions: None,
+            replies: None,
+            pinned: false,
+            reactions: None,
+            stream: None,
         };
         assert_eq!(
             EventPush::new("general", &ev).encode(),
@@ -219,5 +288,35 @@ mod tests {
             inbox_push("general", 59, 1732233600789, 0, true),
             r#"{"ev":"inbox","chat":"general","seq":59,"ts":1732233600789,"unread":0,"left":true}"#
         );
+    }
+
+    #[test]
+    fn v1_2_pushes() {
+        assert_eq!(
+            append_push("general", 57, "lo wor", 3),
+            r#"{"ev":"append","chat":"general","target":57,"text":"lo wor","at":3}"#
+        );
+        let push = InboxPush {
+            ev: "inbox",
+            chat: "general",
+            seq: 58,
+            ts: 1,
+            unread: 5,
+            threads: Some(2),
+            mentions: Some(1),
+            left: false,
+        };
+        assert_eq!(
+            push.encode(),
+            r#"{"ev":"inbox","chat":"general","seq":58,"ts":1,"unread":5,"threads":2,"mentions":1}"#
+        );
+    }
+
+    #[test]
+    fn at_counts_utf16_code_units_as_javascript_does() {
+        assert_eq!(utf16_len("hello"), 5);
+        assert_eq!(utf16_len("héllo"), 5);
+        assert_eq!(utf16_len("😀"), 2);
+        assert_eq!(utf16_len(""), 0);
     }
 }

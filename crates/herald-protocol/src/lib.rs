@@ -1,11 +1,12 @@
-//! herald's wire contract, protocol version 1: the shapes, names and codes of
+//! herald's wire contract, protocol 1, 1.1 and 1.2's conversations: the shapes, names and codes of
 //! `docs/protocol.md`, and nothing else. No I/O and no async: the server and the load
 //! tool build on it.
 //!
 //! The golden fixtures in `fixtures/*.json` (requests, replies, pushes and stored
-//! events of protocol 1 and 1.1) are this crate's wire types written out:
-//! `tests/fixtures.rs` checks that each parses into these types and encodes back
-//! exactly, and the TypeScript SDK's `test/unit/fixtures.test.ts` reads the same files
+//! events of protocol 1 and 1.1; 1.2's conversations in `fixtures/*-1.2.json`) are
+//! this crate's wire types written out: `tests/fixtures.rs` checks that each parses
+//! into these types and encodes back exactly, and the TypeScript SDK's
+//! `test/unit/fixtures.test.ts` reads the same files (1.1's, until it speaks 1.2)
 //! against its own types, so neither side can rename or drop a field alone.
 //!
 //! Parsing is split in two steps on purpose. [`request::parse_frame`] first
@@ -15,6 +16,7 @@
 //! client its connection (close 4000), a request with bad arguments only gets a
 //! `bad_request` reply.
 
+pub mod args;
 pub mod codes;
 pub mod event;
 pub mod frame;

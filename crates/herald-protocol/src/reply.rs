@@ -1,6 +1,9 @@
 //! The `ok` objects of replies, one per op, and of the HTTP API.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::event::Event;
 
@@ -26,6 +29,30 @@ pub struct JoinOk {
     pub chat: String,
     pub seq: u64,
     pub members: u64,
+    /// v1.2: the chat's profile. `None` only until the server builds v1.2 (a v1.1 answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+}
+
+/// v1.2: a chat's profile, `{"name", "image", "data"}`, each `null` until set. Also the body of a
+/// `profile` event (the whole profile after the change).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Profile {
+    /// Up to [`crate::limits::PROFILE_NAME_MAX`] characters.
+    pub name: Option<String>,
+    /// A URL, up to [`crate::limits::PROFILE_IMAGE_MAX`] characters.
+    pub image: Option<String>,
+    /// Any JSON value the app keeps with the chat, up to [`crate::limits::PROFILE_DATA_LIMIT`]
+    /// serialized; raw, as the server stores and forwards it.
+    pub data: Option<Box<RawValue>>,
+}
+
+impl PartialEq for Profile {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.image == other.image
+            && self.data.as_ref().map(|d| d.get()) == other.data.as_ref().map(|d| d.get())
+    }
 }
 
 /// `watch`'s answer.
@@ -92,8 +119,25 @@ pub struct InboxEntry {
     pub read: u64,
     /// `message` events above `read`, sent by other users, not deleted.
     pub unread: u64,
+    // From v1.2, the latest one that is not in a thread (kept out of the `///` line below, which the
+    // OpenAPI document shows, until the server builds v1.2).
     /// The latest `message` event as `fetch` shows it, or `null`.
     pub last: Option<Event>,
+    // v1.2's fields are `None` only until the server builds v1.2 (a v1.1 entry), and are left out
+    // of the OpenAPI document until then.
+    /// v1.2: the chat's profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub profile: Option<Profile>,
+    /// v1.2: the sum of `unread` over the threads this user follows in the chat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub threads: Option<u64>,
+    /// v1.2: messages above `read` (thread replies included), sent by other users, not deleted,
+    /// whose mentions name this user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub mentions: Option<u64>,
 }
 
 /// `inbox`'s answer, also `GET .../users/{user}/inbox` (v1.1).
@@ -104,6 +148,84 @@ pub struct InboxOk {
     pub chats: Vec<InboxEntry>,
     pub more: bool,
     /// Given back to `inbox`, the next page; present when `more` is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// One member of a chat in `members`' answer (v1.2).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MemberEntry {
+    pub user: String,
+    /// The member's read position in the chat.
+    pub read: u64,
+}
+
+/// `members`' answer, also `GET .../chats/{chat}/members` (v1.2).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MembersOk {
+    /// Sorted by user id.
+    pub members: Vec<MemberEntry>,
+    /// The chat's member count.
+    pub count: u64,
+    pub more: bool,
+    /// Given back to `members`, the next page; present when `more` is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// One thread a user follows, in `threads`' answer (v1.2).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ThreadEntry {
+    pub chat: String,
+    /// The thread's root as `fetch` shows it.
+    pub root: Event,
+    /// The thread's latest reply as `fetch` shows it (a thread has a reply once it is one).
+    pub last: Event,
+    /// This user's read position in the thread.
+    pub read: u64,
+    /// The thread's replies above `read`, sent by other users, not deleted.
+    pub unread: u64,
+}
+
+/// `threads`' answer (v1.2): latest reply first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ThreadsOk {
+    pub threads: Vec<ThreadEntry>,
+    pub more: bool,
+    /// Given back to `threads`, the next page; present when `more` is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// One pinned message in `pins`' answer (v1.2).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PinEntry {
+    /// The seq of the `pin` event that pinned it.
+    pub seq: u64,
+    /// Who pinned it.
+    pub user: String,
+    /// The pinned message as `fetch` shows it.
+    pub message: Event,
+}
+
+/// `pins`' answer, also `GET .../chats/{chat}/pins` (v1.2): latest pin first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PinsOk {
+    pub pins: Vec<PinEntry>,
+}
+
+/// `reactions`' answer (v1.2): for each emoji with reactions on now, up to
+/// [`crate::limits::REACTION_USERS_MAX`] users, sorted.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReactionsOk {
+    pub reactions: BTreeMap<String, Vec<String>>,
+}
+
+/// `GET /v1/workspaces/{ws}/chats` (v1.2): the workspace's chats sorted by id.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ChatsOk {
+    pub chats: Vec<ChatView>,
+    pub more: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
 }

@@ -1,8 +1,10 @@
 //! Client requests: `{"id": <integer>, "op": "<name>", ...arguments}`.
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use crate::args;
+pub use crate::args::{Patch, ProfilePatch};
 use crate::ids::is_valid_id;
 use crate::scan;
 
@@ -23,23 +25,116 @@ pub struct Request {
 /// An operation with its checked arguments.
 #[derive(Debug)]
 pub enum Op {
-    Hello { token: String },
-    Join { chat: String },
-    Leave { chat: String },
-    Watch { chat: String, after: Option<u64> },
-    Unwatch { chat: String },
-    Send { chat: String, body: Box<RawValue>, client_id: Option<String> },
-    React { chat: String, target: u64, emoji: String, on: bool },
-    Read { chat: String, seq: u64 },
-    Fetch { chat: String, after: u64, limit: Option<u32> },
+    Hello {
+        token: String,
+    },
+    Join {
+        chat: String,
+    },
+    Leave {
+        chat: String,
+    },
+    Watch {
+        chat: String,
+        after: Option<u64>,
+    },
+    Unwatch {
+        chat: String,
+    },
+    /// v1.2 adds `thread`, `quote`, `mentions` and `stream`.
+    Send {
+        chat: String,
+        body: Box<RawValue>,
+        client_id: Option<String>,
+        thread: Option<u64>,
+        quote: Option<u64>,
+        mentions: Option<Vec<String>>,
+        stream: bool,
+    },
+    React {
+        chat: String,
+        target: u64,
+        emoji: String,
+        on: bool,
+    },
+    /// v1.2 adds `thread`: the read position in that thread.
+    Read {
+        chat: String,
+        seq: u64,
+        thread: Option<u64>,
+    },
+    /// v1.2 adds `thread`: only that thread's replies.
+    Fetch {
+        chat: String,
+        after: u64,
+        limit: Option<u32>,
+        thread: Option<u64>,
+    },
     Ping,
     // v1.1 live ops: typing and presence.
-    Typing { chat: String },
-    Presence { chat: String },
+    Typing {
+        chat: String,
+    },
+    Presence {
+        chat: String,
+    },
     // v1.1: the message lifecycle and the inbox.
-    Edit { chat: String, target: u64, body: Box<RawValue> },
-    Delete { chat: String, target: u64 },
-    Inbox { limit: Option<u32>, cursor: Option<String>, live: bool },
+    /// v1.2 adds `mentions`: `None` keeps the message's, `Some([])` clears them.
+    Edit {
+        chat: String,
+        target: u64,
+        body: Box<RawValue>,
+        mentions: Option<Vec<String>>,
+    },
+    Delete {
+        chat: String,
+        target: u64,
+    },
+    Inbox {
+        limit: Option<u32>,
+        cursor: Option<String>,
+        live: bool,
+    },
+    // v1.2: conversations.
+    /// Sets the chat's profile fields given.
+    Profile {
+        chat: String,
+        patch: ProfilePatch,
+    },
+    /// A page of the chat's members.
+    Members {
+        chat: String,
+        limit: Option<u32>,
+        cursor: Option<String>,
+    },
+    /// The threads this user follows, in one chat or in all of theirs.
+    Threads {
+        chat: Option<String>,
+        limit: Option<u32>,
+        cursor: Option<String>,
+    },
+    /// Pins (`on`, the default) or unpins a message.
+    Pin {
+        chat: String,
+        target: u64,
+        on: bool,
+    },
+    /// The chat's pinned messages.
+    Pins {
+        chat: String,
+    },
+    /// Who reacted to a message, by emoji.
+    Reactions {
+        chat: String,
+        target: u64,
+    },
+    /// Adds `text` to an open stream; `done` ends it.
+    Append {
+        chat: String,
+        target: u64,
+        text: String,
+        done: bool,
+    },
 }
 
 /// The longest `inbox` cursor a server reads; its own are far shorter.
@@ -64,6 +159,13 @@ impl Op {
             Op::Edit { .. } => "edit",
             Op::Delete { .. } => "delete",
             Op::Inbox { .. } => "inbox",
+            Op::Profile { .. } => "profile",
+            Op::Members { .. } => "members",
+            Op::Threads { .. } => "threads",
+            Op::Pin { .. } => "pin",
+            Op::Pins { .. } => "pins",
+            Op::Reactions { .. } => "reactions",
+            Op::Append { .. } => "append",
         }
     }
 
@@ -82,6 +184,13 @@ impl Op {
             | Op::Edit { chat, .. }
             | Op::Delete { chat, .. } => Some(chat),
             Op::Typing { chat } | Op::Presence { chat } => Some(chat),
+            Op::Profile { chat, .. }
+            | Op::Members { chat, .. }
+            | Op::Pin { chat, .. }
+            | Op::Pins { chat }
+            | Op::Reactions { chat, .. }
+            | Op::Append { chat, .. } => Some(chat),
+            Op::Threads { chat, .. } => chat.as_deref(),
         }
     }
 }
@@ -115,6 +224,31 @@ struct Wire<'a> {
     limit: Option<u32>,
     cursor: Option<String>,
     live: Option<bool>,
+    // v1.2's arguments, raw: read by the ops that take them (`args` says why).
+    #[serde(default, borrow, deserialize_with = "present")]
+    thread: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    quote: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    mentions: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    stream: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    text: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    done: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    name: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    image: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    data: Option<&'a RawValue>,
+}
+
+/// A raw argument that is present, `null` included (an `Option` alone reads `null` as absent, and a
+/// profile field given as `null` is cleared).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 /// Parses one text frame.
@@ -144,6 +278,7 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
             Some(c) => Ok(c.clone()),
         }
     };
+    let refuse = |message: String| bad(op_static, message);
     let op = match op_name {
         "hello" => match wire.token {
             Some(token) if token.len() <= MAX_TOKEN_LEN => Op::Hello { token },
@@ -162,7 +297,19 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
             if wire.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_CLIENT_ID_LEN) {
                 return Err(bad(op_static, "\"client_id\" must be 1 to 128 bytes".into()));
             }
-            Op::Send { chat, body, client_id: wire.client_id }
+            let stream = args::flag(wire.stream, "stream").map_err(refuse)?;
+            if stream {
+                args::check_stream_body(&body).map_err(refuse)?;
+            }
+            Op::Send {
+                chat,
+                body,
+                client_id: wire.client_id,
+                thread: args::seq(wire.thread, "thread").map_err(refuse)?,
+                quote: args::seq(wire.quote, "quote").map_err(refuse)?,
+                mentions: args::mentions(wire.mentions).map_err(refuse)?,
+                stream,
+            }
         }
         "react" => {
             let chat = chat()?;
@@ -181,7 +328,7 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
             let Some(seq) = wire.seq else {
                 return Err(bad(op_static, "missing \"seq\"".into()));
             };
-            Op::Read { chat, seq }
+            Op::Read { chat, seq, thread: args::seq(wire.thread, "thread").map_err(refuse)? }
         }
         "fetch" => {
             let chat = chat()?;
@@ -191,7 +338,7 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
             if wire.limit == Some(0) {
                 return Err(bad(op_static, "\"limit\" must be at least 1".into()));
             }
-            Op::Fetch { chat, after, limit: wire.limit }
+            Op::Fetch { chat, after, limit: wire.limit, thread: args::seq(wire.thread, "thread").map_err(refuse)? }
         }
         "ping" => Op::Ping,
         "typing" => Op::Typing { chat: chat()? },
@@ -204,7 +351,7 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
             let Some(body) = wire.body else {
                 return Err(bad(op_static, "missing \"body\"".into()));
             };
-            Op::Edit { chat, target, body }
+            Op::Edit { chat, target, body, mentions: args::mentions(wire.mentions).map_err(refuse)? }
         }
         "delete" => {
             let chat = chat()?;
@@ -221,6 +368,48 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
                 return Err(bad(op_static, "\"cursor\" must be a cursor from an earlier inbox reply".into()));
             }
             Op::Inbox { limit: wire.limit, cursor: wire.cursor, live: wire.live.unwrap_or(false) }
+        }
+        "profile" => {
+            let chat = chat()?;
+            Op::Profile { chat, patch: ProfilePatch::read(wire.name, wire.image, wire.data).map_err(refuse)? }
+        }
+        "members" | "threads" => {
+            // `threads` reads its optional chat before its page arguments, as `members` does.
+            let chat = if op_name == "members" || wire.chat.is_some() { Some(chat()?) } else { None };
+            if wire.limit == Some(0) {
+                return Err(bad(op_static, "\"limit\" must be at least 1".into()));
+            }
+            if wire.cursor.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_CURSOR_LEN) {
+                let message = format!("\"cursor\" must be a cursor from an earlier {op_name} reply");
+                return Err(bad(op_static, message));
+            }
+            match chat {
+                Some(chat) if op_name == "members" => Op::Members { chat, limit: wire.limit, cursor: wire.cursor },
+                chat => Op::Threads { chat, limit: wire.limit, cursor: wire.cursor },
+            }
+        }
+        "pin" => {
+            let chat = chat()?;
+            let Some(target) = wire.target else {
+                return Err(bad(op_static, "missing \"target\" (the seq of a message)".into()));
+            };
+            Op::Pin { chat, target, on: wire.on.unwrap_or(true) }
+        }
+        "pins" => Op::Pins { chat: chat()? },
+        "reactions" => {
+            let chat = chat()?;
+            let Some(target) = wire.target else {
+                return Err(bad(op_static, "missing \"target\" (the seq of a message)".into()));
+            };
+            Op::Reactions { chat, target }
+        }
+        "append" => {
+            let chat = chat()?;
+            let Some(target) = wire.target else {
+                return Err(bad(op_static, "missing \"target\" (the seq of an open stream)".into()));
+            };
+            let done = args::flag(wire.done, "done").map_err(refuse)?;
+            Op::Append { chat, target, text: args::append_text(wire.text, done).map_err(refuse)?, done }
         }
         other => {
             let shown: String = other.chars().take(32).collect();
@@ -247,6 +436,13 @@ fn op_static_name(op: &str) -> Option<&'static str> {
         "edit" => "edit",
         "delete" => "delete",
         "inbox" => "inbox",
+        "profile" => "profile",
+        "members" => "members",
+        "threads" => "threads",
+        "pin" => "pin",
+        "pins" => "pins",
+        "reactions" => "reactions",
+        "append" => "append",
         _ => return None,
     })
 }
@@ -279,7 +475,7 @@ mod tests {
         let r = parse_frame(r#"{"id":1,"op":"send","chat":"g","body":{"text":"hi"},"client_id":"c1"}"#).unwrap();
         assert_eq!(r.id, 1);
         match r.op {
-            Op::Send { chat, body, client_id } => {
+            Op::Send { chat, body, client_id, .. } => {
                 assert_eq!(chat, "g");
                 assert_eq!(body.get(), r#"{"text":"hi"}"#);
                 assert_eq!(client_id.as_deref(), Some("c1"));
@@ -318,7 +514,7 @@ mod tests {
     #[test]
     fn parses_the_lifecycle_and_inbox_ops() {
         match parse_frame(r#"{"id":1,"op":"edit","chat":"g","target":4,"body":{"text":"x"}}"#).unwrap().op {
-            Op::Edit { chat, target, body } => {
+            Op::Edit { chat, target, body, .. } => {
                 assert_eq!((chat.as_str(), target, body.get()), ("g", 4, r#"{"text":"x"}"#))
             }
             other => panic!("{other:?}"),
@@ -345,6 +541,125 @@ mod tests {
             r#"{"id":4,"op":"inbox","live":"yes"}"#,
         ] {
             assert!(matches!(parse_frame(bad), Err(BadFrame::BadRequest { id: 4, .. })), "{bad}");
+        }
+    }
+
+    /// The `bad_request` message of `frame`, which must be refused with id 4 as `op`.
+    fn refusal(frame: &str, op: &str) -> String {
+        match parse_frame(frame) {
+            Err(BadFrame::BadRequest { id: 4, op: Some(o), message }) if o == op => message,
+            other => panic!("{frame}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_the_conversation_ops() {
+        let send =
+            r#"{"id":1,"op":"send","chat":"g","body":{"text":"x"},"thread":41,"quote":44,"mentions":["b","b","c"]}"#;
+        match parse_frame(send).unwrap().op {
+            Op::Send { thread, quote, mentions, stream, .. } => {
+                assert_eq!((thread, quote, stream), (Some(41), Some(44), false));
+                assert_eq!(mentions, Some(vec!["b".to_string(), "c".to_string()]), "duplicates removed, order kept");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"send","chat":"g","body":{"text":""},"stream":true}"#).unwrap().op,
+            Op::Send { stream: true, thread: None, quote: None, mentions: None, .. }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"edit","chat":"g","target":4,"body":1,"mentions":[]}"#).unwrap().op,
+            Op::Edit { mentions: Some(m), .. } if m.is_empty()
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"read","chat":"g","seq":5,"thread":4}"#).unwrap().op,
+            Op::Read { seq: 5, thread: Some(4), .. }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"fetch","chat":"g","after":4,"thread":4}"#).unwrap().op,
+            Op::Fetch { after: 4, thread: Some(4), limit: None, .. }
+        ));
+        match parse_frame(r#"{"id":1,"op":"profile","chat":"g","name":"G","image":null}"#).unwrap().op {
+            Op::Profile { chat, patch } => {
+                assert_eq!((chat.as_str(), &patch.name, &patch.image), ("g", &Patch::Set("G".into()), &Patch::Clear));
+                assert!(matches!(patch.data, Patch::Keep));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"members","chat":"g"}"#).unwrap().op,
+            Op::Members { limit: None, cursor: None, .. }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"threads"}"#).unwrap().op,
+            Op::Threads { chat: None, limit: None, cursor: None }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"threads","chat":"g","limit":5,"cursor":"c"}"#).unwrap().op,
+            Op::Threads { chat: Some(_), limit: Some(5), cursor: Some(_) }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"pin","chat":"g","target":4}"#).unwrap().op,
+            Op::Pin { target: 4, on: true, .. }
+        ));
+        assert!(matches!(parse_frame(r#"{"id":1,"op":"pins","chat":"g"}"#).unwrap().op, Op::Pins { .. }));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"reactions","chat":"g","target":4}"#).unwrap().op,
+            Op::Reactions { target: 4, .. }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"append","chat":"g","target":4,"text":"lo"}"#).unwrap().op,
+            Op::Append { target: 4, done: false, .. }
+        ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"append","chat":"g","target":4,"text":"","done":true}"#).unwrap().op,
+            Op::Append { done: true, .. }
+        ));
+    }
+
+    #[test]
+    fn refuses_conversation_arguments_with_a_message_that_names_them() {
+        for (frame, op, says) in [
+            (r#"{"id":4,"op":"send","chat":"g","body":{},"thread":-1}"#, "send", "\"thread\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":{},"quote":"41"}"#, "send", "\"quote\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":{},"mentions":"bob"}"#, "send", "\"mentions\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":{},"mentions":["a b"]}"#, "send", "\"mentions\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":{"text":1},"stream":true}"#, "send", "\"stream\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":"hi","stream":true}"#, "send", "\"body\""),
+            (r#"{"id":4,"op":"send","chat":"g","body":{},"stream":"yes"}"#, "send", "\"stream\""),
+            (r#"{"id":4,"op":"edit","chat":"g","target":1,"body":{},"mentions":[1]}"#, "edit", "\"mentions\""),
+            (r#"{"id":4,"op":"read","chat":"g","seq":1,"thread":1.5}"#, "read", "\"thread\""),
+            (r#"{"id":4,"op":"fetch","chat":"g","after":1,"thread":true}"#, "fetch", "\"thread\""),
+            (r#"{"id":4,"op":"profile","name":"x"}"#, "profile", "\"chat\""),
+            (r#"{"id":4,"op":"profile","chat":"g","name":5}"#, "profile", "\"name\""),
+            (r#"{"id":4,"op":"members","chat":"g","limit":0}"#, "members", "\"limit\""),
+            (r#"{"id":4,"op":"members","chat":"g","cursor":""}"#, "members", "members reply"),
+            (r#"{"id":4,"op":"members"}"#, "members", "\"chat\""),
+            (r#"{"id":4,"op":"threads","chat":"a b"}"#, "threads", "chat"),
+            (r#"{"id":4,"op":"threads","cursor":""}"#, "threads", "threads reply"),
+            (r#"{"id":4,"op":"pin","chat":"g"}"#, "pin", "\"target\""),
+            (r#"{"id":4,"op":"pins"}"#, "pins", "\"chat\""),
+            (r#"{"id":4,"op":"reactions","chat":"g"}"#, "reactions", "\"target\""),
+            (r#"{"id":4,"op":"append","chat":"g","text":"x"}"#, "append", "\"target\""),
+            (r#"{"id":4,"op":"append","chat":"g","target":1}"#, "append", "\"text\""),
+            (r#"{"id":4,"op":"append","chat":"g","target":1,"text":""}"#, "append", "\"done\""),
+            (r#"{"id":4,"op":"append","chat":"g","target":1,"text":"x","done":1}"#, "append", "\"done\""),
+        ] {
+            let message = refusal(frame, op);
+            assert!(message.contains(says), "{frame}: {message}");
+        }
+    }
+
+    /// Before v1.2 these arguments were unknown, and ignored whatever their type, by every op; an op
+    /// that does not take one still ignores it.
+    #[test]
+    fn ops_ignore_conversation_arguments_they_do_not_take() {
+        for frame in [
+            r#"{"id":1,"op":"join","chat":"g","thread":"x","text":5,"name":[],"done":"no","mentions":1}"#,
+            r#"{"id":1,"op":"react","chat":"g","target":1,"emoji":"+1","stream":"x","data":1}"#,
+            r#"{"id":1,"op":"ping","image":false,"quote":-3}"#,
+        ] {
+            assert!(parse_frame(frame).is_ok(), "{frame}");
         }
     }
 

@@ -3,24 +3,50 @@
 //! encodes is exactly the fixture's JSON. The TypeScript SDK's `test/unit/fixtures.test.ts` reads the
 //! same files against its own types, so a field renamed on either side fails one of the two.
 //!
+//! Protocol 1.2's conversation frames live in `fixtures/*-1.2.json` beside them, read here the same way;
+//! the SDK's test reads them once the SDK speaks 1.2.
+//!
 //! Owns: the Rust half of that agreement, and the rule that every op, event type and push kind of
-//! protocol 1.1 has a fixture. Does not own: the fixtures' meaning (docs/protocol.md) or the SDK's half.
+//! protocol 1.2's conversations and before has a fixture. Does not own: the fixtures' meaning
+//! (docs/protocol.md) or the SDK's half.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use herald_protocol::event::{Event, EventType};
-use herald_protocol::frame::{self, ErrorBody, EventPush};
-use herald_protocol::reply::{EmptyOk, FetchOk, HelloOk, InboxOk, JoinOk, PresenceOk, SeqOk, WatchOk};
-use herald_protocol::request::{Op, parse_frame};
+use herald_protocol::frame::{self, ErrorBody, EventPush, InboxPush};
+use herald_protocol::reply::{
+    EmptyOk, FetchOk, HelloOk, InboxOk, JoinOk, MembersOk, PinsOk, PresenceOk, ReactionsOk, SeqOk, ThreadsOk, WatchOk,
+};
+use herald_protocol::request::{Op, Patch, parse_frame};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-/// Every op of protocol 1.1; each needs a request fixture and a reply fixture.
-const OPS: [&str; 15] = [
-    "hello", "join", "leave", "watch", "unwatch", "send", "react", "read", "fetch", "ping", "typing", "presence",
-    "edit", "delete", "inbox",
+/// Every op of protocol 1.1 and of 1.2's conversations; each needs a request fixture and a reply fixture.
+const OPS: [&str; 22] = [
+    "hello",
+    "join",
+    "leave",
+    "watch",
+    "unwatch",
+    "send",
+    "react",
+    "read",
+    "fetch",
+    "ping",
+    "typing",
+    "presence",
+    "edit",
+    "delete",
+    "inbox",
+    "profile",
+    "members",
+    "threads",
+    "pin",
+    "pins",
+    "reactions",
+    "append",
 ];
 
 /// One fixture: its name (for failures) and the JSON object under `key`.
@@ -30,7 +56,14 @@ struct Fixture {
     value: Value,
 }
 
-fn load(file: &str, key: &str) -> Vec<Fixture> {
+/// The fixtures of `kind` (`"requests"`, ...): protocol 1.1's file, then 1.2's.
+fn load(kind: &str, key: &str) -> Vec<Fixture> {
+    let mut all = load_file(&format!("{kind}.json"), key);
+    all.extend(load_file(&format!("{kind}-1.2.json"), key));
+    all
+}
+
+fn load_file(file: &str, key: &str) -> Vec<Fixture> {
     let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "fixtures", file].iter().collect();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let list: Vec<Value> = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
@@ -74,19 +107,21 @@ fn type_index(kind: EventType) -> usize {
         EventType::System => 5,
         EventType::Edit => 6,
         EventType::Delete => 7,
+        EventType::Profile => 8,
+        EventType::Pin => 9,
     }
 }
-const EVENT_TYPES: usize = 8;
+const EVENT_TYPES: usize = 10;
 
 #[test]
 fn every_stored_event_reads_and_writes_back_exactly() {
     let mut seen = [false; EVENT_TYPES];
-    for f in load("events.json", "event") {
+    for f in load("events", "event") {
         assert_eq!(round_trip::<Event>(&f.name, &f.value), f.value, "{}", f.name);
         let ev: Event = serde_json::from_str(&f.value.to_string()).expect("read above");
         seen[type_index(ev.kind)] = true;
     }
-    assert!(seen.iter().all(|s| *s), "events.json needs an event of every type: {seen:?}");
+    assert!(seen.iter().all(|s| *s), "the events need one of every type: {seen:?}");
 }
 
 /// A parsed request written back as JSON: every argument the server read, under the name it read it by.
@@ -97,20 +132,59 @@ fn encode_request(id: i64, op: &Op) -> Value {
         Op::Join { chat } | Op::Leave { chat } | Op::Unwatch { chat } => json!({ "chat": chat }),
         Op::Typing { chat } | Op::Presence { chat } => json!({ "chat": chat }),
         Op::Watch { chat, after } => json!({ "chat": chat, "after": after }),
-        Op::Send { chat, body, client_id } => json!({ "chat": chat, "body": raw(body), "client_id": client_id }),
+        // `stream` (and `append`'s `done`) false unless given, and written only when true.
+        Op::Send { chat, body, client_id, thread, quote, mentions, stream } => json!({
+            "chat": chat, "body": raw(body), "client_id": client_id, "thread": thread, "quote": quote,
+            "mentions": mentions, "stream": stream.then_some(true),
+        }),
         Op::React { chat, target, emoji, on } => json!({ "chat": chat, "target": target, "emoji": emoji, "on": on }),
-        Op::Read { chat, seq } => json!({ "chat": chat, "seq": seq }),
-        Op::Fetch { chat, after, limit } => json!({ "chat": chat, "after": after, "limit": limit }),
+        Op::Read { chat, seq, thread } => json!({ "chat": chat, "seq": seq, "thread": thread }),
+        Op::Fetch { chat, after, limit, thread } => {
+            json!({ "chat": chat, "after": after, "limit": limit, "thread": thread })
+        }
         Op::Ping => json!({}),
-        Op::Edit { chat, target, body } => json!({ "chat": chat, "target": target, "body": raw(body) }),
+        Op::Edit { chat, target, body, mentions } => {
+            json!({ "chat": chat, "target": target, "body": raw(body), "mentions": mentions })
+        }
         Op::Delete { chat, target } => json!({ "chat": chat, "target": target }),
         // `live` is false unless given, and written only when true, as the SDK writes it.
         Op::Inbox { limit, cursor, live } => json!({ "limit": limit, "cursor": cursor, "live": live.then_some(true) }),
+        Op::Profile { chat, .. } | Op::Pins { chat } => json!({ "chat": chat }),
+        Op::Members { chat, limit, cursor } => json!({ "chat": chat, "limit": limit, "cursor": cursor }),
+        Op::Threads { chat, limit, cursor } => json!({ "chat": chat, "limit": limit, "cursor": cursor }),
+        Op::Pin { chat, target, on } => json!({ "chat": chat, "target": target, "on": on }),
+        Op::Reactions { chat, target } => json!({ "chat": chat, "target": target }),
+        Op::Append { chat, target, text, done } => {
+            json!({ "chat": chat, "target": target, "text": text, "done": done.then_some(true) })
+        }
     };
     let map: &mut Map<String, Value> = args.as_object_mut().expect("objects above");
     // An optional argument the frame left out reads as `None`; it is not written back. (A `body` is any
     // JSON value, `null` too, and never optional.)
     map.retain(|k, v| k == "body" || !v.is_null());
+    // A profile field is left out (kept), `null` (cleared) or set.
+    if let Op::Profile { patch, .. } = op {
+        let mut put = |key: &str, field: Option<Value>| {
+            if let Some(v) = field {
+                map.insert(key.into(), v);
+            }
+        };
+        let text = |p: &Patch<String>| match p {
+            Patch::Keep => None,
+            Patch::Clear => Some(Value::Null),
+            Patch::Set(s) => Some(json!(s)),
+        };
+        put("name", text(&patch.name));
+        put("image", text(&patch.image));
+        put(
+            "data",
+            match &patch.data {
+                Patch::Keep => None,
+                Patch::Clear => Some(Value::Null),
+                Patch::Set(d) => Some(raw(d)),
+            },
+        );
+    }
     map.insert("id".into(), json!(id));
     map.insert("op".into(), json!(op.name()));
     args
@@ -119,12 +193,12 @@ fn encode_request(id: i64, op: &Op) -> Value {
 #[test]
 fn every_request_parses_into_the_op_it_spells() {
     let mut ops = BTreeSet::new();
-    for f in load("requests.json", "frame") {
+    for f in load("requests", "frame") {
         let request = parse_frame(&f.value.to_string()).unwrap_or_else(|e| panic!("{}: {e:?}", f.name));
         assert_eq!(encode_request(request.id, &request.op), f.value, "{}", f.name);
         ops.insert(request.op.name());
     }
-    assert_eq!(ops, OPS.into_iter().collect(), "requests.json needs a request of every op");
+    assert_eq!(ops, OPS.into_iter().collect(), "the requests need one of every op");
 }
 
 /// The `ok` of `op` parsed as the server's type for it and written back.
@@ -133,11 +207,15 @@ fn round_trip_ok(op: &str, name: &str, ok: &Value) -> Value {
         "hello" => round_trip::<HelloOk>(name, ok),
         "join" => round_trip::<JoinOk>(name, ok),
         "watch" => round_trip::<WatchOk>(name, ok),
-        "send" | "react" | "read" | "edit" | "delete" => round_trip::<SeqOk>(name, ok),
+        "send" | "react" | "read" | "edit" | "delete" | "profile" | "pin" => round_trip::<SeqOk>(name, ok),
         "fetch" => round_trip::<FetchOk>(name, ok),
         "presence" => round_trip::<PresenceOk>(name, ok),
         "inbox" => round_trip::<InboxOk>(name, ok),
-        "leave" | "unwatch" | "ping" | "typing" => round_trip::<EmptyOk>(name, ok),
+        "leave" | "unwatch" | "ping" | "typing" | "append" => round_trip::<EmptyOk>(name, ok),
+        "members" => round_trip::<MembersOk>(name, ok),
+        "threads" => round_trip::<ThreadsOk>(name, ok),
+        "pins" => round_trip::<PinsOk>(name, ok),
+        "reactions" => round_trip::<ReactionsOk>(name, ok),
         other => panic!("{name}: no reply type for op {other:?}"),
     }
 }
@@ -146,7 +224,7 @@ fn round_trip_ok(op: &str, name: &str, ok: &Value) -> Value {
 fn every_reply_is_what_the_server_writes() {
     let mut ops = BTreeSet::new();
     let mut errors = 0;
-    for f in load("replies.json", "frame") {
+    for f in load("replies", "frame") {
         let name = f.name.as_str();
         let op = f.op.unwrap_or_else(|| panic!("{name}: no op"));
         let id = f.value["id"].as_i64().unwrap_or_else(|| panic!("{name}: no integer id"));
@@ -162,14 +240,14 @@ fn every_reply_is_what_the_server_writes() {
         };
         assert_eq!(encoded(written), f.value, "{name}");
     }
-    assert_eq!(ops, OPS.iter().map(|s| s.to_string()).collect(), "replies.json needs an ok reply of every op");
+    assert_eq!(ops, OPS.iter().map(|s| s.to_string()).collect(), "the replies need an ok reply of every op");
     assert!(errors >= 2, "replies.json needs err replies with and without retry_after_ms");
 }
 
 #[test]
 fn every_push_is_what_the_server_writes() {
     let mut kinds = BTreeSet::new();
-    for f in load("pushes.json", "frame") {
+    for f in load("pushes", "frame") {
         let (name, v) = (f.name.as_str(), &f.value);
         let chat = || text(v, "chat", name);
         let ev = text(v, "ev", name);
@@ -191,6 +269,17 @@ fn every_push_is_what_the_server_writes() {
                 &text(v, "user", name),
                 v["present"].as_bool().unwrap_or_else(|| panic!("{name}: no boolean \"present\"")),
             ),
+            "inbox" if v.get("threads").is_some() || v.get("mentions").is_some() => InboxPush {
+                ev: "inbox",
+                chat: &chat(),
+                seq: number(v, "seq", name),
+                ts: v["ts"].as_i64().unwrap_or_else(|| panic!("{name}: no number \"ts\"")),
+                unread: number(v, "unread", name),
+                threads: v["threads"].as_u64(),
+                mentions: v["mentions"].as_u64(),
+                left: v.get("left").and_then(Value::as_bool).unwrap_or(false),
+            }
+            .encode(),
             "inbox" => frame::inbox_push(
                 &chat(),
                 number(v, "seq", name),
@@ -200,11 +289,26 @@ fn every_push_is_what_the_server_writes() {
                     .map(|l| l.as_bool().unwrap_or_else(|| panic!("{name}: \"left\" is not a boolean")))
                     .unwrap_or(false),
             ),
-            other => panic!("{name}: no push {other:?} in protocol 1.1"),
+            "append" => {
+                frame::append_push(&chat(), number(v, "target", name), &text(v, "text", name), number(v, "at", name))
+            }
+            other => panic!("{name}: no push {other:?} in protocol 1.2"),
         };
         assert_eq!(encoded(written), *v, "{name}");
-        kinds.insert(format!("{ev}{}", if v.get("count").is_some() || v.get("left").is_some() { "+" } else { "" }));
+        let variant = ["count", "left", "threads"].iter().find(|k| v.get(**k).is_some());
+        kinds.insert(format!("{ev}{}", variant.map(|k| format!("+{k}")).unwrap_or_default()));
     }
-    let want = ["event", "notify", "reconnect", "typing", "presence", "presence+", "inbox", "inbox+"];
-    assert_eq!(kinds, want.iter().map(|s| s.to_string()).collect(), "pushes.json needs every push of protocol 1.1");
+    let want = [
+        "event",
+        "notify",
+        "reconnect",
+        "typing",
+        "presence",
+        "presence+count",
+        "inbox",
+        "inbox+left",
+        "inbox+threads",
+        "append",
+    ];
+    assert_eq!(kinds, want.iter().map(|s| s.to_string()).collect(), "the pushes need every push of protocol 1.2");
 }

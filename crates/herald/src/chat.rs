@@ -149,7 +149,8 @@ impl Chats {
             return Err(Error::Throttled { message: "joins to this chat are throttled".into(), retry_after_ms });
         }
         let w = self.write(Write::Join { key, user: c.user.clone(), actor: Actor::Client }).await?;
-        Ok(JoinOk { chat: chat.to_string(), seq: w.seq, members: w.info.members })
+        // v1.2's `profile`: not stored until the server builds it.
+        Ok(JoinOk { chat: chat.to_string(), seq: w.seq, members: w.info.members, profile: None })
     }
 
     /// Leaves `chat`. The stored `leave` event ends this user's watches on every
@@ -623,6 +624,13 @@ mod tests {
             client_id: None,
             edited: None,
             deleted: false,
+            thread: None,
+            quote: None,
+            mentions: None,
+            replies: None,
+            pinned: false,
+            reactions: None,
+            stream: None,
         };
         Published::new(key.clone(), &e)
     }
@@ -685,6 +693,13 @@ mod tests {
             client_id: None,
             edited: None,
             deleted: false,
+            thread: None,
+            quote: None,
+            mentions: None,
+            replies: None,
+            pinned: false,
+            reactions: None,
+            stream: None,
         };
         Published::new(key.clone(), &e)
     }

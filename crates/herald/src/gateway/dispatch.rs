@@ -195,19 +195,26 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
             chats.unwatch(c, &s.outbox, &chat);
             ok(ok_reply(id, &EmptyOk {}))
         }
-        Op::Send { chat, body, client_id } => {
+        // v1.2's `thread`, `quote`, `mentions` and `stream` are ignored until the server builds them,
+        // as they were before the protocol crate read them.
+        Op::Send { chat, body, client_id, .. } => {
             s.check_fence(&chat, client_id.as_deref())?;
             ok(ok_reply(id, &chats.send(c, &chat, body, client_id).await?))
         }
         Op::React { chat, target, emoji, on } => ok(ok_reply(id, &chats.react(c, &chat, target, emoji, on).await?)),
-        Op::Read { chat, seq } => ok(ok_reply(id, &chats.read(c, &chat, seq).await?)),
-        Op::Fetch { chat, after, limit } => ok(chats.fetch_reply(c, s.outbox.id(), id, &chat, after, limit).await?),
+        // v1.2's `thread` is ignored until the server builds it.
+        Op::Read { chat, seq, thread: _ } => ok(ok_reply(id, &chats.read(c, &chat, seq).await?)),
+        // v1.2's `thread` is ignored until the server builds it.
+        Op::Fetch { chat, after, limit, thread: _ } => {
+            ok(chats.fetch_reply(c, s.outbox.id(), id, &chat, after, limit).await?)
+        }
         Op::Typing { chat } => {
             chats.typing(c, &chat).await?;
             ok(ok_reply(id, &EmptyOk {}))
         }
         Op::Presence { chat } => ok(ok_reply(id, &chats.presence(c, &s.outbox, &chat).await?)),
-        Op::Edit { chat, target, body } => ok(ok_reply(id, &chats.edit(c, &chat, target, body).await?)),
+        // v1.2's `mentions` is ignored until the server builds it.
+        Op::Edit { chat, target, body, mentions: _ } => ok(ok_reply(id, &chats.edit(c, &chat, target, body).await?)),
         Op::Delete { chat, target } => ok(ok_reply(id, &chats.delete(c, &chat, target).await?)),
         Op::Inbox { limit, cursor, live: false } => {
             ok(ok_reply(id, &chats.inbox(&c.ws, &c.user, limit, cursor.as_deref()).await?))
@@ -223,6 +230,15 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
             Ok(None)
         }
         Op::Hello { .. } | Op::Ping => unreachable!("answered by the connection itself"),
+        // v1.2: answered as an unknown op until the server builds it (the connection already answers
+        // these so, before they get here: see `conn::unbuilt`).
+        op @ (Op::Profile { .. }
+        | Op::Members { .. }
+        | Op::Threads { .. }
+        | Op::Pin { .. }
+        | Op::Pins { .. }
+        | Op::Reactions { .. }
+        | Op::Append { .. }) => Err(Error::BadRequest(format!("unknown op \"{}\"", op.name()))),
     }
 }
 

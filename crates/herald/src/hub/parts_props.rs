@@ -30,6 +30,13 @@ fn event(seq: u64, kind: EventType, user: &str) -> Arc<Published> {
         client_id: None,
         edited: None,
         deleted: false,
+        thread: None,
+        quote: None,
+        mentions: None,
+        replies: None,
+        pinned: false,
+        reactions: None,
+        stream: None,
     };
     Published::new(key(), &e)
 }

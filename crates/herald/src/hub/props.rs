@@ -116,6 +116,13 @@ impl ModelLog {
             client_id: None,
             edited: None,
             deleted: false,
+            thread: None,
+            quote: None,
+            mentions: None,
+            replies: None,
+            pinned: false,
+            reactions: None,
+            stream: None,
         });
         seq
     }

@@ -27,6 +27,13 @@ fn ev(seq: u64, kind: EventType, body: &str) -> Event {
         client_id: None,
         edited: None,
         deleted: false,
+        thread: None,
+        quote: None,
+        mentions: None,
+        replies: None,
+        pinned: false,
+        reactions: None,
+        stream: None,
     }
 }
 

@@ -19,6 +19,13 @@ pub(super) fn stored(seq: u64) -> Event {
         client_id: None,
         edited: None,
         deleted: false,
+        thread: None,
+        quote: None,
+        mentions: None,
+        replies: None,
+        pinned: false,
+        reactions: None,
+        stream: None,
     }
 }
 
@@ -145,6 +152,9 @@ impl Membership for Log {
             read: 0,
             unread: seq,
             last: None,
+            profile: None,
+            threads: None,
+            mentions: None,
         };
         Box::pin(std::future::ready(Ok(Some(entry))))
     }

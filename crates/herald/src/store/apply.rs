@@ -256,6 +256,14 @@ impl Batch {
             client_id: client_id.map(str::to_owned),
             edited: None,
             deleted: false,
+            // v1.2 fields: not stored until the server builds them.
+            thread: None,
+            quote: None,
+            mentions: None,
+            replies: None,
+            pinned: false,
+            reactions: None,
+            stream: None,
         };
         tx.insert_event(id, &event, meta).await?;
         Ok(event)

@@ -122,6 +122,13 @@ mod tests {
             client_id: None,
             edited: None,
             deleted: false,
+            thread: None,
+            quote: None,
+            mentions: None,
+            replies: None,
+            pinned: false,
+            reactions: None,
+            stream: None,
         }
     }
 

@@ -135,6 +135,14 @@ pub(super) fn event_from_row_at(r: &tokio_postgres::Row, at: usize) -> Result<Ev
         client_id: r.get(at + 5),
         edited: r.get::<_, Option<i64>>(at + 6).map(|v| v as u64),
         deleted: r.get(at + 7),
+        // v1.2 fields: not stored until the server builds them.
+        thread: None,
+        quote: None,
+        mentions: None,
+        replies: None,
+        pinned: false,
+        reactions: None,
+        stream: None,
     })
 }
 

@@ -137,6 +137,10 @@ fn inbox_entry_from_row(r: &tokio_postgres::Row) -> Result<InboxEntry, StoreErro
         read: n(3),
         unread: crate::store::unread(n(4), n(5), n(6), n(7), n(8)),
         last,
+        // v1.2 fields: not stored until the server builds them.
+        profile: None,
+        threads: None,
+        mentions: None,
     })
 }
 

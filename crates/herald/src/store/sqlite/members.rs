@@ -114,6 +114,10 @@ fn inbox_entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InboxEntry> {
         read,
         unread: crate::store::unread(n(4)?, n(5)?, n(6)?, n(7)?, n(8)?),
         last,
+        // v1.2 fields: not stored until the server builds them.
+        profile: None,
+        threads: None,
+        mentions: None,
     })
 }
 
