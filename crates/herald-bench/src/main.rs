@@ -43,7 +43,9 @@ mod token;
 mod worker;
 
 use clap::{Parser, Subcommand};
-use scenarios::{churn, fanout, hot, idle, inbox, inbox_live, joinflood, presence, sendhook, sends, slowloris, webhook};
+use scenarios::{
+    churn, fanout, hot, idle, inbox, inbox_live, joinflood, presence, sendhook, sends, slowloris, webhook,
+};
 
 /// The server's allocator, only so that the clients' memory figures compare
 /// with the server's like for like: it does not make the clients leaner

@@ -8,7 +8,8 @@
 //! of them churning, 100 changes) and inbox (300 chats, 6,000 events, one
 //! user in 50 of them, pages of 20), inbox-live (100 live inboxes in chats of 5, 100 messages/s for
 //! 2 s), sendhook (50 sends without and with a send hook) and webhook (4 senders at 200/s, 1 s with the
-//! receiver up, 1 s down). Fails (non-zero exit) when a scenario errs or
+//! receiver up, 1 s down), slowloris (400 attack sockets against a node of 256 files, 5 s). Fails
+//! (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
 

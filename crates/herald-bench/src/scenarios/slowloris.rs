@@ -213,7 +213,8 @@ async fn measure(args: &SlowlorisArgs, run: u32, server: &Server) -> anyhow::Res
         i += 1;
         let clean = i % 2 == 1;
         let source = if clean { CLEAN_SOURCE } else { args.attack_source };
-        let (token, path, chat, probes) = (signer.token(&format!("real{i}"))?, path.clone(), chat.clone(), probes.clone());
+        let (token, path, chat, probes) =
+            (signer.token(&format!("real{i}"))?, path.clone(), chat.clone(), probes.clone());
         let (addr, at) = (server.addr, started.elapsed());
         tasks.push(tokio::spawn(async move {
             let t0 = Instant::now();
