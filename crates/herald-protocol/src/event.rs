@@ -119,6 +119,30 @@ pub struct Event {
     pub stream: Option<StreamState>,
 }
 
+impl Event {
+    /// An event with no v1.1 or v1.2 extras (no client id, never edited,
+    /// not deleted, in no thread, quoting, mentioning or pinned nothing).
+    pub fn new(seq: u64, kind: EventType, user: Option<String>, ts: i64, body: Box<RawValue>) -> Event {
+        Event {
+            seq,
+            kind,
+            user,
+            ts,
+            body,
+            client_id: None,
+            edited: None,
+            deleted: false,
+            thread: None,
+            quote: None,
+            mentions: None,
+            replies: None,
+            pinned: false,
+            reactions: None,
+            stream: None,
+        }
+    }
+}
+
 // The v1.2 fields are left out of the HTTP API's OpenAPI document (`schema(ignore)`) until the
 // server writes them: the document describes what the server answers.
 

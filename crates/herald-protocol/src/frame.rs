@@ -234,21 +234,14 @@ mod tests {
     #[test]
     fn event_push_shape() {
         let ev = Event {
-            seq: 42,
-            kind: EventType::Message,
-            user: Some("alice".into()),
-            ts: 1732233600123,
-            body: RawValue::from_string(r#"{"text":"hi"}"#.into()).unwrap(),
             client_id: Some("m-17".into()),
-            edited: None,
-            deleted: false,
-            thread: None,
-            quote: None,
-            mentions: None,
-            replies: None,
-            pinned: false,
-            reactions: None,
-            stream: None,
+            ..Event::new(
+                42,
+                EventType::Message,
+                Some("alice".into()),
+                1732233600123,
+                RawValue::from_string(r#"{"text":"hi"}"#.into()).unwrap(),
+            )
         };
         assert_eq!(
             EventPush::new("general", &ev).encode(),

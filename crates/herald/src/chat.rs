@@ -615,23 +615,7 @@ mod tests {
 
     fn leave(key: &ChatKey, user: &str, seq: u64) -> Arc<Published> {
         let body = RawValue::from_string("{}".into()).unwrap();
-        let e = Event {
-            seq,
-            kind: EventType::Leave,
-            user: Some(user.into()),
-            ts: 0,
-            body,
-            client_id: None,
-            edited: None,
-            deleted: false,
-            thread: None,
-            quote: None,
-            mentions: None,
-            replies: None,
-            pinned: false,
-            reactions: None,
-            stream: None,
-        };
+        let e = Event::new(seq, EventType::Leave, Some(user.into()), 0, body);
         Published::new(key.clone(), &e)
     }
 
@@ -684,23 +668,7 @@ mod tests {
 
     fn message(key: &ChatKey, seq: u64) -> Arc<Published> {
         let body = RawValue::from_string("{}".into()).unwrap();
-        let e = Event {
-            seq,
-            kind: EventType::Message,
-            user: Some("alice".into()),
-            ts: 0,
-            body,
-            client_id: None,
-            edited: None,
-            deleted: false,
-            thread: None,
-            quote: None,
-            mentions: None,
-            replies: None,
-            pinned: false,
-            reactions: None,
-            stream: None,
-        };
+        let e = Event::new(seq, EventType::Message, Some("alice".into()), 0, body);
         Published::new(key.clone(), &e)
     }
 

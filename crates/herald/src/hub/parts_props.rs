@@ -21,23 +21,8 @@ fn key() -> ChatKey {
 }
 
 fn event(seq: u64, kind: EventType, user: &str) -> Arc<Published> {
-    let e = Event {
-        seq,
-        kind,
-        user: Some(user.into()),
-        ts: 0,
-        body: RawValue::from_string(format!("{{\"n\":{seq}}}")).expect("JSON"),
-        client_id: None,
-        edited: None,
-        deleted: false,
-        thread: None,
-        quote: None,
-        mentions: None,
-        replies: None,
-        pinned: false,
-        reactions: None,
-        stream: None,
-    };
+    let e =
+        Event::new(seq, kind, Some(user.into()), 0, RawValue::from_string(format!("{{\"n\":{seq}}}")).expect("JSON"));
     Published::new(key(), &e)
 }
 

@@ -107,23 +107,7 @@ impl ModelLog {
         }
         let seq = s.events.len() as u64 + 1;
         let body = RawValue::from_string(format!("{{\"n\":{seq}}}")).unwrap();
-        s.events.push(Event {
-            seq,
-            kind,
-            user: Some(user.to_string()),
-            ts: 0,
-            body,
-            client_id: None,
-            edited: None,
-            deleted: false,
-            thread: None,
-            quote: None,
-            mentions: None,
-            replies: None,
-            pinned: false,
-            reactions: None,
-            stream: None,
-        });
+        s.events.push(Event::new(seq, kind, Some(user.to_string()), 0, body));
         seq
     }
 

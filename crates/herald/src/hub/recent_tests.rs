@@ -18,23 +18,7 @@ use crate::model::{ChatKey, Published};
 use crate::outbox::{Frame, Outbox};
 
 fn ev(seq: u64, kind: EventType, body: &str) -> Event {
-    Event {
-        seq,
-        kind,
-        user: Some("u".into()),
-        ts: 1000 + seq as i64,
-        body: RawValue::from_string(body.into()).unwrap(),
-        client_id: None,
-        edited: None,
-        deleted: false,
-        thread: None,
-        quote: None,
-        mentions: None,
-        replies: None,
-        pinned: false,
-        reactions: None,
-        stream: None,
-    }
+    Event::new(seq, kind, Some("u".into()), 1000 + seq as i64, RawValue::from_string(body.into()).unwrap())
 }
 
 fn msg(seq: u64) -> Event {

@@ -10,23 +10,7 @@ use serde_json::value::RawValue;
 
 pub(super) fn stored(seq: u64) -> Event {
     let body = RawValue::from_string("{}".into()).unwrap();
-    Event {
-        seq,
-        kind: EventType::Message,
-        user: Some("u".into()),
-        ts: 0,
-        body,
-        client_id: None,
-        edited: None,
-        deleted: false,
-        thread: None,
-        quote: None,
-        mentions: None,
-        replies: None,
-        pinned: false,
-        reactions: None,
-        stream: None,
-    }
+    Event::new(seq, EventType::Message, Some("u".into()), 0, body)
 }
 
 fn event(key: &ChatKey, seq: u64) -> Arc<Published> {

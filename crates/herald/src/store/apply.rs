@@ -248,22 +248,9 @@ impl Batch {
         let seq = row.seq;
         self.dirty.push(key.clone());
         let event = Event {
-            seq,
-            kind,
-            user: user.map(str::to_owned),
-            ts: self.now_ms,
-            body,
             client_id: client_id.map(str::to_owned),
-            edited: None,
-            deleted: false,
-            // v1.2 fields: not stored until the server builds them.
-            thread: None,
-            quote: None,
-            mentions: None,
-            replies: None,
-            pinned: false,
-            reactions: None,
-            stream: None,
+            // v1.2's fields are not stored until the server builds them.
+            ..Event::new(seq, kind, user.map(str::to_owned), self.now_ms, body)
         };
         tx.insert_event(id, &event, meta).await?;
         Ok(event)

@@ -113,23 +113,7 @@ mod tests {
     use super::*;
 
     fn event(seq: u64, kind: EventType, body: &str) -> Event {
-        Event {
-            seq,
-            kind,
-            user: Some("alice".into()),
-            ts: 1000 + seq as i64,
-            body: RawValue::from_string(body.into()).unwrap(),
-            client_id: None,
-            edited: None,
-            deleted: false,
-            thread: None,
-            quote: None,
-            mentions: None,
-            replies: None,
-            pinned: false,
-            reactions: None,
-            stream: None,
-        }
+        Event::new(seq, kind, Some("alice".into()), 1000 + seq as i64, RawValue::from_string(body.into()).unwrap())
     }
 
     fn chat(id: i64, events: Vec<Event>, members: Option<Vec<String>>) -> Undelivered {

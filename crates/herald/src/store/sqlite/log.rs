@@ -128,21 +128,16 @@ pub(super) fn event_from_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::R
     let kind: String = r.get(at + 1)?;
     let body: String = r.get(at + 4)?;
     Ok(Event {
-        seq: r.get::<_, i64>(at)? as u64,
-        kind: EventType::parse(&kind).unwrap_or(EventType::System),
-        user: r.get(at + 2)?,
-        ts: r.get(at + 3)?,
-        body: RawValue::from_string(body).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?,
         client_id: r.get(at + 5)?,
         edited: r.get::<_, Option<i64>>(at + 6)?.map(|v| v as u64),
         deleted: r.get(at + 7)?,
-        // v1.2 fields: not stored until the server builds them.
-        thread: None,
-        quote: None,
-        mentions: None,
-        replies: None,
-        pinned: false,
-        reactions: None,
-        stream: None,
+        // v1.2's fields are not stored until the server builds them.
+        ..Event::new(
+            r.get::<_, i64>(at)? as u64,
+            EventType::parse(&kind).unwrap_or(EventType::System),
+            r.get(at + 2)?,
+            r.get(at + 3)?,
+            RawValue::from_string(body).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?,
+        )
     })
 }
