@@ -14,6 +14,7 @@
 #![no_main]
 
 use herald_fuzz::json::{self, Token};
+use herald_protocol::args::Patch;
 use herald_protocol::frame::{ErrorBody, err_reply};
 use herald_protocol::ids::is_valid_id;
 use herald_protocol::request::{MAX_CLIENT_ID_LEN, MAX_EMOJI_LEN, MAX_TOKEN_LEN, parse_frame};
@@ -110,10 +111,22 @@ fn encode(req: &Request) -> String {
                 put("after", json!(a));
             }
         }
-        Op::Send { chat, client_id, .. } => {
+        Op::Send { chat, client_id, thread, quote, mentions, stream, .. } => {
             put("chat", json!(chat));
             if let Some(c) = client_id {
                 put("client_id", json!(c));
+            }
+            if let Some(t) = thread {
+                put("thread", json!(t));
+            }
+            if let Some(q) = quote {
+                put("quote", json!(q));
+            }
+            if let Some(m) = mentions {
+                put("mentions", json!(m));
+            }
+            if *stream {
+                put("stream", json!(true));
             }
         }
         Op::React { chat, target, emoji, on } => {
@@ -122,21 +135,77 @@ fn encode(req: &Request) -> String {
             put("emoji", json!(emoji));
             put("on", json!(on));
         }
-        Op::Read { chat, seq } => {
+        Op::Read { chat, seq, thread } => {
             put("chat", json!(chat));
             put("seq", json!(seq));
+            if let Some(t) = thread {
+                put("thread", json!(t));
+            }
         }
-        Op::Fetch { chat, after, limit } => {
+        Op::Fetch { chat, after, limit, thread } => {
             put("chat", json!(chat));
             put("after", json!(after));
             if let Some(l) = limit {
                 put("limit", json!(l));
             }
+            if let Some(t) = thread {
+                put("thread", json!(t));
+            }
         }
         Op::Typing { chat } | Op::Presence { chat } => put("chat", json!(chat)),
-        Op::Edit { chat, target, .. } | Op::Delete { chat, target } => {
+        Op::Edit { chat, target, mentions, .. } => {
             put("chat", json!(chat));
             put("target", json!(target));
+            if let Some(m) = mentions {
+                put("mentions", json!(m));
+            }
+        }
+        Op::Delete { chat, target } | Op::Reactions { chat, target } => {
+            put("chat", json!(chat));
+            put("target", json!(target));
+        }
+        Op::Profile { chat, patch } => {
+            put("chat", json!(chat));
+            let mut field = |k: &str, p: Option<serde_json::Value>| {
+                if let Some(v) = p {
+                    put(k, v);
+                }
+            };
+            field("name", patched(&patch.name, |t| json!(t)));
+            field("image", patched(&patch.image, |t| json!(t)));
+            field("data", patched(&patch.data, |raw| serde_json::from_str(raw.get()).expect("raw JSON")));
+        }
+        Op::Members { chat, limit, cursor } => {
+            put("chat", json!(chat));
+            if let Some(l) = limit {
+                put("limit", json!(l));
+            }
+            if let Some(c) = cursor {
+                put("cursor", json!(c));
+            }
+        }
+        Op::Threads { chat, limit, cursor } => {
+            if let Some(c) = chat {
+                put("chat", json!(c));
+            }
+            if let Some(l) = limit {
+                put("limit", json!(l));
+            }
+            if let Some(c) = cursor {
+                put("cursor", json!(c));
+            }
+        }
+        Op::Pin { chat, target, on } => {
+            put("chat", json!(chat));
+            put("target", json!(target));
+            put("on", json!(on));
+        }
+        Op::Pins { chat } => put("chat", json!(chat)),
+        Op::Append { chat, target, text, done } => {
+            put("chat", json!(chat));
+            put("target", json!(target));
+            put("text", json!(text));
+            put("done", json!(done));
         }
         Op::Inbox { limit, cursor, live } => {
             if let Some(l) = limit {
@@ -164,6 +233,15 @@ fn encode(req: &Request) -> String {
     text
 }
 
+/// A profile field as a request gives it: left out (`None`), `null`, or a value.
+fn patched<T>(p: &Patch<T>, value: impl Fn(&T) -> serde_json::Value) -> Option<serde_json::Value> {
+    match p {
+        Patch::Keep => None,
+        Patch::Clear => Some(serde_json::Value::Null),
+        Patch::Set(t) => Some(value(t)),
+    }
+}
+
 /// A comparable copy of a request (`Request` has no `PartialEq`).
 #[derive(Debug, PartialEq)]
 struct Norm {
@@ -181,6 +259,13 @@ struct Norm {
     limit: Option<u32>,
     cursor: Option<String>,
     live: Option<bool>,
+    thread: Option<u64>,
+    quote: Option<u64>,
+    mentions: Option<Vec<String>>,
+    stream: Option<bool>,
+    text: Option<String>,
+    /// A profile's fields as given (left out, null, or the value), in JSON.
+    profile: Option<serde_json::Value>,
 }
 
 impl Norm {
@@ -200,29 +285,66 @@ impl Norm {
             limit: None,
             cursor: None,
             live: None,
+            thread: None,
+            quote: None,
+            mentions: None,
+            stream: None,
+            text: None,
+            profile: None,
         };
         match &r.op {
             Op::Hello { token } => n.token = Some(token.clone()),
             Op::Watch { after, .. } => n.after = *after,
-            Op::Send { body, client_id, .. } => {
+            Op::Send { body, client_id, thread, quote, mentions, stream, .. } => {
                 n.body = Some(body.get().to_string());
                 n.client_id = client_id.clone();
+                n.thread = *thread;
+                n.quote = *quote;
+                n.mentions = mentions.clone();
+                n.stream = Some(*stream);
             }
             Op::React { target, emoji, on, .. } => {
                 n.target = Some(*target);
                 n.emoji = Some(emoji.clone());
                 n.on = Some(*on);
             }
-            Op::Read { seq, .. } => n.seq = Some(*seq),
-            Op::Fetch { after, limit, .. } => {
+            Op::Read { seq, thread, .. } => {
+                n.seq = Some(*seq);
+                n.thread = *thread;
+            }
+            Op::Fetch { after, limit, thread, .. } => {
                 n.after = Some(*after);
                 n.limit = *limit;
+                n.thread = *thread;
             }
-            Op::Edit { target, body, .. } => {
+            Op::Edit { target, body, mentions, .. } => {
                 n.target = Some(*target);
                 n.body = Some(body.get().to_string());
+                n.mentions = mentions.clone();
             }
-            Op::Delete { target, .. } => n.target = Some(*target),
+            Op::Delete { target, .. } | Op::Reactions { target, .. } => n.target = Some(*target),
+            Op::Profile { patch, .. } => {
+                let data = |raw: &Box<RawValue>| serde_json::from_str(raw.get()).expect("raw JSON");
+                n.profile = Some(serde_json::json!([
+                    patched(&patch.name, |t| serde_json::json!(t)),
+                    patched(&patch.image, |t| serde_json::json!(t)),
+                    patched(&patch.data, data),
+                ]));
+            }
+            Op::Members { limit, cursor, .. } | Op::Threads { limit, cursor, .. } => {
+                n.limit = *limit;
+                n.cursor = cursor.clone();
+            }
+            Op::Pin { target, on, .. } => {
+                n.target = Some(*target);
+                n.on = Some(*on);
+            }
+            Op::Append { target, text, done, .. } => {
+                n.target = Some(*target);
+                n.text = Some(text.clone());
+                n.on = Some(*done);
+            }
+            Op::Pins { .. } => {}
             Op::Inbox { limit, cursor, live } => {
                 n.limit = *limit;
                 n.cursor = cursor.clone();
