@@ -229,3 +229,66 @@ impl Chats {
         ended
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::Broker;
+    use crate::broker::memory::MemoryBroker;
+    use crate::chat::{ChatLimits, ChatSettings};
+    use crate::store::sqlite::SqliteStore;
+    use crate::store::{Conversation, EventLog, Store};
+    use serde_json::value::RawValue;
+
+    #[tokio::test]
+    async fn the_server_ends_a_stream_nobody_appended_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).unwrap());
+        let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new());
+        let hub = Hub::new(broker.clone(), store.clone(), 0, 1 << 20);
+        let settings = ChatSettings { body_limit: 1024, chat_join_rate: 0 };
+        let chats = Chats::new(store.clone(), broker, hub, ChatLimits::new(settings, 1 << 20));
+        let key = ChatKey::new("w", "g");
+        chats.put_chat(key.clone(), true, None).await.unwrap();
+        let body = RawValue::from_string(r#"{"text":"half"}"#.into()).unwrap();
+        let conv = Conversation { stream: true, ..Conversation::default() };
+        let seq = chats.post_event(key.clone(), false, Some("bot"), body, None, conv).await.unwrap().seq;
+        chats.admin_append(key.clone(), seq, " a reply".into(), false).await.unwrap();
+
+        // Not idle yet: nothing ends.
+        assert_eq!(chats.end_idle_streams(crate::store::now_ms() - 60_000).await, 0);
+        // Idle: ended with one edit of its text so far, once.
+        assert_eq!(chats.end_idle_streams(crate::store::now_ms() + 1).await, 1);
+        assert_eq!(chats.end_idle_streams(crate::store::now_ms() + 1).await, 0);
+        let f = store.fetch(&key, None, 0, 10).await.unwrap();
+        let edit = f.events.last().unwrap();
+        assert_eq!(edit.kind, herald_protocol::EventType::Edit);
+        assert_eq!(edit.user.as_deref(), Some("bot"));
+        assert_eq!(edit.body.get(), format!(r#"{{"target":{seq},"body":{{"text":"half a reply"}}}}"#));
+        let message = f.events.iter().find(|e| e.seq == seq).unwrap();
+        assert_eq!(message.stream, Some(herald_protocol::StreamState::Done));
+    }
+
+    #[tokio::test]
+    async fn appends_answered_out_of_order_are_pushed_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).unwrap());
+        let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new());
+        let hub = Hub::new(broker, store, 0, 1 << 20);
+        let streams = Streams::new(hub);
+        let key = ChatKey::new("w", "g");
+        streams.offer(&key, 5, "ab", 0);
+        streams.offer(&key, 5, "ef", 4);
+        streams.offer(&key, 5, "cd", 2);
+        {
+            let pending = streams.pending.lock().unwrap();
+            let p = &pending[&(key.clone(), 5)];
+            assert_eq!((p.buf.as_str(), p.buf_at, p.next), ("abcdef", 0, 6));
+            assert!(p.early.is_empty());
+        }
+        streams.offer(&key, 5, "ab", 0);
+        assert_eq!(streams.pending.lock().unwrap()[&(key.clone(), 5)].buf, "abcdef", "a repeat adds nothing");
+        streams.end(&key, 5);
+        assert!(streams.pending.lock().unwrap().is_empty());
+    }
+}
