@@ -131,7 +131,7 @@ describe('MessageList', () => {
       { seq: 3, type: 'poll', user: 'bob', ts: 3, body: { question: '?' } },
       { seq: 4, type: 'edit', user: 'bob', ts: 4, body: 'not an edit body' },
     ]);
-    expect(list.messages).toEqual([{ seq: 1, type: 'message', user: 'alice', ts: 1, body: null, deleted: true }]);
+    expect(list.messages).toEqual([{ seq: 1, type: 'message', user: 'alice', ts: 1, body: null, deleted: true, pinned: false }]);
   });
 });
 
