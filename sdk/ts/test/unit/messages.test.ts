@@ -163,7 +163,7 @@ describe('protocol 1.1 rule: unknown pushes, types and fields are ignored', () =
     expect(list.messages.map((m) => m.body)).toEqual([{ text: 'hi' }]);
     expect(conn.sent('fetch')).toHaveLength(0); // seq 1 counted although its type is unknown
     expect(errors).toEqual([]);
-    expect(client.session?.protocol).toBe('1.1');
+    expect(client.session?.protocol).toBe('1.2');
     client.close();
   });
 });
