@@ -5,7 +5,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { MessageList, type MessageChange } from '../../src/messages.js';
 import type { HeraldEvent } from '../../src/types.js';
-import { aliceAndBobInGeneral, clientOn, connected, tick } from './helpers.js';
+import { aliceAndBobInGeneral, clientOn, connected, setup, tick } from './helpers.js';
 
 beforeEach(() => {
   vi.useFakeTimers({ now: 1_000_000_000_000 });
@@ -325,5 +325,61 @@ describe('inbox counts', () => {
     await tick();
     expect(alice.inbox.get('general')).toMatchObject({ unread: 0, threads: 0, mentions: 0 });
     close();
+  });
+});
+
+describe('sends with 1.2 arguments', () => {
+  it('a reply with mentions written while the link is down goes out with them, once, when it is back', async () => {
+    const { server, client } = setup();
+    await connected(client);
+    const chat = client.chat('general');
+    await chat.join();
+    const root = await chat.send({ text: 'root' });
+    server.last.serverClose(1006);
+    await tick();
+    const reply = chat.send({ text: 'later' }, { thread: root.seq, mentions: ['bob'] });
+    await tick(5_000);
+    expect(client.state).toBe('connected');
+    await expect(reply).resolves.toEqual({ seq: root.seq + 1 });
+    expect(server.last.sent('send')).toMatchObject([{ thread: root.seq, mentions: ['bob'], client_id: expect.stringMatching(/^c-/) }]);
+    expect(server.events('general').at(-1)).toMatchObject({ thread: root.seq, mentions: ['bob'] });
+    client.close();
+  });
+});
+
+describe('MessageList, fed by hand', () => {
+  const message = (seq: number, extra: Partial<HeraldEvent> = {}): HeraldEvent => ({ seq, type: 'message', user: 'bob', ts: seq, body: { text: `m${seq}` }, ...extra });
+
+  it('applies an edit with mentions seen before its message once the message is loaded', () => {
+    const list = new MessageList();
+    list.apply({ seq: 5, type: 'edit', user: 'bob', ts: 5, body: { target: 2, body: { text: 'fixed' } }, mentions: ['carol'] });
+    list.load([message(2, { mentions: ['alice'] })]);
+    expect(list.get(2)).toMatchObject({ body: { text: 'fixed' }, edited: 5, mentions: ['carol'] });
+  });
+
+  it('keeps at most maxMessages replies apart from the main list, and drops a thread with its root', () => {
+    const list = new MessageList({ maxMessages: 2 });
+    list.load([message(1), message(2, { thread: 1 }), message(3, { thread: 1 }), message(4, { thread: 1 })]);
+    expect(list.thread(1).map((m) => m.seq)).toEqual([3, 4]);
+    expect(list.get(1)?.replies).toEqual({ count: 3, last: 4 });
+    list.load([message(5), message(6)]);
+    expect(list.messages.map((m) => m.seq)).toEqual([5, 6]);
+    expect(list.thread(1)).toEqual([]);
+    expect(list.get(3)).toBeUndefined();
+  });
+
+  it('a reaction, pin or reply at or below the seq a view was read at changes nothing it shows', () => {
+    const list = new MessageList();
+    list.apply(message(1, { reactions: { '+1': 1 }, pinned: true, replies: { count: 1, last: 2 } }), 4);
+    list.apply({ seq: 3, type: 'reaction', user: 'carol', ts: 3, body: { target: 1, emoji: '+1', on: true } });
+    list.apply({ seq: 4, type: 'pin', user: 'carol', ts: 4, body: { target: 1, on: true } });
+    list.apply(message(2, { thread: 1 }), 4);
+    expect(list.get(1)).toMatchObject({ reactions: { '+1': 1 }, pinned: true, replies: { count: 1, last: 2 } });
+    // Above it, they count.
+    list.apply({ seq: 5, type: 'reaction', user: 'dan', ts: 5, body: { target: 1, emoji: '+1', on: true } });
+    list.apply({ seq: 6, type: 'pin', user: 'dan', ts: 6, body: { target: 1, on: false } });
+    list.apply(message(7, { thread: 1 }));
+    list.apply({ seq: 8, type: 'delete', user: 'bob', ts: 8, body: { target: 2 } });
+    expect(list.get(1)).toMatchObject({ reactions: { '+1': 2 }, pinned: false, replies: { count: 1, last: 7 } });
   });
 });
