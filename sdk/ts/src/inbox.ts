@@ -333,7 +333,8 @@ export class Inbox extends Emitter<InboxEvents> {
       });
       return true;
     }
-    this.items.set(push.chat, { chat: push.chat, seq: push.seq, ts: typeof push.ts === 'number' ? push.ts : 0, unread: push.unread, threads, mentions });
+    const ts = typeof push.ts === 'number' ? push.ts : 0;
+    this.items.set(push.chat, { chat: push.chat, seq: push.seq, ts, unread: push.unread, threads, mentions });
     return true;
   }
 

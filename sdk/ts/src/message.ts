@@ -72,7 +72,8 @@ function counts(v: unknown): Record<string, number> | undefined {
 
 /** The message a `message` or `system` event shows (a stored view or a push as stored). */
 export function fromEvent(ev: HeraldEvent): Message {
-  const replies = isObject(ev.replies) && isSeq(ev.replies.count) && isSeq(ev.replies.last) ? { count: ev.replies.count, last: ev.replies.last } : undefined;
+  const r = ev.replies;
+  const replies = isObject(r) && isSeq(r.count) && isSeq(r.last) ? { count: r.count, last: r.last } : undefined;
   const mentions = strings(ev.mentions);
   const reactions = ev.deleted === true ? undefined : counts(ev.reactions);
   return {
