@@ -96,8 +96,8 @@ pub fn mentions(raw: Option<&RawValue>) -> Result<Option<Vec<String>>, String> {
     let Some(given) = given else { return Ok(None) };
     let mut users: Vec<String> = Vec::new();
     for user in given {
-        if !is_valid_user_id(&user) {
-            return Err(format!("each of \"mentions\" must be a user id: {USER_ID_RULE}"));
+        if !crate::ids::is_valid_user_id(&user) {
+            return Err(format!("each of \"mentions\" must be a user id: {}", crate::ids::USER_ID_RULE));
         }
         if users.contains(&user) {
             continue;
@@ -108,17 +108,6 @@ pub fn mentions(raw: Option<&RawValue>) -> Result<Option<Vec<String>>, String> {
         users.push(user);
     }
     Ok(Some(users))
-}
-
-/// What a user id is from v1.2 on: a workspace or chat id's characters, and `@` and `+` so that an
-/// email address can be one.
-const USER_ID_RULE: &str = "1 to 128 characters of A-Z a-z 0-9 _ . : - @ +";
-
-// TODO(v1.2 user ids): `ids` owns id rules; this one moves there when the server accepts such ids.
-fn is_valid_user_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= crate::ids::MAX_ID_LEN
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-' | b'@' | b'+'))
 }
 
 /// A streamed message's body (`send` with `"stream": true`): an object whose `text` is a string.

@@ -89,33 +89,26 @@ pub struct Event {
     pub deleted: bool,
     /// v1.2, `message` events: the seq of the thread root this message replies in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub thread: Option<u64>,
     /// v1.2, `message` events: the seq of the message this one quotes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub quote: Option<u64>,
     /// v1.2, `message` and `edit` events: the users mentioned, without duplicates, in the order given.
     /// On an `edit`, `Some([])` clears the message's mentions and `None` keeps them; the stored view
     /// shows a message's current mentions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub mentions: Option<Vec<String>>,
     /// v1.2, the stored view of a thread root: its replies that are not deleted; absent while none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub replies: Option<Replies>,
     /// v1.2, the stored view: true while the message is pinned; absent otherwise.
     #[serde(default, skip_serializing_if = "is_false")]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub pinned: bool,
     /// v1.2, the stored view: each emoji's count of users whose reaction is on now; absent when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub reactions: Option<BTreeMap<String, u64>>,
     /// v1.2, a message sent with `"stream": true`: `open` until its stream ends, then `done`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub stream: Option<StreamState>,
 }
 
@@ -143,10 +136,8 @@ impl Event {
     }
 }
 
-// The v1.2 fields are left out of the HTTP API's OpenAPI document (`schema(ignore)`) until the
-// server writes them: the document describes what the server answers.
-
 /// v1.2: `"replies": {"count": N, "last": S}` on a thread root in the stored view.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replies {
     /// The root's replies that are not deleted.
@@ -156,6 +147,7 @@ pub struct Replies {
 }
 
 /// v1.2: where a streamed message stands.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StreamState {

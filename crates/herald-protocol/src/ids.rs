@@ -16,6 +16,22 @@ pub fn is_valid_id(s: &str) -> bool {
         && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
 }
 
+/// What a user id is (v1.2): a workspace or chat id's characters, and `@` and `+`, so that an
+/// email address can be one.
+pub const USER_ID_RULE: &str = "1 to 128 characters of A-Z a-z 0-9 _ . : - @ +";
+
+/// Whether `s` is a valid user id (see [`USER_ID_RULE`]).
+pub fn is_valid_user_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_ID_LEN
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-' | b'@' | b'+'))
+}
+
+/// The message refusing an invalid user id: `what` (`"user"`, `"sub"`) `must be` [`USER_ID_RULE`].
+pub fn invalid_user_id(what: &str) -> String {
+    format!("{what} must be {USER_ID_RULE}")
+}
+
 /// The message refusing an invalid id: `what` (`"chat"`, `"workspace and
 /// user"`, ...) `must be` [`ID_RULE`].
 pub fn invalid_id(what: &str) -> String {
@@ -36,6 +52,10 @@ mod tests {
         assert!(!is_valid_id("a b"));
         assert!(!is_valid_id("a/b"));
         assert!(!is_valid_id("é"));
+        assert!(!is_valid_id("a@b.c"));
+        assert!(is_valid_user_id("ann+chat@example.com"));
+        assert!(!is_valid_user_id("a b@c"));
+        assert!(!is_valid_user_id(""));
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub struct HelloOk {
 }
 
 /// The protocol version a server announces in `hello`'s answer.
-pub const PROTOCOL_VERSION: &str = "1.1";
+pub const PROTOCOL_VERSION: &str = "1.2";
 
 /// `join`'s answer.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -36,6 +36,7 @@ pub struct JoinOk {
 
 /// v1.2: a chat's profile, `{"name", "image", "data"}`, each `null` until set. Also the body of a
 /// `profile` event (the whole profile after the change).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Profile {
     /// Up to [`crate::limits::PROFILE_NAME_MAX`] characters.
@@ -44,6 +45,7 @@ pub struct Profile {
     pub image: Option<String>,
     /// Any JSON value the app keeps with the chat, up to [`crate::limits::PROFILE_DATA_LIMIT`]
     /// serialized; raw, as the server stores and forwards it.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<serde_json::Value>))]
     pub data: Option<Box<RawValue>>,
 }
 
@@ -91,6 +93,24 @@ pub struct ChatView {
     pub seq: u64,
     pub members: u64,
     pub open: bool,
+    /// v1.2: the chat's profile name, `null` until set.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// v1.2: the chat's image URL, `null` until set.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// v1.2: the app's data kept with the chat, `null` until set.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<serde_json::Value>))]
+    pub data: Option<serde_json::Value>,
+}
+
+impl ChatView {
+    /// A chat's view from its summary and profile.
+    pub fn new(chat: String, seq: u64, members: u64, open: bool, profile: Profile) -> ChatView {
+        let data = profile.data.and_then(|d| serde_json::from_str(d.get()).ok());
+        ChatView { chat, seq, members, open, name: profile.name, image: profile.image, data }
+    }
 }
 
 /// The most users a presence answer lists; `count` says how many there are.
@@ -119,24 +139,18 @@ pub struct InboxEntry {
     pub read: u64,
     /// `message` events above `read`, sent by other users, not deleted.
     pub unread: u64,
-    // From v1.2, the latest one that is not in a thread (kept out of the `///` line below, which the
-    // OpenAPI document shows, until the server builds v1.2).
-    /// The latest `message` event as `fetch` shows it, or `null`.
+    /// The latest `message` event that is not a thread reply, as `fetch` shows it, or `null`.
     pub last: Option<Event>,
-    // v1.2's fields are `None` only until the server builds v1.2 (a v1.1 entry), and are left out
-    // of the OpenAPI document until then.
+    // v1.2's fields are `None` only in a v1.1 server's entry.
     /// v1.2: the chat's profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub profile: Option<Profile>,
     /// v1.2: the sum of `unread` over the threads this user follows in the chat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub threads: Option<u64>,
     /// v1.2: messages above `read` (thread replies included), sent by other users, not deleted,
     /// whose mentions name this user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub mentions: Option<u64>,
 }
 
@@ -153,6 +167,7 @@ pub struct InboxOk {
 }
 
 /// One member of a chat in `members`' answer (v1.2).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct MemberEntry {
     pub user: String,
@@ -161,6 +176,7 @@ pub struct MemberEntry {
 }
 
 /// `members`' answer, also `GET .../chats/{chat}/members` (v1.2).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct MembersOk {
     /// Sorted by user id.
@@ -198,6 +214,7 @@ pub struct ThreadsOk {
 }
 
 /// One pinned message in `pins`' answer (v1.2).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PinEntry {
     /// The seq of the `pin` event that pinned it.
@@ -209,6 +226,7 @@ pub struct PinEntry {
 }
 
 /// `pins`' answer, also `GET .../chats/{chat}/pins` (v1.2): latest pin first.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PinsOk {
     pub pins: Vec<PinEntry>,
@@ -222,6 +240,7 @@ pub struct ReactionsOk {
 }
 
 /// `GET /v1/workspaces/{ws}/chats` (v1.2): the workspace's chats sorted by id.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ChatsOk {
     pub chats: Vec<ChatView>,

@@ -11,7 +11,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use herald_protocol::ids::{invalid_id, is_valid_id};
+use herald_protocol::ids::{invalid_id, invalid_user_id, is_valid_id, is_valid_user_id};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
@@ -137,8 +137,11 @@ impl Tokens {
         {
             return Err(TokenError("invalid token: issued in the future".into()));
         }
-        if !is_valid_id(&c.sub) || !is_valid_id(&c.ws) {
-            return Err(TokenError(format!("invalid token: {}", invalid_id("sub and ws"))));
+        if !is_valid_user_id(&c.sub) {
+            return Err(TokenError(format!("invalid token: {}", invalid_user_id("sub"))));
+        }
+        if !is_valid_id(&c.ws) {
+            return Err(TokenError(format!("invalid token: {}", invalid_id("ws"))));
         }
         Ok(Identity { user: c.sub, workspace: c.ws, iat: c.iat })
     }

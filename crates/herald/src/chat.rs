@@ -6,10 +6,12 @@
 //! task of its own: a caller that goes away mid-request cannot leave a stored
 //! event unannounced.
 
+mod conv;
 mod erase;
 mod live;
 mod screen;
 pub mod settings;
+mod stream;
 
 pub use settings::ChatSettings;
 
@@ -25,10 +27,11 @@ use crate::broker::Broker;
 use crate::error::Error;
 use crate::guard::JoinThrottle;
 use crate::hooks::send::HookOp;
-use crate::hub::{Hub, INBOX_FOLLOW_MAX, Listener, Replay};
+use crate::hub::{Counts, Hub, INBOX_FOLLOW_MAX, Listener, Replay};
 use crate::model::{ChatKey, Published};
 use crate::outbox::{ConnId, Frame, Outbox};
-use crate::store::{Actor, InboxCursor, Store, Write, Written};
+use crate::store::{Actor, Conversation, InboxCursor, Store, Write, Written};
+use herald_protocol::request::ProfilePatch;
 use screen::Screened;
 
 /// Longest a watch waits for the broker to confirm its subscription.
@@ -80,13 +83,16 @@ pub struct Chats {
     limits: ChatLimits,
     /// Asked before a client's `send` or `edit` is stored (`screen`).
     send_hook: Option<Arc<crate::hooks::send::SendHook>>,
+    /// v1.2: streams' `append` pushes waiting for their turn.
+    streams: Arc<stream::Streams>,
 }
 
 impl Chats {
     pub fn new(store: Arc<dyn Store>, broker: Arc<dyn Broker>, hub: Arc<Hub>, limits: ChatLimits) -> Self {
         let join_throttle =
             (limits.settings.chat_join_rate > 0).then(|| JoinThrottle::new(limits.settings.chat_join_rate));
-        Chats { store, broker, hub, join_throttle, limits, send_hook: None }
+        let streams = stream::Streams::new(hub.clone());
+        Chats { store, broker, hub, join_throttle, limits, send_hook: None, streams }
     }
 
     /// These chats with `hook` screening clients' sends and edits.
@@ -148,9 +154,9 @@ impl Chats {
             metrics::counter!("herald_joins_throttled_total").increment(1);
             return Err(Error::Throttled { message: "joins to this chat are throttled".into(), retry_after_ms });
         }
-        let w = self.write(Write::Join { key, user: c.user.clone(), actor: Actor::Client }).await?;
-        // v1.2's `profile`: not stored until the server builds it.
-        Ok(JoinOk { chat: chat.to_string(), seq: w.seq, members: w.info.members, profile: None })
+        let w = self.write(Write::Join { key: key.clone(), user: c.user.clone(), actor: Actor::Client }).await?;
+        let profile = self.store.chat_view(&key).await?.map(|(_, p)| p).unwrap_or_default();
+        Ok(JoinOk { chat: chat.to_string(), seq: w.seq, members: w.info.members, profile: Some(profile) })
     }
 
     /// Leaves `chat`. The stored `leave` event ends this user's watches on every
@@ -162,12 +168,14 @@ impl Chats {
         Ok(())
     }
 
+    /// A member's message; v1.2's `conv` places it in a thread, quotes, mentions and streams.
     pub async fn send(
         &self,
         c: &Caller,
         chat: &str,
         body: Box<RawValue>,
         client_id: Option<String>,
+        conv: Conversation,
     ) -> Result<SeqOk, Error> {
         self.check_body(&body)?;
         let key = c.key(chat);
@@ -175,9 +183,12 @@ impl Chats {
             Screened::Store(body) => body,
             Screened::Already(ok) => return Ok(ok),
         };
-        let w = self
-            .write(Write::Append { key, user: Some(c.user.clone()), system: false, body, client_id, member_only: true })
-            .await?;
+        if conv.stream {
+            herald_protocol::args::check_stream_body(&body).map_err(Error::BadRequest)?;
+        }
+        let user = Some(c.user.clone());
+        let w =
+            self.write(Write::Append { key, user, system: false, body, client_id, member_only: true, conv }).await?;
         Ok(SeqOk { seq: w.seq })
     }
 
@@ -186,8 +197,9 @@ impl Chats {
         Ok(SeqOk { seq: w.seq })
     }
 
-    pub async fn read(&self, c: &Caller, chat: &str, seq: u64) -> Result<SeqOk, Error> {
-        let w = self.write(Write::Read { key: c.key(chat), user: c.user.clone(), seq }).await?;
+    /// Moves the user's read position in the chat, or (v1.2) in the thread under root `thread`.
+    pub async fn read(&self, c: &Caller, chat: &str, seq: u64, thread: Option<u64>) -> Result<SeqOk, Error> {
+        let w = self.write(Write::Read { key: c.key(chat), user: c.user.clone(), seq, thread }).await?;
         Ok(SeqOk { seq: w.seq })
     }
 
@@ -335,16 +347,20 @@ impl Chats {
 
     // The server API: trusted callers, acting on any member.
 
-    pub async fn put_chat(&self, key: ChatKey, open: bool) -> Result<ChatView, Error> {
-        let chat = key.chat.to_string();
-        let w = self.write(Write::PutChat { key, open }).await?;
-        Ok(ChatView { chat, seq: w.info.seq, members: w.info.members, open: w.info.open })
+    /// Creates the chat or sets whether it is open, and (v1.2) changes its profile as `patch`
+    /// says (a change stores a `profile` event with no user).
+    pub async fn put_chat(&self, key: ChatKey, open: bool, patch: Option<ProfilePatch>) -> Result<ChatView, Error> {
+        self.write(Write::PutChat { key: key.clone(), open }).await?;
+        if let Some(patch) = patch {
+            self.write(Write::Profile { key: key.clone(), user: None, actor: Actor::Admin, patch }).await?;
+        }
+        self.get_chat(key).await
     }
 
     pub async fn get_chat(&self, key: ChatKey) -> Result<ChatView, Error> {
-        match self.store.chat(&key).await? {
-            Some(info) => {
-                Ok(ChatView { chat: key.chat.to_string(), seq: info.seq, members: info.members, open: info.open })
+        match self.store.chat_view(&key).await? {
+            Some((info, profile)) => {
+                Ok(ChatView::new(key.chat.to_string(), info.seq, info.members, info.open, profile))
             }
             None => Err(Error::NotFound(format!("no chat {}", key.chat))),
         }
@@ -360,6 +376,7 @@ impl Chats {
         Ok(SeqOk { seq: w.seq })
     }
 
+    /// The server API's event; v1.2's `conv` as a client's `send` takes it (a `system` event takes none).
     pub async fn post_event(
         &self,
         key: ChatKey,
@@ -367,11 +384,14 @@ impl Chats {
         user: Option<&str>,
         body: Box<RawValue>,
         client_id: Option<String>,
+        conv: Conversation,
     ) -> Result<SeqOk, Error> {
         self.check_body(&body)?;
-        let w = self
-            .write(Write::Append { key, user: user.map(Arc::from), system, body, client_id, member_only: false })
-            .await?;
+        if conv.stream {
+            herald_protocol::args::check_stream_body(&body).map_err(Error::BadRequest)?;
+        }
+        let user = user.map(Arc::from);
+        let w = self.write(Write::Append { key, user, system, body, client_id, member_only: false, conv }).await?;
         Ok(SeqOk { seq: w.seq })
     }
 
@@ -381,8 +401,15 @@ impl Chats {
 
     // v1.1: the message lifecycle, moderation and the inbox.
 
-    /// A member's `edit` of their own message `target`.
-    pub async fn edit(&self, c: &Caller, chat: &str, target: u64, body: Box<RawValue>) -> Result<SeqOk, Error> {
+    /// A member's `edit` of their own message `target`; v1.2's `mentions` replace the message's.
+    pub async fn edit(
+        &self,
+        c: &Caller,
+        chat: &str,
+        target: u64,
+        body: Box<RawValue>,
+        mentions: Option<Vec<String>>,
+    ) -> Result<SeqOk, Error> {
         self.check_body(&body)?;
         let key = c.key(chat);
         let body = match self.screen(c, &key, HookOp::Edit, body, None, Some(target)).await? {
@@ -390,7 +417,7 @@ impl Chats {
             Screened::Already(ok) => return Ok(ok),
         };
         let user = Some(c.user.clone());
-        let w = self.write(Write::Edit { key, user, actor: Actor::Client, target, body }).await?;
+        let w = self.write(Write::Edit { key, user, actor: Actor::Client, target, body, mentions }).await?;
         Ok(SeqOk { seq: w.seq })
     }
 
@@ -410,7 +437,8 @@ impl Chats {
         user: Option<&str>,
     ) -> Result<SeqOk, Error> {
         self.check_body(&body)?;
-        let w = self.write(Write::Edit { key, user: user.map(Arc::from), actor: Actor::Admin, target, body }).await?;
+        let user = user.map(Arc::from);
+        let w = self.write(Write::Edit { key, user, actor: Actor::Admin, target, body, mentions: None }).await?;
         Ok(SeqOk { seq: w.seq })
     }
 
@@ -495,13 +523,13 @@ impl Chats {
             // Followed first, then read: a change after this read is pushed,
             // one before it is in what the connection counts as told.
             let heads = self.store.heads(&keys).await?;
-            let told: Vec<(ChatKey, u64, Option<u64>)> =
+            let told: Vec<(ChatKey, u64, Option<Counts>)> =
                 keys.into_iter().zip(heads).map(|(k, h)| (k, h.unwrap_or(0), None)).collect();
             self.hub.feed().told(l, &told);
         }
         let page = self.inbox(&c.ws, &c.user, limit, cursor).await?;
-        let told: Vec<(ChatKey, u64, Option<u64>)> =
-            page.chats.iter().map(|e| (c.key(&e.chat), e.seq, Some(e.unread))).collect();
+        let told: Vec<(ChatKey, u64, Option<Counts>)> =
+            page.chats.iter().map(|e| (c.key(&e.chat), e.seq, Some(Counts::of(e)))).collect();
         self.hub.feed().told(l, &told);
         Ok(page)
     }
@@ -599,7 +627,7 @@ mod tests {
         }
     }
 
-    crate::store::not_kept!(GatedLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions);
+    crate::store::not_kept!(GatedLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations);
 
     fn chats(latest: u64) -> (Arc<Chats>, Arc<GatedLog>, Arc<Hub>) {
         let log = Arc::new(GatedLog { latest, gate: tokio::sync::Semaphore::new(0) });

@@ -64,6 +64,7 @@ impl From<crate::store::StoreError> for Error {
             StoreError::NotFound(m) => Error::NotFound(m),
             StoreError::Forbidden(m) => Error::Forbidden(m),
             StoreError::BadRequest(m) => Error::BadRequest(m),
+            StoreError::TooLarge(m) => Error::TooLarge(m),
             StoreError::Unavailable(m) => Error::Unavailable { message: m, retry_after_ms: STORE_RETRY_MS },
             StoreError::Refused { message, retry_after_ms } => Error::Unavailable { message, retry_after_ms },
         }

@@ -55,6 +55,9 @@ pub struct Published {
     pub ts: i64,
     /// The `{"ev":"event",...}` frame.
     pub frame: Utf8Bytes,
+    /// Read back from the log (a catch-up), not delivered as it was stored: its frame shows the
+    /// stored view as of that read, which may already include later events' changes.
+    pub from_log: bool,
 }
 
 impl Published {
@@ -68,7 +71,15 @@ impl Published {
             ts: event.ts,
             frame: Utf8Bytes::from(frame),
             key,
+            from_log: false,
         })
+    }
+
+    /// `event` as a catch-up read it back from the log (see [`Published::from_log`]).
+    pub fn from_log(key: ChatKey, event: &Event) -> Arc<Published> {
+        let mut p = Arc::into_inner(Published::new(key, event)).expect("just made");
+        p.from_log = true;
+        Arc::new(p)
     }
 }
 
@@ -98,6 +109,8 @@ pub enum Signal {
     },
     /// The sender's whole local set as of delta `n`, in `parts` parts (0-based `part`).
     State { from: String, epoch: u64, n: u64, part: u32, parts: u32, users: Vec<String> },
+    /// v1.2: streamed message `target` grew by `text`, its text `at` UTF-16 code units long before.
+    Append { target: u64, text: String, at: u64 },
 }
 
 impl Signal {
@@ -109,6 +122,7 @@ impl Signal {
             Signal::Beat { .. } => "beat",
             Signal::Ask { .. } => "ask",
             Signal::State { .. } => "state",
+            Signal::Append { .. } => "append",
         }
     }
 }

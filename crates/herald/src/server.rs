@@ -93,6 +93,7 @@ impl Core {
         };
         let revocations = Revocations::new(store.clone());
         let chats = Arc::new(Chats::new(store, broker, hub, limits).with_send_hook(send_hook));
+        chats.spawn_stream_timeouts();
         let cells = Arc::new(Cells::new(&config.server.cell, &config.server.cells)?);
         let tokens = Arc::new(Tokens::new(&config.tokens)?);
         let gateway = Gateway::new(

@@ -87,6 +87,12 @@ async fn the_users_of_a_node_cut_off_stop_being_present_within_10_s() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_look_the_same_from_every_node() {
+    let cell = LocalCell::start(2).await;
+    stories::conversations_look_the_same_from_every_node(&cell.nodes, Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_inbox_hears_of_what_happens_on_the_other_nodes() {
     let cell = LocalCell::start(2).await;
     stories::a_live_inbox_hears_of_what_happens_on_the_other_nodes(&cell.nodes, Duration::ZERO).await;

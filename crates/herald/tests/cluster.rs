@@ -540,3 +540,10 @@ async fn a_live_inbox_hears_of_what_happens_on_the_other_nodes() {
     let cell = Cell::start(2).await;
     stories::a_live_inbox_hears_of_what_happens_on_the_other_nodes(&cell.nodes, Duration::from_millis(500)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server, PostgreSQL and nginx (Debian packages); scripts/test.sh runs it"]
+async fn conversations_look_the_same_from_every_node() {
+    let cell = Cell::start(2).await;
+    stories::conversations_look_the_same_from_every_node(&cell.nodes, Duration::from_millis(500)).await;
+}

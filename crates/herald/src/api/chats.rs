@@ -4,7 +4,7 @@
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use herald_protocol::ids::{invalid_id, is_valid_id};
+use herald_protocol::ids::{invalid_id, invalid_user_id, is_valid_id, is_valid_user_id};
 use herald_protocol::reply::{ChatView, FetchOk, PresenceOk, SeqOk};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -14,6 +14,8 @@ use super::openapi::{ChatParam, Refusals, UserParam, WsParam};
 use super::{ApiError, ApiResult, AppState, Body, authorize, bad, parse_json};
 use crate::error::Error;
 use crate::model::ChatKey;
+use crate::store::Conversation;
+use herald_protocol::request::ProfilePatch;
 
 /// The key of a chat this node's cell serves.
 pub(super) fn chat_key(s: &AppState, ws: &str, chat: &str) -> Result<ChatKey, ApiError> {
@@ -29,14 +31,27 @@ pub(super) fn chat_key(s: &AppState, ws: &str, chat: &str) -> Result<ChatKey, Ap
 /// `PUT .../chats/{chat}`'s body.
 #[derive(Deserialize, ToSchema)]
 pub(super) struct PutChatBody {
-    /// Whether clients may `join` the chat themselves (default true); a
-    /// closed chat's members are added through this API.
-    #[serde(default = "yes")]
-    open: bool,
+    /// Whether clients may `join` the chat themselves; a closed chat's members are added through
+    /// this API. Left out: true, except in a request that changes the profile of a chat that
+    /// exists, which keeps it as it is.
+    open: Option<bool>,
+    /// v1.2: the chat's name (up to 200 characters); `null` clears it, left out keeps it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    name: Option<Box<RawValue>>,
+    /// v1.2: the chat's image URL (up to 2,000 characters); `null` clears it, left out keeps it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    image: Option<Box<RawValue>>,
+    /// v1.2: any JSON value the app keeps with the chat (up to 4 KiB serialized); `null` clears it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<serde_json::Value>)]
+    data: Option<Box<RawValue>>,
 }
 
-fn yes() -> bool {
-    true
+/// A field given, even as `null` (which serde's `Option` would read as left out).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
 }
 
 /// The path of a chat route, refused as `bad_request` when it cannot be read.
@@ -47,7 +62,8 @@ pub(super) fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> 
     p.map(|Path(t)| t).map_err(|e| bad(format!("bad path: {e}")))
 }
 
-/// Creates the chat, or sets whether it is open. Stores no event.
+/// Creates the chat, or sets whether it is open; with `name`, `image` or `data` (v1.2), changes
+/// its profile (a `profile` event with no user, when something changed).
 #[utoipa::path(put, path = "/v1/workspaces/{ws}/chats/{chat}", tag = "chats",
     params(WsParam, ChatParam), request_body(content = Option<PutChatBody>, description = "empty: open"),
     responses((status = 200, body = ChatView), Refusals), security(("api_key" = [])))]
@@ -60,11 +76,24 @@ pub(super) async fn put_chat(
     authorize(&s, &headers)?;
     let (ws, chat) = path(p)?;
     let key = chat_key(&s, &ws, &chat)?;
-    let open = if body.is_empty() { true } else { parse_json::<PutChatBody>(&body)?.open };
-    Ok(axum::Json(s.chats.put_chat(key, open).await?))
+    if body.is_empty() {
+        return Ok(axum::Json(s.chats.put_chat(key, true, None).await?));
+    }
+    let req = parse_json::<PutChatBody>(&body)?;
+    let changes_profile = req.name.is_some() || req.image.is_some() || req.data.is_some();
+    let patch = changes_profile
+        .then(|| ProfilePatch::read(req.name.as_deref(), req.image.as_deref(), req.data.as_deref()))
+        .transpose()
+        .map_err(bad)?;
+    let open = match req.open {
+        Some(open) => open,
+        None if changes_profile => s.chats.get_chat(key.clone()).await.map_or(true, |v| v.open),
+        None => true,
+    };
+    Ok(axum::Json(s.chats.put_chat(key, open, patch).await?))
 }
 
-/// The chat: its latest seq, member count and whether it is open.
+/// The chat: its latest seq, member count, whether it is open, and its profile.
 #[utoipa::path(get, path = "/v1/workspaces/{ws}/chats/{chat}", tag = "chats",
     params(WsParam, ChatParam), responses((status = 200, body = ChatView), Refusals), security(("api_key" = [])))]
 pub(super) async fn get_chat(State(s): State<AppState>, headers: HeaderMap, p: ChatPath) -> ApiResult<ChatView> {
@@ -82,8 +111,8 @@ pub(super) async fn add_member(State(s): State<AppState>, headers: HeaderMap, p:
     authorize(&s, &headers)?;
     let (ws, chat, user) = path(p)?;
     let key = chat_key(&s, &ws, &chat)?;
-    if !is_valid_id(&user) {
-        return Err(bad(invalid_id("user")));
+    if !is_valid_user_id(&user) {
+        return Err(bad(invalid_user_id("user")));
     }
     Ok(axum::Json(s.chats.add_member(key, &user).await?))
 }
@@ -96,8 +125,8 @@ pub(super) async fn remove_member(State(s): State<AppState>, headers: HeaderMap,
     authorize(&s, &headers)?;
     let (ws, chat, user) = path(p)?;
     let key = chat_key(&s, &ws, &chat)?;
-    if !is_valid_id(&user) {
-        return Err(bad(invalid_id("user")));
+    if !is_valid_user_id(&user) {
+        return Err(bad(invalid_user_id("user")));
     }
     Ok(axum::Json(s.chats.remove_member(key, &user).await?))
 }
@@ -116,7 +145,7 @@ pub(super) struct PostEventBody {
     #[serde(rename = "type")]
     kind: PostedType,
     /// The author: required for a `message`, optional for a `system` event.
-    #[schema(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
+    #[schema(pattern = r"^[A-Za-z0-9_.:@+-]{1,128}$")]
     user: Option<String>,
     /// Any JSON value, at most the body limit serialized.
     #[schema(value_type = serde_json::Value)]
@@ -124,6 +153,10 @@ pub(super) struct PostEventBody {
     /// Sending again with the same `client_id` returns the first seq and stores nothing new.
     #[schema(min_length = 1, max_length = 128)]
     client_id: Option<String>,
+    /// v1.2, a `message` only: a streamed message (its body an object whose `text` is a string),
+    /// grown by `POST .../events/{seq}/append`.
+    #[serde(default)]
+    stream: bool,
 }
 
 /// Posts a `message` or `system` event to an existing chat, as the server
@@ -143,8 +176,8 @@ pub(super) async fn post_event(
     let req: PostEventBody = parse_json(&body)?;
     let system = matches!(req.kind, PostedType::System);
     if let Some(u) = &req.user {
-        if !is_valid_id(u) {
-            return Err(bad(invalid_id("user")));
+        if !is_valid_user_id(u) {
+            return Err(bad(invalid_user_id("user")));
         }
     } else if !system {
         return Err(bad("a message needs a user"));
@@ -152,7 +185,11 @@ pub(super) async fn post_event(
     if req.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > herald_protocol::request::MAX_CLIENT_ID_LEN) {
         return Err(bad("client_id must be 1 to 128 bytes"));
     }
-    Ok(axum::Json(s.chats.post_event(key, system, req.user.as_deref(), req.body, req.client_id).await?))
+    if system && req.stream {
+        return Err(bad("only a message can be a stream"));
+    }
+    let conv = Conversation { stream: req.stream, ..Conversation::default() };
+    Ok(axum::Json(s.chats.post_event(key, system, req.user.as_deref(), req.body, req.client_id, conv).await?))
 }
 
 /// `GET .../events`'s query.

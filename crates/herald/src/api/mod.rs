@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, patch, post, put};
 use herald_protocol::frame::ErrorBody;
-use herald_protocol::ids::{invalid_id, is_valid_id};
+use herald_protocol::ids::{invalid_id, invalid_user_id, is_valid_id, is_valid_user_id};
 use serde::Deserialize;
 
 use crate::auth::{DEFAULT_TTL_S, MAX_TTL_S, Tokens};
@@ -51,6 +51,7 @@ const DEMO_JS: &str = include_str!("../../../../web/dist/demo.js");
 
 mod admin;
 mod chats;
+mod conversations;
 mod moderation;
 pub mod openapi;
 mod users;
@@ -99,6 +100,10 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
         .route("/v1/workspaces/{ws}/chats/{chat}/members/{user}", put(chats::add_member).delete(chats::remove_member))
         .route("/v1/workspaces/{ws}/chats/{chat}/events", post(chats::post_event).get(chats::get_events))
         .route("/v1/workspaces/{ws}/chats/{chat}/presence", get(chats::get_presence))
+        .route("/v1/workspaces/{ws}/chats", get(conversations::chat_list))
+        .route("/v1/workspaces/{ws}/chats/{chat}/members", get(conversations::member_list))
+        .route("/v1/workspaces/{ws}/chats/{chat}/pins", get(conversations::pin_list))
+        .route("/v1/workspaces/{ws}/chats/{chat}/events/{seq}/append", post(conversations::append))
         .route(
             "/v1/workspaces/{ws}/chats/{chat}/events/{seq}",
             patch(moderation::edit_event).delete(moderation::delete_event),
@@ -215,7 +220,7 @@ fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
 struct TokenBody {
     #[schema(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
     workspace: String,
-    #[schema(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
+    #[schema(pattern = r"^[A-Za-z0-9_.:@+-]{1,128}$")]
     user: String,
     /// Lifetime in seconds (default 3600, at most 30 days).
     #[schema(minimum = 1, maximum = 2592000)]
@@ -230,8 +235,11 @@ struct TokenOk {
 
 fn make_token(tokens: &Tokens, body: &[u8]) -> ApiResult<TokenOk> {
     let req: TokenBody = parse_json(body)?;
-    if !is_valid_id(&req.workspace) || !is_valid_id(&req.user) {
-        return Err(bad(invalid_id("workspace and user")));
+    if !is_valid_id(&req.workspace) {
+        return Err(bad(invalid_id("workspace")));
+    }
+    if !is_valid_user_id(&req.user) {
+        return Err(bad(invalid_user_id("user")));
     }
     let ttl = req.ttl_s.unwrap_or(DEFAULT_TTL_S);
     if ttl == 0 || ttl > MAX_TTL_S {

@@ -6,7 +6,7 @@
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use herald_protocol::ids::{invalid_id, is_valid_id};
+use herald_protocol::ids::{invalid_id, invalid_user_id, is_valid_id, is_valid_user_id};
 use herald_protocol::reply::{EmptyOk, InboxOk, SeqOk};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -36,7 +36,7 @@ pub(super) struct EditBody {
     #[schema(value_type = serde_json::Value)]
     body: Box<RawValue>,
     /// The author of the `edit` event, if any (the message may be anyone's).
-    #[schema(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
+    #[schema(pattern = r"^[A-Za-z0-9_.:@+-]{1,128}$")]
     user: Option<String>,
 }
 
@@ -55,8 +55,8 @@ pub(super) async fn edit_event(
     let (ws, chat, seq) = path(p)?;
     let key = chat_key(&s, &ws, &chat)?;
     let req: EditBody = parse_json(&body)?;
-    if req.user.as_deref().is_some_and(|u| !is_valid_id(u)) {
-        return Err(bad(invalid_id("user")));
+    if req.user.as_deref().is_some_and(|u| !is_valid_user_id(u)) {
+        return Err(bad(invalid_user_id("user")));
     }
     Ok(axum::Json(s.chats.admin_edit(key, seq, req.body, req.user.as_deref()).await?))
 }
@@ -78,8 +78,8 @@ pub(super) async fn delete_event(State(s): State<AppState>, headers: HeaderMap, 
 fn member_route(s: &AppState, p: MemberPath) -> Result<(crate::model::ChatKey, String), ApiError> {
     let (ws, chat, user) = path(p)?;
     let key = chat_key(s, &ws, &chat)?;
-    if !is_valid_id(&user) {
-        return Err(bad(invalid_id("user")));
+    if !is_valid_user_id(&user) {
+        return Err(bad(invalid_user_id("user")));
     }
     Ok((key, user))
 }
@@ -167,8 +167,11 @@ pub(super) async fn inbox(
 ) -> ApiResult<InboxOk> {
     authorize(&s, &headers)?;
     let (ws, user) = path(p)?;
-    if !is_valid_id(&ws) || !is_valid_id(&user) {
-        return Err(bad(invalid_id("workspace and user")));
+    if !is_valid_id(&ws) {
+        return Err(bad(invalid_id("workspace")));
+    }
+    if !is_valid_user_id(&user) {
+        return Err(bad(invalid_user_id("user")));
     }
     if let Some((cell, _)) = s.cells.elsewhere(&ws) {
         return Err(ApiError(Error::Forbidden(format!("workspace {ws} is served by cell {cell}"))));

@@ -4,8 +4,11 @@
 //! it (docs/protocol.md describes it).
 
 use herald_protocol::frame::ErrorBody;
-use herald_protocol::reply::{ChatView, EmptyOk, FetchOk, InboxEntry, InboxOk, PresenceOk, SeqOk};
-use herald_protocol::{ErrorCode, Event, EventType};
+use herald_protocol::reply::{
+    ChatView, ChatsOk, EmptyOk, FetchOk, InboxEntry, InboxOk, MemberEntry, MembersOk, PinEntry, PinsOk, PresenceOk,
+    Profile, SeqOk,
+};
+use herald_protocol::{ErrorCode, Event, EventType, Replies, StreamState};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
@@ -36,8 +39,8 @@ pub struct ChatParam {
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct UserParam {
-    /// The user.
-    #[param(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
+    /// The user (v1.2: `@` and `+` too, so an email address can be one).
+    #[param(pattern = r"^[A-Za-z0-9_.:@+-]{1,128}$")]
     #[allow(dead_code)]
     user: String,
 }
@@ -102,6 +105,10 @@ impl Modify for ApiKey {
         super::chats::post_event,
         super::chats::get_events,
         super::chats::get_presence,
+        super::conversations::chat_list,
+        super::conversations::member_list,
+        super::conversations::pin_list,
+        super::conversations::append,
         super::moderation::edit_event,
         super::moderation::delete_event,
         super::moderation::ban,
@@ -126,7 +133,8 @@ impl Modify for ApiKey {
         PostEventBody, PostedType, super::TokenBody, super::TokenOk, super::GatewayOk, super::admin::DrainBody,
         super::admin::DrainOk, super::admin::NodesOk, super::admin::NodeView, super::admin::AdminStatus,
         super::admin::StatusNode, super::admin::StatusShard, super::Ready, EditBody, MuteBody, EmptyOk, InboxOk,
-        InboxEntry, super::users::ErasedOk, crate::hooks::webhook::WebhookStatus,
+        InboxEntry, super::users::ErasedOk, crate::hooks::webhook::WebhookStatus, ChatsOk, MembersOk,
+        MemberEntry, PinsOk, PinEntry, Profile, Replies, StreamState, super::conversations::AppendBody,
     )),
     modifiers(&ApiKey),
 )]
@@ -161,6 +169,10 @@ mod tests {
             ("/v1/workspaces/{ws}/chats/{chat}/members/{user}", &["put", "delete"]),
             ("/v1/workspaces/{ws}/chats/{chat}/events", &["post", "get"]),
             ("/v1/workspaces/{ws}/chats/{chat}/presence", &["get"]),
+            ("/v1/workspaces/{ws}/chats", &["get"]),
+            ("/v1/workspaces/{ws}/chats/{chat}/members", &["get"]),
+            ("/v1/workspaces/{ws}/chats/{chat}/pins", &["get"]),
+            ("/v1/workspaces/{ws}/chats/{chat}/events/{seq}/append", &["post"]),
             ("/v1/workspaces/{ws}/chats/{chat}/events/{seq}", &["patch", "delete"]),
             ("/v1/workspaces/{ws}/chats/{chat}/bans/{user}", &["put", "delete"]),
             ("/v1/workspaces/{ws}/chats/{chat}/mutes/{user}", &["put", "delete"]),

@@ -6,7 +6,7 @@
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use herald_protocol::ids::{invalid_id, is_valid_id};
+use herald_protocol::ids::{invalid_id, invalid_user_id, is_valid_id, is_valid_user_id};
 use herald_protocol::reply::EmptyOk;
 use utoipa::ToSchema;
 
@@ -20,8 +20,11 @@ type UserPath = Result<Path<(String, String)>, PathRejection>;
 /// The workspace and user of a user route, both checked.
 fn user_route(s: &AppState, p: UserPath) -> Result<(String, String), ApiError> {
     let (ws, user) = path(p)?;
-    if !is_valid_id(&ws) || !is_valid_id(&user) {
-        return Err(bad(invalid_id("workspace and user")));
+    if !is_valid_id(&ws) {
+        return Err(bad(invalid_id("workspace")));
+    }
+    if !is_valid_user_id(&user) {
+        return Err(bad(invalid_user_id("user")));
     }
     if let Some((cell, _)) = s.cells.elsewhere(&ws) {
         return Err(ApiError(Error::Forbidden(format!("workspace {ws} is served by cell {cell}"))));

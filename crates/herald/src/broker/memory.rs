@@ -346,7 +346,7 @@ mod tests {
     }
 
     fn event(key: &ChatKey, seq: u64, kind: EventType) -> Arc<Published> {
-        Arc::new(Published { key: key.clone(), seq, kind, user: None, ts: 0, frame: "{}".into() })
+        Arc::new(Published { key: key.clone(), seq, kind, user: None, ts: 0, frame: "{}".into(), from_log: false })
     }
 
     /// Attaches a new [`Heard`] to `broker`; the broker holds it weakly, as it holds a hub.

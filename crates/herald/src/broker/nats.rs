@@ -293,6 +293,7 @@ fn decode(key: &ChatKey, payload: bytes::Bytes) -> Option<Arc<Published>> {
         user: meta.user.map(Arc::from),
         ts: meta.ts,
         frame,
+        from_log: false,
     }))
 }
 

@@ -20,7 +20,7 @@ impl Chats {
 
     /// Fails unless `user` is a member of `key` (`forbidden`; `not_found` for
     /// no chat); with `speaking`, also while the member is muted.
-    async fn check_member(&self, key: &ChatKey, user: &str, speaking: bool) -> Result<(), Error> {
+    pub(super) async fn check_member(&self, key: &ChatKey, user: &str, speaking: bool) -> Result<(), Error> {
         let Some(member) = self.store.member(key, user).await? else {
             return Err(Error::Forbidden(format!("not a member of {}", key.chat)));
         };

@@ -313,7 +313,7 @@ impl Conn {
 
     /// Handles one text frame. A frame that ends the connection queues its close.
     pub(super) fn on_text(&mut self, text: &str) {
-        let parsed = unbuilt(parse_frame(text));
+        let parsed = parse_frame(text);
         let Some(session) = self.session.clone() else {
             return self.on_hello(parsed);
         };
@@ -431,74 +431,5 @@ fn read_end(end: ReadEnd) -> End {
             tracing::debug!(code, reason, "websocket protocol error");
             End::Close(CloseCode(code), reason)
         }
-    }
-}
-
-/// A request of an op the protocol crate reads and this server does not serve yet, turned into what
-/// `parse_frame` answered before the protocol crate knew the op, so that every path (throttling,
-/// metrics, the reply) treats it as it did then: `unknown op "<name>"` with no op, except a frame whose
-/// common arguments did not even read (`bad arguments: ...`), which kept that message.
-// v1.2: answered as an unknown op until the server builds it.
-fn unbuilt(parsed: Result<Request, BadFrame>) -> Result<Request, BadFrame> {
-    const UNBUILT: [&str; 7] = ["profile", "members", "threads", "pin", "pins", "reactions", "append"];
-    let unknown = |name: &str| format!("unknown op \"{name}\"");
-    match parsed {
-        Ok(Request {
-            id,
-            op:
-                op @ (Op::Profile { .. }
-                | Op::Members { .. }
-                | Op::Threads { .. }
-                | Op::Pin { .. }
-                | Op::Pins { .. }
-                | Op::Reactions { .. }
-                | Op::Append { .. }),
-        }) => Err(BadFrame::BadRequest { id, op: None, message: unknown(op.name()) }),
-        Err(BadFrame::BadRequest { id, op: Some(name), message }) if UNBUILT.contains(&name) => {
-            let message = if message.starts_with("bad arguments: ") { message } else { unknown(name) };
-            Err(BadFrame::BadRequest { id, op: None, message })
-        }
-        other => other,
-    }
-}
-
-#[cfg(test)]
-mod unbuilt_tests {
-    use super::*;
-
-    fn answer(frame: &str) -> (Option<&'static str>, String) {
-        match unbuilt(parse_frame(frame)) {
-            Err(BadFrame::BadRequest { id: 1, op, message }) => (op, message),
-            other => panic!("{frame}: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn v1_2_ops_are_answered_as_unknown_ops_until_the_server_builds_them() {
-        for (frame, name) in [
-            (r#"{"id":1,"op":"profile","chat":"g","name":"x"}"#, "profile"),
-            (r#"{"id":1,"op":"members","chat":"g"}"#, "members"),
-            (r#"{"id":1,"op":"threads"}"#, "threads"),
-            (r#"{"id":1,"op":"pin","chat":"g","target":4}"#, "pin"),
-            (r#"{"id":1,"op":"pins","chat":"g"}"#, "pins"),
-            (r#"{"id":1,"op":"reactions","chat":"g","target":4}"#, "reactions"),
-            (r#"{"id":1,"op":"append","chat":"g","target":4,"text":"x"}"#, "append"),
-            // Arguments the op would refuse: still an unknown op, as before.
-            (r#"{"id":1,"op":"pin"}"#, "pin"),
-            (r#"{"id":1,"op":"append","chat":"g","target":4}"#, "append"),
-        ] {
-            assert_eq!(answer(frame), (None, format!("unknown op \"{name}\"")), "{frame}");
-        }
-        // A common argument of the wrong type was refused before the op was looked at.
-        let (op, message) = answer(r#"{"id":1,"op":"pin","chat":"g","target":"x"}"#);
-        assert_eq!(op, None);
-        assert!(message.starts_with("bad arguments: "), "{message}");
-    }
-
-    #[test]
-    fn ops_the_server_serves_pass_through() {
-        assert!(matches!(unbuilt(parse_frame(r#"{"id":1,"op":"ping"}"#)), Ok(Request { id: 1, op: Op::Ping })));
-        let send = r#"{"id":1,"op":"send","chat":"g","body":{},"thread":4}"#;
-        assert!(matches!(unbuilt(parse_frame(send)), Ok(Request { op: Op::Send { .. }, .. })));
     }
 }

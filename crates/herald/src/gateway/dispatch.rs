@@ -20,6 +20,7 @@ use crate::error::Error;
 use crate::hub::Listener;
 use crate::model::ChatKey;
 use crate::outbox::{Frame, Outbox};
+use crate::store::Conversation;
 
 /// A request that takes longer is answered `unavailable`; its write still finishes.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -195,26 +196,27 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
             chats.unwatch(c, &s.outbox, &chat);
             ok(ok_reply(id, &EmptyOk {}))
         }
-        // v1.2's `thread`, `quote`, `mentions` and `stream` are ignored until the server builds them,
-        // as they were before the protocol crate read them.
-        Op::Send { chat, body, client_id, .. } => {
+        Op::Send { chat, body, client_id, thread, quote, mentions, stream } => {
             s.check_fence(&chat, client_id.as_deref())?;
-            ok(ok_reply(id, &chats.send(c, &chat, body, client_id).await?))
+            let conv = Conversation { thread, quote, mentions, stream };
+            ok(ok_reply(id, &chats.send(c, &chat, body, client_id, conv).await?))
         }
         Op::React { chat, target, emoji, on } => ok(ok_reply(id, &chats.react(c, &chat, target, emoji, on).await?)),
-        // v1.2's `thread` is ignored until the server builds it.
-        Op::Read { chat, seq, thread: _ } => ok(ok_reply(id, &chats.read(c, &chat, seq).await?)),
-        // v1.2's `thread` is ignored until the server builds it.
-        Op::Fetch { chat, after, limit, thread: _ } => {
+        Op::Read { chat, seq, thread } => ok(ok_reply(id, &chats.read(c, &chat, seq, thread).await?)),
+        Op::Fetch { chat, after, limit, thread: None } => {
             ok(chats.fetch_reply(c, s.outbox.id(), id, &chat, after, limit).await?)
+        }
+        Op::Fetch { chat, after, limit, thread: Some(root) } => {
+            ok(chats.fetch_thread_reply(c, id, &chat, root, after, limit).await?)
         }
         Op::Typing { chat } => {
             chats.typing(c, &chat).await?;
             ok(ok_reply(id, &EmptyOk {}))
         }
         Op::Presence { chat } => ok(ok_reply(id, &chats.presence(c, &s.outbox, &chat).await?)),
-        // v1.2's `mentions` is ignored until the server builds it.
-        Op::Edit { chat, target, body, mentions: _ } => ok(ok_reply(id, &chats.edit(c, &chat, target, body).await?)),
+        Op::Edit { chat, target, body, mentions } => {
+            ok(ok_reply(id, &chats.edit(c, &chat, target, body, mentions).await?))
+        }
         Op::Delete { chat, target } => ok(ok_reply(id, &chats.delete(c, &chat, target).await?)),
         Op::Inbox { limit, cursor, live: false } => {
             ok(ok_reply(id, &chats.inbox(&c.ws, &c.user, limit, cursor.as_deref()).await?))
@@ -230,15 +232,18 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
             Ok(None)
         }
         Op::Hello { .. } | Op::Ping => unreachable!("answered by the connection itself"),
-        // v1.2: answered as an unknown op until the server builds it (the connection already answers
-        // these so, before they get here: see `conn::unbuilt`).
-        op @ (Op::Profile { .. }
-        | Op::Members { .. }
-        | Op::Threads { .. }
-        | Op::Pin { .. }
-        | Op::Pins { .. }
-        | Op::Reactions { .. }
-        | Op::Append { .. }) => Err(Error::BadRequest(format!("unknown op \"{}\"", op.name()))),
+        // v1.2: conversations.
+        Op::Profile { chat, patch } => ok(ok_reply(id, &chats.profile(c, &chat, patch).await?)),
+        Op::Members { chat, limit, cursor } => {
+            ok(ok_reply(id, &chats.members(c, &chat, limit, cursor.as_deref()).await?))
+        }
+        Op::Threads { chat, limit, cursor } => {
+            ok(ok_reply(id, &chats.threads(c, chat.as_deref(), limit, cursor.as_deref()).await?))
+        }
+        Op::Pin { chat, target, on } => ok(ok_reply(id, &chats.pin(c, &chat, target, on).await?)),
+        Op::Pins { chat } => ok(ok_reply(id, &chats.pins(c, &chat).await?)),
+        Op::Reactions { chat, target } => ok(ok_reply(id, &chats.reactions(c, &chat, target).await?)),
+        Op::Append { chat, target, text, done } => ok(ok_reply(id, &chats.append(c, &chat, target, text, done).await?)),
     }
 }
 
@@ -278,7 +283,7 @@ mod tests {
         let bob = Caller { ws: "w".into(), user: "bob".into() };
         for chat in ["a", "b", "c"] {
             let key = ChatKey { ws: bob.ws.clone(), chat: chat.into() };
-            chats.put_chat(key.clone(), true).await.expect("chat");
+            chats.put_chat(key.clone(), true, None).await.expect("chat");
             chats.add_member(key, "bob").await.expect("member");
         }
         let laptop = Arc::new(Outbox::new(1, 1 << 20));

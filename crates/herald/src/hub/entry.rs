@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use herald_protocol::EventType;
-use herald_protocol::frame::typing_push;
+use herald_protocol::frame::{append_push, typing_push};
 use herald_protocol::reply::PresenceOk;
 
 use super::heat::{Heat, NOTIFY_TICK};
@@ -332,6 +332,13 @@ impl Entry {
         let frame = Frame::from(typing_push(&self.key.chat, user));
         let pushed = self.lock().watchers.push_typing(&frame, user);
         metrics::counter!("herald_typing_pushes_total").increment(pushed);
+    }
+
+    /// v1.2: pushes a stream's new text to every live watcher.
+    pub(super) fn push_append(&self, target: u64, text: &str, at: u64) {
+        let frame = Frame::from(append_push(&self.key.chat, target, text, at));
+        let pushed = self.lock().watchers.push_live(&frame);
+        metrics::counter!("herald_append_pushes_total").increment(pushed);
     }
 
     /// The chat's present users; `follower`'s watch, if any, gets presence pushes from now on.

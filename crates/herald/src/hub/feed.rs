@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use herald_protocol::EventType;
-use herald_protocol::frame::inbox_push;
+use herald_protocol::frame::{InboxPush, inbox_push};
 use tokio::time::Instant;
 
 use super::interest::Interest;
@@ -144,9 +144,9 @@ struct ListenerState {
 struct Follow {
     /// The chat's latest seq this connection was told of; only later ones are pushed.
     told: u64,
-    /// The entry as known exactly without the store: (latest seq, unread), kept
-    /// up by the events that follow it one by one (see [`Follow::apply`]).
-    exact: Option<(u64, u64)>,
+    /// The entry as known exactly without the store: (latest seq, its counts),
+    /// kept up by the events that follow it one by one (see [`Follow::apply`]).
+    exact: Option<(u64, Counts)>,
     /// The chat's latest event the feed saw (seq, ts): what a `left` push carries.
     latest: (u64, i64),
     /// When its last push (or failed read) was.
@@ -155,24 +155,59 @@ struct Follow {
     due: bool,
 }
 
+/// An inbox entry's counts (v1.2: `threads` and `mentions` beside `unread`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub unread: u64,
+    pub threads: u64,
+    pub mentions: u64,
+}
+
+impl Counts {
+    /// An entry's counts.
+    pub fn of(entry: &herald_protocol::reply::InboxEntry) -> Counts {
+        Counts { unread: entry.unread, threads: entry.threads.unwrap_or(0), mentions: entry.mentions.unwrap_or(0) }
+    }
+}
+
+/// The `inbox` push of a chat with these counts.
+fn push_frame(chat: &str, seq: u64, ts: i64, c: Counts) -> Frame {
+    let push = InboxPush {
+        ev: "inbox",
+        chat,
+        seq,
+        ts,
+        unread: c.unread,
+        threads: Some(c.threads),
+        mentions: Some(c.mentions),
+        left: false,
+    };
+    Frame::from(push.encode())
+}
+
 impl Follow {
     /// Takes `event` into the exact entry when it is the very next event and
-    /// its effect on `user`'s count is known from the event alone: a message
-    /// of someone else counts one more, and most other events change nothing.
-    /// Anything else (a gap, an event out of order, `user`'s own `read`,
-    /// `join` or `leave`, a `delete`, whose target's sender the event does
-    /// not say) forgets it: the next push reads the store.
+    /// its effect on `user`'s counts is known from the event alone: a message
+    /// of someone else outside threads, mentioning nobody, counts one more
+    /// unread, and most other events change nothing. Anything else (a gap, an
+    /// event out of order, `user`'s own `read`, `join` or `leave`, a `delete`,
+    /// whose target's sender the event does not say, v1.2's thread replies and
+    /// mentions, whose effect depends on who follows and who is named) forgets
+    /// it: the next push reads the store.
     fn apply(&mut self, event: &Published, user: &str) {
-        let Some((seq, unread)) = self.exact else { return };
+        let Some((seq, counts)) = self.exact else { return };
         let own = event.user.as_deref() == Some(user);
-        let counts = match event.kind {
-            EventType::Message => Some(u64::from(!own)),
-            EventType::Reaction | EventType::System | EventType::Edit => Some(0),
+        let frame = event.frame.as_str();
+        let threaded = frame.contains("\"thread\":") || frame.contains("\"mentions\":");
+        let more = match event.kind {
+            EventType::Message if !threaded => Some(u64::from(!own)),
+            EventType::Edit if !threaded => Some(0),
+            EventType::Reaction | EventType::System | EventType::Pin | EventType::Profile => Some(0),
             EventType::Read | EventType::Join | EventType::Leave => (!own).then_some(0),
             _ => None,
         };
-        self.exact = match counts {
-            Some(more) if event.seq == seq + 1 => Some((event.seq, unread + more)),
+        self.exact = match more {
+            Some(more) if event.seq == seq + 1 => Some((event.seq, Counts { unread: counts.unread + more, ..counts })),
             _ if event.seq <= seq => self.exact,
             _ => None,
         };
@@ -255,18 +290,18 @@ impl Feed {
     /// Raises what `l` counts as told of each of `chats` to the seq given
     /// (their latest seq read after following them, or its `inbox` reply's
     /// entries), and what the feed knows of their latest seq with it.
-    /// With `unread` (a reply's entry: (seq, unread) exact then), pushes of
-    /// the following events may need no store read.
-    pub fn told(&self, l: &Listener, chats: &[(ChatKey, u64, Option<u64>)]) {
+    /// With counts (a reply's entry: exact then), pushes of the following
+    /// events may need no store read.
+    pub fn told(&self, l: &Listener, chats: &[(ChatKey, u64, Option<Counts>)]) {
         let mut st = l.state.lock().expect("inbox listener lock");
-        for (key, seq, unread) in chats {
+        for (key, seq, counts) in chats {
             if let Some(f) = st.chats.get_mut(&*key.chat) {
                 f.told = f.told.max(*seq);
                 f.latest.0 = f.latest.0.max(*seq);
-                if let Some(unread) = unread
+                if let Some(counts) = counts
                     && f.exact.is_none_or(|(s, _)| s < *seq)
                 {
-                    f.exact = Some((*seq, *unread));
+                    f.exact = Some((*seq, *counts));
                 }
             }
             if let Some(followers) = self.followed(key).get_mut(key) {
@@ -496,11 +531,11 @@ impl Feed {
         for chat in ready {
             let Some(f) = st.chats.get_mut(&chat) else { continue };
             match f.exact {
-                Some((seq, unread)) if seq == f.latest.0 => {
+                Some((seq, counts)) if seq == f.latest.0 => {
                     if seq > f.told {
                         f.told = seq;
                         f.pushed_at = Some(now);
-                        l.outbox.push(Frame::from(inbox_push(&chat, seq, f.latest.1, unread, false)));
+                        l.outbox.push(push_frame(&chat, seq, f.latest.1, counts));
                         pushed += 1;
                     }
                 }
@@ -528,13 +563,13 @@ impl Feed {
             Ok(Some(entry)) => {
                 metrics::counter!("herald_inbox_reads_total").increment(1);
                 if f.latest.0 <= entry.seq {
-                    f.exact = Some((entry.seq, entry.unread));
+                    f.exact = Some((entry.seq, Counts::of(&entry)));
                 }
                 if entry.seq > f.told {
                     f.told = entry.seq;
                     f.latest = f.latest.max((entry.seq, entry.ts));
                     f.pushed_at = Some(now);
-                    l.outbox.push(Frame::from(inbox_push(&key.chat, entry.seq, entry.ts, entry.unread, false)));
+                    l.outbox.push(push_frame(&key.chat, entry.seq, entry.ts, Counts::of(&entry)));
                     metrics::counter!("herald_inbox_pushes_total").increment(1);
                 }
             }

@@ -152,6 +152,11 @@ impl Live {
         true
     }
 
+    /// Tells the other nodes `signal` about `key`.
+    pub(super) fn send_signal(&self, key: &ChatKey, signal: &Signal) {
+        self.broker.signal(key, signal);
+    }
+
     /// Tells the other nodes that `user` types in `key`.
     pub(super) fn send_typing(&self, key: &ChatKey, user: &str) {
         self.broker.signal(key, &Signal::Typing { user: user.to_string() });

@@ -66,7 +66,7 @@ use crate::outbox::{ConnId, Frame, Outbox};
 use crate::store::Store;
 
 use entry::Entry;
-pub use feed::{Feed, INBOX_FOLLOW_MAX, INBOX_PUSH_EVERY, INBOX_TAIL_EVERY, Listener};
+pub use feed::{Counts, Feed, INBOX_FOLLOW_MAX, INBOX_PUSH_EVERY, INBOX_TAIL_EVERY, Listener};
 pub use heat::{HOT_MIN_EVENTS, HOT_NOTIFY_EVERY};
 pub use live::{COUNT_EVERY, TYPING_EVERY};
 pub use recent::{CachedPage, DEFAULT_RECENT_BYTES, DEFAULT_RECENT_CHAT_BYTES};
@@ -290,6 +290,15 @@ impl Hub {
         self.live.admit_typing(key, user, now)
     }
 
+    /// v1.2: streamed message `target` of `key` grew by `text` (its text `at` long before): pushes
+    /// it to this node's live watchers and tells the other nodes.
+    pub fn append(&self, key: &ChatKey, target: u64, text: &str, at: u64) {
+        self.live.send_signal(key, &Signal::Append { target, text: text.to_owned(), at });
+        if let Some(entry) = self.entry(key) {
+            entry.push_append(target, text, at);
+        }
+    }
+
     /// `user` types in `key`: pushes it to this node's watchers and tells the others.
     pub fn typing(&self, key: &ChatKey, user: &str) {
         self.live.send_typing(key, user);
@@ -418,6 +427,11 @@ impl Sink for Hub {
             Signal::Typing { user } => {
                 if let Some(entry) = entry {
                     entry.push_typing(user);
+                }
+            }
+            Signal::Append { target, text, at } => {
+                if let Some(entry) = entry {
+                    entry.push_append(*target, text, *at);
                 }
             }
             Signal::Ask { of } => self.live.ask(key, of.as_deref(), reply.as_deref(), entry.as_deref()),

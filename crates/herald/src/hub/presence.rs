@@ -141,7 +141,7 @@ impl Presence {
             Signal::State { from, epoch, n, part, parts, users } => {
                 self.state_part(from, *epoch, *n, *part, *parts, users, now)
             }
-            Signal::Typing { .. } | Signal::Ask { .. } => Outcome::default(),
+            Signal::Typing { .. } | Signal::Ask { .. } | Signal::Append { .. } => Outcome::default(),
         }
     }
 

@@ -15,9 +15,21 @@
 //! gives its target message the new body and `"edited"`, a `delete` makes
 //! the target `"body": null, "deleted": true` and nulls the new body in that
 //! message's `edit` events (PROTOCOL v1.1's stored view, the same updates
-//! the store's apply makes). Reactions, reads, joins and leaves change no
-//! earlier event. A page from it is therefore the stored view as of the
-//! window's head.
+//! the store's apply makes). v1.2's stored view too: a thread reply moves its
+//! root's `replies`, a `reaction` its target's `reactions` (the window knows
+//! who reacts with what, since every message it holds was born in it), a
+//! `pin` its target's `pinned`, an edit's `mentions` replace the target's, a
+//! stream's final edit makes it `done`, and a delete unpins, unmentions, ends
+//! its target and drops its reaction counts, and takes it out of its root's
+//! `replies`. Reads, joins,
+//! leaves and profiles change no earlier event. A page from it is therefore
+//! the stored view as of the window's head, with one exception it refuses to
+//! serve: an open stream's text grows by appends, which are not events, so a
+//! page or replay that would include an open stream is read from the store.
+//!
+//! An event read back from the log (a catch-up after a gap) shows the stored
+//! view as of that read, which may already include the changes of events
+//! after it: the window starts over after it.
 //!
 //! Bytes are bounded twice: per chat ([`Budget::chat`]) and per node
 //! ([`Budget::node`]); a chat over either drops its oldest events first. A
@@ -27,12 +39,12 @@
 //! holds one under the chat's lock and decides when it is read (only for a
 //! live watcher of the chat, or a replay the chat layer checked).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use herald_protocol::frame::EventPush;
-use herald_protocol::{Event, EventType};
+use herald_protocol::{Event, EventType, Replies, StreamState};
 use serde_json::value::RawValue;
 
 use crate::model::Published;
@@ -91,6 +103,8 @@ pub(super) struct Recent {
     cut: usize,
     /// The budget its bytes count in, once it holds any.
     budget: Option<std::sync::Arc<Budget>>,
+    /// v1.2: the streams it holds that are still open.
+    open_streams: BTreeSet<u64>,
 }
 
 struct Cached {
@@ -98,6 +112,14 @@ struct Cached {
     kind: EventType,
     /// `edit` events: the message they change.
     target: u64,
+    /// v1.2, messages: the root of the thread they reply in, 0 if none.
+    thread: u64,
+    /// Messages: deleted.
+    deleted: bool,
+    /// v1.2, messages someone reacted to: who reacts with what now.
+    reactors: Option<BTreeMap<String, BTreeSet<String>>>,
+    /// Bytes of `reactors`, counted in the budget.
+    extra: usize,
 }
 
 /// A page of a chat's window for a `fetch` reply.
@@ -155,18 +177,127 @@ impl Recent {
             self.budget = Some(budget.clone());
             self.cut = PUSH_OPENING + serde_json::to_string(chat).map_or(0, |s| s.len()) + 1;
         }
+        if event.from_log {
+            // Its view may already show later events' changes: start over after it.
+            self.clear();
+            self.start = event.seq + 1;
+            return;
+        }
         if event.seq != self.end() || self.start == 0 {
             self.clear();
             self.start = event.seq;
         }
-        let target = match event.kind {
-            EventType::Edit | EventType::Delete => self.apply_lifecycle(chat, event),
-            _ => 0,
+        let mut cached = Cached {
+            frame: event.frame.clone(),
+            kind: event.kind,
+            target: 0,
+            thread: 0,
+            deleted: false,
+            reactors: None,
+            extra: 0,
         };
+        match event.kind {
+            EventType::Edit | EventType::Delete => cached.target = self.apply_lifecycle(chat, event),
+            EventType::Message => self.apply_message(chat, event, &mut cached),
+            EventType::Reaction => self.apply_reaction(chat, event),
+            EventType::Pin => self.apply_pin(chat, event),
+            _ => {}
+        }
         let len = event.frame.as_str().len();
-        self.events.push_back(Cached { frame: event.frame.clone(), kind: event.kind, target });
+        self.events.push_back(cached);
         self.grow(len as isize);
         self.trim();
+    }
+
+    /// v1.2: a new message in a thread counts among its root's replies; a stream opens.
+    fn apply_message(&mut self, chat: &str, event: &Published, cached: &mut Cached) {
+        let frame = event.frame.as_str();
+        if !frame.contains("\"thread\":") && !frame.contains("\"stream\":\"open\"") {
+            return;
+        }
+        let Some(parsed) = parse(&event.frame) else { return };
+        if parsed.stream == Some(StreamState::Open) {
+            self.open_streams.insert(event.seq);
+        }
+        if let Some(root) = parsed.thread {
+            cached.thread = root;
+            self.rewrite(chat, root, |m| {
+                if m.kind != EventType::Message {
+                    return false;
+                }
+                let count = m.replies.map_or(0, |r| r.count) + 1;
+                m.replies = Some(Replies { count, last: event.seq });
+                true
+            });
+        }
+    }
+
+    /// v1.2: a `reaction` moves its target message's count of that emoji.
+    fn apply_reaction(&mut self, chat: &str, event: &Published) {
+        #[derive(serde::Deserialize)]
+        struct React {
+            target: u64,
+            emoji: String,
+            on: bool,
+        }
+        let Some(parsed) = parse(&event.frame) else { return };
+        let (Ok(r), Some(user)) = (serde_json::from_str::<React>(parsed.body.get()), event.user.as_deref()) else {
+            return;
+        };
+        let Some(i) = self.index(r.target) else { return };
+        let cached = &mut self.events[i];
+        if cached.kind != EventType::Message || cached.deleted {
+            return;
+        }
+        let reactors = cached.reactors.get_or_insert_with(Default::default);
+        let users = reactors.entry(r.emoji.clone()).or_default();
+        let size = (r.emoji.len() + user.len() + 48) as isize;
+        let changed = if r.on { users.insert(user.to_owned()) } else { users.remove(user) };
+        if !changed {
+            return;
+        }
+        let count = users.len() as u64;
+        if count == 0 {
+            reactors.remove(&r.emoji);
+        }
+        let delta = if r.on { size } else { -size };
+        cached.extra = cached.extra.saturating_add_signed(delta);
+        self.grow(delta);
+        self.rewrite(chat, r.target, |m| {
+            let counts = m.reactions.get_or_insert_with(BTreeMap::new);
+            if count == 0 {
+                counts.remove(&r.emoji);
+            } else {
+                counts.insert(r.emoji.clone(), count);
+            }
+            if counts.is_empty() {
+                m.reactions = None;
+            }
+            true
+        });
+    }
+
+    /// v1.2: a `pin` pins or unpins its target.
+    fn apply_pin(&mut self, chat: &str, event: &Published) {
+        #[derive(serde::Deserialize)]
+        struct PinBody {
+            target: u64,
+            on: bool,
+        }
+        let Some(parsed) = parse(&event.frame) else { return };
+        let Ok(p) = serde_json::from_str::<PinBody>(parsed.body.get()) else { return };
+        self.rewrite(chat, p.target, |m| {
+            if m.kind != EventType::Message || m.deleted {
+                return false;
+            }
+            m.pinned = p.on;
+            true
+        });
+    }
+
+    /// The place in `events` of `seq`, if the window holds it.
+    fn index(&self, seq: u64) -> Option<usize> {
+        seq.checked_sub(self.start).filter(|&i| i < self.events.len() as u64).map(|i| i as usize)
     }
 
     /// Changes `event`'s target as the store did; returns the target.
@@ -188,6 +319,8 @@ impl Recent {
         match event.kind {
             EventType::Edit => {
                 let Some(body) = change.body else { return t };
+                let mentions = parsed.mentions.clone();
+                self.open_streams.remove(&t);
                 self.rewrite(chat, t, |m| {
                     // A view read later (a catch-up from the log) may already show this edit or a later one.
                     if m.kind != EventType::Message || m.deleted || m.edited.is_some_and(|e| e >= event.seq) {
@@ -195,18 +328,56 @@ impl Recent {
                     }
                     m.body = body.to_owned();
                     m.edited = Some(event.seq);
+                    if let Some(given) = mentions {
+                        m.mentions = (!given.is_empty()).then_some(given);
+                    }
+                    if m.stream == Some(StreamState::Open) {
+                        m.stream = Some(StreamState::Done);
+                    }
                     true
                 });
             }
             _ => {
+                self.open_streams.remove(&t);
                 self.rewrite(chat, t, |m| {
                     if m.kind != EventType::Message || m.deleted {
                         return false;
                     }
                     m.body = null();
                     m.deleted = true;
+                    m.pinned = false;
+                    m.mentions = None;
+                    m.reactions = None;
+                    if m.stream == Some(StreamState::Open) {
+                        m.stream = Some(StreamState::Done);
+                    }
                     true
                 });
+                let root = match self.index(t) {
+                    Some(i) => {
+                        let cached = &mut self.events[i];
+                        cached.deleted = true;
+                        cached.reactors = None;
+                        let extra = std::mem::take(&mut cached.extra);
+                        let thread = cached.thread;
+                        self.grow(-(extra as isize));
+                        thread
+                    }
+                    None => 0,
+                };
+                if root != 0 {
+                    // Every reply of a root the window holds is in the window (they came after it).
+                    let last = (self.start..)
+                        .zip(&self.events)
+                        .filter(|(_, c)| c.kind == EventType::Message && c.thread == root && !c.deleted)
+                        .map(|(seq, _)| seq)
+                        .last();
+                    self.rewrite(chat, root, |m| {
+                        let count = m.replies.map_or(0, |r| r.count).saturating_sub(1);
+                        m.replies = last.filter(|_| count > 0).map(|last| Replies { count, last });
+                        true
+                    });
+                }
                 let edits: Vec<u64> = (self.start..)
                     .zip(&self.events)
                     .filter(|(_, c)| c.kind == EventType::Edit && c.target == t)
@@ -217,6 +388,7 @@ impl Recent {
                 for seq in edits {
                     self.rewrite(chat, seq, |e| {
                         e.body = erased.clone();
+                        e.mentions = None;
                         true
                     });
                 }
@@ -255,8 +427,9 @@ impl Recent {
         let mut dropped = 0u64;
         while !self.events.is_empty() && (self.bytes > budget.chat || budget.used() > budget.node) {
             let old = self.events.pop_front().expect("not empty");
+            self.open_streams.remove(&self.start);
             self.start += 1;
-            self.grow(-(old.frame.as_str().len() as isize));
+            self.grow(-((old.frame.as_str().len() + old.extra) as isize));
             dropped += 1;
         }
         if dropped > 0 {
@@ -267,6 +440,7 @@ impl Recent {
     /// Empties the window (its next event starts it over).
     pub(super) fn clear(&mut self) {
         self.events.clear();
+        self.open_streams.clear();
         if let Some(budget) = &self.budget {
             budget.sub(self.bytes);
         }
@@ -280,6 +454,9 @@ impl Recent {
     /// `after` up to its head.
     pub(super) fn page(&self, after: u64, limit: u32, max_bytes: usize) -> Option<CachedPage> {
         if self.start == 0 || after + 1 < self.start || after >= self.end() {
+            return None;
+        }
+        if self.open_streams.range(after + 1..).next().is_some() {
             return None;
         }
         let head = self.end() - 1;
@@ -308,6 +485,9 @@ impl Recent {
     /// The push frames of the events in `(after, upto]`, if the window holds them all.
     pub(super) fn frames(&self, after: u64, upto: u64) -> Option<Vec<(u64, Frame)>> {
         if self.start == 0 || after + 1 < self.start || upto >= self.end() || upto < after {
+            return None;
+        }
+        if self.open_streams.range(after + 1..=upto).next().is_some() {
             return None;
         }
         let from = (after + 1 - self.start) as usize;

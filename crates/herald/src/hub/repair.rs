@@ -114,7 +114,7 @@ impl Repair {
             }
             for event in &fetched.events {
                 // As the broker would have delivered it: the live inboxes hear of it too.
-                Sink::deliver(hub, Published::new(key.clone(), event));
+                Sink::deliver(hub, Published::from_log(key.clone(), event));
             }
             if !fetched.more {
                 return true;

@@ -333,6 +333,18 @@ impl Watchers {
         pushed
     }
 
+    /// Pushes `frame` to every live watcher (not one still syncing: its replay reads the store
+    /// after this); returns how many took it.
+    pub(super) fn push_live(&self, frame: &Frame) -> u64 {
+        let mut pushed = 0;
+        for w in self.by_conn.values() {
+            if w.syncing.is_none() && w.outbox.push(frame.clone()) {
+                pushed += 1;
+            }
+        }
+        pushed
+    }
+
     /// Pushes a presence `frame` to every live watcher that follows
     /// presence; returns how many took it.
     pub(super) fn push_presence(&self, frame: &Frame) -> u64 {

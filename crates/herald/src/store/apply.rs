@@ -10,10 +10,13 @@
 //! once. That is why a flood of joins into one chat updates the chat's row
 //! once per batch, not once per join.
 
-use std::collections::HashMap;
+mod conv;
+mod stream;
+
+use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use herald_protocol::{Event, EventType};
+use herald_protocol::{Event, EventType, StreamState};
 use serde_json::value::RawValue;
 
 use super::{Actor, StoreError, Write, Written};
@@ -30,8 +33,12 @@ pub(crate) struct ChatRow {
     pub messages: u64,
     /// The latest event's ts (the chat's creation before its first event): the inbox's order.
     pub ts: i64,
-    /// The seq of the latest `message` event, 0 if none: the inbox's `last`.
+    /// The seq of the latest `message` event that is not a thread reply, 0 if none: the inbox's `last`.
     pub last_message: u64,
+    /// v1.2: the chat's pinned messages, kept as a count.
+    pub pins: u64,
+    /// v1.2: the seq of the latest `profile` event, 0 if none.
+    pub profile_seq: u64,
 }
 
 impl ChatRow {
@@ -68,10 +75,40 @@ pub(crate) trait Tx {
     async fn mute(&mut self, chat: i64, user: &str) -> Result<Option<i64>, Self::Error>;
     /// Mutes `user` until `until_ms`, or unmutes with `None`.
     async fn set_mute(&mut self, chat: i64, user: &str, until_ms: Option<i64>) -> Result<(), Self::Error>;
-    /// How many `message` events of `user` the chat held before this transaction.
-    async fn own_messages(&mut self, chat: i64, user: &str) -> Result<u64, Self::Error>;
+    /// How many `message` events of `user` the chat held before this transaction: outside
+    /// threads (`thread` `None`), or (v1.2) among the replies of thread root `thread`.
+    async fn own_messages(&mut self, chat: i64, user: &str, thread: Option<u64>) -> Result<u64, Self::Error>;
     /// The `message` event `seq` of the chat, if it is one.
     async fn load_message(&mut self, chat: i64, seq: u64) -> Result<Option<MessageRow>, Self::Error>;
+    // v1.2: conversations.
+    /// Writes back what [`MessageRow`] keeps beside the body (mentions, replies, pin, reactions, stream).
+    async fn save_message(&mut self, chat: i64, seq: u64, m: &MessageRow) -> Result<(), Self::Error>;
+    /// Message `seq`'s body as stored now.
+    async fn load_body(&mut self, chat: i64, seq: u64) -> Result<Option<Box<RawValue>>, Self::Error>;
+    /// Gives message `seq` a new body without marking it edited (a stream's append).
+    async fn set_body(&mut self, chat: i64, seq: u64, body: &RawValue) -> Result<(), Self::Error>;
+    /// The seq of the latest reply of thread `root` below `before` that is not deleted, 0 if none.
+    async fn last_reply_before(&mut self, chat: i64, root: u64, before: u64) -> Result<u64, Self::Error>;
+    /// Makes `user` follow thread `root` (nothing if they already do).
+    async fn follow(&mut self, chat: i64, root: u64, user: &str) -> Result<(), Self::Error>;
+    /// `user`'s read position in thread `root`, `None` if they never had one.
+    async fn thread_read(&mut self, chat: i64, root: u64, user: &str) -> Result<Option<u64>, Self::Error>;
+    /// Sets `user`'s read position in thread `root` (following it or not, as before).
+    async fn set_thread_read(&mut self, chat: i64, root: u64, user: &str, seq: u64) -> Result<(), Self::Error>;
+    /// Replaces the users message `seq` counts as mentioning (its sender is never among them).
+    async fn set_mentions(&mut self, chat: i64, seq: u64, users: &[String]) -> Result<(), Self::Error>;
+    /// Turns `user`'s `emoji` reaction on `target` on or off; whether that changed it.
+    async fn set_reaction(
+        &mut self,
+        chat: i64,
+        target: u64,
+        emoji: &str,
+        user: &str,
+        on: bool,
+    ) -> Result<bool, Self::Error>;
+    /// The chat's profile as stored (the JSON of a [`herald_protocol::reply::Profile`]), `None` if never set.
+    async fn load_profile(&mut self, chat: i64) -> Result<Option<String>, Self::Error>;
+    async fn save_profile(&mut self, chat: i64, profile: &str) -> Result<(), Self::Error>;
     /// Gives message `target` its latest body and the seq of the edit that set it.
     async fn edit_message(&mut self, chat: i64, target: u64, body: &RawValue, edit: u64) -> Result<(), Self::Error>;
     /// Erases message `target`'s body and the new bodies in its `edit` events, and marks it deleted.
@@ -119,15 +156,40 @@ pub(crate) struct EventMeta {
     pub ord: Option<u64>,
     /// `message` events: its place (from 1) among its sender's messages in the chat.
     pub user_ord: Option<u64>,
-    /// `edit` and `delete` events: the message they change.
+    /// `edit`, `delete` and `pin` events: the message they change.
     pub target: Option<u64>,
+    /// v1.2, thread replies: its place (from 1) among its root's replies.
+    pub tord: Option<u64>,
+    /// v1.2, thread replies: its place (from 1) among its sender's replies in that thread.
+    pub tuser_ord: Option<u64>,
 }
 
-/// A `message` event as the lifecycle rules need it.
-#[derive(Debug, Clone)]
+/// A `message` event as the lifecycle and conversation rules need it: who sent it, and what the
+/// stored view keeps beside its body.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct MessageRow {
     pub user: Option<String>,
     pub deleted: bool,
+    /// The root of the thread it replies in.
+    pub thread: Option<u64>,
+    /// Its mentions now (the latest edit's that gave any).
+    pub mentions: Option<Vec<String>>,
+    /// As a root: replies not deleted.
+    pub replies: u64,
+    /// As a root: every reply ever stored, deleted ones too (the next reply's place).
+    pub replies_total: u64,
+    /// As a root: the latest reply not deleted, 0 if none.
+    pub last_reply: u64,
+    pub pinned: bool,
+    /// The latest `pin` event of this message (on or off), 0 if none.
+    pub pin_seq: u64,
+    /// Who pinned it, while pinned.
+    pub pin_user: Option<String>,
+    /// Each emoji's count of users whose reaction is on now.
+    pub reactions: BTreeMap<String, u64>,
+    pub stream: Option<StreamState>,
+    /// When its stream last grew (ms since the epoch).
+    pub stream_ms: i64,
 }
 
 /// Whether a stored mute end means muted at `now_ms`.
@@ -207,14 +269,26 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
 struct Batch {
     rows: HashMap<ChatKey, ChatRow>,
     dirty: Vec<ChatKey>,
-    /// Messages per (chat, sender) as this batch moved them, read once each.
-    own: HashMap<(i64, String), u64>,
+    /// Messages per (chat, sender, thread root or 0) as this batch moved them, read once each.
+    own: HashMap<(i64, String, u64), u64>,
     now_ms: i64,
+}
+
+/// What an event carries beside its type, user and body.
+#[derive(Default)]
+struct Extras<'a> {
+    client_id: Option<&'a str>,
+    /// `edit`, `delete` and `pin` events: the message they change.
+    target: Option<u64>,
+    /// v1.2 `message` events: the thread root it replies in, and its place among that root's replies.
+    thread: Option<(u64, u64)>,
+    quote: Option<u64>,
+    mentions: Option<&'a [String]>,
+    stream: Option<StreamState>,
 }
 
 impl Batch {
     /// Stores the next event of `key`.
-    #[allow(clippy::too_many_arguments)] // each is a column of the event; a struct would only rename them
     async fn append<T: Tx>(
         &mut self,
         tx: &mut T,
@@ -222,25 +296,32 @@ impl Batch {
         kind: EventType,
         user: Option<&str>,
         body: Box<RawValue>,
-        client_id: Option<&str>,
-        target: Option<u64>,
+        x: Extras<'_>,
     ) -> Result<Event, T::Error> {
         let id = self.rows[key].id;
-        let mut meta = EventMeta { target, ..EventMeta::default() };
+        let mut meta = EventMeta { target: x.target, ..EventMeta::default() };
+        let root = x.thread.map(|(root, _)| root);
         if kind == EventType::Message {
             // A message has an author: the server API refuses one without.
             let sender = user.unwrap_or_default();
-            let own = match self.own.entry((id, sender.to_owned())) {
+            let own = match self.own.entry((id, sender.to_owned(), root.unwrap_or(0))) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => e.insert(tx.own_messages(id, sender).await?),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(tx.own_messages(id, sender, root).await?),
             };
             *own += 1;
-            meta.user_ord = Some(*own);
+            match x.thread {
+                Some((_, place)) => {
+                    meta.tord = Some(place);
+                    meta.tuser_ord = Some(*own);
+                }
+                None => meta.user_ord = Some(*own),
+            }
         }
         let row = self.rows.get_mut(key).expect("row loaded before append");
         row.seq += 1;
         row.ts = self.now_ms;
-        if kind == EventType::Message {
+        // Thread replies are not the chat's messages: its unread count and `last` leave them out.
+        if kind == EventType::Message && root.is_none() {
             row.messages += 1;
             row.last_message = row.seq;
             meta.ord = Some(row.messages);
@@ -248,8 +329,11 @@ impl Batch {
         let seq = row.seq;
         self.dirty.push(key.clone());
         let event = Event {
-            client_id: client_id.map(str::to_owned),
-            // v1.2's fields are not stored until the server builds them.
+            client_id: x.client_id.map(str::to_owned),
+            thread: root,
+            quote: x.quote,
+            mentions: x.mentions.map(<[String]>::to_vec),
+            stream: x.stream,
             ..Event::new(seq, kind, user.map(str::to_owned), self.now_ms, body)
         };
         tx.insert_event(id, &event, meta).await?;
@@ -270,8 +354,22 @@ impl Batch {
         Ok(None)
     }
 
+    /// Refuses a write of `user` unless they are a member and not muted.
+    async fn check_member<T: Tx>(
+        &self,
+        tx: &mut T,
+        key: &ChatKey,
+        chat: i64,
+        user: &str,
+    ) -> Result<Option<StoreError>, T::Error> {
+        if tx.read_position(chat, user).await?.is_none() {
+            return Ok(Some(StoreError::Forbidden(format!("not a member of {}", key.chat))));
+        }
+        self.check_mute(tx, key, chat, user).await
+    }
+
     fn done(&self, key: &ChatKey, event: Event) -> Outcome {
-        Ok(Written { seq: event.seq, event: Some(event), info: self.rows[key].info() })
+        Ok(Written { seq: event.seq, event: Some(event), info: self.rows[key].info(), at: None })
     }
 
     async fn apply_one<T: Tx>(&mut self, tx: &mut T, write: &Write) -> Result<Outcome, T::Error> {
@@ -287,11 +385,11 @@ impl Batch {
             (None, Write::PutChat { open, .. }) => {
                 let row = tx.create_chat(key, *open, self.now_ms).await?;
                 self.rows.insert(key.clone(), row);
-                return Ok(Ok(Written { event: None, seq: 0, info: row.info() }));
+                return Ok(Ok(Written { event: None, seq: 0, info: row.info(), at: None }));
             }
             (None, _) => return Ok(Err(StoreError::NotFound(format!("no chat {}", key.chat)))),
         };
-        let unchanged = |row: ChatRow, seq: u64| Ok(Ok(Written { event: None, seq, info: row.info() }));
+        let unchanged = |row: ChatRow, seq: u64| Ok(Ok(Written { event: None, seq, info: row.info(), at: None }));
         match write {
             Write::PutChat { open, .. } => {
                 let row = self.rows.get_mut(key).expect("row loaded");
@@ -312,7 +410,7 @@ impl Batch {
                 }
                 tx.add_member(row.id, user, self.now_ms).await?;
                 self.rows.get_mut(key).expect("row loaded").members += 1;
-                let event = self.append(tx, key, EventType::Join, Some(user), empty_body(), None, None).await?;
+                let event = self.append(tx, key, EventType::Join, Some(user), empty_body(), Extras::default()).await?;
                 Ok(self.done(key, event))
             }
             Write::Leave { user, actor, .. } => {
@@ -326,16 +424,13 @@ impl Batch {
                 }
                 let r = self.rows.get_mut(key).expect("row loaded");
                 r.members = r.members.saturating_sub(1);
-                let event = self.append(tx, key, EventType::Leave, Some(user), empty_body(), None, None).await?;
+                let event = self.append(tx, key, EventType::Leave, Some(user), empty_body(), Extras::default()).await?;
                 Ok(self.done(key, event))
             }
-            Write::Append { user, system, body, client_id, member_only, .. } => {
+            Write::Append { user, system, body, client_id, member_only, conv, .. } => {
                 if *member_only {
                     let Some(u) = user else { return Ok(Err(not_member())) };
-                    if tx.read_position(row.id, u).await?.is_none() {
-                        return Ok(Err(not_member()));
-                    }
-                    if let Some(refused) = self.check_mute(tx, key, row.id, u).await? {
+                    if let Some(refused) = self.check_member(tx, key, row.id, u).await? {
                         return Ok(Err(refused));
                     }
                 }
@@ -344,48 +439,45 @@ impl Batch {
                 {
                     return unchanged(row, seq);
                 }
-                let kind = if *system { EventType::System } else { EventType::Message };
-                let event =
-                    self.append(tx, key, kind, user.as_deref(), body.clone(), client_id.as_deref(), None).await?;
-                Ok(self.done(key, event))
+                if *system {
+                    let x = Extras { client_id: client_id.as_deref(), ..Extras::default() };
+                    let event = self.append(tx, key, EventType::System, user.as_deref(), body.clone(), x).await?;
+                    return Ok(self.done(key, event));
+                }
+                self.send_message(tx, key, row, user.as_deref(), body, client_id.as_deref(), conv).await
             }
             Write::React { user, target, emoji, on, .. } => {
-                if tx.read_position(row.id, user).await?.is_none() {
-                    return Ok(Err(not_member()));
-                }
-                if let Some(refused) = self.check_mute(tx, key, row.id, user).await? {
+                if let Some(refused) = self.check_member(tx, key, row.id, user).await? {
                     return Ok(Err(refused));
                 }
                 if *target == 0 || *target > row.seq {
                     return Ok(Err(StoreError::NotFound(format!("no event {target} in {}", key.chat))));
                 }
-                let body = serde_json::json!({"target": target, "emoji": emoji, "on": on});
-                let body = serde_json::value::to_raw_value(&body).expect("reaction body serializes");
-                let event = self.append(tx, key, EventType::Reaction, Some(user), body, None, None).await?;
-                Ok(self.done(key, event))
+                self.react(tx, key, row, user, *target, emoji, *on).await
             }
-            Write::Read { user, seq, .. } => {
+            Write::Read { user, seq, thread: None, .. } => {
                 let Some(position) = tx.read_position(row.id, user).await? else { return Ok(Err(not_member())) };
                 if *seq > row.seq {
-                    return Ok(Err(StoreError::BadRequest(format!(
-                        "seq {seq} is beyond the latest event of {} ({})",
-                        key.chat, row.seq
-                    ))));
+                    return Ok(Err(beyond(key, *seq, row.seq)));
                 }
                 if *seq <= position {
                     return unchanged(row, position);
                 }
                 tx.set_read_position(row.id, user, *seq).await?;
                 let body = RawValue::from_string(format!("{{\"seq\":{seq}}}")).expect("read body is JSON");
-                let event = self.append(tx, key, EventType::Read, Some(user), body, None, None).await?;
+                let event = self.append(tx, key, EventType::Read, Some(user), body, Extras::default()).await?;
                 let info = self.rows[key].info();
-                Ok(Ok(Written { event: Some(event), seq: *seq, info }))
+                Ok(Ok(Written { event: Some(event), seq: *seq, info, at: None }))
             }
-            Write::Edit { user, actor, target, body, .. } => {
-                self.apply_lifecycle(tx, key, row, user.as_deref(), *actor, *target, Some(body)).await
+            Write::Read { user, seq, thread: Some(root), .. } => {
+                self.read_thread(tx, key, row, user, *seq, *root).await
+            }
+            Write::Edit { user, actor, target, body, mentions, .. } => {
+                let change = Change::Edit { body, mentions: mentions.as_deref() };
+                self.apply_lifecycle(tx, key, row, user.as_deref(), *actor, *target, change).await
             }
             Write::Delete { user, actor, target, .. } => {
-                self.apply_lifecycle(tx, key, row, user.as_deref(), *actor, *target, None).await
+                self.apply_lifecycle(tx, key, row, user.as_deref(), *actor, *target, Change::Delete).await
             }
             Write::Ban { user, banned, .. } => {
                 tx.set_banned(row.id, user, *banned).await?;
@@ -394,13 +486,38 @@ impl Batch {
                 }
                 let r = self.rows.get_mut(key).expect("row loaded");
                 r.members = r.members.saturating_sub(1);
-                let event = self.append(tx, key, EventType::Leave, Some(user), empty_body(), None, None).await?;
+                let event = self.append(tx, key, EventType::Leave, Some(user), empty_body(), Extras::default()).await?;
                 Ok(self.done(key, event))
             }
             Write::Mute { user, muted, until_ms, .. } => {
                 let until = muted.then(|| until_ms.unwrap_or(i64::MAX));
                 tx.set_mute(row.id, user, until).await?;
                 unchanged(row, row.seq)
+            }
+            Write::Profile { user, actor, patch, .. } => {
+                if *actor == Actor::Client {
+                    let Some(u) = user else { return Ok(Err(not_member())) };
+                    if let Some(refused) = self.check_member(tx, key, row.id, u).await? {
+                        return Ok(Err(refused));
+                    }
+                }
+                self.profile(tx, key, row, user.as_deref(), patch).await
+            }
+            Write::Pin { user, target, on, .. } => {
+                if let Some(refused) = self.check_member(tx, key, row.id, user).await? {
+                    return Ok(Err(refused));
+                }
+                self.pin(tx, key, row, user, *target, *on).await
+            }
+            Write::StreamText { user, actor, target, text, done, limit, .. } => {
+                if *actor == Actor::Client {
+                    let Some(u) = user else { return Ok(Err(not_member())) };
+                    if tx.read_position(row.id, u).await?.is_none() {
+                        return Ok(Err(not_member()));
+                    }
+                }
+                let ask = stream::Ask { user: user.as_deref(), actor: *actor, target: *target, text, done: *done };
+                self.stream_text(tx, key, row, ask, *limit).await
             }
         }
     }
@@ -415,48 +532,68 @@ impl Batch {
         user: Option<&str>,
         actor: Actor,
         target: u64,
-        body: Option<&RawValue>,
+        change: Change<'_>,
     ) -> Result<Outcome, T::Error> {
         if actor == Actor::Client {
             let Some(u) = user else { return Ok(Err(StoreError::Forbidden("a client edit needs a user".into()))) };
-            if tx.read_position(row.id, u).await?.is_none() {
-                return Ok(Err(StoreError::Forbidden(format!("not a member of {}", key.chat))));
-            }
-            if let Some(refused) = self.check_mute(tx, key, row.id, u).await? {
+            if let Some(refused) = self.check_member(tx, key, row.id, u).await? {
                 return Ok(Err(refused));
             }
         }
-        let found = match target {
-            0 => None,
-            t if t > row.seq => None,
-            t => tx.load_message(row.id, t).await?,
-        };
-        let message = match found {
-            Some(m) if !m.deleted => m,
-            _ => {
-                return Ok(Err(StoreError::NotFound(format!(
-                    "no message {target} in {} (or it was deleted)",
-                    key.chat
-                ))));
-            }
+        let Some(mut message) = self.live_message(tx, row, target).await? else {
+            return Ok(Err(no_message(key, target)));
         };
         if actor == Actor::Client && message.user.as_deref() != user {
             return Ok(Err(StoreError::Forbidden(format!("message {target} is another user's"))));
         }
-        let (kind, event_body) = match body {
-            Some(b) => (EventType::Edit, edit_body(target, b)),
-            None => (
-                EventType::Delete,
-                RawValue::from_string(format!("{{\"target\":{target}}}")).expect("delete body is JSON"),
-            ),
-        };
-        let event = self.append(tx, key, kind, user, event_body, None, Some(target)).await?;
-        match body {
-            Some(b) => tx.edit_message(row.id, target, b, event.seq).await?,
-            None => tx.erase_message(row.id, target).await?,
+        match change {
+            Change::Edit { body, mentions } => {
+                if message.stream == Some(StreamState::Open) {
+                    return Ok(Err(StoreError::BadRequest(format!(
+                        "message {target} is a stream still open: append to it, or end it with \"done\""
+                    ))));
+                }
+                let x = Extras { target: Some(target), mentions, ..Extras::default() };
+                let event = self.append(tx, key, EventType::Edit, user, edit_body(target, body), x).await?;
+                tx.edit_message(row.id, target, body, event.seq).await?;
+                if let Some(mentions) = mentions {
+                    self.remention(tx, row, target, &mut message, mentions).await?;
+                    tx.save_message(row.id, target, &message).await?;
+                }
+                Ok(self.done(key, event))
+            }
+            Change::Delete => {
+                let body = RawValue::from_string(format!("{{\"target\":{target}}}")).expect("delete body is JSON");
+                let x = Extras { target: Some(target), ..Extras::default() };
+                let event = self.append(tx, key, EventType::Delete, user, body, x).await?;
+                tx.erase_message(row.id, target).await?;
+                self.forget(tx, key, row, target, &mut message).await?;
+                Ok(self.done(key, event))
+            }
         }
-        Ok(self.done(key, event))
     }
+
+    /// Message `target` of the chat if it exists and is not deleted.
+    async fn live_message<T: Tx>(&self, tx: &mut T, row: ChatRow, target: u64) -> Result<Option<MessageRow>, T::Error> {
+        if target == 0 || target > row.seq {
+            return Ok(None);
+        }
+        Ok(tx.load_message(row.id, target).await?.filter(|m| !m.deleted))
+    }
+}
+
+/// What `apply_lifecycle` does to its target.
+enum Change<'a> {
+    Edit { body: &'a RawValue, mentions: Option<&'a [String]> },
+    Delete,
+}
+
+fn no_message(key: &ChatKey, target: u64) -> StoreError {
+    StoreError::NotFound(format!("no message {target} in {} (or it was deleted)", key.chat))
+}
+
+fn beyond(key: &ChatKey, seq: u64, head: u64) -> StoreError {
+    StoreError::BadRequest(format!("seq {seq} is beyond the latest event of {} ({head})", key.chat))
 }
 
 fn empty_body() -> Box<RawValue> {

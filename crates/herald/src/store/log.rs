@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use herald_protocol::Event;
+use herald_protocol::request::ProfilePatch;
 use serde_json::value::RawValue;
 
 use super::{BoxFuture, StoreError};
@@ -46,6 +47,8 @@ pub enum Write {
         body: Box<RawValue>,
         client_id: Option<String>,
         member_only: bool,
+        /// v1.2: where the message stands in its chat (thread, quote, mentions, stream).
+        conv: Conversation,
     },
     React {
         key: ChatKey,
@@ -54,10 +57,12 @@ pub enum Write {
         emoji: String,
         on: bool,
     },
+    /// The user's read position in the chat, or (v1.2) in the thread under root `thread`.
     Read {
         key: ChatKey,
         user: Arc<str>,
         seq: u64,
+        thread: Option<u64>,
     },
     /// Creates the chat or sets whether it is open; stores no event.
     PutChat {
@@ -74,6 +79,8 @@ pub enum Write {
         actor: Actor,
         target: u64,
         body: Box<RawValue>,
+        /// v1.2: the message's mentions from now on (`None` keeps them).
+        mentions: Option<Vec<String>>,
     },
     /// A `delete` event of message `target`, which erases the target's body
     /// and the bodies of its edits. Same rules as `Edit`.
@@ -97,6 +104,48 @@ pub enum Write {
         muted: bool,
         until_ms: Option<i64>,
     },
+    // v1.2: conversations.
+    /// Changes the chat's profile; stores a `profile` event when something changed.
+    /// A client must be a member and not muted; the server API (`Actor::Admin`) stores it with no user.
+    Profile {
+        key: ChatKey,
+        user: Option<Arc<str>>,
+        actor: Actor,
+        patch: ProfilePatch,
+    },
+    /// Pins (`on`) or unpins message `target`; stores a `pin` event when its state changes.
+    Pin {
+        key: ChatKey,
+        user: Arc<str>,
+        target: u64,
+        on: bool,
+    },
+    /// Adds `text` to the end of streamed message `target`'s text; with `done`, ends the stream with
+    /// an `edit` event of the final body. A client (`Actor::Client`) may extend only its own stream;
+    /// the server API and the server's timeout (`Actor::Admin`) any. The whole body stays within
+    /// `limit` bytes. An `Actor::Admin` end of a stream that is no longer open changes nothing.
+    StreamText {
+        key: ChatKey,
+        user: Option<Arc<str>>,
+        actor: Actor,
+        target: u64,
+        text: String,
+        done: bool,
+        limit: usize,
+    },
+}
+
+/// v1.2: what a `message` says about its place in the chat, beside its body.
+#[derive(Debug, Clone, Default)]
+pub struct Conversation {
+    /// The root of the thread it replies in.
+    pub thread: Option<u64>,
+    /// The message it quotes.
+    pub quote: Option<u64>,
+    /// The users it mentions, without duplicates, in the order given.
+    pub mentions: Option<Vec<String>>,
+    /// Sent with `"stream": true`: its text grows by appends until the stream ends.
+    pub stream: bool,
 }
 
 impl Write {
@@ -111,7 +160,10 @@ impl Write {
             | Write::Edit { key, .. }
             | Write::Delete { key, .. }
             | Write::Ban { key, .. }
-            | Write::Mute { key, .. } => key,
+            | Write::Mute { key, .. }
+            | Write::Profile { key, .. }
+            | Write::Pin { key, .. }
+            | Write::StreamText { key, .. } => key,
         }
     }
 }
@@ -126,6 +178,9 @@ pub struct Written {
     pub seq: u64,
     /// The chat after the write.
     pub info: ChatInfo,
+    /// `StreamText`: the text's length before the appended text, in UTF-16 code units (an
+    /// `append` push's `at`); `None` when nothing was appended.
+    pub at: Option<u64>,
 }
 
 /// A page of a chat's log.

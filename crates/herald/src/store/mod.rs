@@ -18,6 +18,7 @@
 //! | revocations | [`RevocationList`] | `revocations.rs` | `sqlite/revocations.rs` | `postgres/revocations.rs` |
 //! | webhook positions | [`WebhookPositions`] | `webhook.rs` | `sqlite/webhook.rs` | `postgres/webhook.rs` |
 //! | lifecycle: ready, close, shards | [`Lifecycle`] | `lifecycle.rs` | `sqlite/mod.rs` | `postgres/mod.rs` |
+//! | v1.2 conversations: profiles, chat and member lists, threads, pins, reactions, streams | [`Conversations`] | `conversations.rs` | `sqlite/conversations.rs` | `postgres/conversations.rs` |
 //!
 //! [`sharded`] routes every capability over PostgreSQL shards (by chat, or
 //! to every shard and merged), behind each shard's bulkhead and breaker.
@@ -54,6 +55,8 @@
 
 mod apply;
 pub(crate) use apply::now_ms;
+mod columns;
+mod conversations;
 mod lifecycle;
 mod log;
 mod members;
@@ -68,8 +71,9 @@ pub mod sharded;
 pub mod sqlite;
 mod webhook;
 
+pub use conversations::{Conversations, ThreadCursor, id_cursor, id_from_cursor, thread_order};
 pub use lifecycle::{Lifecycle, ShardStatus};
-pub use log::{Actor, EventLog, Fetched, Write, Written};
+pub use log::{Actor, Conversation, EventLog, Fetched, Write, Written};
 pub use members::{InboxCursor, Member, Membership, inbox_order, unread};
 pub use moderation::Moderation;
 pub use revocations::{Revocation, RevocationList, Revoked};
@@ -114,6 +118,9 @@ pub enum StoreError {
     Forbidden(String),
     #[error("{0}")]
     BadRequest(String),
+    /// v1.2: a streamed message's body would grow past the body limit.
+    #[error("{0}")]
+    TooLarge(String),
     /// The backend cannot take or finish the operation now; retrying later may work.
     #[error("{0}")]
     Unavailable(String),
@@ -125,9 +132,15 @@ pub enum StoreError {
 /// Everything a store keeps: the union of the capabilities, so that a
 /// caller can hold one `Arc<dyn Store>` and call any of them. Implemented
 /// for every type that has every capability; nothing implements it by hand.
-pub trait Store: EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle {}
+pub trait Store:
+    EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations
+{
+}
 
-impl<T> Store for T where T: EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + ?Sized {}
+impl<T> Store for T where
+    T: EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations + ?Sized
+{
+}
 
 /// For test fakes of a store: implements whole capabilities the fake does
 /// not keep, each method answering `Unavailable`, so a fake of the log
@@ -243,6 +256,85 @@ macro_rules! not_kept {
             }
             fn shards(&self) -> Vec<$crate::store::ShardStatus> {
                 Vec::new()
+            }
+        }
+    };
+    (@ $ty:ty, Conversations) => {
+        impl $crate::store::Conversations for $ty {
+            fn chat_view<'a>(
+                &'a self,
+                _: &'a $crate::model::ChatKey,
+            ) -> $crate::store::BoxFuture<
+                'a,
+                Result<Option<($crate::model::ChatInfo, herald_protocol::reply::Profile)>, $crate::store::StoreError>,
+            > {
+                $crate::store::not_kept!(@answer "profiles")
+            }
+            fn chat_list<'a>(
+                &'a self,
+                _: &'a str,
+                _: Option<&'a str>,
+                _: u32,
+            ) -> $crate::store::BoxFuture<'a, Result<Vec<herald_protocol::reply::ChatView>, $crate::store::StoreError>>
+            {
+                $crate::store::not_kept!(@answer "chat lists")
+            }
+            fn member_list<'a>(
+                &'a self,
+                _: &'a $crate::model::ChatKey,
+                _: Option<&'a str>,
+                _: u32,
+            ) -> $crate::store::BoxFuture<
+                'a,
+                Result<(Vec<herald_protocol::reply::MemberEntry>, u64), $crate::store::StoreError>,
+            > {
+                $crate::store::not_kept!(@answer "member lists")
+            }
+            fn thread_fetch<'a>(
+                &'a self,
+                _: &'a $crate::model::ChatKey,
+                _: Option<&'a str>,
+                _: u64,
+                _: u64,
+                _: u32,
+            ) -> $crate::store::BoxFuture<'a, Result<$crate::store::Fetched, $crate::store::StoreError>> {
+                $crate::store::not_kept!(@answer "threads")
+            }
+            fn thread_list<'a>(
+                &'a self,
+                _: &'a str,
+                _: &'a str,
+                _: Option<&'a str>,
+                _: Option<&'a $crate::store::ThreadCursor>,
+                _: u32,
+            ) -> $crate::store::BoxFuture<'a, Result<Vec<herald_protocol::reply::ThreadEntry>, $crate::store::StoreError>>
+            {
+                $crate::store::not_kept!(@answer "threads")
+            }
+            fn pin_list<'a>(
+                &'a self,
+                _: &'a $crate::model::ChatKey,
+            ) -> $crate::store::BoxFuture<'a, Result<Vec<herald_protocol::reply::PinEntry>, $crate::store::StoreError>>
+            {
+                $crate::store::not_kept!(@answer "pins")
+            }
+            fn reaction_users<'a>(
+                &'a self,
+                _: &'a $crate::model::ChatKey,
+                _: u64,
+                _: usize,
+            ) -> $crate::store::BoxFuture<
+                'a,
+                Result<std::collections::BTreeMap<String, Vec<String>>, $crate::store::StoreError>,
+            > {
+                $crate::store::not_kept!(@answer "reactions")
+            }
+            fn idle_streams(
+                &self,
+                _: i64,
+                _: u32,
+            ) -> $crate::store::BoxFuture<'_, Result<Vec<($crate::model::ChatKey, u64)>, $crate::store::StoreError>> {
+                $crate::store::not_kept!(@answer "streams")
             }
         }
     };

@@ -21,11 +21,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_protocol::reply::InboxEntry;
+use std::collections::BTreeMap;
+
+use herald_protocol::reply::{ChatView, InboxEntry, MemberEntry, PinEntry, Profile, ThreadEntry};
 
 use super::{
-    BoxFuture, EventLog, Fetched, InboxCursor, Lifecycle, Member, Membership, Moderation, RevocationList, Revoked,
-    ShardName, ShardStatus, Store, StoreError, Undelivered, WebhookAck, WebhookPositions, Write, Written,
+    BoxFuture, Conversations, EventLog, Fetched, InboxCursor, Lifecycle, Member, Membership, Moderation,
+    RevocationList, Revoked, ShardName, ShardStatus, Store, StoreError, ThreadCursor, Undelivered, WebhookAck,
+    WebhookPositions, Write, Written,
 };
 use crate::guard::{Breaker, BreakerConfig, BreakerState, Bulkhead};
 use crate::hashing::rendezvous;
@@ -276,6 +279,91 @@ impl Membership for Sharded {
     ) -> BoxFuture<'a, Result<Option<InboxEntry>, StoreError>> {
         let shard = self.shard(key);
         Box::pin(shard.guarded(shard.store.inbox_entry(key, user)))
+    }
+}
+
+/// v1.2: a chat's reads go to its shard; the workspace's chat list, a user's threads and the
+/// open streams to every shard, merged in their order ([`Sharded::merged`]).
+impl Conversations for Sharded {
+    fn chat_view<'a>(&'a self, key: &'a ChatKey) -> BoxFuture<'a, Result<Option<(ChatInfo, Profile)>, StoreError>> {
+        let shard = self.shard(key);
+        Box::pin(shard.guarded(shard.store.chat_view(key)))
+    }
+
+    fn chat_list<'a>(
+        &'a self,
+        ws: &'a str,
+        after: Option<&'a str>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<ChatView>, StoreError>> {
+        Box::pin(self.merged(move |s| s.chat_list(ws, after, limit), |a, b| a.chat.cmp(&b.chat), limit as usize + 1))
+    }
+
+    fn member_list<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        after: Option<&'a str>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<(Vec<MemberEntry>, u64), StoreError>> {
+        let shard = self.shard(key);
+        Box::pin(shard.guarded(shard.store.member_list(key, after, limit)))
+    }
+
+    fn thread_fetch<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        member: Option<&'a str>,
+        root: u64,
+        after: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Fetched, StoreError>> {
+        let shard = self.shard(key);
+        Box::pin(shard.guarded(shard.store.thread_fetch(key, member, root, after, limit)))
+    }
+
+    fn thread_list<'a>(
+        &'a self,
+        ws: &'a str,
+        user: &'a str,
+        chat: Option<&'a str>,
+        after: Option<&'a ThreadCursor>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<ThreadEntry>, StoreError>> {
+        if let Some(chat) = chat {
+            let shard = self.shard(&ChatKey::new(ws, chat));
+            return Box::pin(shard.guarded(shard.store.thread_list(ws, user, Some(chat), after, limit)));
+        }
+        Box::pin(self.merged(
+            move |s| s.thread_list(ws, user, None, after, limit),
+            super::thread_order,
+            limit as usize + 1,
+        ))
+    }
+
+    fn pin_list<'a>(&'a self, key: &'a ChatKey) -> BoxFuture<'a, Result<Vec<PinEntry>, StoreError>> {
+        let shard = self.shard(key);
+        Box::pin(shard.guarded(shard.store.pin_list(key)))
+    }
+
+    fn reaction_users<'a>(
+        &'a self,
+        key: &'a ChatKey,
+        target: u64,
+        per_emoji: usize,
+    ) -> BoxFuture<'a, Result<BTreeMap<String, Vec<String>>, StoreError>> {
+        let shard = self.shard(key);
+        Box::pin(shard.guarded(shard.store.reaction_users(key, target, per_emoji)))
+    }
+
+    /// Each shard's oldest, together: a shard that fails leaves its streams for the next sweep.
+    fn idle_streams(&self, idle_before_ms: i64, limit: u32) -> BoxFuture<'_, Result<Vec<(ChatKey, u64)>, StoreError>> {
+        Box::pin(async move {
+            let parts = futures_util::future::join_all(
+                self.shards.iter().map(|s| s.guarded(s.store.idle_streams(idle_before_ms, limit))),
+            )
+            .await;
+            Ok(parts.into_iter().flat_map(|p| p.unwrap_or_default()).collect())
+        })
     }
 }
 

@@ -129,3 +129,67 @@ pub async fn a_live_inbox_hears_of_what_happens_on_the_other_nodes(nodes: &[Test
     phone.ok(json!({"op": "leave", "chat": "g"})).await;
     assert_eq!(inbox_of(&mut alice, "g").await["left"], true);
 }
+
+/// v1.2 across nodes: a thread reply, a mention, a pin, reactions and a streamed text made on one
+/// node are seen the same from another: pushed live (the stream's appends too, in order), counted
+/// in the other user's inbox and threads, and in the stored view either node answers. `nodes`: two
+/// nodes of one cell; `settle`: how long a new subscription takes to reach every broker server.
+pub async fn conversations_look_the_same_from_every_node(nodes: &[TestServer], settle: Duration) {
+    let mut alice = nodes[0].client("w", "alice").await;
+    let mut bob = nodes[1].client("w", "bob").await;
+    alice.ok(json!({"op": "join", "chat": "conv"})).await;
+    bob.ok(json!({"op": "join", "chat": "conv"})).await;
+    alice.ok(json!({"op": "watch", "chat": "conv"})).await;
+    alice.ok(json!({"op": "inbox", "live": true})).await;
+    tokio::time::sleep(settle).await;
+
+    let root = alice.ok(json!({"op": "send", "chat": "conv", "body": "plan?"})).await["seq"].as_u64().unwrap();
+    let reply = bob
+        .ok(json!({"op": "send", "chat": "conv", "body": "@alice yes", "thread": root, "mentions": ["alice"]}))
+        .await;
+    let reply = reply["seq"].as_u64().unwrap();
+    bob.ok(json!({"op": "react", "chat": "conv", "target": root, "emoji": "+1"})).await;
+    bob.ok(json!({"op": "pin", "chat": "conv", "target": root})).await;
+    let pushed = alice.events("conv", 4).await;
+    assert_eq!((pushed[1]["seq"].as_u64(), pushed[1]["thread"].as_u64()), (Some(reply), Some(root)));
+    // The live inbox on node-0 counts what node-1 stored.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let p = inbox_of(&mut alice, "conv").await;
+        if p["mentions"] == 1 && p["threads"] == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the live inbox never counted bob's reply: {p}");
+    }
+
+    // A stream from node-1, watched on node-0: every append in order, then the final edit.
+    let target = bob.ok(json!({"op": "send", "chat": "conv", "body": {"text": ""}, "stream": true})).await["seq"]
+        .as_u64()
+        .unwrap();
+    let words: Vec<String> = (0..30).map(|i| format!("w{i} ")).collect();
+    for w in &words {
+        bob.ok(json!({"op": "append", "chat": "conv", "target": target, "text": w})).await;
+    }
+    let mut text = String::new();
+    while text.len() < words.concat().len() {
+        let p = push_of(&mut alice, "append", Duration::from_secs(3)).await.expect("the appends cross nodes");
+        assert_eq!(p["at"].as_u64(), Some(text.encode_utf16().count() as u64), "{p}");
+        text.push_str(p["text"].as_str().unwrap());
+    }
+    assert_eq!(text, words.concat());
+    bob.ok(json!({"op": "append", "chat": "conv", "target": target, "text": "", "done": true})).await;
+
+    // Both nodes answer the same stored view, and the same threads.
+    let a = alice.ok(json!({"op": "fetch", "chat": "conv", "after": 0})).await;
+    let b = bob.ok(json!({"op": "fetch", "chat": "conv", "after": 0})).await;
+    assert_eq!(a["events"], b["events"]);
+    let view = |seq: u64| a["events"].as_array().unwrap().iter().find(|e| e["seq"] == seq).cloned().unwrap();
+    assert_eq!(view(root)["replies"], json!({"count": 1, "last": reply}));
+    assert_eq!((view(root)["reactions"].clone(), view(root)["pinned"].clone()), (json!({"+1": 1}), json!(true)));
+    assert_eq!((view(target)["body"]["text"].clone(), view(target)["stream"].clone()), (json!(text), json!("done")));
+    let threads = alice.ok(json!({"op": "threads"})).await;
+    assert_eq!(
+        (threads["threads"][0]["unread"].clone(), threads["threads"][0]["last"]["seq"].as_u64()),
+        (json!(1), Some(reply))
+    );
+}

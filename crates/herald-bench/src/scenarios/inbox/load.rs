@@ -90,6 +90,7 @@ fn to_write(key: &ChatKey, members: &[Arc<str>], seq: u64, step: &Step) -> Write
             body: RawValue::from_string(format!(r#"{{"n":{seq}}}"#)).expect("a number is JSON"),
             client_id: None,
             member_only: true,
+            conv: Default::default(),
         },
         Step::React { user, target } => {
             Write::React { key, user: members[user].clone(), target, emoji: "+1".into(), on: true }
@@ -97,6 +98,6 @@ fn to_write(key: &ChatKey, members: &[Arc<str>], seq: u64, step: &Step) -> Write
         Step::Delete { user, target } => {
             Write::Delete { key, user: Some(members[user].clone()), actor: Actor::Client, target }
         }
-        Step::Read { seq } => Write::Read { key, user: members[0].clone(), seq },
+        Step::Read { seq } => Write::Read { key, user: members[0].clone(), seq, thread: None },
     }
 }

@@ -12,6 +12,7 @@ use super::log::{event_from_row_at, select_chat};
 use super::{PgShard, pg_unavailable};
 use crate::model::ChatKey;
 use crate::store::apply;
+use crate::store::columns::{POSTGRES, event_columns, parse_profile, thread_unread_sql};
 use crate::store::{BoxFuture, InboxCursor, Member, Membership, StoreError};
 
 impl Membership for PgShard {
@@ -53,8 +54,7 @@ impl Membership for PgShard {
             let conn = self.conn().await?;
             let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
             let (ts, chat) = after.map_or((i64::MAX, ""), |c| (c.ts, c.chat.as_str()));
-            let sql = INBOX_SQL.replace(
-                "{filter}",
+            let sql = inbox_sql(
                 r#"m."user" = $1 AND c.ws = $2 AND (c.last_ts < $3 OR (c.last_ts = $3 AND c.chat > $4))
                    ORDER BY c.last_ts DESC, c.chat LIMIT $5"#,
             );
@@ -94,7 +94,7 @@ impl Membership for PgShard {
         Box::pin(async move {
             let conn = self.conn().await?;
             let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-            let sql = INBOX_SQL.replace("{filter}", r#"m."user" = $1 AND c.ws = $2 AND c.chat = $3"#);
+            let sql = inbox_sql(r#"m."user" = $1 AND c.ws = $2 AND c.chat = $3"#);
             let stmt = conn.prepare_cached(&sql).await.map_err(fail)?;
             let row = conn.query_opt(&stmt, &[&user, &&*key.ws, &&*key.chat]).await.map_err(fail)?;
             row.as_ref().map(inbox_entry_from_row).transpose()
@@ -104,8 +104,9 @@ impl Membership for PgShard {
 
 /// The inbox's query (see the SQLite store's, which this one mirrors): the
 /// chats chosen by `{filter}`, each with the counts its unread number is
-/// made of and its latest message as fetch shows it. Each count is an index
-/// lookup; no chat's history is read.
+/// made of, its profile, its threads' and mentions' counts and its latest
+/// message as fetch shows it. Each count is an index lookup; no chat's
+/// history is read.
 const INBOX_SQL: &str = r#"
 SELECT p.chat, p.seq, p.last_ts, p.read_seq, p.messages,
     coalesce((SELECT e.ord FROM events e WHERE e.chat_id = p.id AND e.seq <= p.read_seq AND e.ord IS NOT NULL
@@ -115,21 +116,35 @@ SELECT p.chat, p.seq, p.last_ts, p.read_seq, p.messages,
     coalesce((SELECT e.user_ord FROM events e WHERE e.chat_id = p.id AND e."user" = p."user"
               AND e.seq <= p.read_seq AND e.ord IS NOT NULL ORDER BY e.seq DESC LIMIT 1), 0),
     (SELECT count(*) FROM events e WHERE e.chat_id = p.id AND e.deleted AND e.seq > p.read_seq
-              AND e."user" IS DISTINCT FROM p."user"),
-    l.seq, l.type, l."user", l.ts, l.body, l.client_id, l.edited, l.deleted
-FROM (SELECT c.id, c.chat, c.seq, c.last_ts, c.messages, c.last_message, m.read_seq, m."user"
+              AND e."user" IS DISTINCT FROM p."user" AND e.thread IS NULL),
+    p.profile,
+    (SELECT coalesce(sum({threads}), 0)::bigint FROM thread_reads t
+       JOIN events r ON r.chat_id = t.chat_id AND r.seq = t.root
+      WHERE t.chat_id = p.id AND t."user" = p."user" AND t.follows),
+    (SELECT count(*) FROM mentions n WHERE n.chat_id = p.id AND n."user" = p."user" AND n.seq > p.read_seq),
+    {last}
+FROM (SELECT c.id, c.chat, c.seq, c.last_ts, c.messages, c.last_message, c.profile, m.read_seq, m."user"
         FROM members m JOIN chats c ON c.id = m.chat_id
        WHERE {filter}) AS p
 LEFT JOIN events l ON l.chat_id = p.id AND l.seq = p.last_message
 ORDER BY p.last_ts DESC, p.chat
 "#;
 
+/// [`INBOX_SQL`] with `filter`.
+fn inbox_sql(filter: &str) -> String {
+    INBOX_SQL
+        .replace("{threads}", &thread_unread_sql(&POSTGRES))
+        .replace("{last}", &event_columns("l.", true))
+        .replace("{filter}", filter)
+}
+
 fn inbox_entry_from_row(r: &tokio_postgres::Row) -> Result<InboxEntry, StoreError> {
     let n = |i: usize| r.get::<_, i64>(i) as u64;
-    let last = match r.get::<_, Option<i64>>(9) {
+    let last = match r.get::<_, Option<i64>>(12) {
         None => None,
-        Some(_) => Some(event_from_row_at(r, 9)?),
+        Some(_) => Some(event_from_row_at(r, 12)?),
     };
+    let profile: Option<String> = r.get(9);
     Ok(InboxEntry {
         chat: r.get(0),
         seq: n(1),
@@ -137,10 +152,9 @@ fn inbox_entry_from_row(r: &tokio_postgres::Row) -> Result<InboxEntry, StoreErro
         read: n(3),
         unread: crate::store::unread(n(4), n(5), n(6), n(7), n(8)),
         last,
-        // v1.2 fields: not stored until the server builds them.
-        profile: None,
-        threads: None,
-        mentions: None,
+        profile: Some(parse_profile(profile.as_deref())),
+        threads: Some(r.get::<_, i64>(10).max(0) as u64),
+        mentions: Some(n(11)),
     })
 }
 

@@ -18,6 +18,7 @@
 //! Not here: routing between shards, bulkheads and breakers (`sharded`);
 //! parsing `--store` entries (`shard_spec`); the TLS client (`pg_tls`).
 
+mod conversations;
 mod log;
 mod members;
 mod moderation;

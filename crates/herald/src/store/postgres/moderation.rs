@@ -22,7 +22,7 @@ impl Moderation for PgShard {
             let stmt = conn
                 .prepare_cached(
                     r#"SELECT c.chat, e.seq FROM chats c JOIN events e ON e.chat_id = c.id
-                        WHERE c.ws = $1 AND e."user" = $2 AND e.ord IS NOT NULL AND NOT e.deleted
+                        WHERE c.ws = $1 AND e."user" = $2 AND e.type = 'message' AND NOT e.deleted
                           AND (c.chat COLLATE "C" > $3 OR (c.chat = $3 AND e.seq > $4))
                         ORDER BY c.chat COLLATE "C", e.seq LIMIT $5"#,
                 )

@@ -135,3 +135,77 @@ CREATE TABLE IF NOT EXISTS revocations (
 CREATE INDEX IF NOT EXISTS revocations_stored ON revocations (stored_ms);
 
 INSERT INTO herald_schema (version) VALUES (4) ON CONFLICT DO NOTHING;
+
+-- Version 5 (protocol v1.2): conversations. Every row stored before is a
+-- message outside any thread with no mentions, pins or stream, so the
+-- defaults are its values; reactions on now start from the log once, here.
+ALTER TABLE chats ADD COLUMN IF NOT EXISTS pins bigint NOT NULL DEFAULT 0;         -- pinned messages, as a count
+ALTER TABLE chats ADD COLUMN IF NOT EXISTS profile text;                           -- {name, image, data}; NULL until set
+ALTER TABLE chats ADD COLUMN IF NOT EXISTS profile_seq bigint NOT NULL DEFAULT 0;  -- the latest profile event
+ALTER TABLE events ADD COLUMN IF NOT EXISTS thread bigint;      -- replies: their thread's root
+ALTER TABLE events ADD COLUMN IF NOT EXISTS quote bigint;       -- messages: the message quoted
+ALTER TABLE events ADD COLUMN IF NOT EXISTS mentions text;      -- messages: mentions now; edits: as given (JSON array)
+ALTER TABLE events ADD COLUMN IF NOT EXISTS tord bigint;        -- replies: place among the root's replies
+ALTER TABLE events ADD COLUMN IF NOT EXISTS tuser_ord bigint;   -- replies: place among the sender's replies in it
+ALTER TABLE events ADD COLUMN IF NOT EXISTS replies bigint NOT NULL DEFAULT 0;        -- roots: replies not deleted
+ALTER TABLE events ADD COLUMN IF NOT EXISTS replies_total bigint NOT NULL DEFAULT 0;  -- roots: every reply stored
+ALTER TABLE events ADD COLUMN IF NOT EXISTS last_reply bigint NOT NULL DEFAULT 0;     -- roots: latest reply not deleted
+ALTER TABLE events ADD COLUMN IF NOT EXISTS pinned boolean NOT NULL DEFAULT false;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS pin_seq bigint NOT NULL DEFAULT 0;        -- the latest pin event of it
+ALTER TABLE events ADD COLUMN IF NOT EXISTS pin_user text;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS reactions text;     -- messages: {emoji: count} of reactions on now
+ALTER TABLE events ADD COLUMN IF NOT EXISTS stream bigint;      -- messages sent as streams: 1 open, 2 done
+ALTER TABLE events ADD COLUMN IF NOT EXISTS stream_ms bigint;   -- open streams: when they last grew
+
+-- The reactions on now, one row per (target, emoji, user).
+CREATE TABLE IF NOT EXISTS reactions (
+    chat_id bigint NOT NULL,
+    target  bigint NOT NULL,
+    emoji   text   NOT NULL,
+    "user"  text   NOT NULL,
+    PRIMARY KEY (chat_id, target, emoji, "user")
+);
+-- Who each message mentions now, its sender left out: the inbox's mention counts.
+CREATE TABLE IF NOT EXISTS mentions (
+    chat_id bigint NOT NULL,
+    "user"  text   NOT NULL,
+    seq     bigint NOT NULL,
+    PRIMARY KEY (chat_id, "user", seq)
+);
+CREATE INDEX IF NOT EXISTS mentions_message ON mentions (chat_id, seq);
+-- A user's place in a thread: followed (sent its root, replied, was mentioned) and read to.
+CREATE TABLE IF NOT EXISTS thread_reads (
+    chat_id  bigint  NOT NULL,
+    root     bigint  NOT NULL,
+    "user"   text    NOT NULL,
+    read_seq bigint  NOT NULL,
+    follows  boolean NOT NULL,
+    PRIMARY KEY (chat_id, root, "user")
+);
+CREATE INDEX IF NOT EXISTS thread_reads_user ON thread_reads ("user", chat_id, root) WHERE follows;
+CREATE INDEX IF NOT EXISTS events_thread ON events (chat_id, thread, seq, tord) WHERE thread IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_thread_own ON events (chat_id, thread, "user", seq, tuser_ord) WHERE thread IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_pinned ON events (chat_id, pin_seq) WHERE pinned;
+CREATE INDEX IF NOT EXISTS events_open_streams ON events (stream_ms) WHERE stream = 1;
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM herald_schema WHERE version = 5) THEN
+        INSERT INTO reactions (chat_id, target, emoji, "user")
+        SELECT chat_id, target, emoji, "user" FROM (
+            SELECT e.chat_id, (e.body::jsonb ->> 'target')::bigint AS target, e.body::jsonb ->> 'emoji' AS emoji,
+                   e."user", (e.body::jsonb ->> 'on')::boolean AS on_now,
+                   row_number() OVER (PARTITION BY e.chat_id, e.body::jsonb ->> 'target', e.body::jsonb ->> 'emoji',
+                                      e."user" ORDER BY e.seq DESC) AS n
+              FROM events e WHERE e.type = 'reaction') AS latest
+         WHERE n = 1 AND on_now AND target IS NOT NULL AND emoji IS NOT NULL AND "user" IS NOT NULL
+        ON CONFLICT DO NOTHING;
+        UPDATE events SET reactions = counts.c FROM (
+            SELECT chat_id, target, json_object_agg(emoji, n)::text AS c FROM (
+                SELECT chat_id, target, emoji, count(*) AS n FROM reactions GROUP BY chat_id, target, emoji) AS g
+             GROUP BY chat_id, target) AS counts
+         WHERE events.chat_id = counts.chat_id AND events.seq = counts.target AND events.type = 'message';
+    END IF;
+END $$;
+
+INSERT INTO herald_schema (version) VALUES (5) ON CONFLICT DO NOTHING;

@@ -34,7 +34,8 @@ impl WebhookPositions for PgShard {
             let pending = conn.query(&stmt, &[&i64::from(chats)]).await.map_err(fail)?;
             let events_stmt = conn
                 .prepare_cached(
-                    r#"SELECT seq, type, "user", ts, body, client_id, edited, deleted FROM events
+                    r#"SELECT seq, type, "user", ts, body, client_id, edited, deleted, thread, quote, mentions, replies,
+                              last_reply, pinned, reactions, stream FROM events
                        WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"#,
                 )
                 .await

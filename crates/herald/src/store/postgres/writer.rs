@@ -11,11 +11,12 @@ use herald_protocol::Event;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
-use super::log::chat_row;
+use super::log::{MESSAGE_COLUMNS, chat_row, message_row};
 use super::schema::ensure_schema;
 use super::{BATCH_TIMEOUT, Checked, MAX_BATCH, shard_failed};
 use crate::model::ChatKey;
 use crate::store::apply::{self, ChatRow, EventMeta, MessageRow, Reply, Stored, Tx};
+use crate::store::columns::{json_list, reaction_counts, stream_code};
 use crate::store::shard_spec::chain;
 use crate::store::{Write, sql_seq};
 
@@ -109,6 +110,10 @@ struct PendingEvent {
     body: String,
     client_id: Option<String>,
     meta: EventMeta,
+    thread: Option<i64>,
+    quote: Option<i64>,
+    mentions: Option<String>,
+    stream: Option<i64>,
 }
 
 impl<'a, 'b> PgTx<'a, 'b> {
@@ -175,7 +180,18 @@ impl<'a, 'b> PgTx<'a, 'b> {
         let (mut ts, mut bodies, mut cids) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
         let (mut ords, mut user_ords, mut targets) =
             (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut threads, mut quotes, mut mentions) =
+            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut tords, mut tuser_ords, mut streams, mut stream_ms) =
+            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
         for e in self.new_events.drain(..) {
+            threads.push(e.thread);
+            quotes.push(e.quote);
+            mentions.push(e.mentions);
+            tords.push(e.meta.tord.map(sql_seq));
+            tuser_ords.push(e.meta.tuser_ord.map(sql_seq));
+            streams.push(e.stream);
+            stream_ms.push(e.stream.map(|_| e.ts));
             ords.push(e.meta.ord.map(|v| v as i64));
             user_ords.push(e.meta.user_ord.map(|v| v as i64));
             targets.push(e.meta.target.map(sql_seq));
@@ -188,10 +204,31 @@ impl<'a, 'b> PgTx<'a, 'b> {
             cids.push(e.client_id);
         }
         self.exec(
-            r#"INSERT INTO events (chat_id, seq, type, "user", ts, body, client_id, ord, user_ord, target)
+            r#"INSERT INTO events (chat_id, seq, type, "user", ts, body, client_id, ord, user_ord, target,
+                                  thread, quote, mentions, tord, tuser_ord, stream, stream_ms)
                SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[],
-                                    $7::text[], $8::bigint[], $9::bigint[], $10::bigint[])"#,
-            &[&chats, &seqs, &kinds, &users, &ts, &bodies, &cids, &ords, &user_ords, &targets],
+                                    $7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
+                                    $12::bigint[], $13::text[], $14::bigint[], $15::bigint[], $16::bigint[],
+                                    $17::bigint[])"#,
+            &[
+                &chats,
+                &seqs,
+                &kinds,
+                &users,
+                &ts,
+                &bodies,
+                &cids,
+                &ords,
+                &user_ords,
+                &targets,
+                &threads,
+                &quotes,
+                &mentions,
+                &tords,
+                &tuser_ords,
+                &streams,
+                &stream_ms,
+            ],
         )
         .await
         .map(|_| ())
@@ -205,7 +242,7 @@ impl Tx for PgTx<'_, '_> {
         let stmt = self
             .tx
             .prepare_cached(
-                "SELECT id, seq, members, open, messages, last_ts, last_message FROM chats
+                "SELECT id, seq, members, open, messages, last_ts, last_message, pins, profile_seq FROM chats
                  WHERE ws = $1 AND chat = $2 FOR UPDATE",
             )
             .await?;
@@ -222,7 +259,17 @@ impl Tx for PgTx<'_, '_> {
             )
             .await?;
         if let Some(r) = self.tx.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &open, &now_ms]).await? {
-            return Ok(ChatRow { id: r.get(0), seq: 0, members: 0, open, messages: 0, ts: now_ms, last_message: 0 });
+            return Ok(ChatRow {
+                id: r.get(0),
+                seq: 0,
+                members: 0,
+                open,
+                messages: 0,
+                ts: now_ms,
+                last_message: 0,
+                pins: 0,
+                profile_seq: 0,
+            });
         }
         // Another node created it a moment ago: take its row (and its lock).
         Ok(self.load_chat(key).await?.expect("the conflicting row exists"))
@@ -305,13 +352,18 @@ impl Tx for PgTx<'_, '_> {
             body: e.body.get().to_owned(),
             client_id: e.client_id.clone(),
             meta,
+            thread: e.thread.map(sql_seq),
+            quote: e.quote.map(sql_seq),
+            mentions: e.mentions.as_deref().map(json_list),
+            stream: e.stream.map(stream_code),
         });
         Ok(())
     }
 
     async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error> {
         self.exec(
-            "UPDATE chats SET seq = $2, members = $3, open = $4, messages = $5, last_ts = $6, last_message = $7
+            "UPDATE chats SET seq = $2, members = $3, open = $4, messages = $5, last_ts = $6, last_message = $7,
+                              pins = $8, profile_seq = $9
              WHERE id = $1",
             &[
                 &row.id,
@@ -321,6 +373,8 @@ impl Tx for PgTx<'_, '_> {
                 &(row.messages as i64),
                 &row.ts,
                 &(row.last_message as i64),
+                &(row.pins as i64),
+                &(row.profile_seq as i64),
             ],
         )
         .await
@@ -371,30 +425,159 @@ impl Tx for PgTx<'_, '_> {
         Ok(())
     }
 
-    async fn own_messages(&mut self, chat: i64, user: &str) -> Result<u64, Self::Error> {
-        if let Some(known) = self.own.get(&(chat, user.to_owned())) {
-            return Ok(*known);
-        }
+    async fn own_messages(&mut self, chat: i64, user: &str, thread: Option<u64>) -> Result<u64, Self::Error> {
+        let Some(root) = thread else {
+            if let Some(known) = self.own.get(&(chat, user.to_owned())) {
+                return Ok(*known);
+            }
+            let rows = self
+                .query(
+                    r#"SELECT user_ord FROM events WHERE chat_id = $1 AND "user" = $2 AND ord IS NOT NULL
+                       ORDER BY seq DESC LIMIT 1"#,
+                    &[&chat, &user],
+                )
+                .await?;
+            return Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64));
+        };
         let rows = self
             .query(
-                r#"SELECT user_ord FROM events WHERE chat_id = $1 AND "user" = $2 AND ord IS NOT NULL
+                r#"SELECT tuser_ord FROM events WHERE chat_id = $1 AND thread = $2 AND "user" = $3
                    ORDER BY seq DESC LIMIT 1"#,
-                &[&chat, &user],
+                &[&chat, &sql_seq(root), &user],
             )
             .await?;
         Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64))
     }
 
     async fn load_message(&mut self, chat: i64, seq: u64) -> Result<Option<MessageRow>, Self::Error> {
-        // The target may be this batch's own: send what is held back first.
         self.flush_events().await?;
         let rows = self
             .query(
-                r#"SELECT "user", deleted FROM events WHERE chat_id = $1 AND seq = $2 AND type = 'message'"#,
+                &format!("SELECT {MESSAGE_COLUMNS} FROM events WHERE chat_id = $1 AND seq = $2 AND type = 'message'"),
                 &[&chat, &sql_seq(seq)],
             )
             .await?;
-        Ok(rows.first().map(|r| MessageRow { user: r.get(0), deleted: r.get(1) }))
+        Ok(rows.first().map(message_row))
+    }
+
+    async fn save_message(&mut self, chat: i64, seq: u64, m: &MessageRow) -> Result<(), Self::Error> {
+        self.flush_events().await?;
+        self.exec(
+            "UPDATE events SET mentions = $3, replies = $4, replies_total = $5, last_reply = $6, pinned = $7,
+                               pin_seq = $8, pin_user = $9, reactions = $10, stream = $11, stream_ms = $12
+             WHERE chat_id = $1 AND seq = $2",
+            &[
+                &chat,
+                &sql_seq(seq),
+                &m.mentions.as_deref().map(json_list),
+                &(m.replies as i64),
+                &(m.replies_total as i64),
+                &(m.last_reply as i64),
+                &m.pinned,
+                &(m.pin_seq as i64),
+                &m.pin_user,
+                &reaction_counts(&m.reactions),
+                &m.stream.map(stream_code),
+                &m.stream.map(|_| m.stream_ms),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn load_body(&mut self, chat: i64, seq: u64) -> Result<Option<Box<RawValue>>, Self::Error> {
+        self.flush_events().await?;
+        let rows =
+            self.query("SELECT body FROM events WHERE chat_id = $1 AND seq = $2", &[&chat, &sql_seq(seq)]).await?;
+        Ok(rows.first().and_then(|r| RawValue::from_string(r.get(0)).ok()))
+    }
+
+    async fn set_body(&mut self, chat: i64, seq: u64, body: &RawValue) -> Result<(), Self::Error> {
+        self.flush_events().await?;
+        self.exec("UPDATE events SET body = $3 WHERE chat_id = $1 AND seq = $2", &[&chat, &sql_seq(seq), &body.get()])
+            .await
+            .map(|_| ())
+    }
+
+    async fn last_reply_before(&mut self, chat: i64, root: u64, before: u64) -> Result<u64, Self::Error> {
+        self.flush_events().await?;
+        let rows = self
+            .query(
+                "SELECT seq FROM events WHERE chat_id = $1 AND thread = $2 AND seq < $3 AND NOT deleted
+                 ORDER BY seq DESC LIMIT 1",
+                &[&chat, &sql_seq(root), &sql_seq(before)],
+            )
+            .await?;
+        Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64))
+    }
+
+    async fn follow(&mut self, chat: i64, root: u64, user: &str) -> Result<(), Self::Error> {
+        self.exec(
+            r#"INSERT INTO thread_reads (chat_id, root, "user", read_seq, follows) VALUES ($1, $2, $3, 0, true)
+               ON CONFLICT (chat_id, root, "user") DO UPDATE SET follows = true"#,
+            &[&chat, &sql_seq(root), &user],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn thread_read(&mut self, chat: i64, root: u64, user: &str) -> Result<Option<u64>, Self::Error> {
+        let rows = self
+            .query(
+                r#"SELECT read_seq FROM thread_reads WHERE chat_id = $1 AND root = $2 AND "user" = $3"#,
+                &[&chat, &sql_seq(root), &user],
+            )
+            .await?;
+        Ok(rows.first().map(|r| r.get::<_, i64>(0) as u64))
+    }
+
+    async fn set_thread_read(&mut self, chat: i64, root: u64, user: &str, seq: u64) -> Result<(), Self::Error> {
+        self.exec(
+            r#"INSERT INTO thread_reads (chat_id, root, "user", read_seq, follows) VALUES ($1, $2, $3, $4, false)
+               ON CONFLICT (chat_id, root, "user") DO UPDATE SET read_seq = excluded.read_seq"#,
+            &[&chat, &sql_seq(root), &user, &sql_seq(seq)],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn set_mentions(&mut self, chat: i64, seq: u64, users: &[String]) -> Result<(), Self::Error> {
+        self.exec("DELETE FROM mentions WHERE chat_id = $1 AND seq = $2", &[&chat, &sql_seq(seq)]).await?;
+        if users.is_empty() {
+            return Ok(());
+        }
+        self.exec(
+            r#"INSERT INTO mentions (chat_id, "user", seq) SELECT $1, u, $3 FROM unnest($2::text[]) AS t(u)
+               ON CONFLICT DO NOTHING"#,
+            &[&chat, &users, &sql_seq(seq)],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn set_reaction(
+        &mut self,
+        chat: i64,
+        target: u64,
+        emoji: &str,
+        user: &str,
+        on: bool,
+    ) -> Result<bool, Self::Error> {
+        let sql = if on {
+            r#"INSERT INTO reactions (chat_id, target, emoji, "user") VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"#
+        } else {
+            r#"DELETE FROM reactions WHERE chat_id = $1 AND target = $2 AND emoji = $3 AND "user" = $4"#
+        };
+        Ok(self.exec(sql, &[&chat, &sql_seq(target), &emoji, &user]).await? > 0)
+    }
+
+    async fn load_profile(&mut self, chat: i64) -> Result<Option<String>, Self::Error> {
+        let rows = self.query("SELECT profile FROM chats WHERE id = $1", &[&chat]).await?;
+        Ok(rows.first().and_then(|r| r.get(0)))
+    }
+
+    async fn save_profile(&mut self, chat: i64, profile: &str) -> Result<(), Self::Error> {
+        self.exec("UPDATE chats SET profile = $2 WHERE id = $1", &[&chat, &profile]).await.map(|_| ())
     }
 
     async fn edit_message(&mut self, chat: i64, target: u64, body: &RawValue, edit: u64) -> Result<(), Self::Error> {
@@ -416,7 +599,7 @@ impl Tx for PgTx<'_, '_> {
         .await?;
         let erased_edit = apply::edit_body(target, &RawValue::from_string("null".into()).expect("null is JSON"));
         self.exec(
-            "UPDATE events SET body = $3 WHERE chat_id = $1 AND target = $2 AND type = 'edit'",
+            "UPDATE events SET body = $3, mentions = NULL WHERE chat_id = $1 AND target = $2 AND type = 'edit'",
             &[&chat, &sql_seq(target), &erased_edit.get()],
         )
         .await
@@ -433,8 +616,11 @@ impl Tx for PgTx<'_, '_> {
                 | Write::Leave { user, .. }
                 | Write::React { user, .. }
                 | Write::Read { user, .. }
+                | Write::Pin { user, .. }
                 | Write::Edit { user: Some(user), .. }
-                | Write::Delete { user: Some(user), .. } => Some(user),
+                | Write::Delete { user: Some(user), .. }
+                | Write::Profile { user: Some(user), .. }
+                | Write::StreamText { user: Some(user), .. } => Some(user),
                 Write::Append { user: Some(user), client_id, .. } => {
                     if let Some(cid) = client_id
                         && self.client_ids.insert((row.id, user.to_string(), cid.clone()), None).is_none()
@@ -450,7 +636,9 @@ impl Tx for PgTx<'_, '_> {
                 | Write::Edit { user: None, .. }
                 | Write::Delete { user: None, .. }
                 | Write::Ban { .. }
-                | Write::Mute { .. } => None,
+                | Write::Mute { .. }
+                | Write::Profile { user: None, .. }
+                | Write::StreamText { user: None, .. } => None,
             };
             if let Some(user) = user
                 && self.members.insert((row.id, user.to_string()), None).is_none()

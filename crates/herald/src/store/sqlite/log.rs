@@ -14,7 +14,9 @@ use super::members::read_position;
 use super::writer::Job;
 use super::{SqliteStore, unavailable};
 use crate::model::{ChatInfo, ChatKey};
-use crate::store::apply::ChatRow;
+use crate::store::apply::{ChatRow, MessageRow};
+use crate::store::columns::{event_columns, parse_counts, parse_list, replies, stream_state};
+pub(super) use crate::store::columns::{json_list, reaction_counts, stream_code};
 use crate::store::{BoxFuture, EventLog, Fetched, StoreError, Write, Written, sql_seq};
 
 impl EventLog for SqliteStore {
@@ -60,10 +62,10 @@ impl EventLog for SqliteStore {
                 {
                     return Ok(Err(StoreError::Forbidden(format!("not a member of {}", key.chat))));
                 }
-                let mut stmt = tx.prepare_cached(
-                    "SELECT seq, type, user, ts, body, client_id, edited, deleted FROM events
-                         WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-                )?;
+                let mut stmt = tx.prepare_cached(&format!(
+                    "SELECT {} FROM events WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                    event_columns("", false)
+                ))?;
                 let events = stmt
                     .query_map(params![row.id, sql_seq(after), limit as i64], event_from_row)?
                     .collect::<rusqlite::Result<Vec<Event>>>()?;
@@ -107,7 +109,8 @@ pub(super) fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
 
 pub(super) fn load_chat(conn: &Connection, key: &ChatKey) -> rusqlite::Result<Option<ChatRow>> {
     conn.prepare_cached(
-        "SELECT id, seq, members, open, messages, last_ts, last_message FROM chats WHERE ws = ?1 AND chat = ?2",
+        "SELECT id, seq, members, open, messages, last_ts, last_message, pins, profile_seq FROM chats
+          WHERE ws = ?1 AND chat = ?2",
     )?
     .query_row(params![&*key.ws, &*key.chat], |r| {
         Ok(ChatRow {
@@ -118,20 +121,29 @@ pub(super) fn load_chat(conn: &Connection, key: &ChatKey) -> rusqlite::Result<Op
             messages: r.get::<_, i64>(4)? as u64,
             ts: r.get(5)?,
             last_message: r.get::<_, i64>(6)? as u64,
+            pins: r.get::<_, i64>(7)? as u64,
+            profile_seq: r.get::<_, i64>(8)? as u64,
         })
     })
     .optional()
 }
 
-/// An event from the eight columns of a row starting at `at`, in fetch's order.
+/// An event from the columns of [`EVENT_COLUMNS`] in a row, starting at `at`.
 pub(super) fn event_from_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Event> {
     let kind: String = r.get(at + 1)?;
     let body: String = r.get(at + 4)?;
+    let opt_seq = |i: usize| r.get::<_, Option<i64>>(at + i).map(|v| v.map(|v| v as u64));
     Ok(Event {
         client_id: r.get(at + 5)?,
-        edited: r.get::<_, Option<i64>>(at + 6)?.map(|v| v as u64),
+        edited: opt_seq(6)?,
         deleted: r.get(at + 7)?,
-        // v1.2's fields are not stored until the server builds them.
+        thread: opt_seq(8)?,
+        quote: opt_seq(9)?,
+        mentions: parse_list(r.get(at + 10)?),
+        replies: replies(r.get(at + 11)?, r.get(at + 12)?),
+        pinned: r.get(at + 13)?,
+        reactions: Some(parse_counts(r.get(at + 14)?)).filter(|c| !c.is_empty()),
+        stream: stream_state(r.get(at + 15)?),
         ..Event::new(
             r.get::<_, i64>(at)? as u64,
             EventType::parse(&kind).unwrap_or(EventType::System),
@@ -139,5 +151,29 @@ pub(super) fn event_from_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::R
             r.get(at + 3)?,
             RawValue::from_string(body).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?,
         )
+    })
+}
+
+/// The columns [`message_row`] reads.
+pub(super) const MESSAGE_COLUMNS: &str = "user, deleted, thread, mentions, replies, replies_total, last_reply,
+    pinned, pin_seq, pin_user, reactions, stream, stream_ms";
+
+/// A message's row as the write rules need it, from [`MESSAGE_COLUMNS`].
+pub(super) fn message_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MessageRow> {
+    let n = |i: usize| r.get::<_, i64>(i).map(|v| v as u64);
+    Ok(MessageRow {
+        user: r.get(0)?,
+        deleted: r.get(1)?,
+        thread: r.get::<_, Option<i64>>(2)?.map(|v| v as u64),
+        mentions: parse_list(r.get(3)?),
+        replies: n(4)?,
+        replies_total: n(5)?,
+        last_reply: n(6)?,
+        pinned: r.get(7)?,
+        pin_seq: n(8)?,
+        pin_user: r.get(9)?,
+        reactions: parse_counts(r.get(10)?),
+        stream: stream_state(r.get(11)?),
+        stream_ms: r.get::<_, Option<i64>>(12)?.unwrap_or(0),
     })
 }

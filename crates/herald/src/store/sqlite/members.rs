@@ -11,6 +11,7 @@ use super::SqliteStore;
 use super::log::{event_from_row_at, load_chat};
 use crate::model::ChatKey;
 use crate::store::apply;
+use crate::store::columns::{SQLITE, event_columns, parse_profile, thread_unread_sql};
 use crate::store::{BoxFuture, InboxCursor, Member, Membership, StoreError};
 
 impl Membership for SqliteStore {
@@ -37,8 +38,7 @@ impl Membership for SqliteStore {
         let (ws, user) = (ws.to_owned(), user.to_owned());
         let (ts, chat) = after.map_or((i64::MAX, String::new()), |c| (c.ts, c.chat.clone()));
         Box::pin(self.read(move |conn| {
-            let sql = INBOX_SQL.replace(
-                "{filter}",
+            let sql = inbox_sql(
                 "m.user = ?1 AND c.ws = ?2 AND (c.last_ts < ?3 OR (c.last_ts = ?3 AND c.chat > ?4))
                  ORDER BY c.last_ts DESC, c.chat LIMIT ?5",
             );
@@ -71,7 +71,7 @@ impl Membership for SqliteStore {
     ) -> BoxFuture<'a, Result<Option<InboxEntry>, StoreError>> {
         let (key, user) = (key.clone(), user.to_owned());
         Box::pin(self.read(move |conn| {
-            let sql = INBOX_SQL.replace("{filter}", "m.user = ?1 AND c.ws = ?2 AND c.chat = ?3");
+            let sql = inbox_sql("m.user = ?1 AND c.ws = ?2 AND c.chat = ?3");
             conn.prepare_cached(&sql)?.query_row(params![user, &*key.ws, &*key.chat], inbox_entry_from_row).optional()
         }))
     }
@@ -81,7 +81,10 @@ impl Membership for SqliteStore {
 /// chats, or one chat), each with the counts its unread number is made of
 /// (see [`crate::store::unread`]) and its latest message as fetch shows it. Every
 /// count is an index lookup (`events_messages`, `events_own`,
-/// `events_deleted`); no chat's history is read.
+/// `events_deleted`); no chat's history is read. v1.2: thread replies are
+/// not the chat's messages (they have no `ord`); `{threads}` sums the unread
+/// counts of the threads the user follows in the chat, and the mention count
+/// reads `mentions` above the read position.
 const INBOX_SQL: &str = "
 SELECT p.chat, p.seq, p.last_ts, p.read_seq, p.messages,
     coalesce((SELECT e.ord FROM events e WHERE e.chat_id = p.id AND e.seq <= p.read_seq AND e.ord IS NOT NULL
@@ -91,22 +94,35 @@ SELECT p.chat, p.seq, p.last_ts, p.read_seq, p.messages,
     coalesce((SELECT e.user_ord FROM events e WHERE e.chat_id = p.id AND e.user = p.user AND e.seq <= p.read_seq
               AND e.ord IS NOT NULL ORDER BY e.seq DESC LIMIT 1), 0),
     (SELECT count(*) FROM events e WHERE e.chat_id = p.id AND e.deleted = 1 AND e.seq > p.read_seq
-              AND e.user IS NOT p.user),
-    l.seq, l.type, l.user, l.ts, l.body, l.client_id, l.edited, l.deleted
-FROM (SELECT c.id, c.chat, c.seq, c.last_ts, c.messages, c.last_message, m.read_seq, m.user
+              AND e.user IS NOT p.user AND e.thread IS NULL),
+    p.profile,
+    (SELECT coalesce(sum({threads}), 0) FROM thread_reads t JOIN events r ON r.chat_id = t.chat_id AND r.seq = t.root
+      WHERE t.chat_id = p.id AND t.user = p.user AND t.follows = 1),
+    (SELECT count(*) FROM mentions n WHERE n.chat_id = p.id AND n.user = p.user AND n.seq > p.read_seq),
+    {last}
+FROM (SELECT c.id, c.chat, c.seq, c.last_ts, c.messages, c.last_message, c.profile, m.read_seq, m.user
         FROM members m JOIN chats c ON c.id = m.chat_id
        WHERE {filter}) AS p
 LEFT JOIN events l ON l.chat_id = p.id AND l.seq = p.last_message
 ORDER BY p.last_ts DESC, p.chat
 ";
 
+/// [`INBOX_SQL`] with `filter`.
+fn inbox_sql(filter: &str) -> String {
+    INBOX_SQL
+        .replace("{threads}", &thread_unread_sql(&SQLITE))
+        .replace("{last}", &event_columns("l.", false))
+        .replace("{filter}", filter)
+}
+
 fn inbox_entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InboxEntry> {
     let n = |i: usize| r.get::<_, i64>(i).map(|v| v as u64);
     let read = n(3)?;
-    let last = match r.get::<_, Option<i64>>(9)? {
+    let last = match r.get::<_, Option<i64>>(12)? {
         None => None,
-        Some(_) => Some(event_from_row_at(r, 9)?),
+        Some(_) => Some(event_from_row_at(r, 12)?),
     };
+    let profile: Option<String> = r.get(9)?;
     Ok(InboxEntry {
         chat: r.get(0)?,
         seq: n(1)?,
@@ -114,10 +130,9 @@ fn inbox_entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InboxEntry> {
         read,
         unread: crate::store::unread(n(4)?, n(5)?, n(6)?, n(7)?, n(8)?),
         last,
-        // v1.2 fields: not stored until the server builds them.
-        profile: None,
-        threads: None,
-        mentions: None,
+        profile: Some(parse_profile(profile.as_deref())),
+        threads: Some(r.get::<_, i64>(10)?.max(0) as u64),
+        mentions: Some(n(11)?),
     })
 }
 

@@ -17,6 +17,7 @@
 //!
 //! Not here: sharding, breakers (PostgreSQL's concern), or any cache of events.
 
+mod conversations;
 mod log;
 mod members;
 mod moderation;

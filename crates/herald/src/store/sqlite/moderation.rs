@@ -20,10 +20,10 @@ impl Moderation for SqliteStore {
         let (chat, seq) = after.map_or((String::new(), 0), |(c, s)| (c.to_owned(), sql_seq(s)));
         Box::pin(self.read(move |conn| {
             // The workspace's chats in name order, and in each the user's
-            // messages through `events_own`: no other user's events are read.
+            // messages, thread replies included (v1.2: those have no `ord`).
             conn.prepare_cached(
                 "SELECT c.chat, e.seq FROM chats c JOIN events e ON e.chat_id = c.id
-                  WHERE c.ws = ?1 AND e.user = ?2 AND e.ord IS NOT NULL AND e.deleted = 0
+                  WHERE c.ws = ?1 AND e.user = ?2 AND e.type = 'message' AND e.deleted = 0
                     AND (c.chat > ?3 OR (c.chat = ?3 AND e.seq > ?4))
                   ORDER BY c.chat, e.seq LIMIT ?5",
             )?

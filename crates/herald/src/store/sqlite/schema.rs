@@ -13,8 +13,9 @@ use rusqlite::Connection;
 /// Schema version kept in `PRAGMA user_version`. Version 2 (protocol v1.1)
 /// added the message lifecycle, mutes, bans and the inbox's counts
 /// ([`SCHEMA_V2`]); a version 1 file is migrated at start. Version 3 added
-/// the hooks' tables ([`SCHEMA_V3`]).
-const SCHEMA_VERSION: i64 = 3;
+/// the hooks' tables ([`SCHEMA_V3`]); version 4 (protocol v1.2) conversations ([`MIGRATE_V4`],
+/// [`SCHEMA_V4`]).
+const SCHEMA_VERSION: i64 = 4;
 
 /// The schema. `events` is clustered by (chat, seq) so a fetch is one range scan.
 const SCHEMA: &str = "
@@ -121,6 +122,65 @@ CREATE TABLE IF NOT EXISTS revocations (
 CREATE INDEX IF NOT EXISTS revocations_stored ON revocations (stored_ms);
 ";
 
+/// Version 4, from version 3: v1.2's columns. Every row stored before is a message outside any
+/// thread, with no mentions, pins, reactions counted or stream, so the defaults are its values;
+/// reaction counts start from the log once, here.
+const MIGRATE_V4: &str = "
+ALTER TABLE chats ADD COLUMN pins INTEGER NOT NULL DEFAULT 0;         -- pinned messages, kept as a count
+ALTER TABLE chats ADD COLUMN profile TEXT;                            -- {name, image, data}; NULL until set
+ALTER TABLE chats ADD COLUMN profile_seq INTEGER NOT NULL DEFAULT 0;  -- the latest profile event
+ALTER TABLE events ADD COLUMN thread INTEGER;      -- replies: their thread's root
+ALTER TABLE events ADD COLUMN quote INTEGER;       -- messages: the message quoted
+ALTER TABLE events ADD COLUMN mentions TEXT;       -- messages: mentions now; edits: as given (JSON array)
+ALTER TABLE events ADD COLUMN tord INTEGER;        -- replies: place among the root's replies
+ALTER TABLE events ADD COLUMN tuser_ord INTEGER;   -- replies: place among the sender's replies in the thread
+ALTER TABLE events ADD COLUMN replies INTEGER NOT NULL DEFAULT 0;        -- roots: replies not deleted
+ALTER TABLE events ADD COLUMN replies_total INTEGER NOT NULL DEFAULT 0;  -- roots: every reply stored
+ALTER TABLE events ADD COLUMN last_reply INTEGER NOT NULL DEFAULT 0;     -- roots: latest reply not deleted
+ALTER TABLE events ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE events ADD COLUMN pin_seq INTEGER NOT NULL DEFAULT 0;        -- the latest pin event of it
+ALTER TABLE events ADD COLUMN pin_user TEXT;
+ALTER TABLE events ADD COLUMN reactions TEXT;      -- messages: {emoji: count} of reactions on now
+ALTER TABLE events ADD COLUMN stream INTEGER;      -- messages sent as streams: 1 open, 2 done
+ALTER TABLE events ADD COLUMN stream_ms INTEGER;   -- open streams: when they last grew
+";
+
+/// Version 4's tables and indexes.
+const SCHEMA_V4: &str = "
+-- The reactions on now, one row per (target, emoji, user): `reactions` lists them; the
+-- counts in events.reactions follow them.
+CREATE TABLE IF NOT EXISTS reactions (
+    chat_id INTEGER NOT NULL,
+    target  INTEGER NOT NULL,
+    emoji   TEXT NOT NULL,
+    user    TEXT NOT NULL,
+    PRIMARY KEY (chat_id, target, emoji, user)
+) WITHOUT ROWID;
+-- Who each message mentions now, its sender left out: the inbox's mention counts.
+CREATE TABLE IF NOT EXISTS mentions (
+    chat_id INTEGER NOT NULL,
+    user    TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    PRIMARY KEY (chat_id, user, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS mentions_message ON mentions (chat_id, seq);
+-- A user's place in a thread: followed (sent its root, replied, was mentioned) and read to.
+CREATE TABLE IF NOT EXISTS thread_reads (
+    chat_id  INTEGER NOT NULL,
+    root     INTEGER NOT NULL,
+    user     TEXT NOT NULL,
+    read_seq INTEGER NOT NULL,
+    follows  INTEGER NOT NULL,
+    PRIMARY KEY (chat_id, root, user)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS thread_reads_user ON thread_reads (user, chat_id, root) WHERE follows = 1;
+-- A thread's replies (and a sender's among them) in seq order: thread fetches and unread counts.
+CREATE INDEX IF NOT EXISTS events_thread ON events (chat_id, thread, seq, tord) WHERE thread IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_thread_own ON events (chat_id, thread, user, seq, tuser_ord) WHERE thread IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_pinned ON events (chat_id, pin_seq) WHERE pinned = 1;
+CREATE INDEX IF NOT EXISTS events_open_streams ON events (stream_ms) WHERE stream = 1;
+";
+
 /// The file's schema version; refuses a file of a newer herald.
 pub(super) fn version(conn: &Connection, path: &Path) -> anyhow::Result<i64> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -143,6 +203,31 @@ pub(super) fn migrate(conn: &Connection, path: &Path, version: i64) -> anyhow::R
     }
     tx.execute_batch(SCHEMA_V2)?;
     tx.execute_batch(SCHEMA_V3)?;
+    if version < 4 {
+        tx.execute_batch(MIGRATE_V4)?;
+    }
+    tx.execute_batch(SCHEMA_V4)?;
+    if (1..4).contains(&version) {
+        // Reactions stored before: the latest of each (target, emoji, user) says whether it is on.
+        tx.execute_batch(
+            "INSERT OR IGNORE INTO reactions (chat_id, target, emoji, user)
+             SELECT chat_id, target, emoji, user FROM (
+                 SELECT e.chat_id, json_extract(e.body, '$.target') AS target,
+                        json_extract(e.body, '$.emoji') AS emoji, e.user,
+                        json_extract(e.body, '$.on') AS on_now,
+                        row_number() OVER (PARTITION BY e.chat_id, json_extract(e.body, '$.target'),
+                                           json_extract(e.body, '$.emoji'), e.user ORDER BY e.seq DESC) AS n
+                   FROM events e WHERE e.type = 'reaction')
+              WHERE n = 1 AND on_now = 1 AND target IS NOT NULL AND emoji IS NOT NULL AND user IS NOT NULL;
+             UPDATE events SET reactions = (
+                 SELECT json_group_object(emoji, n) FROM (
+                     SELECT r.emoji, count(*) AS n FROM reactions r
+                      WHERE r.chat_id = events.chat_id AND r.target = events.seq GROUP BY r.emoji))
+              WHERE type = 'message' AND EXISTS (
+                 SELECT 1 FROM reactions r WHERE r.chat_id = events.chat_id AND r.target = events.seq);",
+        )?;
+        tracing::info!(path = %path.display(), from = version, "sqlite store migrated to schema 4");
+    }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
     Ok(())
@@ -195,6 +280,7 @@ mod tests {
                 body: RawValue::from_string("1".into()).unwrap(),
                 client_id: Some("c1".into()),
                 member_only: true,
+                conv: Default::default(),
             })
             .await
             .unwrap();
@@ -207,6 +293,7 @@ mod tests {
                 body: RawValue::from_string("2".into()).unwrap(),
                 client_id: None,
                 member_only: true,
+                conv: Default::default(),
             })
             .await
             .unwrap();

@@ -9,7 +9,7 @@ use herald_protocol::Event;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::value::RawValue;
 
-use super::log::load_chat;
+use super::log::{MESSAGE_COLUMNS, json_list, load_chat, message_row, reaction_counts, stream_code};
 use super::members::{mute_of, read_position};
 use super::webhook::UPSERT_POSITION;
 use crate::model::ChatKey;
@@ -41,6 +41,8 @@ impl Tx for SqliteTx<'_> {
             messages: 0,
             ts: now_ms,
             last_message: 0,
+            pins: 0,
+            profile_seq: 0,
         })
     }
 
@@ -85,8 +87,9 @@ impl Tx for SqliteTx<'_> {
     async fn insert_event(&mut self, chat: i64, e: &Event, meta: EventMeta) -> rusqlite::Result<()> {
         self.0
             .prepare_cached(
-                "INSERT INTO events (chat_id, seq, type, user, ts, body, client_id, ord, user_ord, target)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                "INSERT INTO events (chat_id, seq, type, user, ts, body, client_id, ord, user_ord, target,
+                                     thread, quote, mentions, tord, tuser_ord, stream, stream_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             )?
             .execute(params![
                 chat,
@@ -99,6 +102,13 @@ impl Tx for SqliteTx<'_> {
                 meta.ord.map(|v| v as i64),
                 meta.user_ord.map(|v| v as i64),
                 meta.target.map(sql_seq),
+                e.thread.map(sql_seq),
+                e.quote.map(sql_seq),
+                e.mentions.as_ref().map(|m| json_list(m)),
+                meta.tord.map(sql_seq),
+                meta.tuser_ord.map(sql_seq),
+                e.stream.map(stream_code),
+                e.stream.map(|_| e.ts),
             ])?;
         Ok(())
     }
@@ -106,7 +116,8 @@ impl Tx for SqliteTx<'_> {
     async fn save_chat(&mut self, row: &ChatRow) -> rusqlite::Result<()> {
         self.0
             .prepare_cached(
-                "UPDATE chats SET seq = ?2, members = ?3, open = ?4, messages = ?5, last_ts = ?6, last_message = ?7
+                "UPDATE chats SET seq = ?2, members = ?3, open = ?4, messages = ?5, last_ts = ?6, last_message = ?7,
+                                  pins = ?8, profile_seq = ?9
                  WHERE id = ?1",
             )?
             .execute(params![
@@ -116,7 +127,9 @@ impl Tx for SqliteTx<'_> {
                 row.open,
                 row.messages as i64,
                 row.ts,
-                row.last_message as i64
+                row.last_message as i64,
+                row.pins as i64,
+                row.profile_seq as i64
             ])?;
         Ok(())
     }
@@ -157,22 +170,156 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
-    async fn own_messages(&mut self, chat: i64, user: &str) -> rusqlite::Result<u64> {
-        self.0
-            .prepare_cached(
-                "SELECT user_ord FROM events WHERE chat_id = ?1 AND user = ?2 AND ord IS NOT NULL
-                 ORDER BY seq DESC LIMIT 1",
-            )?
-            .query_row(params![chat, user], |r| r.get::<_, i64>(0))
-            .optional()
-            .map(|n| n.unwrap_or(0) as u64)
+    async fn own_messages(&mut self, chat: i64, user: &str, thread: Option<u64>) -> rusqlite::Result<u64> {
+        let found = match thread {
+            None => self
+                .0
+                .prepare_cached(
+                    "SELECT user_ord FROM events WHERE chat_id = ?1 AND user = ?2 AND ord IS NOT NULL
+                     ORDER BY seq DESC LIMIT 1",
+                )?
+                .query_row(params![chat, user], |r| r.get::<_, i64>(0))
+                .optional()?,
+            Some(root) => self
+                .0
+                .prepare_cached(
+                    "SELECT tuser_ord FROM events WHERE chat_id = ?1 AND thread = ?2 AND user = ?3
+                     ORDER BY seq DESC LIMIT 1",
+                )?
+                .query_row(params![chat, sql_seq(root), user], |r| r.get::<_, i64>(0))
+                .optional()?,
+        };
+        Ok(found.unwrap_or(0) as u64)
     }
 
     async fn load_message(&mut self, chat: i64, seq: u64) -> rusqlite::Result<Option<MessageRow>> {
         self.0
-            .prepare_cached("SELECT user, deleted FROM events WHERE chat_id = ?1 AND seq = ?2 AND type = 'message'")?
-            .query_row(params![chat, sql_seq(seq)], |r| Ok(MessageRow { user: r.get(0)?, deleted: r.get(1)? }))
+            .prepare_cached(&format!(
+                "SELECT {MESSAGE_COLUMNS} FROM events WHERE chat_id = ?1 AND seq = ?2 AND type = 'message'"
+            ))?
+            .query_row(params![chat, sql_seq(seq)], message_row)
             .optional()
+    }
+
+    async fn save_message(&mut self, chat: i64, seq: u64, m: &MessageRow) -> rusqlite::Result<()> {
+        self.0
+            .prepare_cached(
+                "UPDATE events SET mentions = ?3, replies = ?4, replies_total = ?5, last_reply = ?6, pinned = ?7,
+                                   pin_seq = ?8, pin_user = ?9, reactions = ?10, stream = ?11, stream_ms = ?12
+                 WHERE chat_id = ?1 AND seq = ?2",
+            )?
+            .execute(params![
+                chat,
+                sql_seq(seq),
+                m.mentions.as_ref().map(|v| json_list(v)),
+                m.replies as i64,
+                m.replies_total as i64,
+                m.last_reply as i64,
+                m.pinned,
+                m.pin_seq as i64,
+                m.pin_user,
+                reaction_counts(&m.reactions),
+                m.stream.map(stream_code),
+                m.stream.map(|_| m.stream_ms),
+            ])?;
+        Ok(())
+    }
+
+    async fn load_body(&mut self, chat: i64, seq: u64) -> rusqlite::Result<Option<Box<RawValue>>> {
+        let body: Option<String> = self
+            .0
+            .prepare_cached("SELECT body FROM events WHERE chat_id = ?1 AND seq = ?2")?
+            .query_row(params![chat, sql_seq(seq)], |r| r.get(0))
+            .optional()?;
+        Ok(body.and_then(|b| RawValue::from_string(b).ok()))
+    }
+
+    async fn set_body(&mut self, chat: i64, seq: u64, body: &RawValue) -> rusqlite::Result<()> {
+        self.0.prepare_cached("UPDATE events SET body = ?3 WHERE chat_id = ?1 AND seq = ?2")?.execute(params![
+            chat,
+            sql_seq(seq),
+            body.get()
+        ])?;
+        Ok(())
+    }
+
+    async fn last_reply_before(&mut self, chat: i64, root: u64, before: u64) -> rusqlite::Result<u64> {
+        self.0
+            .prepare_cached(
+                "SELECT seq FROM events WHERE chat_id = ?1 AND thread = ?2 AND seq < ?3 AND deleted = 0
+                 ORDER BY seq DESC LIMIT 1",
+            )?
+            .query_row(params![chat, sql_seq(root), sql_seq(before)], |r| r.get::<_, i64>(0))
+            .optional()
+            .map(|s| s.unwrap_or(0) as u64)
+    }
+
+    async fn follow(&mut self, chat: i64, root: u64, user: &str) -> rusqlite::Result<()> {
+        self.0
+            .prepare_cached(
+                "INSERT INTO thread_reads (chat_id, root, user, read_seq, follows) VALUES (?1, ?2, ?3, 0, 1)
+                 ON CONFLICT (chat_id, root, user) DO UPDATE SET follows = 1",
+            )?
+            .execute(params![chat, sql_seq(root), user])?;
+        Ok(())
+    }
+
+    async fn thread_read(&mut self, chat: i64, root: u64, user: &str) -> rusqlite::Result<Option<u64>> {
+        self.0
+            .prepare_cached("SELECT read_seq FROM thread_reads WHERE chat_id = ?1 AND root = ?2 AND user = ?3")?
+            .query_row(params![chat, sql_seq(root), user], |r| r.get::<_, i64>(0).map(|v| v as u64))
+            .optional()
+    }
+
+    async fn set_thread_read(&mut self, chat: i64, root: u64, user: &str, seq: u64) -> rusqlite::Result<()> {
+        self.0
+            .prepare_cached(
+                "INSERT INTO thread_reads (chat_id, root, user, read_seq, follows) VALUES (?1, ?2, ?3, ?4, 0)
+                 ON CONFLICT (chat_id, root, user) DO UPDATE SET read_seq = excluded.read_seq",
+            )?
+            .execute(params![chat, sql_seq(root), user, sql_seq(seq)])?;
+        Ok(())
+    }
+
+    async fn set_mentions(&mut self, chat: i64, seq: u64, users: &[String]) -> rusqlite::Result<()> {
+        self.0
+            .prepare_cached("DELETE FROM mentions WHERE chat_id = ?1 AND seq = ?2")?
+            .execute(params![chat, sql_seq(seq)])?;
+        let mut insert =
+            self.0.prepare_cached("INSERT OR IGNORE INTO mentions (chat_id, user, seq) VALUES (?1, ?2, ?3)")?;
+        for user in users {
+            insert.execute(params![chat, user, sql_seq(seq)])?;
+        }
+        Ok(())
+    }
+
+    async fn set_reaction(
+        &mut self,
+        chat: i64,
+        target: u64,
+        emoji: &str,
+        user: &str,
+        on: bool,
+    ) -> rusqlite::Result<bool> {
+        let sql = if on {
+            "INSERT OR IGNORE INTO reactions (chat_id, target, emoji, user) VALUES (?1, ?2, ?3, ?4)"
+        } else {
+            "DELETE FROM reactions WHERE chat_id = ?1 AND target = ?2 AND emoji = ?3 AND user = ?4"
+        };
+        Ok(self.0.prepare_cached(sql)?.execute(params![chat, sql_seq(target), emoji, user])? > 0)
+    }
+
+    async fn load_profile(&mut self, chat: i64) -> rusqlite::Result<Option<String>> {
+        self.0
+            .prepare_cached("SELECT profile FROM chats WHERE id = ?1")?
+            .query_row(params![chat], |r| r.get(0))
+            .optional()
+            .map(Option::flatten)
+    }
+
+    async fn save_profile(&mut self, chat: i64, profile: &str) -> rusqlite::Result<()> {
+        self.0.prepare_cached("UPDATE chats SET profile = ?2 WHERE id = ?1")?.execute(params![chat, profile])?;
+        Ok(())
     }
 
     async fn edit_message(&mut self, chat: i64, target: u64, body: &RawValue, edit: u64) -> rusqlite::Result<()> {
@@ -200,7 +347,9 @@ impl Tx for SqliteTx<'_> {
             .execute(params![chat, sql_seq(target)])?;
         let erased_edit = apply::edit_body(target, &RawValue::from_string("null".into()).expect("null is JSON"));
         self.0
-            .prepare_cached("UPDATE events SET body = ?3 WHERE chat_id = ?1 AND target = ?2 AND type = 'edit'")?
+            .prepare_cached(
+                "UPDATE events SET body = ?3, mentions = NULL WHERE chat_id = ?1 AND target = ?2 AND type = 'edit'",
+            )?
             .execute(params![chat, sql_seq(target), erased_edit.get()])?;
         Ok(())
     }

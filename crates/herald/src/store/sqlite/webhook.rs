@@ -60,7 +60,8 @@ impl WebhookPositions for SqliteStore {
             for (chat_id, ws, chat, delivered, since_ms, members, head) in pending {
                 let events = tx
                     .prepare_cached(
-                        "SELECT seq, type, user, ts, body, client_id, edited, deleted FROM events
+                        "SELECT seq, type, user, ts, body, client_id, edited, deleted, thread, quote, mentions, replies,
+                                last_reply, pinned, reactions, stream FROM events
                           WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
                     )?
                     .query_map(params![chat_id, sql_seq(delivered), i64::from(events)], event_from_row)?
