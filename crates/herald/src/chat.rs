@@ -155,8 +155,11 @@ impl Chats {
             return Err(Error::Throttled { message: "joins to this chat are throttled".into(), retry_after_ms });
         }
         let w = self.write(Write::Join { key: key.clone(), user: c.user.clone(), actor: Actor::Client }).await?;
-        // The profile once the chat has one: a chat without keeps v1's answer.
-        let profile = self.store.chat_view(&key).await?.map(|(_, p)| p).filter(|p| !p.is_empty());
+        // The profile once the chat has one: a chat without keeps v1's answer (and costs no read).
+        let profile = match w.info.profiled {
+            true => self.store.chat_view(&key).await?.map(|(_, p)| p).filter(|p| !p.is_empty()),
+            false => None,
+        };
         Ok(JoinOk { chat: chat.to_string(), seq: w.seq, members: w.info.members, profile })
     }
 
@@ -600,7 +603,12 @@ mod tests {
             Box::pin(std::future::ready(Err(StoreError::Unavailable("read-only".into()))))
         }
         fn chat(&self, _key: &ChatKey) -> BoxFuture<'_, Result<Option<ChatInfo>, StoreError>> {
-            Box::pin(std::future::ready(Ok(Some(ChatInfo { seq: self.latest, members: 1, open: true }))))
+            Box::pin(std::future::ready(Ok(Some(ChatInfo {
+                seq: self.latest,
+                members: 1,
+                open: true,
+                profiled: false,
+            }))))
         }
         fn fetch<'a>(
             &'a self,
@@ -612,7 +620,11 @@ mod tests {
             Box::pin(async move {
                 // Each read takes one permit for good.
                 self.gate.acquire().await.map_err(|_| StoreError::Unavailable("closed".into()))?.forget();
-                Ok(Fetched { events: vec![], info: ChatInfo { seq: self.latest, members: 1, open: true }, more: false })
+                Ok(Fetched {
+                    events: vec![],
+                    info: ChatInfo { seq: self.latest, members: 1, open: true, profiled: false },
+                    more: false,
+                })
             })
         }
         fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {

@@ -40,6 +40,8 @@ pub struct ChatInfo {
     pub seq: u64,
     pub members: u64,
     pub open: bool,
+    /// v1.2: whether the chat ever had a profile (a `profile` event): without one, `join` need not read it.
+    pub profiled: bool,
 }
 
 /// An event on its way from the store to watchers: the push frame is

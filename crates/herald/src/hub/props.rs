@@ -122,7 +122,7 @@ impl ModelLog {
     }
 
     fn info(s: &LogState) -> ChatInfo {
-        ChatInfo { seq: s.events.len() as u64, members: s.members.len() as u64, open: true }
+        ChatInfo { seq: s.events.len() as u64, members: s.members.len() as u64, open: true, profiled: false }
     }
 }
 

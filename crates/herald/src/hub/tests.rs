@@ -43,7 +43,7 @@ impl Log {
     }
 
     fn info(&self) -> ChatInfo {
-        ChatInfo { seq: self.latest.load(std::sync::atomic::Ordering::SeqCst), members: 1, open: true }
+        ChatInfo { seq: self.latest.load(std::sync::atomic::Ordering::SeqCst), members: 1, open: true, profiled: false }
     }
 }
 

@@ -43,7 +43,7 @@ pub(crate) struct ChatRow {
 
 impl ChatRow {
     pub fn info(&self) -> ChatInfo {
-        ChatInfo { seq: self.seq, members: self.members, open: self.open }
+        ChatInfo { seq: self.seq, members: self.members, open: self.open, profiled: self.profile_seq > 0 }
     }
 }
 

@@ -50,13 +50,17 @@ impl Conversations for PgShard {
         Box::pin(async move {
             let rows = self
                 .read_rows(
-                    "SELECT seq, members, open, profile FROM chats WHERE ws = $1 AND chat = $2",
+                    "SELECT seq, members, open, profile, profile_seq FROM chats WHERE ws = $1 AND chat = $2",
                     &[&&*key.ws, &&*key.chat],
                 )
                 .await?;
             Ok(rows.first().map(|r| {
-                let info =
-                    ChatInfo { seq: r.get::<_, i64>(0) as u64, members: r.get::<_, i64>(1) as u64, open: r.get(2) };
+                let info = ChatInfo {
+                    seq: r.get::<_, i64>(0) as u64,
+                    members: r.get::<_, i64>(1) as u64,
+                    open: r.get(2),
+                    profiled: r.get::<_, i64>(4) > 0,
+                };
                 let profile: Option<String> = r.get(3);
                 (info, parse_profile(profile.as_deref()))
             }))
