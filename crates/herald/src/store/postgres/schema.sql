@@ -187,6 +187,10 @@ CREATE INDEX IF NOT EXISTS events_thread ON events (chat_id, thread, seq, tord) 
 CREATE INDEX IF NOT EXISTS events_thread_own ON events (chat_id, thread, "user", seq, tuser_ord) WHERE thread IS NOT NULL;
 CREATE INDEX IF NOT EXISTS events_pinned ON events (chat_id, pin_seq) WHERE pinned;
 CREATE INDEX IF NOT EXISTS events_open_streams ON events (stream_ms) WHERE stream = 1;
+-- Member and chat pages in byte order (COLLATE "C", as shards' pages merge), whatever the
+-- database's collation: a page of a million-member chat is an index range, never a sort.
+CREATE INDEX IF NOT EXISTS members_by_id ON members (chat_id, "user" COLLATE "C");
+CREATE INDEX IF NOT EXISTS chats_by_id ON chats (ws, chat COLLATE "C");
 
 DO $$
 BEGIN
