@@ -1,10 +1,12 @@
 //! `Chat`: the handle for one chat, and the state machine of watching it.
 //!
 //! Owns: the chat's requests (join, leave, send, react, read, edit, delete, typing, presence, fetch,
-//! paged history), and for a watched chat the last delivered seq, the buffer of out-of-order pushes, gap
-//! repair by paged `fetch`, and resuming with `watch after=` on a new link, so that the application sees
-//! every event once, in seq order; then feeding what it delivers to the chat's message list, and routing
-//! typing and presence pushes, with a presence resync after every watch reply.
+//! paged history; from 1.2 profile, members, threads, pin, pins, reactions, append), and for a watched
+//! chat the last delivered seq, the buffer of out-of-order pushes, gap repair by paged `fetch`, and
+//! resuming with `watch after=` on a new link, so that the application sees
+//! every event once, in seq order; then feeding what it delivers to the chat's message list (with the seq
+//! each stored view was read at), and routing typing, presence and 1.2's `append` pushes, with a presence
+//! resync after every watch reply.
 //! Does not own: the link, request ids, the outbox or the page size (client.ts, outbox.ts, page-size.ts,
 //! reached through `ChatHost`), nor the rules of the message list, typing or presence (messages.ts,
 //! typing.ts, presence.ts).
@@ -26,24 +28,53 @@
 
 import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
-import { MessageList, type MessageListOptions } from './messages.js';
+import {
+  pageArgs,
+  type AppendOptions,
+  type EditOptions,
+  type HistoryOptions,
+  type PageOptions,
+  type ProfileFields,
+  type SendOptions,
+  type ThreadOption,
+  type WatchOptions,
+} from './chat-options.js';
+import { MessageList, type MessageListOptions, type StoredView } from './messages.js';
+import type { SendExtras } from './outbox.js';
 import type { PageSize } from './page-size.js';
 import { PresenceTracker, type PresenceState } from './presence.js';
 import { Typing } from './typing.js';
 import type {
+  AppendPush,
   ChatEvent,
+  ChatProfile,
   EventPush,
   FetchOk,
   HeraldEvent,
   JoinOk,
+  MembersOk,
   NotifyPush,
+  PinsOk,
   PresenceOk,
   PresencePush,
+  ReactionsOk,
   RequestArgs,
   RequestOk,
   SeqOk,
+  ThreadsOk,
   WatchOk,
 } from './types.js';
+
+export type {
+  AppendOptions,
+  EditOptions,
+  HistoryOptions,
+  PageOptions,
+  ProfileFields,
+  SendOptions,
+  ThreadOption,
+  WatchOptions,
+} from './chat-options.js';
 
 /** Where a chat stands with respect to watching. */
 export type WatchState = 'unwatched' | 'subscribing' | 'live' | 'repairing' | 'suspended';
@@ -76,6 +107,11 @@ export interface ChatEvents {
   typing: TypingChange;
   /** Who is present changed (after `watch({ presence: true })`). */
   presence: PresenceChange;
+  /**
+   * 1.2: streamed text for the message `target` (an `append` push), while watched. `chat.messages()`
+   * folds these in already; this is for applications that keep their own view.
+   */
+  append: AppendPush;
 }
 
 /** The payload of a chat's `typing` event. */
@@ -90,29 +126,6 @@ export interface PresenceChange extends PresenceState {
   chat: string;
 }
 
-/** Options of `Chat.send`. */
-export interface SendOptions {
-  /** Idempotency key; one is generated when absent. Reuse it to make an application-level retry safe. */
-  clientId?: string;
-}
-
-/** Options of `Chat.watch`. */
-export interface WatchOptions {
-  /** Resume after this seq (e.g. one the application stored); events after it are delivered. */
-  after?: number;
-  /**
-   * Keep `chat.present` current: a `presence` request after every watch reply (so after each
-   * reconnect too), then the server's presence pushes. Default false: one more request per chat.
-   */
-  presence?: boolean;
-}
-
-/** Options of `Chat.history`. */
-export interface HistoryOptions {
-  /** Stop after the event with this seq (e.g. the seq a watch began at); default: page until `more` is false. */
-  until?: number;
-}
-
 /** What a chat needs from its client. @internal */
 export interface ChatHost {
   /** True while requests go out on a live, greeted link. */
@@ -120,7 +133,7 @@ export interface ChatHost {
   /** A request that waits for the link (up to the request timeout) and rejects with `HeraldError`. */
   request<O extends keyof RequestArgs>(op: O, args: RequestArgs[O]): Promise<RequestOk[O]>;
   /** Queues a send in the outbox. */
-  send(chat: string, body: unknown, clientId: string | undefined): Promise<SeqOk>;
+  send(chat: string, body: unknown, clientId: string | undefined, extra: SendExtras): Promise<SeqOk>;
   /** Hands a delivered event to the client's own `event` listeners. */
   delivered(event: ChatEvent): void;
   /** Runs `fn` after `ms`; returns a function that cancels it. */
@@ -159,6 +172,8 @@ export class Chat extends Emitter<ChatEvents> {
   private wanted = false;
   /** The seq of the last event handed to the application; null before the first watch reply. */
   private last: number | null = null;
+  /** The seq of the current watch's reply: pushes up to it are its replay, stored views read after it. */
+  private watchSeq = 0;
   /** The highest seq the server said exists (notify, gaps, fetch replies) that may not be delivered yet. */
   private known = 0;
   /** Pushes that arrived out of order or while subscribing or repairing, by seq. */
@@ -171,6 +186,8 @@ export class Chat extends Emitter<ChatEvents> {
   private waiters: Array<{ resolve(ok: WatchOk): void; reject(err: HeraldError): void }> = [];
   /** Created by the first `messages()` call; fed every delivered event from then on. */
   private list: MessageList | null = null;
+  /** The profile of the latest `join` reply and its seq, for a list made after it. */
+  private joined: { profile: ChatProfile; seq: number } | null = null;
   private readonly typists: Typing;
   private readonly presenceTracker: PresenceTracker;
 
@@ -221,13 +238,21 @@ export class Chat extends Emitter<ChatEvents> {
    * with `list.load(...)` from `history()`. The same list on every call; emptied when the watch ends.
    */
   messages(opts: MessageListOptions = {}): MessageList {
-    if (this.list === null) this.list = new MessageList(opts);
+    if (this.list === null) {
+      this.list = new MessageList({ refetch: (seq) => this.reread(seq), ...opts });
+      if (this.joined !== null) this.list.setProfile(this.joined.profile, this.joined.seq);
+    }
     return this.list;
   }
 
-  /** Joins the chat (creating an open chat that does not exist yet). */
-  join(): Promise<JoinOk> {
-    return this.host.request('join', { chat: this.id });
+  /** Joins the chat (creating an open chat that does not exist yet); from 1.2 the reply has its profile. */
+  async join(): Promise<JoinOk> {
+    const ok = await this.host.request('join', { chat: this.id });
+    if (ok.profile !== undefined && ok.profile !== null) {
+      this.joined = { profile: ok.profile, seq: ok.seq };
+      this.list?.setProfile(ok.profile, ok.seq);
+    }
+    return ok;
   }
 
   /** Leaves the chat; the server ends this user's watches of it, and so does this handle. */
@@ -279,7 +304,26 @@ export class Chat extends Emitter<ChatEvents> {
    */
   send(body: unknown, opts: SendOptions = {}): Promise<SeqOk> {
     this.typists.stopTrailing();
-    return this.host.send(this.id, body, opts.clientId);
+    const extra: SendExtras = {};
+    if (opts.thread !== undefined) extra.thread = opts.thread;
+    if (opts.quote !== undefined) extra.quote = opts.quote;
+    if (opts.mentions !== undefined) extra.mentions = opts.mentions;
+    if (opts.stream === true) extra.stream = true;
+    return this.host.send(this.id, body, opts.clientId, extra);
+  }
+
+  /**
+   * 1.2: adds `text` to the end of this user's open stream `target` (a message sent with
+   * `stream: true`); `{ done: true }` ends it (the server then stores the final body as an `edit`).
+   * Resolves once the text is durable. Not retried across a link drop: an append is not idempotent, so a
+   * `disconnected` rejection leaves its outcome unknown (fetch the message to see its text). Await each
+   * append before the next: requests on one link are answered in order, but a dropped link fails all
+   * that are out.
+   */
+  async append(target: number, text: string, opts: AppendOptions = {}): Promise<void> {
+    const args: RequestArgs['append'] = { chat: this.id, target, text };
+    if (opts.done === true) args.done = true;
+    await this.host.request('append', args);
   }
 
   /** Adds (`on` true, the default) or takes back a reaction to the event `target`. */
@@ -287,9 +331,60 @@ export class Chat extends Emitter<ChatEvents> {
     return this.host.request('react', { chat: this.id, target, emoji, on });
   }
 
-  /** Moves this member's read position forward to `seq`; resolves with the position now stored. */
-  read(seq: number): Promise<SeqOk> {
-    return this.host.request('read', { chat: this.id, seq });
+  /**
+   * Moves this member's read position forward to `seq`; resolves with the position now stored. With
+   * `thread` (1.2), this member's position in the thread under that root.
+   */
+  read(seq: number, opts: ThreadOption = {}): Promise<SeqOk> {
+    const args: RequestArgs['read'] = { chat: this.id, seq };
+    if (opts.thread !== undefined) args.thread = opts.thread;
+    return this.host.request('read', args);
+  }
+
+  /**
+   * 1.2: sets the chat's profile fields given (`null` clears one; one left out is kept). Resolves with
+   * the `profile` event's seq, or, when nothing changed, the latest one's (0 if none). Watchers' message
+   * lists show the new profile (`list.profile`).
+   */
+  profile(fields: ProfileFields): Promise<SeqOk> {
+    const args: RequestArgs['profile'] = { chat: this.id };
+    if (fields.name !== undefined) args.name = fields.name;
+    if (fields.image !== undefined) args.image = fields.image;
+    if (fields.data !== undefined) args.data = fields.data;
+    return this.host.request('profile', args);
+  }
+
+  /**
+   * 1.2: one page of the chat's members, sorted by user id, each with their read position; `count` is
+   * the chat's member count. `limit` defaults to 100, at most 1,000; pass the reply's `cursor` for the
+   * next page while `more`.
+   */
+  members(opts: PageOptions = {}): Promise<MembersOk> {
+    return this.host.request('members', { chat: this.id, ...pageArgs(opts) });
+  }
+
+  /** 1.2: the threads of this chat that this user follows, latest reply first (see `client.threads`). */
+  threads(opts: PageOptions = {}): Promise<ThreadsOk> {
+    return this.host.request('threads', { chat: this.id, ...pageArgs(opts) });
+  }
+
+  /**
+   * 1.2: pins (`on` true, the default) or unpins the message `target`; resolves with the `pin` event's
+   * seq, or, when that changes nothing, the latest pin event's of that target (0 if none). At most 50
+   * pinned messages per chat (`bad_request` past it).
+   */
+  pin(target: number, on = true): Promise<SeqOk> {
+    return this.host.request('pin', { chat: this.id, target, on });
+  }
+
+  /** 1.2: the pinned messages, latest pin first, each as `fetch` shows it with who pinned it. */
+  pins(): Promise<PinsOk> {
+    return this.host.request('pins', { chat: this.id });
+  }
+
+  /** 1.2: who reacted to `target` with what: up to 100 users per emoji, sorted. */
+  reactions(target: number): Promise<ReactionsOk> {
+    return this.host.request('reactions', { chat: this.id, target });
   }
 
   /**
@@ -298,8 +393,10 @@ export class Chat extends Emitter<ChatEvents> {
    * while muted; the body has `send`'s size limit. Not retried across a link drop: a `disconnected`
    * rejection means the outcome is unknown (the watch shows whether it was stored).
    */
-  edit(target: number, body: unknown): Promise<SeqOk> {
-    return this.host.request('edit', { chat: this.id, target, body });
+  edit(target: number, body: unknown, opts: EditOptions = {}): Promise<SeqOk> {
+    const args: RequestArgs['edit'] = { chat: this.id, target, body };
+    if (opts.mentions !== undefined) args.mentions = opts.mentions;
+    return this.host.request('edit', args);
   }
 
   /**
@@ -332,11 +429,13 @@ export class Chat extends Emitter<ChatEvents> {
   /**
    * Fetches one page of events after `after`, without touching delivery: at most `limit` (at most 500,
    * default 100), and possibly fewer, since the server also bounds a reply in bytes. When the reply says
-   * `more`, the next page starts after its last event's seq; `history()` does that paging.
+   * `more`, the next page starts after its last event's seq; `history()` does that paging. With
+   * `thread` (1.2), only the replies of the thread under that root.
    */
-  fetch(after: number, limit?: number): Promise<FetchOk> {
+  fetch(after: number, limit?: number, opts: ThreadOption = {}): Promise<FetchOk> {
     const args: RequestArgs['fetch'] = { chat: this.id, after };
     if (limit !== undefined) args.limit = limit;
+    if (opts.thread !== undefined) args.thread = opts.thread;
     return this.host.request('fetch', args);
   }
 
@@ -356,7 +455,7 @@ export class Chat extends Emitter<ChatEvents> {
     const until = opts.until ?? Number.POSITIVE_INFINITY;
     let last = after;
     while (last < until) {
-      const page = await this.fetchPage(last);
+      const page = await this.fetchPage(last, opts.thread);
       const before = last;
       for (const ev of page.events) {
         if (ev.seq <= last) continue; // a page overlapping what was already yielded
@@ -404,7 +503,7 @@ export class Chat extends Emitter<ChatEvents> {
     const ev = toEvent(push);
     if (this.last !== null && ev.seq <= this.last) return; // already delivered
     if (this.watchState === 'live' && this.last !== null && ev.seq === this.last + 1) {
-      this.deliver(ev);
+      this.deliver(ev, ev.seq <= this.watchSeq ? this.watchSeq : ev.seq);
       this.drainContiguous();
       return;
     }
@@ -424,6 +523,13 @@ export class Chat extends Emitter<ChatEvents> {
   onPresencePush(push: PresencePush): void {
     if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
     this.presenceTracker.pushed(push);
+  }
+
+  /** @internal An `append` push: streamed text for a message of this chat. */
+  onAppendPush(push: AppendPush): void {
+    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
+    this.list?.append(push);
+    this.emit('append', push);
   }
 
   /** @internal A `notify` push: events up to `seq` exist. */
@@ -463,6 +569,7 @@ export class Chat extends Emitter<ChatEvents> {
     if (epoch !== this.epoch) return;
     // Without `after` the watch starts at the chat's seq now; pushes held meanwhile at or below it are old.
     if (this.last === null) this.last = ok.seq;
+    this.watchSeq = ok.seq;
     this.settleWaiters(ok);
     // A waiter's callback may have unwatched; only go on if this round is still current.
     if (epoch !== this.epoch) return;
@@ -509,7 +616,7 @@ export class Chat extends Emitter<ChatEvents> {
       for (const ev of page.events) {
         if (ev.seq !== (this.last ?? 0) + 1) continue; // older than what we have, or not the next one
         this.buffer.delete(ev.seq);
-        this.deliver(ev);
+        this.deliver(ev, page.seq);
         if (epoch !== this.epoch) return; // a listener unwatched mid-page
       }
       this.known = Math.max(this.known, announcedBy(page, last));
@@ -541,10 +648,19 @@ export class Chat extends Emitter<ChatEvents> {
   }
 
   /** One page after `after` at the client's page size; a reply lets the page size grow back a step. */
-  private async fetchPage(after: number): Promise<FetchOk> {
-    const page = await this.host.request('fetch', { chat: this.id, after, limit: this.host.pageSize.current });
+  private async fetchPage(after: number, thread?: number): Promise<FetchOk> {
+    const args: RequestArgs['fetch'] = { chat: this.id, after, limit: this.host.pageSize.current };
+    if (thread !== undefined) args.thread = thread;
+    const page = await this.host.request('fetch', args);
     this.host.pageSize.grow();
     return page;
+  }
+
+  /** The stored view of the message `seq`, for the list's stream repair; null when it cannot be read. */
+  private async reread(seq: number): Promise<StoredView | null> {
+    const page = await this.host.request('fetch', { chat: this.id, after: seq - 1, limit: 1 });
+    const event = page.events.find((ev) => ev.seq === seq);
+    return event === undefined ? null : { event, asOf: page.seq };
   }
 
   /** Handles a failed watch or fetch: retry transient errors, give up on the rest. */
@@ -601,7 +717,7 @@ export class Chat extends Emitter<ChatEvents> {
     const epoch = this.epoch;
     for (let next = this.buffer.get(this.last + 1); next !== undefined; next = this.buffer.get(this.last + 1)) {
       this.buffer.delete(next.seq);
-      this.deliver(next);
+      this.deliver(next, next.seq <= this.watchSeq ? this.watchSeq : next.seq);
       if (epoch !== this.epoch) return;
     }
     this.dropStale();
@@ -612,11 +728,12 @@ export class Chat extends Emitter<ChatEvents> {
     for (const seq of this.buffer.keys()) if (seq <= last) this.buffer.delete(seq);
   }
 
-  private deliver(ev: HeraldEvent): void {
+  /** `asOf`: the chat's seq when this event's view was read (a live push: its own seq). */
+  private deliver(ev: HeraldEvent, asOf: number): void {
     this.last = ev.seq;
     const out: ChatEvent = { ...ev, chat: this.id };
     // Before the listeners, so that a listener reading the list sees this event in it.
-    this.list?.apply(ev);
+    this.list?.apply(ev, asOf);
     if (ev.type === 'message' && ev.user !== undefined) this.typists.remove(ev.user);
     this.emit('event', out);
     this.host.delivered(out);

@@ -3,7 +3,8 @@
 //! Owns: the connection state machine (disconnected, connecting, connected, closed), the `hello`
 //! handshake, the ping watchdog, carrying out the reconnect policy per close code (codes.ts) with
 //! full-jitter backoff (backoff.ts) and the page size of the SDK's own fetches (page-size.ts), and
-//! routing frames: replies to requests.ts, pushes to chat handles and the inbox. Pushes, event types and
+//! routing frames: replies to requests.ts, pushes (events, notifies, typing, presence, 1.2's stream
+//! appends) to chat handles and inbox pushes to the inbox. Pushes, event types and
 //! fields it does not know are ignored (the rule from protocol 1.1 on).
 //! Does not own: request ids and timeouts (requests.ts), per-chat ordering and gap repair (chat.ts),
 //! unsent messages (outbox.ts), socket details (transport.ts) or token caching (token.ts).
@@ -23,12 +24,12 @@ import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
 import { Inbox } from './inbox.js';
 import { resolveOptions, type ClientOptions, type Settings } from './options.js';
-import { newClientId, Outbox } from './outbox.js';
+import { newClientId, Outbox, type SendArgs } from './outbox.js';
 import { PageSize } from './page-size.js';
 import { Requests } from './requests.js';
 import { TokenSource } from './token.js';
 import { ABNORMAL_CLOSURE, endpointUrl, HERALD_WS_PATH, Link, resolveWebSocket, type WebSocketConstructor } from './transport.js';
-import type { ChatEvent, HelloOk, InboxOk, Op, PushFrame, ReplyFrame, RequestArgs, RequestOk, SeqOk } from './types.js';
+import type { ChatEvent, HelloOk, InboxOk, Op, PushFrame, ReplyFrame, RequestArgs, RequestOk, SeqOk, ThreadsOk } from './types.js';
 
 /** Where the client stands. */
 export type ClientState = 'disconnected' | 'connecting' | 'connected' | 'closed';
@@ -194,7 +195,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
         return self.isConnected;
       },
       request: (op, args) => this.request(op, args),
-      send: (chat, body, clientId) => this.outbox.enqueue(chat, body, clientId),
+      send: (chat, body, clientId, extra) => this.outbox.enqueue(chat, body, clientId, extra),
       delivered: (ev) => this.emit('event', ev),
       schedule,
       pageSize: this.pageSize,
@@ -237,6 +238,15 @@ export class HeraldClient extends Emitter<ClientEvents> {
    */
   fetchInbox(args: RequestArgs['inbox'] = {}): Promise<InboxOk> {
     return this.request('inbox', args);
+  }
+
+  /**
+   * 1.2: the threads this user follows, latest reply first: in one chat (`chat`) or in all of theirs.
+   * `limit` defaults to 20, at most 100; `cursor` from the previous page when it said `more`. Each entry
+   * has the root and latest reply as `fetch` shows them, and this user's `read` and `unread` in it.
+   */
+  threads(args: RequestArgs['threads'] = {}): Promise<ThreadsOk> {
+    return this.request('threads', args);
   }
 
   /** Sends not yet acknowledged (waiting, written or sleeping before a retry). */
@@ -550,7 +560,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
     return this.requests.park(op, args, Date.now() + this.s.requestTimeoutMs) as Promise<RequestOk[O]>;
   }
 
-  private sendRequest(args: { chat: string; body: unknown; client_id: string }): Promise<SeqOk> {
+  private sendRequest(args: SendArgs): Promise<SeqOk> {
     if (!this.isConnected) return Promise.reject(new HeraldError('disconnected', 'herald: not connected', { op: 'send' }));
     return this.requests.call(this.link!, 'send', args, this.s.requestTimeoutMs) as Promise<SeqOk>;
   }
@@ -604,6 +614,11 @@ export class HeraldClient extends Emitter<ClientEvents> {
       case 'inbox':
         this.inboxState.onPush(push);
         return;
+      case 'append': {
+        if (typeof push.chat !== 'string' || !isSeq(push.target) || typeof push.text !== 'string' || !isSeq(push.at)) return;
+        this.chats.get(push.chat)?.onAppendPush(push);
+        return;
+      }
       case 'reconnect': {
         const after = isSeq(push.after_ms) ? Math.min(push.after_ms, MAX_RECONNECT_AFTER_MS) : 0;
         this.reconnectAt = Date.now() + after;

@@ -1,4 +1,5 @@
-//! `Inbox`: this user's chats with unread counts, latest activity first, kept live across reconnects.
+//! `Inbox`: this user's chats with unread counts, latest activity first, kept live across reconnects; from
+//! protocol 1.2 with each chat's profile and its unread thread replies and mentions.
 //!
 //! Owns: the `inbox` request with `live: true`, the entries it returned and the later pages loaded,
 //! folding `inbox` pushes into them, and resyncing from the first page on every new link (pushes stop
@@ -11,7 +12,7 @@
 
 import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
-import type { HeraldEvent, InboxOk, InboxPush, RequestArgs, RequestOk } from './types.js';
+import type { ChatProfile, HeraldEvent, InboxOk, InboxPush, RequestArgs, RequestOk } from './types.js';
 
 /** One chat of the inbox. */
 export interface InboxItem {
@@ -21,8 +22,20 @@ export interface InboxItem {
   seq: number;
   /** The time of the chat's latest event (ms since the Unix epoch): the list's order. */
   ts: number;
-  /** Messages from others after this user's read position, deleted ones not counted. */
+  /**
+   * Messages from others after this user's read position, deleted ones not counted (from 1.2: thread
+   * replies not counted; see `threads`).
+   */
   unread: number;
+  /** 1.2: unread replies summed over the threads this user follows in the chat; 0 from a 1.1 server. */
+  threads: number;
+  /** 1.2: unread messages (thread replies included) that mention this user; 0 from a 1.1 server. */
+  mentions: number;
+  /**
+   * 1.2: the chat's profile, as of the last page that listed the chat; undefined for a chat only a push
+   * has told of, or from a 1.1 server.
+   */
+  profile?: ChatProfile;
   /**
    * This user's read position, as of the last inbox page that listed the chat; undefined for a chat
    * that only a push has told of (pushes carry no read position).
@@ -116,6 +129,20 @@ export class Inbox extends Emitter<InboxEvents> {
   get unread(): number {
     let n = 0;
     for (const it of this.items.values()) n += it.unread;
+    return n;
+  }
+
+  /** 1.2: unread thread replies over every listed chat. */
+  get threads(): number {
+    let n = 0;
+    for (const it of this.items.values()) n += it.threads;
+    return n;
+  }
+
+  /** 1.2: unread mentions of this user over every listed chat. */
+  get mentions(): number {
+    let n = 0;
+    for (const it of this.items.values()) n += it.mentions;
     return n;
   }
 
@@ -268,8 +295,11 @@ export class Inbox extends Emitter<InboxEvents> {
         seq: e.seq,
         ts: typeof e.ts === 'number' ? e.ts : 0,
         unread: isCount(e.unread) ? e.unread : 0,
+        threads: isCount(e.threads) ? e.threads : 0,
+        mentions: isCount(e.mentions) ? e.mentions : 0,
         read: isCount(e.read) ? e.read : 0,
         last: e.last ?? null,
+        ...(e.profile !== null && typeof e.profile === 'object' ? { profile: e.profile } : {}),
       });
     }
   }
@@ -279,13 +309,32 @@ export class Inbox extends Emitter<InboxEvents> {
     if (push.left === true) return this.items.delete(push.chat);
     if (!isCount(push.seq) || !isCount(push.unread)) return false;
     const held = this.items.get(push.chat);
+    // A 1.1 server's push has no thread or mention counts: the entry keeps what it had.
+    const threads = isCount(push.threads) ? push.threads : (held?.threads ?? 0);
+    const mentions = isCount(push.mentions) ? push.mentions : (held?.mentions ?? 0);
     if (held !== undefined) {
       if (push.seq < held.seq) return false; // older than what the entry shows
-      if (push.seq === held.seq && push.unread === held.unread && push.ts === held.ts) return false;
-      this.items.set(push.chat, { ...held, seq: push.seq, ts: typeof push.ts === 'number' ? push.ts : held.ts, unread: push.unread });
+      if (
+        push.seq === held.seq &&
+        push.unread === held.unread &&
+        push.ts === held.ts &&
+        threads === held.threads &&
+        mentions === held.mentions
+      ) {
+        return false;
+      }
+      this.items.set(push.chat, {
+        ...held,
+        seq: push.seq,
+        ts: typeof push.ts === 'number' ? push.ts : held.ts,
+        unread: push.unread,
+        threads,
+        mentions,
+      });
       return true;
     }
-    this.items.set(push.chat, { chat: push.chat, seq: push.seq, ts: typeof push.ts === 'number' ? push.ts : 0, unread: push.unread });
+    const ts = typeof push.ts === 'number' ? push.ts : 0;
+    this.items.set(push.chat, { chat: push.chat, seq: push.seq, ts, unread: push.unread, threads, mentions });
     return true;
   }
 

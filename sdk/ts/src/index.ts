@@ -6,10 +6,15 @@ export { HeraldClient } from './client.js';
 export type { ClientEvents, ClientState, DisconnectInfo, StateChange } from './client.js';
 export { Chat } from './chat.js';
 export type {
+  AppendOptions,
   ChatEvents,
+  EditOptions,
   HistoryOptions,
+  PageOptions,
   PresenceChange,
+  ProfileFields,
   SendOptions,
+  ThreadOption,
   TypingChange,
   WatchOptions,
   WatchState,
@@ -18,7 +23,7 @@ export type {
 export { Inbox } from './inbox.js';
 export type { InboxEvents, InboxItem, InboxOptions } from './inbox.js';
 export { MessageList } from './messages.js';
-export type { Message, MessageChange, MessageListEvents, MessageListOptions } from './messages.js';
+export type { Append, Message, MessageChange, MessageListEvents, MessageListOptions, StoredView } from './messages.js';
 export type { PresenceState } from './presence.js';
 export { TYPING_EXPIRY_MS, TYPING_SEND_INTERVAL_MS } from './typing.js';
 export type { ClientOptions } from './options.js';
@@ -32,7 +37,9 @@ export { jwtExp } from './token.js';
 export type { TokenProvider } from './token.js';
 export type { WebSocketConstructor, WebSocketLike } from './transport.js';
 export type {
+  AppendPush,
   ChatEvent,
+  ChatProfile,
   EventType,
   FetchOk,
   HeraldEvent,
@@ -41,7 +48,16 @@ export type {
   InboxOk,
   JoinOk,
   KnownEventType,
+  MemberEntry,
+  MembersOk,
+  PinEntry,
+  PinsOk,
   PresenceOk,
+  ReactionsOk,
+  Replies,
   SeqOk,
+  StreamState,
+  ThreadEntry,
+  ThreadsOk,
   WatchOk,
 } from './types.js';

@@ -19,14 +19,20 @@
 //! a duplicate message.
 
 import { HeraldError } from './errors.js';
-import type { SeqOk } from './types.js';
+import type { RequestArgs, SeqOk } from './types.js';
+
+/** A send's 1.2 arguments beyond chat, body and client_id (thread, quote, mentions, stream). */
+export type SendExtras = Omit<RequestArgs['send'], 'chat' | 'body' | 'client_id'>;
+
+/** The arguments of one `send` as the outbox writes it. */
+export type SendArgs = SendExtras & { chat: string; body: unknown; client_id: string };
 
 /** What the outbox needs from the client. */
 export interface OutboxHost {
   /** True when a request written now goes out on a live, greeted link. */
   readonly connected: boolean;
   /** Writes a `send` request; rejects with `disconnected` when the link drops before the reply. */
-  sendRequest(args: { chat: string; body: unknown; client_id: string }): Promise<SeqOk>;
+  sendRequest(args: SendArgs): Promise<SeqOk>;
   /** Runs `fn` after `ms`; returns a function that cancels it. */
   schedule(fn: () => void, ms: number): () => void;
 }
@@ -37,6 +43,8 @@ interface Entry {
   chat: string;
   body: unknown;
   clientId: string;
+  /** Written with every try, after `client_id`. */
+  extra: SendExtras;
   /** Retries spent on `unavailable`, `internal` and timeouts (link drops and throttles are free). */
   retries: number;
   /** Cancels the deadline timer; called once the entry settles. */
@@ -105,7 +113,7 @@ export class Outbox {
    * bound is all that stops an application from piling up memory it cannot send. Sends in flight do not
    * count; there are at most 32 of them.
    */
-  enqueue(chat: string, body: unknown, clientId: string | undefined): Promise<SeqOk> {
+  enqueue(chat: string, body: unknown, clientId: string | undefined, extra: SendExtras = {}): Promise<SeqOk> {
     if (this.closedWith !== null) return Promise.reject(this.closedWith);
     if (this.unsentCount >= this.maxQueue) {
       return Promise.reject(
@@ -118,6 +126,7 @@ export class Outbox {
         chat,
         body,
         clientId: clientId ?? this.newClientId(),
+        extra,
         retries: 0,
         resolve: (ok) => {
           entry.cancelDeadline();
@@ -206,7 +215,7 @@ export class Outbox {
 
   private dispatch(entry: Entry): void {
     this.inflight.add(entry);
-    this.host.sendRequest({ chat: entry.chat, body: entry.body, client_id: entry.clientId }).then(
+    this.host.sendRequest({ chat: entry.chat, body: entry.body, client_id: entry.clientId, ...entry.extra }).then(
       (ok) => {
         this.inflight.delete(entry);
         this.window = Math.min(MAX_WINDOW, this.window + 1);

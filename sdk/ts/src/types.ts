@@ -1,6 +1,8 @@
-//! Wire shapes of herald protocol version 1.1, as the server sends and receives them.
+//! Wire shapes of herald protocol version 1.2, as the server sends and receives them.
 //!
-//! Owns: the TypeScript spelling of docs/protocol.md's frames (requests, replies, pushes, events).
+//! Owns: the TypeScript spelling of docs/protocol.md's frames (requests, replies, pushes, events), up to
+//! 1.2's conversations (profiles, members, threads, quotes, mentions, pins, reaction counts, streams).
+//! Every 1.2 field is optional where a 1.1 server leaves it out.
 //! From 1.1 on, a client ignores `ev` values, event types and fields it does not know, so every shape
 //! here is what this version reads, not a promise that nothing else arrives.
 //! Kept in step with the server's Rust types by the golden fixtures of crates/herald-protocol/fixtures,
@@ -8,8 +10,18 @@
 //! Does not own: codes (codes.ts), errors (errors.ts) or any behaviour. Field names stay in the
 //! protocol's snake_case on purpose, so a frame can be read against the contract without a mapping.
 
-/** The kinds of event a chat stores, as of protocol 1.1. */
-export type KnownEventType = 'message' | 'reaction' | 'read' | 'join' | 'leave' | 'system' | 'edit' | 'delete';
+/** The kinds of event a chat stores, as of protocol 1.2. */
+export type KnownEventType =
+  | 'message'
+  | 'reaction'
+  | 'read'
+  | 'join'
+  | 'leave'
+  | 'system'
+  | 'edit'
+  | 'delete'
+  | 'profile'
+  | 'pin';
 
 /**
  * An event's type: one this version knows, or a later version's, which the SDK delivers (its seq counts)
@@ -21,10 +33,13 @@ export type EventType = KnownEventType | (string & {});
  * One stored event of a chat. `seq` numbers a chat's events 1, 2, 3, ... with no gaps and no reuse.
  *
  * `body` depends on `type`: as sent for `message` and `system`; `{target, emoji, on}` for `reaction`;
- * `{seq}` for `read`; `{}` for `join` and `leave`; `{target, body}` for `edit`; `{target}` for `delete`.
+ * `{seq}` for `read` (`{seq, thread}` for a read position in a thread); `{}` for `join` and `leave`;
+ * `{target, body}` for `edit`; `{target}` for `delete`; the whole profile `{name, image, data}` after the
+ * change for `profile`; `{target, on}` for `pin`.
  *
  * The stored view (fetch, watch replay) shows an edited message with its latest body and `edited`, and a
- * deleted one with `body: null` and `deleted: true`; a live push shows an event as it was when stored.
+ * deleted one with `body: null` and `deleted: true`; from 1.2 also a thread root's `replies`, `pinned`,
+ * `reactions` and a streamed message's `stream`. A live push shows an event as it was when stored.
  */
 export interface HeraldEvent {
   /** The event's position in its chat, from 1. */
@@ -43,6 +58,44 @@ export interface HeraldEvent {
   edited?: number;
   /** On a `message` of the stored view: true once deleted (its `body` is then null). */
   deleted?: boolean;
+  /** 1.2, on a `message`: the seq of the thread root this message replies in. */
+  thread?: number;
+  /** 1.2, on a `message`: the seq of the message it quotes. */
+  quote?: number;
+  /**
+   * 1.2, on a `message` or `edit`: the users mentioned, without duplicates. On an `edit`, `[]` clears the
+   * message's mentions and no field keeps them; the stored view shows a message's current ones.
+   */
+  mentions?: string[];
+  /** 1.2, on a thread root of the stored view: its replies not deleted and the latest's seq; absent while none. */
+  replies?: Replies;
+  /** 1.2, on a `message` of the stored view: true while pinned. */
+  pinned?: boolean;
+  /** 1.2, on a `message` of the stored view: each emoji's count of users whose reaction is on now. */
+  reactions?: Record<string, number>;
+  /** 1.2, on a `message` sent with `stream: true`: `open` until its stream ends, then `done`. */
+  stream?: StreamState;
+}
+
+/** 1.2: a thread root's replies in the stored view. */
+export interface Replies {
+  /** Its replies that are not deleted. */
+  count: number;
+  /** The seq of the latest of them. */
+  last: number;
+}
+
+/** 1.2: whether a streamed message is still being written. */
+export type StreamState = 'open' | 'done';
+
+/** 1.2: a chat's profile; each field null until set. */
+export interface ChatProfile {
+  /** Up to 200 characters. */
+  name: string | null;
+  /** A URL, up to 2,000 characters. */
+  image: string | null;
+  /** Any JSON value, up to 4 KiB serialized. */
+  data: unknown;
 }
 
 /** A delivered event together with the chat it belongs to. */
@@ -59,7 +112,7 @@ export interface HelloOk {
   session: string;
   /** How often the client should prove the link alive; drives the ping watchdog. */
   heartbeat_ms: number;
-  /** The protocol version the server speaks (`"1.1"`); absent from version 1 servers. */
+  /** The protocol version the server speaks (`"1.2"`, `"1.1"`); absent from version 1 servers. */
   protocol?: string;
 }
 
@@ -70,6 +123,8 @@ export interface JoinOk {
   seq: number;
   /** How many members the chat has. */
   members: number;
+  /** 1.2: the chat's profile. */
+  profile?: ChatProfile;
 }
 
 /** `ok` of `watch`: `seq` is the chat's latest seq when the watch began. */
@@ -78,7 +133,10 @@ export interface WatchOk {
   seq: number;
 }
 
-/** `ok` of `send`, `react`, `read`, `edit` and `delete` (for `read`, the stored read position). */
+/**
+ * `ok` of `send`, `react`, `read`, `edit`, `delete`, `profile` and `pin` (for `read`, the stored read
+ * position; for a `profile` or `pin` that changed nothing, the latest such event's seq, 0 if none).
+ */
 export interface SeqOk {
   seq: number;
 }
@@ -107,8 +165,14 @@ export interface InboxEntry {
   read: number;
   /** Messages above `read` from other users, not deleted. */
   unread: number;
-  /** The latest `message` event as `fetch` shows it, or null. */
+  /** The latest `message` event as `fetch` shows it, or null (from 1.2: the latest not in a thread). */
   last: HeraldEvent | null;
+  /** 1.2: the chat's profile. */
+  profile?: ChatProfile;
+  /** 1.2: unread replies summed over the threads this user follows in the chat. */
+  threads?: number;
+  /** 1.2: messages above `read` from others, not deleted, that mention this user. */
+  mentions?: number;
 }
 
 /** `ok` of `inbox`: this user's chats, latest activity first; `cursor` fetches the next page when `more`. */
@@ -178,12 +242,83 @@ export interface InboxPush {
   seq: number;
   ts: number;
   unread: number;
+  /** 1.2: unread replies of the threads this user follows in the chat. */
+  threads?: number;
+  /** 1.2: unread messages that mention this user. */
+  mentions?: number;
   /** True when this user left the chat. */
   left?: boolean;
 }
 
+/**
+ * 1.2, `{"ev":"append"}`: `text` was added to the streamed message `target`, whose text was `at` UTF-16
+ * code units long before it (a JavaScript string's `length`). Not an event: it takes no seq.
+ */
+export interface AppendPush {
+  ev: 'append';
+  chat: string;
+  target: number;
+  text: string;
+  at: number;
+}
+
 /** Every frame the server sends without an `id` that this version reads. */
-export type PushFrame = EventPush | NotifyPush | ReconnectPush | TypingPush | PresencePush | InboxPush;
+export type PushFrame = EventPush | NotifyPush | ReconnectPush | TypingPush | PresencePush | InboxPush | AppendPush;
+
+/** 1.2: one member of the `members` reply. */
+export interface MemberEntry {
+  user: string;
+  /** The member's read position. */
+  read: number;
+}
+
+/** 1.2, `ok` of `members`: sorted by user id; `count` is the chat's member count. */
+export interface MembersOk {
+  members: MemberEntry[];
+  count: number;
+  more: boolean;
+  cursor?: string;
+}
+
+/** 1.2: one thread of the `threads` reply. */
+export interface ThreadEntry {
+  chat: string;
+  /** The root, as `fetch` shows it. */
+  root: HeraldEvent;
+  /** The latest reply, as `fetch` shows it. */
+  last: HeraldEvent;
+  /** This user's read position in the thread. */
+  read: number;
+  /** Replies above `read` from others, not deleted. */
+  unread: number;
+}
+
+/** 1.2, `ok` of `threads`: the threads this user follows, latest reply first. */
+export interface ThreadsOk {
+  threads: ThreadEntry[];
+  more: boolean;
+  cursor?: string;
+}
+
+/** 1.2: one pinned message of the `pins` reply. */
+export interface PinEntry {
+  /** The `pin` event's seq. */
+  seq: number;
+  /** Who pinned it. */
+  user: string;
+  /** The message, as `fetch` shows it. */
+  message: HeraldEvent;
+}
+
+/** 1.2, `ok` of `pins`: latest pin first. */
+export interface PinsOk {
+  pins: PinEntry[];
+}
+
+/** 1.2, `ok` of `reactions`: for each emoji with reactions on now, up to 100 users, sorted. */
+export interface ReactionsOk {
+  reactions: Record<string, string[]>;
+}
 
 /** Request operations and the arguments each takes (the `id` and `op` fields are added by the client). */
 export interface RequestArgs {
@@ -192,16 +327,23 @@ export interface RequestArgs {
   leave: { chat: string };
   watch: { chat: string; after?: number };
   unwatch: { chat: string };
-  send: { chat: string; body: unknown; client_id?: string };
+  send: { chat: string; body: unknown; client_id?: string; thread?: number; quote?: number; mentions?: string[]; stream?: boolean };
   react: { chat: string; target: number; emoji: string; on?: boolean };
-  read: { chat: string; seq: number };
-  fetch: { chat: string; after: number; limit?: number };
+  read: { chat: string; seq: number; thread?: number };
+  fetch: { chat: string; after: number; limit?: number; thread?: number };
   ping: Record<string, never>;
-  edit: { chat: string; target: number; body: unknown };
+  edit: { chat: string; target: number; body: unknown; mentions?: string[] };
   delete: { chat: string; target: number };
   typing: { chat: string };
   presence: { chat: string };
   inbox: { limit?: number; cursor?: string; live?: boolean };
+  profile: { chat: string; name?: string | null; image?: string | null; data?: unknown };
+  members: { chat: string; limit?: number; cursor?: string };
+  threads: { chat?: string; limit?: number; cursor?: string };
+  pin: { chat: string; target: number; on?: boolean };
+  pins: { chat: string };
+  reactions: { chat: string; target: number };
+  append: { chat: string; target: number; text: string; done?: boolean };
 }
 
 /** The `ok` shape of each operation. */
@@ -221,6 +363,13 @@ export interface RequestOk {
   typing: Record<string, never>;
   presence: PresenceOk;
   inbox: InboxOk;
+  profile: SeqOk;
+  members: MembersOk;
+  threads: ThreadsOk;
+  pin: SeqOk;
+  pins: PinsOk;
+  reactions: ReactionsOk;
+  append: Record<string, never>;
 }
 
 /** The name of a request operation. */

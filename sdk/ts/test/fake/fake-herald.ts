@@ -2,13 +2,15 @@
 //!
 //! Owns: enough of docs/protocol.md (hello, join, watch with a bounded replay, unwatch, send with client_id
 //! dedupe, react, read, fetch paging bounded in count and bytes, ping; from 1.1 edit and delete with the
-//! stored view, typing with its 2 s window, presence with per-user pushes, inbox with live pushes) to
+//! stored view, typing with its 2 s window, presence with per-user pushes, inbox with live pushes; from
+//! 1.2 profiles, members, threads and quotes, mentions, pins, reaction counts and streams with `append`
+//! pushes, each in the stored view and the inbox counts) to
 //! drive the client, plus knobs a real server does not have: refuse connects, stop answering pings, hold
 //! pushes back, intercept any request, cut a link with any close code, close with 4008 when one frame
 //! overflows the outbound queue. Each connection acts as the user `userFor(token)` names.
 //! Does not own: timing. Everything is delivered on microtasks, so tests drive time with fake timers.
 
-import type { HeraldEvent } from '../../src/types.js';
+import type { ChatProfile, HeraldEvent } from '../../src/types.js';
 import type { WebSocketConstructor, WebSocketLike } from '../../src/transport.js';
 
 /** A request frame as the fake server received it. */
@@ -143,7 +145,21 @@ interface ChatState {
   reads: Map<string, number>;
   /** When each member's typing was last pushed (ms). */
   typedAt: Map<string, number>;
+  /** 1.2: the chat's profile and the seq of its latest `profile` event. */
+  profile: ChatProfile;
+  profileSeq: number;
+  /** 1.2: pinned message -> the pin event's seq and who pinned it; in pin order. */
+  pins: Map<number, { seq: number; user: string }>;
+  /** 1.2: message -> the latest `pin` event's seq of it. */
+  pinSeqs: Map<number, number>;
+  /** 1.2: message -> emoji -> users whose reaction is on. */
+  reactions: Map<number, Map<string, Set<string>>>;
+  /** 1.2: `${user}\u0000${root}` -> the user's read position in that thread. */
+  threadReads: Map<string, number>;
 }
+
+/** The most mentions a message may carry (protocol 1.2). */
+const MAX_MENTIONS = 50;
 
 /** The fake server. `new FakeHerald().WebSocket` is what the client gets as its WebSocket class. */
 export class FakeHerald {
@@ -184,6 +200,8 @@ export class FakeHerald {
   outboxBytes = Infinity;
   /** Links closed with 4008 so far. */
   slowConsumerCloses = 0;
+  /** When false, `append` requests are stored but not pushed (tests push appends by hand). */
+  pushAppends = true;
   private ts = 1_700_000_000_000;
 
   /** The WebSocket class bound to this server. */
@@ -211,10 +229,11 @@ export class FakeHerald {
   }
 
   /** Stores an event in `chat` (creating it) and returns it; pushes it to watchers when autoPush. */
-  store(chat: string, type: HeraldEvent['type'], body: unknown, user = this.user, clientId?: string): HeraldEvent {
+  store(chat: string, type: HeraldEvent['type'], body: unknown, user = this.user, clientId?: string, extra: Partial<HeraldEvent> = {}): HeraldEvent {
     const c = this.chat(chat);
     const ev: HeraldEvent = { seq: c.events.length + 1, type, user, ts: this.ts++, body };
     if (clientId !== undefined) ev.client_id = clientId;
+    Object.assign(ev, extra);
     c.events.push(ev);
     if (this.autoPush) for (const s of this.sockets) if (s.watching.has(chat)) this.push(s, chat, ev);
     this.inboxPush(chat);
@@ -229,22 +248,54 @@ export class FakeHerald {
   }
 
   /** This user's inbox entries, latest activity first. */
-  inbox(user: string): Array<{ chat: string; seq: number; ts: number; read: number; unread: number; last: HeraldEvent | null }> {
+  inbox(user: string): Array<{
+    chat: string;
+    seq: number;
+    ts: number;
+    read: number;
+    unread: number;
+    last: HeraldEvent | null;
+    profile: ChatProfile;
+    threads: number;
+    mentions: number;
+  }> {
     const out = [];
     for (const [id, c] of this.chats) {
       if (!c.members.has(user)) continue;
       const read = c.reads.get(user) ?? 0;
-      const messages = c.events.filter((e) => e.type === 'message');
+      const all = c.events.filter((e) => e.type === 'message');
+      const messages = all.filter((e) => e.thread === undefined);
+      const fromOthers = (e: HeraldEvent) => e.seq > read && e.user !== user && e.deleted !== true;
       out.push({
         chat: id,
         seq: c.events.length,
         ts: c.events[c.events.length - 1]?.ts ?? 0,
         read,
-        unread: messages.filter((e) => e.seq > read && e.user !== user && e.deleted !== true).length,
+        unread: messages.filter(fromOthers).length,
         last: messages[messages.length - 1] ?? null,
+        profile: { ...c.profile },
+        threads: this.followed(id, user).reduce((n, t) => n + t.unread, 0),
+        mentions: all.filter((e) => fromOthers(e) && e.mentions?.includes(user) === true).length,
       });
     }
     return out.sort((a, b) => b.ts - a.ts || (a.chat < b.chat ? -1 : 1));
+  }
+
+  /** 1.2: the threads of `chat` that `user` follows, as `threads` entries, latest reply first. */
+  followed(chat: string, user: string): Array<{ chat: string; root: HeraldEvent; last: HeraldEvent; read: number; unread: number }> {
+    const c = this.chat(chat);
+    const out = [];
+    for (const root of c.events) {
+      if (root.type !== 'message' || root.thread !== undefined) continue;
+      const replies = c.events.filter((e) => e.type === 'message' && e.thread === root.seq);
+      const alive = replies.filter((e) => e.deleted !== true);
+      if (alive.length === 0) continue;
+      const involved = [root, ...replies].some((e) => e.user === user || e.mentions?.includes(user) === true);
+      if (!involved) continue;
+      const read = c.threadReads.get(`${user}\u0000${root.seq}`) ?? 0;
+      out.push({ chat, root, last: alive[alive.length - 1]!, read, unread: alive.filter((e) => e.seq > read && e.user !== user).length });
+    }
+    return out.sort((a, b) => b.last.seq - a.last.seq);
   }
 
   /** A socket closed: it no longer watches anything, which may end its user's presence. */
@@ -280,7 +331,7 @@ export class FakeHerald {
         conn.user = this.userFor(frame.token);
         conn.serverSend({
           id: frame.id,
-          ok: { user: conn.user, workspace: 'acme', node: 'fake-1', session: `s${this.sockets.length}`, heartbeat_ms: this.heartbeatMs, protocol: '1.1' },
+          ok: { user: conn.user, workspace: 'acme', node: 'fake-1', session: `s${this.sockets.length}`, heartbeat_ms: this.heartbeatMs, protocol: '1.2' },
         });
       } else {
         conn.serverSend({ id: frame.id, err: { code: 'unauthenticated', message: 'bad token' } });
@@ -303,7 +354,7 @@ export class FakeHerald {
           c.members.add(user);
           this.store(chatId, 'join', {}, user);
         }
-        ok({ chat: chatId, seq: c.events.length, members: c.members.size });
+        ok({ chat: chatId, seq: c.events.length, members: c.members.size, profile: { ...c.profile } });
         return;
       }
       case 'watch': {
@@ -344,17 +395,65 @@ export class FakeHerald {
           ok({ seq: seen });
           return;
         }
-        const ev = this.store(chatId, 'message', frame.body, user, cid);
+        const extra: Partial<HeraldEvent> = {};
+        const message = (seq: unknown) => (typeof seq === 'number' ? c.events[seq - 1] : undefined);
+        if (frame.thread !== undefined) {
+          const root = message(frame.thread);
+          if (root === undefined || root.type !== 'message' || root.deleted === true) return err('not_found', 'no such root');
+          if (root.thread !== undefined) return err('bad_request', 'threads do not nest');
+          extra.thread = root.seq;
+        }
+        if (frame.quote !== undefined) {
+          const quoted = message(frame.quote);
+          if (quoted === undefined || quoted.type !== 'message') return err('not_found', 'no such message to quote');
+          extra.quote = quoted.seq;
+        }
+        if (frame.mentions !== undefined) {
+          const mentions = [...new Set(frame.mentions as string[])];
+          if (mentions.length > MAX_MENTIONS) return err('bad_request', 'too many mentions');
+          extra.mentions = mentions;
+        }
+        if (frame.stream === true) {
+          const b = frame.body as { text?: unknown } | null;
+          if (b === null || typeof b !== 'object' || typeof b.text !== 'string') return err('bad_request', 'a stream needs a text');
+          extra.stream = 'open';
+        }
+        const ev = this.store(chatId, 'message', frame.body, user, cid, extra);
         if (cid !== undefined) c.clientIds.set(key, ev.seq);
+        if (ev.thread !== undefined) this.recountReplies(chatId, ev.thread);
         ok({ seq: ev.seq });
         return;
       }
-      case 'react':
+      case 'react': {
+        const c = this.chat(chatId);
+        const target = c.events[(frame.target as number) - 1];
+        if (target !== undefined && target.type === 'message') {
+          const byEmoji = c.reactions.get(target.seq) ?? new Map<string, Set<string>>();
+          c.reactions.set(target.seq, byEmoji);
+          const users = byEmoji.get(frame.emoji as string) ?? new Set<string>();
+          byEmoji.set(frame.emoji as string, users);
+          if (frame.on === false) users.delete(user);
+          else users.add(user);
+          const counts: Record<string, number> = {};
+          for (const [emoji, us] of byEmoji) if (us.size > 0) counts[emoji] = us.size;
+          if (Object.keys(counts).length > 0) target.reactions = counts;
+          else delete target.reactions;
+        }
         ok({ seq: this.store(chatId, 'reaction', { target: frame.target, emoji: frame.emoji, on: frame.on ?? true }, user).seq });
         return;
+      }
       case 'read': {
         const c = this.chat(chatId);
         const to = frame.seq as number;
+        if (typeof frame.thread === 'number') {
+          const key = `${user}\u0000${frame.thread}`;
+          if (to > (c.threadReads.get(key) ?? 0)) {
+            c.threadReads.set(key, to);
+            this.store(chatId, 'read', { seq: to, thread: frame.thread }, user);
+          }
+          ok({ seq: c.threadReads.get(key) ?? 0 });
+          return;
+        }
         if (to > (c.reads.get(user) ?? 0)) {
           c.reads.set(user, to);
           this.store(chatId, 'read', { seq: to }, user);
@@ -375,11 +474,23 @@ export class FakeHerald {
           return;
         }
         if (frame.op === 'edit') {
-          const ev = this.store(chatId, 'edit', { target: target.seq, body: frame.body }, user);
+          if (target.stream === 'open') return err('bad_request', 'an open stream is edited by append');
+          const extra: Partial<HeraldEvent> = {};
+          if (frame.mentions !== undefined) extra.mentions = [...new Set(frame.mentions as string[])];
+          // Before the event is stored, so that its inbox pushes count the new mentions.
+          if (extra.mentions !== undefined) {
+            if (extra.mentions.length > 0) target.mentions = extra.mentions;
+            else delete target.mentions;
+          }
           target.body = frame.body;
+          const ev = this.store(chatId, 'edit', { target: target.seq, body: frame.body }, user, undefined, extra);
           target.edited = ev.seq;
           ok({ seq: ev.seq });
         } else {
+          delete target.pinned;
+          delete target.reactions;
+          c.pins.delete(target.seq);
+          if (target.stream === 'open') target.stream = 'done';
           // Erased before the delete event is stored, so that its inbox pushes count without it.
           target.body = null;
           target.deleted = true;
@@ -388,8 +499,91 @@ export class FakeHerald {
             const b = e.body as { target?: number } | null;
             if (e.type === 'edit' && b?.target === target.seq) e.body = { target: target.seq, body: null };
           }
-          ok({ seq: this.store(chatId, 'delete', { target: target.seq }, user).seq });
+          const ev = this.store(chatId, 'delete', { target: target.seq }, user);
+          if (target.thread !== undefined) this.recountReplies(chatId, target.thread);
+          ok({ seq: ev.seq });
         }
+        return;
+      }
+      case 'profile': {
+        const c = this.chat(chatId);
+        if (!c.members.has(user)) return err('forbidden', 'not a member');
+        const next: ChatProfile = { ...c.profile };
+        if (frame.name !== undefined) next.name = frame.name as string | null;
+        if (frame.image !== undefined) next.image = frame.image as string | null;
+        if (frame.data !== undefined) next.data = frame.data;
+        if (JSON.stringify(next) === JSON.stringify(c.profile)) return ok({ seq: c.profileSeq });
+        c.profile = next;
+        c.profileSeq = this.store(chatId, 'profile', { ...next }, user).seq;
+        ok({ seq: c.profileSeq });
+        return;
+      }
+      case 'members': {
+        const c = this.chat(chatId);
+        const all = [...c.members].sort().map((u) => ({ user: u, read: c.reads.get(u) ?? 0 }));
+        const limit = Math.min(typeof frame.limit === 'number' ? frame.limit : 100, 1000);
+        const from = typeof frame.cursor === 'string' ? Number(frame.cursor) : 0;
+        const more = from + limit < all.length;
+        const page = { members: all.slice(from, from + limit), count: all.length, more };
+        ok(more ? { ...page, cursor: String(from + limit) } : page);
+        return;
+      }
+      case 'threads': {
+        const chats = typeof frame.chat === 'string' ? [frame.chat] : [...this.chats.keys()].filter((id) => this.chat(id).members.has(user));
+        const all = chats.flatMap((id) => this.followed(id, user)).sort((a, b) => b.last.ts - a.last.ts);
+        const limit = Math.min(typeof frame.limit === 'number' ? frame.limit : 20, 100);
+        const from = typeof frame.cursor === 'string' ? Number(frame.cursor) : 0;
+        const more = from + limit < all.length;
+        ok(more ? { threads: all.slice(from, from + limit), more, cursor: String(from + limit) } : { threads: all.slice(from, from + limit), more });
+        return;
+      }
+      case 'pin': {
+        const c = this.chat(chatId);
+        const target = c.events[(frame.target as number) - 1];
+        if (target === undefined || target.type !== 'message' || target.deleted === true) return err('not_found', 'no such message');
+        const on = frame.on !== false;
+        if (c.pins.has(target.seq) === on) return ok({ seq: c.pinSeqs.get(target.seq) ?? 0 });
+        if (on) target.pinned = true;
+        else delete target.pinned;
+        const ev = this.store(chatId, 'pin', { target: target.seq, on }, user);
+        c.pinSeqs.set(target.seq, ev.seq);
+        if (on) c.pins.set(target.seq, { seq: ev.seq, user });
+        else c.pins.delete(target.seq);
+        ok({ seq: ev.seq });
+        return;
+      }
+      case 'pins': {
+        const c = this.chat(chatId);
+        const pins = [...c.pins].reverse().map(([target, p]) => ({ seq: p.seq, user: p.user, message: c.events[target - 1] }));
+        ok({ pins });
+        return;
+      }
+      case 'reactions': {
+        const c = this.chat(chatId);
+        const reactions: Record<string, string[]> = {};
+        for (const [emoji, users] of c.reactions.get(frame.target as number) ?? []) if (users.size > 0) reactions[emoji] = [...users].sort();
+        ok({ reactions });
+        return;
+      }
+      case 'append': {
+        const c = this.chat(chatId);
+        const target = c.events[(frame.target as number) - 1];
+        if (target === undefined || target.type !== 'message') return err('not_found', 'no such message');
+        if (target.user !== user) return err('forbidden', "another user's stream");
+        if (target.stream !== 'open') return err('bad_request', `message ${target.seq} is not an open stream`);
+        const body = target.body as { text: string };
+        const at = body.text.length;
+        const text = frame.text as string;
+        target.body = { ...body, text: body.text + text };
+        if (this.pushAppends && text.length > 0) {
+          for (const s of this.sockets) if (s.watching.has(chatId)) s.serverSend({ ev: 'append', chat: chatId, target: target.seq, text, at });
+        }
+        if (frame.done === true) {
+          target.stream = 'done';
+          const ev = this.store(chatId, 'edit', { target: target.seq, body: target.body }, user);
+          target.edited = ev.seq;
+        }
+        ok({});
         return;
       }
       case 'typing': {
@@ -422,6 +616,12 @@ export class FakeHerald {
         const c = this.chat(chatId);
         const limit = Math.min(typeof frame.limit === 'number' ? frame.limit : 100, 500);
         const after = frame.after as number;
+        if (typeof frame.thread === 'number') {
+          const replies = c.events.filter((e) => e.type === 'message' && e.thread === frame.thread && e.seq > after);
+          const events = replies.slice(0, limit);
+          ok({ events, seq: c.events.length, more: events.length < replies.length });
+          return;
+        }
         const events = this.withinBytes(c.events.slice(after, after + limit));
         const end = events.length > 0 ? events[events.length - 1]!.seq : after;
         ok({ events, seq: c.events.length, more: end < c.events.length });
@@ -447,8 +647,18 @@ export class FakeHerald {
     for (const s of this.sockets) {
       if (!s.inboxLive || !c.members.has(s.user)) continue;
       const e = this.inbox(s.user).find((x) => x.chat === chat);
-      if (e !== undefined) s.serverSend({ ev: 'inbox', chat, seq: e.seq, ts: e.ts, unread: e.unread });
+      if (e !== undefined) s.serverSend({ ev: 'inbox', chat, seq: e.seq, ts: e.ts, unread: e.unread, threads: e.threads, mentions: e.mentions });
     }
+  }
+
+  /** 1.2: sets a root's `replies` in the stored view from its replies not deleted. */
+  private recountReplies(chat: string, root: number): void {
+    const c = this.chat(chat);
+    const r = c.events[root - 1];
+    if (r === undefined) return;
+    const alive = c.events.filter((e) => e.type === 'message' && e.thread === root && e.deleted !== true);
+    if (alive.length > 0) r.replies = { count: alive.length, last: alive[alive.length - 1]!.seq };
+    else delete r.replies;
   }
 
   /** The longest prefix of `events` within `fetchBytes`, and never less than one event. */
@@ -464,7 +674,19 @@ export class FakeHerald {
   private chat(id: string): ChatState {
     let c = this.chats.get(id);
     if (c === undefined) {
-      c = { events: [], members: new Set(), clientIds: new Map(), reads: new Map(), typedAt: new Map() };
+      c = {
+        events: [],
+        members: new Set(),
+        clientIds: new Map(),
+        reads: new Map(),
+        typedAt: new Map(),
+        profile: { name: null, image: null, data: null },
+        profileSeq: 0,
+        pins: new Map(),
+        pinSeqs: new Map(),
+        reactions: new Map(),
+        threadReads: new Map(),
+      };
       this.chats.set(id, c);
     }
     return c;

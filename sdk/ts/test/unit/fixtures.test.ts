@@ -1,4 +1,5 @@
-//! The golden fixtures of crates/herald-protocol/fixtures/*.json, read against this SDK's wire types.
+//! The golden fixtures of crates/herald-protocol/fixtures/*.json (protocol 1.1's files and 1.2's
+//! `*-1.2.json`), read against this SDK's wire types.
 //!
 //! Owns: the TypeScript half of the agreement the Rust test `crates/herald-protocol/tests/fixtures.rs`
 //! holds from the server's side. Two checks:
@@ -16,16 +17,21 @@ import { HeraldClient } from '../../src/client.js';
 import { HeraldError } from '../../src/errors.js';
 import type { WebSocketConstructor, WebSocketLike } from '../../src/transport.js';
 import type {
+  AppendPush,
+  ChatProfile,
   EventPush,
   HeraldEvent,
   InboxEntry,
   InboxPush,
+  MemberEntry,
   NotifyPush,
   Op,
+  PinEntry,
   PresencePush,
   ReconnectPush,
   RequestArgs,
   RequestOk,
+  ThreadEntry,
   TypingPush,
   WireError,
 } from '../../src/types.js';
@@ -45,10 +51,14 @@ const DIR = new URL('../../../../crates/herald-protocol/fixtures/', import.meta.
 function load(file: string): Entry[] {
   return JSON.parse(readFileSync(new URL(file, DIR), 'utf8')) as Entry[];
 }
-const events = load('events.json').map((e) => ({ name: e.name, value: e.event! }));
-const requests = load('requests.json').map((e) => ({ name: e.name, value: e.frame! }));
-const replies = load('replies.json').map((e) => ({ name: e.name, op: e.op!, value: e.frame! }));
+/** A fixture file of protocol 1.1 and its 1.2 sibling, 1.1's entries first (they answer by default). */
+const both = (file: string): Entry[] => [...load(`${file}.json`), ...load(`${file}-1.2.json`)];
+const events = both('events').map((e) => ({ name: e.name, value: e.event! }));
+const requests = both('requests').map((e) => ({ name: e.name, value: e.frame! }));
+const replies = both('replies').map((e) => ({ name: e.name, op: e.op!, value: e.frame! }));
+/** 1.1's pushes; 1.2's are read by a test of their own (their seqs are not one chat's run). */
 const pushes = load('pushes.json').map((e) => ({ name: e.name, value: e.frame! }));
+const pushes12 = load('pushes-1.2.json').map((e) => ({ name: e.name, value: e.frame! }));
 
 // ---- shapes -------------------------------------------------------------------------------------
 
@@ -59,6 +69,8 @@ type KindOf<V> = unknown extends V
     ? 'number'
     : [V] extends [string]
       ? 'string'
+      : [V] extends [string | null]
+        ? 'string|null'
       : [V] extends [boolean]
         ? 'boolean'
         : [V] extends [readonly unknown[]]
@@ -83,6 +95,13 @@ const EVENT: Spec<HeraldEvent> = {
   client_id: 'string?',
   edited: 'number?',
   deleted: 'boolean?',
+  thread: 'number?',
+  quote: 'number?',
+  mentions: 'array?',
+  replies: 'object?',
+  pinned: 'boolean?',
+  reactions: 'object?',
+  stream: 'string?',
 };
 const INBOX_ENTRY: Spec<InboxEntry> = {
   chat: 'string',
@@ -91,7 +110,14 @@ const INBOX_ENTRY: Spec<InboxEntry> = {
   read: 'number',
   unread: 'number',
   last: 'object|null',
+  profile: 'object?',
+  threads: 'number?',
+  mentions: 'number?',
 };
+const PROFILE: Spec<ChatProfile> = { name: 'string|null', image: 'string|null', data: 'any' };
+const MEMBER: Spec<MemberEntry> = { user: 'string', read: 'number' };
+const THREAD: Spec<ThreadEntry> = { chat: 'string', root: 'object', last: 'object', read: 'number', unread: 'number' };
+const PIN: Spec<PinEntry> = { seq: 'number', user: 'string', message: 'object' };
 const ERROR: Spec<WireError> = { code: 'string', message: 'string?', retry_after_ms: 'number?' };
 
 /** The arguments of each op, as the SDK writes them after `id` and `op`. */
@@ -101,22 +127,37 @@ const ARGS: { [O in Op]: Spec<RequestArgs[O]> } = {
   leave: { chat: 'string' },
   watch: { chat: 'string', after: 'number?' },
   unwatch: { chat: 'string' },
-  send: { chat: 'string', body: 'any', client_id: 'string?' },
+  send: {
+    chat: 'string',
+    body: 'any',
+    client_id: 'string?',
+    thread: 'number?',
+    quote: 'number?',
+    mentions: 'array?',
+    stream: 'boolean?',
+  },
   react: { chat: 'string', target: 'number', emoji: 'string', on: 'boolean?' },
-  read: { chat: 'string', seq: 'number' },
-  fetch: { chat: 'string', after: 'number', limit: 'number?' },
+  read: { chat: 'string', seq: 'number', thread: 'number?' },
+  fetch: { chat: 'string', after: 'number', limit: 'number?', thread: 'number?' },
   ping: {},
-  edit: { chat: 'string', target: 'number', body: 'any' },
+  edit: { chat: 'string', target: 'number', body: 'any', mentions: 'array?' },
   delete: { chat: 'string', target: 'number' },
   typing: { chat: 'string' },
   presence: { chat: 'string' },
   inbox: { limit: 'number?', cursor: 'string?', live: 'boolean?' },
+  profile: { chat: 'string', name: 'string|null?', image: 'string|null?', data: 'any?' },
+  members: { chat: 'string', limit: 'number?', cursor: 'string?' },
+  threads: { chat: 'string?', limit: 'number?', cursor: 'string?' },
+  pin: { chat: 'string', target: 'number', on: 'boolean?' },
+  pins: { chat: 'string' },
+  reactions: { chat: 'string', target: 'number' },
+  append: { chat: 'string', target: 'number', text: 'string', done: 'boolean?' },
 };
 
 /** The `ok` of each op. */
 const OKS: { [O in Op]: Spec<RequestOk[O]> } = {
   hello: { user: 'string', workspace: 'string', node: 'string', session: 'string', heartbeat_ms: 'number', protocol: 'string?' },
-  join: { chat: 'string', seq: 'number', members: 'number' },
+  join: { chat: 'string', seq: 'number', members: 'number', profile: 'object?' },
   leave: {},
   watch: { chat: 'string', seq: 'number' },
   unwatch: {},
@@ -130,6 +171,13 @@ const OKS: { [O in Op]: Spec<RequestOk[O]> } = {
   typing: {},
   presence: { count: 'number', users: 'array' },
   inbox: { chats: 'array', more: 'boolean', cursor: 'string?' },
+  profile: { seq: 'number' },
+  members: { members: 'array', count: 'number', more: 'boolean', cursor: 'string?' },
+  threads: { threads: 'array', more: 'boolean', cursor: 'string?' },
+  pin: { seq: 'number' },
+  pins: { pins: 'array' },
+  reactions: { reactions: 'object' },
+  append: {},
 };
 
 /** Each push by its `ev`. */
@@ -140,13 +188,24 @@ const PUSHES: {
   typing: Spec<TypingPush>;
   presence: Spec<PresencePush>;
   inbox: Spec<InboxPush>;
+  append: Spec<AppendPush>;
 } = {
   event: { ...EVENT, ev: 'string', chat: 'string' },
   notify: { ev: 'string', chat: 'string', seq: 'number' },
   reconnect: { ev: 'string', after_ms: 'number', reason: 'string?' },
   typing: { ev: 'string', chat: 'string', user: 'string' },
   presence: { ev: 'string', chat: 'string', user: 'string?', present: 'boolean?', count: 'number?' },
-  inbox: { ev: 'string', chat: 'string', seq: 'number', ts: 'number', unread: 'number', left: 'boolean?' },
+  inbox: {
+    ev: 'string',
+    chat: 'string',
+    seq: 'number',
+    ts: 'number',
+    unread: 'number',
+    threads: 'number?',
+    mentions: 'number?',
+    left: 'boolean?',
+  },
+  append: { ev: 'string', chat: 'string', target: 'number', text: 'string', at: 'number' },
 };
 
 function kindOf(v: unknown): string {
@@ -185,20 +244,46 @@ describe('the protocol fixtures have the shapes of src/types.ts', () => {
       types.add(ev.type);
     };
     for (const f of events) check(f.value, f.name);
+    for (const f of pushes12.filter((p) => p.value.ev === 'event')) {
+      const { ev: _ev, chat: _chat, ...event } = f.value;
+      check(event, f.name);
+    }
+    const entrySeen = new Set<string>();
+    const nested = { profile: new Set<string>(), member: new Set<string>(), thread: new Set<string>(), pin: new Set<string>() };
     for (const f of replies) {
       const ok = f.value.ok as Json | undefined;
-      if (f.op === 'fetch' && ok) (ok.events as Json[]).forEach((ev, i) => check(ev, `${f.name} events[${i}]`));
-      if (f.op === 'inbox' && ok) {
-        const entrySeen = new Set<string>();
+      if (ok === undefined) continue;
+      if (f.op === 'fetch') (ok.events as Json[]).forEach((ev, i) => check(ev, `${f.name} events[${i}]`));
+      if (f.op === 'join' && ok.profile !== undefined) conforms(PROFILE, ok.profile as Json, `${f.name} profile`, nested.profile);
+      if (f.op === 'inbox') {
         for (const [i, entry] of (ok.chats as Json[]).entries()) {
           conforms(INBOX_ENTRY, entry, `${f.name} chats[${i}]`, entrySeen);
           if (entry.last !== null) check(entry.last as Json, `${f.name} chats[${i}].last`);
+          if (entry.profile !== undefined) conforms(PROFILE, entry.profile as Json, `${f.name} chats[${i}].profile`, nested.profile);
         }
-        if (entrySeen.size > 0) allSeen(INBOX_ENTRY, entrySeen, 'inbox entries');
+      }
+      if (f.op === 'members') (ok.members as Json[]).forEach((m, i) => conforms(MEMBER, m, `${f.name} members[${i}]`, nested.member));
+      if (f.op === 'threads') {
+        for (const [i, t] of (ok.threads as Json[]).entries()) {
+          conforms(THREAD, t, `${f.name} threads[${i}]`, nested.thread);
+          check(t.root as Json, `${f.name} threads[${i}].root`);
+          check(t.last as Json, `${f.name} threads[${i}].last`);
+        }
+      }
+      if (f.op === 'pins') {
+        for (const [i, p] of (ok.pins as Json[]).entries()) {
+          conforms(PIN, p, `${f.name} pins[${i}]`, nested.pin);
+          check(p.message as Json, `${f.name} pins[${i}].message`);
+        }
       }
     }
+    allSeen(INBOX_ENTRY, entrySeen, 'inbox entries');
+    allSeen(PROFILE, nested.profile, 'profiles');
+    allSeen(MEMBER, nested.member, 'members');
+    allSeen(THREAD, nested.thread, 'threads');
+    allSeen(PIN, nested.pin, 'pins');
     allSeen(EVENT, seen, 'events');
-    const known: HeraldEvent['type'][] = ['message', 'reaction', 'read', 'join', 'leave', 'system', 'edit', 'delete'];
+    const known: HeraldEvent['type'][] = ['message', 'reaction', 'read', 'join', 'leave', 'system', 'edit', 'delete', 'profile', 'pin'];
     expect([...types].sort()).toEqual([...known].sort());
   });
 
@@ -237,7 +322,7 @@ describe('the protocol fixtures have the shapes of src/types.ts', () => {
 
   it('pushes', () => {
     const seen = new Map<string, Set<string>>();
-    for (const f of pushes) {
+    for (const f of [...pushes, ...pushes12]) {
       const ev = f.value.ev as keyof typeof PUSHES;
       expect(Object.keys(PUSHES), `${f.name}: a push the SDK reads`).toContain(ev);
       const fields = seen.get(ev) ?? new Set<string>();
@@ -356,14 +441,45 @@ describe('the SDK writes and reads the protocol fixtures', () => {
       'inbox, next page': [() => client.inbox.loadMore(), false],
       unwatch: [() => general.unwatch(), undefined],
       leave: [() => general.leave(), undefined],
+      // 1.2
+      'send in a thread, quoting, with mentions': [
+        () => general.send({ text: 'agreed, @carol' }, { clientId: 'm-18', thread: 41, quote: 44, mentions: ['carol', 'dan@example.com'] }),
+        ok('send'),
+      ],
+      'send a stream': [() => general.send({ text: 'Hel' }, { stream: true }), ok('send')],
+      append: [() => general.append(57, 'lo wor'), undefined],
+      'append, done': [() => general.append(57, '', { done: true }), undefined],
+      'edit with mentions': [() => general.edit(58, { text: 'agreed, @bob' }, { mentions: ['bob'] }), ok('edit')],
+      'edit clearing mentions': [() => general.edit(58, { text: 'agreed' }, { mentions: [] }), ok('edit')],
+      'fetch a thread': [() => general.fetch(41, 50, { thread: 41 }), ok('fetch')],
+      'read in a thread': [() => general.read(58, { thread: 41 }), ok('read')],
+      'threads of all my chats': [() => client.threads({ limit: 20 }), ok('threads')],
+      'threads of one chat, next page': [() => general.threads({ limit: 20, cursor: 'dDo1OA' }), ok('threads')],
+      'profile: set name and data, clear image': [
+        () => general.profile({ name: 'General', image: null, data: { topic: 'everything' } }),
+        ok('profile'),
+      ],
+      'profile: set image': [() => general.profile({ image: 'https://example.com/g.png' }), ok('profile')],
+      members: [() => general.members({ limit: 100 }), ok('members, a page with more')],
+      'members, next page': [() => general.members({ limit: 100, cursor: 'dTpib2I' }), ok('members, a page with more')],
+      pin: [() => general.pin(41), ok('pin')],
+      unpin: [() => general.pin(41, false), ok('pin')],
+      pins: [() => general.pins(), ok('pins')],
+      reactions: [() => general.reactions(41), ok('reactions')],
     };
+    /**
+     * The SDK writes a `client_id` on every send (the outbox retries with it, so a send is stored once),
+     * which the stream fixture leaves out: that one frame is matched with a generated key added.
+     */
+    const written = (name: string): Json =>
+      name === 'send a stream' ? { ...request(name), client_id: expect.stringMatching(/^c-[0-9a-f]{32}$/) } : request(name);
     for (const f of requests) {
       const op = f.value.op as string;
       if (op === 'hello' || op === 'ping') continue;
       const call = calls[f.name];
       expect(call, `a call that writes "${f.name}"`).toBeDefined();
       await expect(call![0](), f.name).resolves.toEqual(call![1]);
-      expect(socket.lastOf(op), f.name).toEqual(request(f.name));
+      expect(socket.lastOf(op), f.name).toEqual(written(f.name));
     }
     // The inbox entries are the reply's, as the SDK's items.
     const page = okReply('inbox, a page with more').ok as { chats: Json[] };
@@ -379,8 +495,13 @@ describe('the SDK writes and reads the protocol fixtures', () => {
     const general = client.chat('general');
     for (const f of replies.filter((r) => 'err' in r.value)) {
       FixtureSocket.answer = (frame) => (frame.op === f.op ? f.value : defaultAnswer(frame));
-      const call = f.op === 'fetch' ? () => general.fetch(40, 100) : () => general.edit(99, { text: 'x' });
-      expect(['fetch', 'edit'], `a call for "${f.name}"`).toContain(f.op);
+      const calls: Record<string, () => Promise<unknown>> = {
+        fetch: () => general.fetch(40, 100),
+        edit: () => general.edit(99, { text: 'x' }),
+        append: () => general.append(57, '', { done: true }),
+      };
+      const call = calls[f.op]!;
+      expect(Object.keys(calls), `a call for "${f.name}"`).toContain(f.op);
       const err = (await call().catch((e: unknown) => e)) as HeraldError;
       const wire = f.value.err as Json;
       expect(err, f.name).toBeInstanceOf(HeraldError);
@@ -392,6 +513,85 @@ describe('the SDK writes and reads the protocol fixtures', () => {
       });
       expect(socket.lastOf(f.op)).toBeDefined();
     }
+    client.close();
+  });
+
+  it("reads 1.2's replies into what its API shows: the join's profile, the inbox's profiles and counts", async () => {
+    const { client, socket } = await connectedClient();
+    FixtureSocket.answer = (frame) => {
+      if (frame.op === 'join') return okReply("join, with the chat's profile");
+      if (frame.op === 'inbox') return okReply('inbox, with profiles, threads and mentions');
+      return defaultAnswer(frame);
+    };
+    const general = client.chat('general');
+    const list = general.messages();
+    const joinOk = okReply("join, with the chat's profile").ok as Json;
+    await expect(general.join()).resolves.toEqual(joinOk);
+    expect(list.profile).toEqual(joinOk.profile);
+    expect(socket.lastOf('join')).toEqual(request('join'));
+    const page = okReply('inbox, with profiles, threads and mentions').ok as { chats: Json[] };
+    await client.inbox.start({ limit: 50 });
+    expect(client.inbox.get('general')).toMatchObject(page.chats[0]!);
+    expect([client.inbox.unread, client.inbox.threads, client.inbox.mentions]).toEqual([1, 1, 1]);
+    client.close();
+  });
+
+  it("reads every 1.2 push fixture: each event into the chat's message list, appends, inbox counts", async () => {
+    const { client } = await connectedClient();
+    const socket = FixtureSocket.all[0]!;
+    const general = client.chat('general');
+    const list = general.messages();
+    const delivered: Json[] = [];
+    general.on('event', (ev) => delivered.push(ev as unknown as Json));
+    await client.inbox.start({ limit: 50 });
+    const fixture = (name: string) => pushes12.find((p) => p.name === name)!.value;
+    /** Watches again from just before the push's seq, so that it is the next event, then pushes it. */
+    const pushEvent = async (name: string, keep = false) => {
+      const f = fixture(name);
+      if (!keep) await general.unwatch();
+      await general.watch({ after: (f.seq as number) - 1 });
+      socket.push(f);
+      await tick();
+      const { ev: _ev, ...rest } = f;
+      expect(delivered.at(-1), name).toEqual(rest);
+      return f;
+    };
+    const seen = new Set<string>();
+    const root = await pushEvent("event of a watch's replay: a thread root, pinned, with reactions");
+    seen.add("event of a watch's replay: a thread root, pinned, with reactions");
+    expect(list.get(41)).toMatchObject({ replies: { count: 2, last: 58 }, pinned: true, reactions: { '+1': 2, heart: 1 } });
+    // The pin of an already pinned message changes nothing shown; its event is delivered.
+    await general.unwatch();
+    list.load([root as unknown as HeraldEvent], 41);
+    await pushEvent('event of a pin', true);
+    seen.add('event of a pin');
+    expect(list.get(41)?.pinned).toBe(true);
+
+    await pushEvent('event of a thread reply, quoting, with mentions');
+    seen.add('event of a thread reply, quoting, with mentions');
+    expect(list.messages.map((m) => m.seq)).not.toContain(58);
+    expect(list.thread(41)).toMatchObject([{ seq: 58, thread: 41, quote: 44, mentions: ['carol', 'dan@example.com'] }]);
+
+    await pushEvent('event of a profile');
+    seen.add('event of a profile');
+    expect(list.profile).toEqual(fixture('event of a profile').body);
+
+    await pushEvent('event of a stream as it opens');
+    seen.add('event of a stream as it opens');
+    expect(list.get(57)).toMatchObject({ body: { text: 'Hel' }, stream: 'open' });
+    const appended: Json[] = [];
+    general.on('append', (p) => appended.push(p as unknown as Json));
+    socket.push(fixture('append'));
+    await tick();
+    seen.add('append');
+    expect(appended).toEqual([fixture('append')]);
+    expect(list.get(57)?.body).toEqual({ text: 'Hello wor' });
+
+    socket.push(fixture('inbox, with threads and mentions'));
+    await tick();
+    seen.add('inbox, with threads and mentions');
+    expect(client.inbox.get('general')).toMatchObject({ seq: 58, unread: 1, threads: 1, mentions: 1 });
+    expect(seen.size).toBe(pushes12.length);
     client.close();
   });
 

@@ -131,7 +131,7 @@ describe('MessageList', () => {
       { seq: 3, type: 'poll', user: 'bob', ts: 3, body: { question: '?' } },
       { seq: 4, type: 'edit', user: 'bob', ts: 4, body: 'not an edit body' },
     ]);
-    expect(list.messages).toEqual([{ seq: 1, type: 'message', user: 'alice', ts: 1, body: null, deleted: true }]);
+    expect(list.messages).toEqual([{ seq: 1, type: 'message', user: 'alice', ts: 1, body: null, deleted: true, pinned: false }]);
   });
 });
 
@@ -163,7 +163,7 @@ describe('protocol 1.1 rule: unknown pushes, types and fields are ignored', () =
     expect(list.messages.map((m) => m.body)).toEqual([{ text: 'hi' }]);
     expect(conn.sent('fetch')).toHaveLength(0); // seq 1 counted although its type is unknown
     expect(errors).toEqual([]);
-    expect(client.session?.protocol).toBe('1.1');
+    expect(client.session?.protocol).toBe('1.2');
     client.close();
   });
 });
