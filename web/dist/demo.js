@@ -2162,7 +2162,9 @@ var ChatList = class {
       let mentions = badge("mentions", `@${item.mentions}`, item.mentions, `${item.mentions} mention${item.mentions === 1 ? "" : "s"} of you`);
       mentions.dataset.mentions = String(item.mentions);
       let unread = badge("unread", String(item.unread), item.unread, `${item.unread} unread`);
-      return unread.dataset.unread = String(item.unread), li.append(name, mentions, unread), li;
+      unread.dataset.unread = String(item.unread);
+      let threads = badge("threads", `↳${item.threads}`, item.threads, `${item.threads} new repl${item.threads === 1 ? "y" : "ies"} in threads you follow`);
+      return threads.dataset.threads = String(item.threads), li.append(name, mentions, unread, threads), li;
     });
     this.el.replaceChildren(...rows);
   }
@@ -2355,7 +2357,7 @@ var MessageRow = class {
     let canAct = message.type === "message" && !message.deleted;
     if (canAct) {
       let pin = button("pin", message.pinned ? "Unpin" : "Pin", () => ctx.actions.pin(message.seq, !message.pinned));
-      pin.setAttribute("aria-pressed", String(message.pinned)), this.pinEl.replaceChildren(pin);
+      pin.setAttribute("aria-pressed", String(message.pinned)), this.pinEl.replaceChildren(pin, button("quote-it", "Quote", () => ctx.actions.quote(message.seq)));
     } else
       this.pinEl.replaceChildren();
     let own = canAct && message.user === ctx.me && message.stream !== "open";
@@ -2504,6 +2506,11 @@ var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
   membersAt = 0;
   /** The highest seq of a message (thread replies too) or system event: what reading up to now means. */
   latestReadable = 0;
+  /**
+   * The latest run of joins (or leaves) with nothing between them: drawn as one line on its first row
+   * ("ann, bob and 53 others joined"), the run's other rows kept (each seq has its row) but hidden.
+   */
+  run = null;
   /** What every row (here and in the thread panel) needs besides its message. */
   rowContext;
   /** The seq to report as read when the user has seen everything shown. */
@@ -2530,7 +2537,7 @@ var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
     switch (ev.type) {
       case "join":
       case "leave":
-        return this.addNote(ev, `${ev.user ?? "someone"} ${ev.type === "join" ? "joined" : "left"}`), this.members !== null && ev.seq > this.membersAt && (this.members = Math.max(0, this.members + (ev.type === "join" ? 1 : -1)), this.membersAt = ev.seq, this.els.members.textContent = String(this.members)), null;
+        return this.addPeopleNote(ev), this.members !== null && ev.seq > this.membersAt && (this.members = Math.max(0, this.members + (ev.type === "join" ? 1 : -1)), this.membersAt = ev.seq, this.els.members.textContent = String(this.members)), null;
       case "profile": {
         let name = ev.body?.name, who = ev.user ?? "someone";
         return this.addNote(ev, typeof name == "string" ? `${who} renamed the chat to "${name}"` : `${who} changed the chat`), null;
@@ -2600,7 +2607,18 @@ var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
   }
   addNote(ev, text) {
     let stick = this.atBottom(), li = document.createElement("li");
-    li.className = "note", li.dataset.seq = String(ev.seq), li.dataset.type = ev.type, li.textContent = text, this.rows.set(ev.seq, li), this.els.messages.append(li), this.scrollToEnd(stick);
+    return li.className = "note", li.dataset.seq = String(ev.seq), li.dataset.type = ev.type, li.textContent = text, this.rows.set(ev.seq, li), this.els.messages.append(li), this.scrollToEnd(stick), li;
+  }
+  /** A join or leave: its own line, or one more name on the line of the run it continues. */
+  addPeopleNote(ev) {
+    let user = ev.user ?? "someone", verb = ev.type === "join" ? "joined" : "left", run = this.run, continues = run !== null && run.type === ev.type && this.els.messages.lastElementChild === run.last, li = this.addNote(ev, `${user} ${verb}`);
+    if (!continues) {
+      this.run = { type: ev.type, head: li, last: li, users: [user] };
+      return;
+    }
+    li.hidden = !0, run.last = li, run.users.push(user);
+    let [first, second] = run.users, others = run.users.length - 2;
+    run.head.textContent = others === 0 ? `${first} and ${second} ${verb}` : `${first}, ${second} and ${others} other${others === 1 ? "" : "s"} ${verb}`;
   }
   dropPending(clientId) {
     this.pendingRows.get(clientId)?.remove(), this.pendingRows.delete(clientId);
@@ -2694,6 +2712,9 @@ var ui = {
   pending: $("pending"),
   sendForm: $("send-form"),
   text: $("text"),
+  quoting: $("quoting"),
+  quotingText: $("quoting-text"),
+  quotingCancel: $("quoting-cancel"),
   send: $("send"),
   threadPanel: $("thread-panel"),
   threadRoot: $("thread-root"),
@@ -2748,7 +2769,8 @@ var Session = class {
         edit: (target, text) => this.chat.edit(target, { text }, { mentions: mentionsIn(text) }).catch(failed("edit")),
         delete: (target) => this.chat.delete(target).catch(failed("delete")),
         pin: (target, on) => this.chat.pin(target, on).catch(failed(on ? "pin" : "unpin")),
-        openThread: (root) => this.thread.open(root)
+        openThread: (root) => this.thread.open(root),
+        quote: (target) => this.quote(target)
       },
       (seq) => this.list.get(seq)
     ), this.thread = new ThreadView(
@@ -2777,7 +2799,7 @@ var Session = class {
         this.view.reveal(seq) || notice("that message is older than what the page shows");
       },
       failed("pinned messages")
-    ), ui.membersButton.onclick = () => this.members.toggle(), ui.pinsButton.onclick = () => this.pins.toggle(), showTitle(chatId, null), closeRename(), this.list.on("change", (change) => {
+    ), ui.membersButton.onclick = () => this.members.toggle(), ui.pinsButton.onclick = () => this.pins.toggle(), showTitle(chatId, null), closeRename(), this.quote(null), this.list.on("change", (change) => {
       this.view.showMessage(change), this.thread.showMessage(change);
     }), this.list.on("profile", (profile) => {
       showTitle(chatId, profile.name), chatList.setName(chatId, profile.name);
@@ -2802,6 +2824,8 @@ var Session = class {
   thread;
   members;
   pins;
+  /** The message the next send quotes, if the user picked one. */
+  quoting = null;
   ended = !1;
   readTimer = null;
   reading = !1;
@@ -2824,11 +2848,16 @@ var Session = class {
    * once; the row shows until then.
    */
   send(text) {
-    let clientId = newClientId2();
-    this.view.addPending(clientId, text), this.chat.send({ text }, { clientId, mentions: mentionsIn(text) }).then(
+    let clientId = newClientId2(), quote = this.quoting ?? void 0;
+    this.quote(null), this.view.addPending(clientId, text), this.chat.send({ text }, { clientId, mentions: mentionsIn(text), ...quote !== void 0 ? { quote } : {} }).then(
       ({ seq }) => this.view.sent(clientId, seq),
       (e) => this.view.failPending(clientId, e instanceof HeraldError ? e.code : String(e))
     );
+  }
+  /** Quotes `target` in the next message sent from the message box (null: none), shown above the box. */
+  quote(target) {
+    let message = target === null ? void 0 : this.list.get(target);
+    this.quoting = message === void 0 ? null : message.seq, ui.quoting.hidden = message === void 0, ui.quotingText.textContent = message === void 0 ? "" : `${message.user ?? "system"}: ${messageText(message.body)}`, message !== void 0 && ui.text.focus();
   }
   /** Sends a reply in the thread under `root`; it shows in the thread once the chat delivers it. */
   reply(root, text) {
@@ -2891,6 +2920,7 @@ ui.renameCancel.addEventListener("click", closeRename);
 ui.renameForm.addEventListener("submit", (e) => {
   e.preventDefault(), closeRename(), session?.rename(ui.renameText.value.trim());
 });
+ui.quotingCancel.addEventListener("click", () => session?.quote(null));
 ui.membersClose.addEventListener("click", () => ui.membersPanel.hidden = !0);
 ui.pinsClose.addEventListener("click", () => ui.pinsPanel.hidden = !0);
 ui.threadClose.addEventListener("click", () => session?.thread.close());

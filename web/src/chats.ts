@@ -1,6 +1,7 @@
 //! The page's chat list: this user's chats from the SDK's inbox, latest activity first, each under its
-//! name (the chat's profile name, else its id), with its unread count and its unread mentions of this
-//! user as badges, the open one marked; clicking one opens it.
+//! name (the chat's profile name, else its id), with its unread count, its unread mentions of this user
+//! and the new replies in threads this user follows as badges, the open one marked; clicking one opens
+//! it.
 //!
 //! Owns: drawing the list and the names it knows. Does not own: the inbox (the SDK keeps it live and
 //! resyncs it after reconnects) or opening a chat (demo.ts, through `open`).
@@ -14,6 +15,7 @@
 //!   li[data-chat] .chat-name                the name shown; data-name-set when the profile names it
 //!   li[data-chat] .unread[data-unread]      the unread count; hidden at 0
 //!   li[data-chat] .mentions[data-mentions]  unread messages that mention this user; hidden at 0
+//!   li[data-chat] .threads[data-threads]    unread replies in the threads this user follows; hidden at 0
 
 import type { InboxItem } from '../../sdk/ts/src/index.ts';
 
@@ -67,7 +69,9 @@ export class ChatList {
       mentions.dataset.mentions = String(item.mentions);
       const unread = badge('unread', String(item.unread), item.unread, `${item.unread} unread`);
       unread.dataset.unread = String(item.unread);
-      li.append(name, mentions, unread);
+      const threads = badge('threads', `↳${item.threads}`, item.threads, `${item.threads} new repl${item.threads === 1 ? 'y' : 'ies'} in threads you follow`);
+      threads.dataset.threads = String(item.threads);
+      li.append(name, mentions, unread, threads);
       return li;
     });
     this.el.replaceChildren(...rows);

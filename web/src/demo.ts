@@ -13,7 +13,7 @@
 import { HeraldClient, HeraldError, type Chat, type ClientState, type MessageList } from '../../sdk/ts/src/index.ts';
 import { ChatList } from './chats.ts';
 import { MEMBERS_PAGE, MembersPanel, PinsPanel } from './panels.ts';
-import { mentionsIn } from './text.ts';
+import { mentionsIn, messageText } from './text.ts';
 import { ThreadView } from './thread.ts';
 import { ChatView } from './view.ts';
 
@@ -74,6 +74,9 @@ const ui = {
   pending: $<HTMLOListElement>('pending'),
   sendForm: $<HTMLFormElement>('send-form'),
   text: $<HTMLInputElement>('text'),
+  quoting: $('quoting'),
+  quotingText: $('quoting-text'),
+  quotingCancel: $<HTMLButtonElement>('quoting-cancel'),
   send: $<HTMLButtonElement>('send'),
   threadPanel: $('thread-panel'),
   threadRoot: $('thread-root'),
@@ -141,6 +144,8 @@ class Session {
   readonly thread: ThreadView;
   readonly members: MembersPanel;
   readonly pins: PinsPanel;
+  /** The message the next send quotes, if the user picked one. */
+  private quoting: number | null = null;
   private ended = false;
   private readTimer: ReturnType<typeof setTimeout> | null = null;
   private reading = false;
@@ -163,6 +168,7 @@ class Session {
         delete: (target) => this.chat.delete(target).catch(failed('delete')),
         pin: (target, on) => this.chat.pin(target, on).catch(failed(on ? 'pin' : 'unpin')),
         openThread: (root) => this.thread.open(root),
+        quote: (target) => this.quote(target),
       },
       (seq) => this.list.get(seq),
     );
@@ -196,6 +202,7 @@ class Session {
     ui.pinsButton.onclick = () => this.pins.toggle();
     showTitle(chatId, null);
     closeRename();
+    this.quote(null);
 
     this.list.on('change', (change) => {
       this.view.showMessage(change);
@@ -258,11 +265,22 @@ class Session {
    */
   send(text: string): void {
     const clientId = newClientId();
+    const quote = this.quoting ?? undefined;
+    this.quote(null);
     this.view.addPending(clientId, text);
-    this.chat.send({ text }, { clientId, mentions: mentionsIn(text) }).then(
+    this.chat.send({ text }, { clientId, mentions: mentionsIn(text), ...(quote !== undefined ? { quote } : {}) }).then(
       ({ seq }) => this.view.sent(clientId, seq),
       (e: unknown) => this.view.failPending(clientId, e instanceof HeraldError ? e.code : String(e)),
     );
+  }
+
+  /** Quotes `target` in the next message sent from the message box (null: none), shown above the box. */
+  quote(target: number | null): void {
+    const message = target === null ? undefined : this.list.get(target);
+    this.quoting = message === undefined ? null : message.seq;
+    ui.quoting.hidden = message === undefined;
+    ui.quotingText.textContent = message === undefined ? '' : `${message.user ?? 'system'}: ${messageText(message.body)}`;
+    if (message !== undefined) ui.text.focus();
   }
 
   /** Sends a reply in the thread under `root`; it shows in the thread once the chat delivers it. */
@@ -360,6 +378,7 @@ ui.renameForm.addEventListener('submit', (e) => {
   closeRename();
   session?.rename(ui.renameText.value.trim());
 });
+ui.quotingCancel.addEventListener('click', () => session?.quote(null));
 ui.membersClose.addEventListener('click', () => (ui.membersPanel.hidden = true));
 ui.pinsClose.addEventListener('click', () => (ui.pinsPanel.hidden = true));
 ui.threadClose.addEventListener('click', () => session?.thread.close());

@@ -1,6 +1,6 @@
 //! One message as drawn, in the chat or in a thread: who and when, a pinned mark, what it quotes, its
 //! text with mentions highlighted (growing while its sender streams it), reaction counts, the thread's
-//! reply count and a Reply button (in the chat), Pin and Unpin, and Edit and Delete on one's own.
+//! reply count and a Reply button (in the chat), Pin and Unpin, Quote, and Edit and Delete on one's own.
 //!
 //! Owns: building one row and redrawing it from the SDK's `Message` (its latest state: edits, deletes,
 //! streamed text, replies, pins and reaction counts applied by the message list). Does not own: which
@@ -13,6 +13,7 @@
 //!   button.react[data-emoji]               data-count (the list's count), aria-pressed (mine)
 //!   button.replies[data-replies]           "N replies": opens the thread; button.reply starts one
 //!   button.pin[aria-pressed]               pins and unpins; .pinned-mark shows while pinned
+//!   button.quote-it                        quotes the message in the next one sent
 //!   button.edit, button.delete             on one's own messages; form.edit-form > input.edit-text
 
 import type { Message } from '../../sdk/ts/src/index.ts';
@@ -32,6 +33,8 @@ export interface RowActions {
   edit(target: number, text: string): void;
   delete(target: number): void;
   pin(target: number, on: boolean): void;
+  /** Quotes `target` in the next message sent from the message box. */
+  quote(target: number): void;
   /** Opens the thread under `root` (the Reply button and the reply count). */
   openThread(root: number): void;
 }
@@ -161,7 +164,7 @@ export class MessageRow {
     if (canAct) {
       const pin = button('pin', message.pinned ? 'Unpin' : 'Pin', () => ctx.actions.pin(message.seq, !message.pinned));
       pin.setAttribute('aria-pressed', String(message.pinned));
-      this.pinEl.replaceChildren(pin);
+      this.pinEl.replaceChildren(pin, button('quote-it', 'Quote', () => ctx.actions.quote(message.seq)));
     } else {
       this.pinEl.replaceChildren();
     }

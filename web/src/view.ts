@@ -55,6 +55,11 @@ export class ChatView {
   private membersAt = 0;
   /** The highest seq of a message (thread replies too) or system event: what reading up to now means. */
   private latestReadable = 0;
+  /**
+   * The latest run of joins (or leaves) with nothing between them: drawn as one line on its first row
+   * ("ann, bob and 53 others joined"), the run's other rows kept (each seq has its row) but hidden.
+   */
+  private run: { type: string; head: HTMLLIElement; last: HTMLLIElement; users: string[] } | null = null;
   /** What every row (here and in the thread panel) needs besides its message. */
   readonly rowContext: RowContext;
 
@@ -102,7 +107,7 @@ export class ChatView {
     switch (ev.type) {
       case 'join':
       case 'leave':
-        this.addNote(ev, `${ev.user ?? 'someone'} ${ev.type === 'join' ? 'joined' : 'left'}`);
+        this.addPeopleNote(ev);
         if (this.members !== null && ev.seq > this.membersAt) {
           this.members = Math.max(0, this.members + (ev.type === 'join' ? 1 : -1));
           this.membersAt = ev.seq;
@@ -215,7 +220,7 @@ export class ChatView {
     this.scrollToEnd(stick);
   }
 
-  private addNote(ev: ChatEvent, text: string): void {
+  private addNote(ev: ChatEvent, text: string): HTMLLIElement {
     const stick = this.atBottom();
     const li = document.createElement('li');
     li.className = 'note';
@@ -225,6 +230,28 @@ export class ChatView {
     this.rows.set(ev.seq, li);
     this.els.messages.append(li);
     this.scrollToEnd(stick);
+    return li;
+  }
+
+  /** A join or leave: its own line, or one more name on the line of the run it continues. */
+  private addPeopleNote(ev: ChatEvent): void {
+    const user = ev.user ?? 'someone';
+    const verb = ev.type === 'join' ? 'joined' : 'left';
+    const run = this.run;
+    // A run goes on only while its last row is still the chat's last: a message or another note ends it.
+    const continues = run !== null && run.type === ev.type && this.els.messages.lastElementChild === run.last;
+    const li = this.addNote(ev, `${user} ${verb}`);
+    if (!continues) {
+      this.run = { type: ev.type, head: li, last: li, users: [user] };
+      return;
+    }
+    li.hidden = true;
+    run.last = li;
+    run.users.push(user);
+    const [first, second] = run.users;
+    const others = run.users.length - 2;
+    run.head.textContent =
+      others === 0 ? `${first} and ${second} ${verb}` : `${first}, ${second} and ${others} other${others === 1 ? '' : 's'} ${verb}`;
   }
 
   private dropPending(clientId: string): void {

@@ -7,7 +7,8 @@
 //! the network and comes back, every message exactly once and in order; then (protocol 1.1) who is here,
 //! "X is typing", edits and deletes of one's own messages, and the chat list with live unread badges;
 //! then (protocol 1.2) the chat's name and its renaming, the members panel page by page, a thread reply
-//! seen by the other with the root's reply count, a mention badge and the mention highlighted, a pin,
+//! seen by the other with the root's reply count, a quote, a mention badge and the mention highlighted,
+//! a badge for new replies in a followed thread, a pin,
 //! reaction counts, and a bot's reply streamed word by word; and that the page fits the window and shows
 //! a person's words, the protocol's only in the details. Leaves web/test-artifacts/e2e-<size>.png (both
 //! pages side by side; e2e-<size>-thread.png with a thread open), herald-<size>.log, bot-<size>.log and
@@ -323,6 +324,9 @@ for (const viewport of VIEWPORTS.filter((v) => (process.env.E2E_ONLY ?? v.label)
       for (const who of [alice, bob]) {
         await until(UI_TIMEOUT_MS, `${who.name} sees 57 members`, async () => (await who.page.textContent('#members')) === '57');
       }
+      // The 55 joins in a row read as one line.
+      const joinLines = await bob.page.$$eval('#messages li.note[data-type="join"]', (els) => els.filter((el) => !el.hidden).map((el) => el.textContent));
+      assert.equal(joinLines[joinLines.length - 1], 'member01, member02 and 53 others joined');
       await bob.page.click('#members-button');
       await until(UI_TIMEOUT_MS, 'bob sees the first 50 members and "Show more"', async () =>
         (await listed(bob)).length === 50 && (await bob.page.isVisible('#members-more')),
@@ -336,7 +340,7 @@ for (const viewport of VIEWPORTS.filter((v) => (process.env.E2E_ONLY ?? v.label)
       assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
     });
 
-    test('a reply in a thread: the other person sees it, and the root its reply count', { timeout: TEST_TIMEOUT_MS }, async () => {
+    test('a reply in a thread: the other person sees it, and the root its reply count; a quote', { timeout: TEST_TIMEOUT_MS }, async () => {
       await send(alice, 'lunch today?');
       const root = await seqWhenShown(bob, 'lunch today?');
       const rootRow = (who) => who.page.locator(`#messages li[data-seq="${root}"]`);
@@ -372,10 +376,22 @@ for (const viewport of VIEWPORTS.filter((v) => (process.env.E2E_ONLY ?? v.label)
         await who.page.click('#thread-close');
         assert.equal(await who.page.isHidden('#thread-panel'), true);
       }
+
+      // A quote: bob quotes alice's message in his next one; both see what it quotes.
+      await rootRow(bob).locator('button.quote-it').click();
+      assert.equal(await bob.page.textContent('#quoting-text'), 'alice: lunch today?');
+      await send(bob, 'count me in');
+      assert.equal(await bob.page.isHidden('#quoting'), true, 'the quote goes with the message sent');
+      const quoting = await seqWhenShown(alice, 'count me in');
+      for (const who of [alice, bob]) {
+        const quote = who.page.locator(`#messages li[data-seq="${quoting}"] .quote`);
+        await until(UI_TIMEOUT_MS, `${who.name} sees the quote`, async () => (await quote.getAttribute('data-quote')) === String(root));
+        assert.equal(await quote.textContent(), 'alice: lunch today?');
+      }
       assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
     });
 
-    test('a mention: highlighted, and a badge in the chat list until read', { timeout: TEST_TIMEOUT_MS }, async () => {
+    test('a mention: highlighted, and a badge in the chat list until read; new replies in a followed thread too', { timeout: TEST_TIMEOUT_MS }, async () => {
       await joinChat(bob, 'random');
       await until(UI_TIMEOUT_MS, "bob's list names general by its name", async () =>
         (await bob.page.textContent(`#chats li[data-chat="${CHAT}"] .chat-name`)) === 'Team room',
@@ -391,10 +407,23 @@ for (const viewport of VIEWPORTS.filter((v) => (process.env.E2E_ONLY ?? v.label)
       assert.equal(await bob.page.textContent(`#chats li[data-chat="${CHAT}"] .mentions`), '@1');
       await shot('-mention');
 
+      // A new reply in a thread bob follows (he replied in it) shows too, apart from the chat's unread.
+      const root = seqOf(await messages(alice.page), 'lunch today?');
+      await alice.page.locator(`#messages li[data-seq="${root}"] button.replies`).click();
+      await alice.page.fill('#thread-text', 'bring an umbrella');
+      await alice.page.press('#thread-text', 'Enter');
+      await until(UI_TIMEOUT_MS, 'bob sees a new reply in a thread he follows', async () => (await badge(bob, CHAT, 'threads')) === 1);
+      await alice.page.click('#thread-close');
+
       await openChat(bob, CHAT);
       await bob.page.waitForSelector(`#messages li[data-seq="${seq}"] .text mark.mention.me[data-user="bob"]`);
       await until(UI_TIMEOUT_MS, 'the badge goes once bob has read general', async () => (await badge(bob, CHAT, 'mentions')) === 0);
       assert.equal(await bob.page.isHidden(`#chats li[data-chat="${CHAT}"] .mentions`), true);
+      // Reading the chat leaves the thread unread, until bob opens the thread.
+      assert.equal(await badge(bob, CHAT, 'threads'), 1);
+      await bob.page.locator(`#messages li[data-seq="${root}"] button.replies`).click();
+      await until(UI_TIMEOUT_MS, 'the thread badge goes once bob has read the thread', async () => (await badge(bob, CHAT, 'threads')) === 0);
+      await bob.page.click('#thread-close');
       assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
     });
 
@@ -426,7 +455,7 @@ for (const viewport of VIEWPORTS.filter((v) => (process.env.E2E_ONLY ?? v.label)
       // A fresh page (bob opens the chat again) counts each once: the replayed stored view and the
       // reaction events after it are not added up twice.
       await joinChat(bob, CHAT);
-      await until(UI_TIMEOUT_MS, 'bob, back in the chat, sees the same counts', async () => JSON.stringify(await counts(bob)).includes('"2","1"'));
+      await until(UI_TIMEOUT_MS, 'bob, back in the chat, sees the same counts', async () => JSON.stringify(await counts(bob)) === '["2","1"]');
       assert.equal(await row(bob).getAttribute('data-pinned'), 'true');
 
       await row(alice).locator('button.pin').click(); // now "Unpin"
