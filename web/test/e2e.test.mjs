@@ -8,11 +8,11 @@
 //! "X is typing", edits and deletes of one's own messages, and the chat list with live unread badges;
 //! then (protocol 1.2) the chat's name and its renaming, the members panel page by page, a thread reply
 //! seen by the other with the root's reply count, a quote, a mention badge and the mention highlighted,
-//! a badge for new replies in a followed thread, a pin,
-//! reaction counts, and a bot's reply streamed word by word; and that the page fits the window and shows
-//! a person's words, the protocol's only in the details. Leaves web/test-artifacts/e2e-<size>.png (both
-//! pages side by side; e2e-<size>-thread.png with a thread open), herald-<size>.log, bot-<size>.log and
-//! console-<size>.log behind, also when it fails.
+//! a badge for new replies in a followed thread, a pin, reaction counts, and a bot's reply streamed word
+//! by word; and that the page fits the window and shows a person's words, the protocol's only in the
+//! details. Leaves in web/test-artifacts, also when it fails: e2e-<size>.png (both pages side by side;
+//! -thread with a thread open, -mention with a mention badge, -stream mid-stream), herald-<size>.log,
+//! bot-<size>.log and console-<size>.log.
 //!
 //!     HERALD_BIN=/path/to/herald npm test     default: ../target/release/herald from web/
 //!     CHROMIUM_BIN=/path/to/chromium          default: /usr/bin/chromium (Debian's package)
@@ -473,9 +473,14 @@ for (const viewport of VIEWPORTS.filter((v) => (process.env.E2E_ONLY ?? v.label)
       await until(UI_TIMEOUT_MS, "bob sees the bot's reply begin", async () => (await reply(bob).count()) === 1, async () => `bot log: ${bot.log.join('')}`);
       // What bob's page shows while the stream is open: each text seen, in order.
       const seen = [];
+      let shotTaken = false;
       await until(UI_TIMEOUT_MS, 'the reply is done', async () => {
         const [state, text] = await reply(bob).evaluate((el) => [el.dataset.stream, el.querySelector('.text')?.textContent ?? '']);
         if (state === 'open' && seen[seen.length - 1] !== text) seen.push(text);
+        if (state === 'open' && seen.length === 2 && !shotTaken) {
+          shotTaken = true;
+          await shot('-stream'); // half written, with "writing…"
+        }
         return state === 'done';
       });
       const final = await reply(bob).locator('.text').textContent();
