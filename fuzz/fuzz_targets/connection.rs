@@ -47,7 +47,8 @@ const USER: &str = "u";
 const ERROR_CODES: [&str; 8] =
     ["bad_request", "unauthenticated", "forbidden", "not_found", "throttled", "unavailable", "too_large", "internal"];
 const CLOSE_CODES: [u16; 6] = [1009, 4000, 4001, 4008, 4012, 4029];
-const EVENT_TYPES: [&str; 8] = ["message", "reaction", "read", "join", "leave", "system", "edit", "delete"];
+const EVENT_TYPES: [&str; 10] =
+    ["message", "reaction", "read", "join", "leave", "system", "edit", "delete", "profile", "pin"];
 /// PROTOCOL v1's default body limit, of the body as serialized.
 const BODY_LIMIT: usize = herald_protocol::limits::BODY_LIMIT;
 
@@ -693,7 +694,11 @@ impl Model {
                 let m = self.chats.entry(chat.clone()).or_default();
                 m.known = m.known.max(seq);
             }
-            Op::Read { chat, .. } => {
+            // A thread's read position is its own (1.2): not the chat's.
+            Op::Read { thread: Some(_), .. } => {
+                seq_of(v, "read");
+            }
+            Op::Read { chat, thread: None, .. } => {
                 let seq = seq_of(v, "read");
                 let m = self.chats.entry(chat.clone()).or_default();
                 if let Some(before) = m.read {
@@ -750,14 +755,45 @@ impl Model {
                 ctx.ensure(names.len() == users.len(), "presence users are not strings");
                 ctx.ensure(names.windows(2).all(|w| w[0] < w[1]), "presence users not sorted");
             }
-            // The server does not serve protocol 1.2's conversations yet: it answers them as unknown ops.
-            Op::Profile { .. }
-            | Op::Members { .. }
-            | Op::Threads { .. }
-            | Op::Pin { .. }
-            | Op::Pins { .. }
-            | Op::Reactions { .. }
-            | Op::Append { .. } => ctx.fail("a protocol 1.2 op got ok before the server serves it"),
+            // Protocol 1.2's conversations.
+            Op::Profile { chat, .. } | Op::Pin { chat, .. } => {
+                ctx.ensure(self.joined.contains(chat), "a 1.2 write ok for a chat this user is not a member of");
+                let seq = seq_of(v, req.op.name());
+                let m = self.chats.entry(chat.clone()).or_default();
+                m.known = m.known.max(seq);
+            }
+            Op::Members { chat, limit, .. } => {
+                ctx.ensure(self.joined.contains(chat), "members ok for a chat this user is not a member of");
+                let members =
+                    v.get("members").and_then(Value::as_array).unwrap_or_else(|| ctx.fail("members without members"));
+                ctx.ensure(members.len() <= limit.unwrap_or(100).clamp(1, 1000) as usize, "members page above its limit");
+                ctx.ensure(v.get("count").is_some_and(Value::is_u64), "members without a count");
+                let more = v.get("more").and_then(Value::as_bool).unwrap_or_else(|| ctx.fail("members without more"));
+                ctx.ensure(!more || v.get("cursor").is_some_and(Value::is_string), "members more without a cursor");
+                let users: Vec<&str> = members.iter().filter_map(|m| m.get("user")?.as_str()).collect();
+                ctx.ensure(users.len() == members.len(), "a member without a user");
+                ctx.ensure(users.windows(2).all(|w| w[0] < w[1]), "members not sorted by user id");
+            }
+            Op::Threads { limit, .. } => {
+                let threads =
+                    v.get("threads").and_then(Value::as_array).unwrap_or_else(|| ctx.fail("threads without threads"));
+                ctx.ensure(threads.len() <= limit.unwrap_or(20).clamp(1, 100) as usize, "threads page above its limit");
+                let more = v.get("more").and_then(Value::as_bool).unwrap_or_else(|| ctx.fail("threads without more"));
+                ctx.ensure(!more || v.get("cursor").is_some_and(Value::is_string), "threads more without a cursor");
+                for t in threads {
+                    let name = t.get("chat").and_then(Value::as_str).unwrap_or("");
+                    ctx.ensure(self.joined.contains(name), "threads lists a chat this user is not a member of");
+                }
+            }
+            Op::Pins { chat } | Op::Reactions { chat, .. } => {
+                ctx.ensure(self.joined.contains(chat), "a 1.2 read ok for a chat this user is not a member of");
+                let field = if matches!(req.op, Op::Pins { .. }) { "pins" } else { "reactions" };
+                ctx.ensure(v.get(field).is_some_and(|f| f.is_array() || f.is_object()), "a 1.2 read without its list");
+            }
+            Op::Append { chat, .. } => {
+                ctx.ensure(self.joined.contains(chat), "append ok for a chat this user is not a member of");
+                ctx.ensure(v.as_object().is_some_and(Map::is_empty), "append ok is not {}");
+            }
         }
     }
 
@@ -823,7 +859,7 @@ fn check_event(ctx: &Ctx, e: &Value, what: &str, user: &str) -> u64 {
     let seq = e.get("seq").and_then(Value::as_u64).unwrap_or_else(|| ctx.fail(&format!("{what} without a u64 seq")));
     ctx.ensure(seq >= 1, "an event with seq 0");
     let kind = e.get("type").and_then(Value::as_str).unwrap_or_else(|| ctx.fail(&format!("{what} without a type")));
-    ctx.ensure(EVENT_TYPES.contains(&kind), "event type not in PROTOCOL v1.1");
+    ctx.ensure(EVENT_TYPES.contains(&kind), "event type not in the protocol (v1.2)");
     ctx.ensure(e.get("ts").is_some_and(Value::is_i64), "event without an integer ts");
     let body = e.get("body").unwrap_or_else(|| ctx.fail(&format!("{what} without a body")));
     // Every event here is this connection's user's own.
@@ -839,11 +875,13 @@ fn check_event(ctx: &Ctx, e: &Value, what: &str, user: &str) -> u64 {
         // The target's new body, `null` once the target is deleted.
         "edit" => body.get("target").is_some_and(Value::is_u64) && body.get("body").is_some(),
         "delete" => body.get("target").is_some_and(Value::is_u64),
+        "pin" => body.get("target").is_some_and(Value::is_u64) && body.get("on").is_some_and(Value::is_boolean),
+        "profile" => ["name", "image", "data"].iter().all(|f| body.get(f).is_some()),
         // The stored view: a deleted message has no body left.
         "message" if e.get("deleted").is_some() => e.get("deleted") == Some(&Value::Bool(true)) && body.is_null(),
         _ => true,
     };
-    ctx.ensure(shaped, "event body not shaped as PROTOCOL v1.1 says for its type");
+    ctx.ensure(shaped, "event body not shaped as the protocol says for its type");
     if let Some(edited) = e.get("edited") {
         ctx.ensure(kind == "message" && edited.as_u64().is_some_and(|s| s > seq), "edited is not a later seq");
     }

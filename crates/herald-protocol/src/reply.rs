@@ -29,7 +29,8 @@ pub struct JoinOk {
     pub chat: String,
     pub seq: u64,
     pub members: u64,
-    /// v1.2: the chat's profile. `None` only until the server builds v1.2 (a v1.1 answer).
+    /// v1.2: the chat's profile, once any of its fields is set (a chat without one answers v1's shape;
+    /// read its absence as every field `null`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<Profile>,
 }
@@ -47,6 +48,13 @@ pub struct Profile {
     /// serialized; raw, as the server stores and forwards it.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<serde_json::Value>))]
     pub data: Option<Box<RawValue>>,
+}
+
+impl Profile {
+    /// Whether no field is set.
+    pub fn is_empty(&self) -> bool {
+        self.name.is_none() && self.image.is_none() && self.data.is_none()
+    }
 }
 
 impl PartialEq for Profile {
@@ -93,14 +101,15 @@ pub struct ChatView {
     pub seq: u64,
     pub members: u64,
     pub open: bool,
-    /// v1.2: the chat's profile name, `null` until set.
-    #[serde(default)]
+    // v1.2's profile fields are left out while unset, so a chat without a profile answers v1's shape.
+    /// v1.2: the chat's profile name; absent until set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// v1.2: the chat's image URL, `null` until set.
-    #[serde(default)]
+    /// v1.2: the chat's image URL; absent until set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// v1.2: the app's data kept with the chat, `null` until set.
-    #[serde(default)]
+    /// v1.2: the app's data kept with the chat; absent until set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<serde_json::Value>))]
     pub data: Option<serde_json::Value>,
 }

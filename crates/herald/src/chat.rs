@@ -155,8 +155,9 @@ impl Chats {
             return Err(Error::Throttled { message: "joins to this chat are throttled".into(), retry_after_ms });
         }
         let w = self.write(Write::Join { key: key.clone(), user: c.user.clone(), actor: Actor::Client }).await?;
-        let profile = self.store.chat_view(&key).await?.map(|(_, p)| p).unwrap_or_default();
-        Ok(JoinOk { chat: chat.to_string(), seq: w.seq, members: w.info.members, profile: Some(profile) })
+        // The profile once the chat has one: a chat without keeps v1's answer.
+        let profile = self.store.chat_view(&key).await?.map(|(_, p)| p).filter(|p| !p.is_empty());
+        Ok(JoinOk { chat: chat.to_string(), seq: w.seq, members: w.info.members, profile })
     }
 
     /// Leaves `chat`. The stored `leave` event ends this user's watches on every

@@ -34,7 +34,7 @@ async fn a_chat_has_a_profile_that_members_change_and_everyone_sees() {
     let mut alice = s.client("acme", "alice").await;
     let mut bob = s.client("acme", "bob").await;
     let joined = alice.ok(json!({"op": "join", "chat": "g"})).await;
-    assert_eq!(joined["profile"], json!({"name": null, "image": null, "data": null}), "{joined}");
+    assert!(joined.get("profile").is_none(), "a chat without a profile answers v1's join: {joined}");
     bob.ok(json!({"op": "join", "chat": "g"})).await;
     bob.ok(json!({"op": "watch", "chat": "g"})).await;
 

@@ -659,3 +659,26 @@ async fn two_nodes_deliver_each_event_once_and_a_dead_nodes_share_is_taken_over(
     let last = got.iter().rfind(|e| e["chat"] == a.as_str() && e["type"] == "message").unwrap();
     assert_eq!(last["offline"], json!(["carol"]), "bob is still connected: {last}");
 }
+
+#[tokio::test]
+async fn webhook_events_carry_mentions_and_a_streams_message_and_end_not_its_appends() {
+    let recv = Receiver::start().await;
+    let s = TestServer::start_with(with_webhook(&recv.url())).await;
+    chat_with(&s, "v12", &["alice", "bob"]).await; // seq 1 and 2
+    let mut alice = s.client("w", "alice").await;
+    alice.ok(json!({"op": "send", "chat": "v12", "body": {"text": "hi @bob"}, "mentions": ["bob"]})).await; // 3
+    let target = alice.ok(json!({"op": "send", "chat": "v12", "body": {"text": ""}, "stream": true})).await["seq"]
+        .as_u64()
+        .unwrap(); // 4
+    for t in ["a", "b", "c"] {
+        alice.ok(json!({"op": "append", "chat": "v12", "target": target, "text": t})).await;
+    }
+    alice.ok(json!({"op": "append", "chat": "v12", "target": target, "text": "d", "done": true})).await; // 5
+    let got = recv.wait_for(5).await;
+    let seqs: Vec<u64> = first_order(&got)["v12"].clone();
+    assert_eq!(seqs, [1, 2, 3, 4, 5], "the message and its final edit are events; appends are not");
+    let m = got.iter().find(|e| e["seq"] == 3).unwrap();
+    assert_eq!(m["mentions"], json!(["bob"]), "{m}");
+    let end = got.iter().find(|e| e["seq"] == 5).unwrap();
+    assert_eq!((end["type"].clone(), end["body"]["body"]["text"].clone()), (json!("edit"), json!("abcd")));
+}

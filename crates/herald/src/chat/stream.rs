@@ -237,7 +237,7 @@ mod tests {
     use crate::broker::memory::MemoryBroker;
     use crate::chat::{ChatLimits, ChatSettings};
     use crate::store::sqlite::SqliteStore;
-    use crate::store::{Conversation, EventLog, Store};
+    use crate::store::{Conversation, Store};
     use serde_json::value::RawValue;
 
     #[tokio::test]

@@ -385,6 +385,9 @@ impl Webhook {
                     user: e.user.as_deref(),
                     ts: e.ts,
                     body: &e.body,
+                    thread: e.thread,
+                    quote: e.quote,
+                    mentions: e.mentions.as_deref(),
                     offline,
                 }
             })

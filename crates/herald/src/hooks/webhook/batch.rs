@@ -104,6 +104,14 @@ pub(super) struct OutEvent<'a> {
     pub user: Option<&'a str>,
     pub ts: i64,
     pub body: &'a RawValue,
+    /// v1.2: a reply's thread root, the message quoted, the users mentioned (as the stored view
+    /// shows them when the batch is read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quote: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mentions: Option<&'a [String]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offline: Option<Vec<&'a str>>,
 }
