@@ -39,16 +39,6 @@ async function api(path, body) {
   return JSON.parse(text);
 }
 
-/**
- * Whether `e` mentions the bot: its `mentions` name it. A server whose webhook leaves `mentions` out
- * (herald before it carried them) is read from the text instead: `@helper` as a word.
- */
-function mentionsMe(e) {
-  if (Array.isArray(e.mentions)) return e.mentions.includes(me);
-  const text = String(e.body?.text ?? '');
-  return text.split(/\s+/).some((word) => word.replace(/[.,:;!?]+$/, '') === `@${me}`);
-}
-
 /** What the bot says to `e`; a real bot would ask a language model and stream its tokens. */
 function replyTo(e) {
   const asked = String(e.body?.text ?? '').replaceAll(`@${me}`, '').trim();
@@ -81,7 +71,7 @@ createServer((req, res) => {
     }
     for (const e of JSON.parse(body.toString()).events) {
       const key = `${e.workspace}/${e.chat}/${e.seq}`;
-      if (e.type !== 'message' || e.user === me || !mentionsMe(e) || seen.has(key)) continue;
+      if (e.type !== 'message' || e.user === me || !e.mentions?.includes(me) || seen.has(key)) continue;
       seen.add(key);
       // Answered after the acknowledgement: herald's next batch does not wait for the reply.
       answer(e).catch((err) => console.error(`answering ${key}: ${err.message}`));
