@@ -2407,7 +2407,7 @@ var MessageRow = class {
       let text = input.value.trim(), before = messageText(this.message.body);
       close(), text !== "" && text !== before && this.ctx.actions.edit(this.message.seq, text);
     }), input.addEventListener("keydown", (e) => {
-      e.key === "Escape" && close();
+      e.key === "Escape" && (e.preventDefault(), close());
     }), this.textEl.hidden = !0, this.textEl.after(form), input.focus();
   }
 };
@@ -2538,10 +2538,8 @@ var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
       case "join":
       case "leave":
         return this.addPeopleNote(ev), this.members !== null && ev.seq > this.membersAt && (this.members = Math.max(0, this.members + (ev.type === "join" ? 1 : -1)), this.membersAt = ev.seq, this.els.members.textContent = String(this.members)), null;
-      case "profile": {
-        let name = ev.body?.name, who = ev.user ?? "someone";
-        return this.addNote(ev, typeof name == "string" ? `${who} renamed the chat to "${name}"` : `${who} changed the chat`), null;
-      }
+      case "profile":
+        return this.addNote(ev, profileNote(ev.user, ev.body?.name)), null;
       case "reaction":
         return this.applyReaction(ev);
       case "read":
@@ -2668,6 +2666,10 @@ var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
     stick && box !== null && (box.scrollTop = box.scrollHeight);
   }
 };
+function profileNote(user, name) {
+  let change = typeof name == "string" ? `renamed the chat to "${name}"` : name === null ? "took the chat's name away" : "changed the chat";
+  return `${user ?? "The app"} ${change}`;
+}
 function span(className, text) {
   let s = document.createElement("span");
   return s.className = className, s.textContent = text, s;
@@ -2921,6 +2923,12 @@ ui.renameForm.addEventListener("submit", (e) => {
   e.preventDefault(), closeRename(), session?.rename(ui.renameText.value.trim());
 });
 ui.quotingCancel.addEventListener("click", () => session?.quote(null));
+document.addEventListener("keydown", (e) => {
+  if (!(e.key !== "Escape" || e.defaultPrevented)) {
+    ui.threadPanel.hidden || session?.thread.close();
+    for (let panel of [ui.membersPanel, ui.pinsPanel]) panel.hidden = !0;
+  }
+});
 ui.membersClose.addEventListener("click", () => ui.membersPanel.hidden = !0);
 ui.pinsClose.addEventListener("click", () => ui.pinsPanel.hidden = !0);
 ui.threadClose.addEventListener("click", () => session?.thread.close());

@@ -379,6 +379,12 @@ ui.renameForm.addEventListener('submit', (e) => {
   session?.rename(ui.renameText.value.trim());
 });
 ui.quotingCancel.addEventListener('click', () => session?.quote(null));
+// Escape closes whatever panel is open (the thread, the members, the pins).
+document.addEventListener('keydown', (e) => {
+  if (e.key !== 'Escape' || e.defaultPrevented) return;
+  if (!ui.threadPanel.hidden) session?.thread.close();
+  for (const panel of [ui.membersPanel, ui.pinsPanel]) panel.hidden = true;
+});
 ui.membersClose.addEventListener('click', () => (ui.membersPanel.hidden = true));
 ui.pinsClose.addEventListener('click', () => (ui.pinsPanel.hidden = true));
 ui.threadClose.addEventListener('click', () => session?.thread.close());

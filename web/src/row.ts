@@ -238,7 +238,9 @@ export class MessageRow {
       if (text !== '' && text !== before) this.ctx.actions.edit(this.message.seq, text);
     });
     input.addEventListener('keydown', (e) => {
-      if (e.key === 'Escape') close();
+      if (e.key !== 'Escape') return;
+      e.preventDefault(); // gives up the edit only, not the panel it is in
+      close();
     });
     this.textEl.hidden = true;
     this.textEl.after(form);

@@ -114,12 +114,9 @@ export class ChatView {
           this.els.members.textContent = String(this.members);
         }
         return null;
-      case 'profile': {
-        const name = (ev.body as { name?: unknown } | null)?.name;
-        const who = ev.user ?? 'someone';
-        this.addNote(ev, typeof name === 'string' ? `${who} renamed the chat to "${name}"` : `${who} changed the chat`);
+      case 'profile':
+        this.addNote(ev, profileNote(ev.user, (ev.body as { name?: unknown } | null)?.name));
         return null;
-      }
       case 'reaction':
         return this.applyReaction(ev);
       case 'read':
@@ -326,6 +323,12 @@ export class ChatView {
     const box = this.els.messages.parentElement;
     if (stick && box !== null) box.scrollTop = box.scrollHeight;
   }
+}
+
+/** A `profile` event in words; one without a user came through the server API (the app did it). */
+function profileNote(user: string | undefined, name: unknown): string {
+  const change = typeof name === 'string' ? `renamed the chat to "${name}"` : name === null ? "took the chat's name away" : 'changed the chat';
+  return `${user ?? 'The app'} ${change}`;
 }
 
 function span(className: string, text: string): HTMLSpanElement {
