@@ -96,134 +96,352 @@ var HeraldError = class _HeraldError extends Error {
   }
 };
 
-// ../sdk/ts/src/messages.ts
-var DEFAULT_MAX_MESSAGES = 1e4, MAX_ORPHANS = 1e3;
-function isObject(v) {
-  return typeof v == "object" && v !== null && !Array.isArray(v);
+// ../sdk/ts/src/chat-options.ts
+function pageArgs(opts) {
+  let out = {};
+  return opts.limit !== void 0 && (out.limit = opts.limit), opts.cursor !== void 0 && (out.cursor = opts.cursor), out;
 }
+
+// ../sdk/ts/src/message.ts
 function isSeq(v) {
   return typeof v == "number" && Number.isInteger(v) && v > 0;
 }
+function isObject(v) {
+  return typeof v == "object" && v !== null && !Array.isArray(v);
+}
+function strings(v) {
+  return Array.isArray(v) && v.every((x) => typeof x == "string") ? [...v] : void 0;
+}
+function counts(v) {
+  if (!isObject(v)) return;
+  let out = {};
+  for (let [k, n] of Object.entries(v)) typeof n == "number" && Number.isInteger(n) && n > 0 && (out[k] = n);
+  return Object.keys(out).length > 0 ? out : void 0;
+}
+function fromEvent(ev) {
+  let r = ev.replies, replies = isObject(r) && isSeq(r.count) && isSeq(r.last) ? { count: r.count, last: r.last } : void 0, mentions = strings(ev.mentions), reactions = ev.deleted === !0 ? void 0 : counts(ev.reactions);
+  return {
+    seq: ev.seq,
+    type: ev.type,
+    ...ev.user !== void 0 ? { user: ev.user } : {},
+    ts: ev.ts,
+    body: ev.deleted === !0 ? null : ev.body,
+    ...ev.client_id !== void 0 ? { client_id: ev.client_id } : {},
+    ...isSeq(ev.edited) ? { edited: ev.edited } : {},
+    deleted: ev.deleted === !0,
+    ...isSeq(ev.thread) ? { thread: ev.thread } : {},
+    ...isSeq(ev.quote) ? { quote: ev.quote } : {},
+    ...mentions !== void 0 ? { mentions } : {},
+    ...replies !== void 0 ? { replies } : {},
+    pinned: ev.pinned === !0 && ev.deleted !== !0,
+    ...reactions !== void 0 ? { reactions } : {},
+    ...ev.stream === "open" || ev.stream === "done" ? { stream: ev.stream } : {}
+  };
+}
+function withChange(m, c) {
+  if (m.deleted) return m;
+  if (c.deleted) {
+    let { reactions: _r, ...rest } = m;
+    return { ...rest, body: null, deleted: !0, pinned: !1, ...m.stream === "open" ? { stream: "done" } : {} };
+  }
+  return m.edited !== void 0 && m.edited >= c.seq ? m : {
+    ...m,
+    body: c.body,
+    edited: c.seq,
+    ...c.mentions !== void 0 ? { mentions: c.mentions } : {},
+    ...m.stream === "open" ? { stream: "done" } : {}
+  };
+}
+function bodyChange(held, next) {
+  return held.deleted ? null : next.deleted ? "deleted" : (next.edited ?? 0) > (held.edited ?? 0) ? "edited" : null;
+}
+function withReaction(m, emoji, delta) {
+  let was = m.reactions?.[emoji] ?? 0, now = Math.max(0, was + delta);
+  if (now === was) return m;
+  let reactions = { ...m.reactions };
+  now === 0 ? delete reactions[emoji] : reactions[emoji] = now;
+  let { reactions: _r, ...rest } = m;
+  return Object.keys(reactions).length > 0 ? { ...rest, reactions } : rest;
+}
+function withReplies(m, count, last) {
+  let { replies: _r, ...rest } = m;
+  return count <= 0 || last === void 0 ? rest : m.replies?.count === count && m.replies.last === last ? m : { ...rest, replies: { count, last } };
+}
+function streamText(m) {
+  return isObject(m.body) && typeof m.body.text == "string" ? m.body.text : void 0;
+}
+function withAppended(m, text) {
+  let body = m.body;
+  return { ...m, body: { ...body, text: `${String(body.text)}${text}` } };
+}
+function withDerived(m, view) {
+  let { replies: _a, reactions: _b, ...rest } = m;
+  return {
+    ...rest,
+    ...view.replies !== void 0 ? { replies: view.replies } : {},
+    pinned: view.pinned && !m.deleted,
+    ...view.reactions !== void 0 && !m.deleted ? { reactions: view.reactions } : {}
+  };
+}
+function sameDerived(a, b) {
+  return a.pinned === b.pinned && a.replies?.count === b.replies?.count && a.replies?.last === b.replies?.last && sameCounts(a.reactions ?? {}, b.reactions ?? {});
+}
+function sameCounts(a, b) {
+  let keys = Object.keys(a);
+  return keys.length === Object.keys(b).length && keys.every((k) => a[k] === b[k]);
+}
+
+// ../sdk/ts/src/messages.ts
+var DEFAULT_MAX_MESSAGES = 1e4, MAX_ORPHANS = 1e3;
+function isObject2(v) {
+  return typeof v == "object" && v !== null && !Array.isArray(v);
+}
+function isSeq2(v) {
+  return typeof v == "number" && Number.isInteger(v) && v > 0;
+}
+function namedAsOf(ev) {
+  return Math.max(ev.seq, isSeq2(ev.edited) ? ev.edited : 0, isObject2(ev.replies) && isSeq2(ev.replies.last) ? ev.replies.last : 0);
+}
 var MessageList = class extends Emitter {
-  /** Seqs in increasing order; inserts are nearly always appends. */
+  /** Seqs of the main list (no thread replies) in increasing order; inserts are nearly always appends. */
   seqs = [];
+  /** Every message held: the main list's and the threads'. */
   bySeq = /* @__PURE__ */ new Map();
+  held = /* @__PURE__ */ new Map();
+  /** Root -> its replies' seqs, increasing; in the order roots were first seen, for eviction. */
+  threads = /* @__PURE__ */ new Map();
+  replyCount = 0;
   orphans = /* @__PURE__ */ new Map();
+  /** Streams being read again -> the appends that arrived meanwhile, applied after. */
+  refetching = /* @__PURE__ */ new Map();
+  chatProfile = null;
+  profileSeq = 0;
   max;
+  refetch;
   constructor(opts = {}) {
     super();
     let max = opts.maxMessages ?? DEFAULT_MAX_MESSAGES;
     if (!Number.isInteger(max) || max <= 0) throw new TypeError("herald: `maxMessages` must be a positive integer");
-    this.max = max;
+    this.max = max, this.refetch = opts.refetch;
   }
-  /** The messages, oldest first. */
+  /** The messages not in a thread, oldest first. */
   get messages() {
     return this.seqs.map((s) => this.bySeq.get(s));
   }
-  /** How many messages the list holds. */
+  /** How many messages the main list holds (thread replies not counted). */
   get size() {
     return this.seqs.length;
   }
-  /** The oldest message held, if any. */
+  /** The oldest message of the main list, if any. */
   get first() {
     let s = this.seqs[0];
     return s === void 0 ? void 0 : this.bySeq.get(s);
   }
-  /** The message with this seq, if held. */
+  /** The chat's profile, once a `join` reply or a `profile` event told it; null before. */
+  get profile() {
+    return this.chatProfile;
+  }
+  /** The message with this seq (in the main list or a thread), if held. */
   get(seq) {
     return this.bySeq.get(seq);
   }
+  /** The replies held of the thread under `root`, oldest first (load more with `chat.history(.., { thread })`). */
+  thread(root) {
+    return (this.threads.get(root) ?? []).map((s) => this.bySeq.get(s));
+  }
   /**
-   * Folds one event in: a `message` or `system` is added (or merged, when already held), an `edit` or
-   * `delete` changes its target. Other types, and events that are not well formed, are ignored.
+   * Folds one event in: a `message` or `system` is added (or merged, when already held); an `edit` or
+   * `delete` changes its target; a `reaction` or `pin` moves its target's counts; a `profile` replaces the
+   * profile. `asOf`: for a stored view, the chat's seq when it was read (see the file's doc). Other types,
+   * and events that are not well formed, are ignored.
    */
-  apply(ev) {
-    if (!(!isObject(ev) || !isSeq(ev.seq)))
-      switch (ev.type) {
-        case "message":
-        case "system":
-          this.put(ev);
-          return;
-        case "edit": {
-          let body = ev.body;
-          if (!isObject(body) || !isSeq(body.target)) return;
-          this.change(body.target, { seq: ev.seq, deleted: !1, body: body.body });
-          return;
-        }
-        case "delete": {
-          let body = ev.body;
-          if (!isObject(body) || !isSeq(body.target)) return;
-          this.change(body.target, { seq: ev.seq, deleted: !0, body: null });
-          return;
-        }
-        default:
-          return;
+  apply(ev, asOf) {
+    if (!isObject2(ev) || !isSeq2(ev.seq)) return;
+    let body = isObject2(ev.body) ? ev.body : {};
+    switch (ev.type) {
+      case "message":
+      case "system":
+        this.put(ev, Math.max(asOf ?? 0, namedAsOf(ev)));
+        return;
+      case "edit": {
+        if (!isSeq2(body.target)) return;
+        let mentions = Array.isArray(ev.mentions) ? ev.mentions.filter((m) => typeof m == "string") : void 0;
+        this.change(body.target, { seq: ev.seq, deleted: !1, body: body.body, ...mentions !== void 0 ? { mentions } : {} });
+        return;
       }
+      case "delete":
+        isSeq2(body.target) && this.change(body.target, { seq: ev.seq, deleted: !0, body: null });
+        return;
+      case "reaction":
+        isSeq2(body.target) && typeof body.emoji == "string" && ev.user !== void 0 && this.react(ev.seq, body.target, body.emoji, ev.user, body.on !== !1);
+        return;
+      case "pin":
+        isSeq2(body.target) && this.pin(ev.seq, body.target, body.on !== !1);
+        return;
+      case "profile":
+        this.setProfile(ev.body, ev.seq);
+        return;
+      default:
+        return;
+    }
   }
-  /** Folds in fetched events (a page of `fetch` or `history`), in the order given. */
-  load(events) {
-    for (let ev of events) this.apply(ev);
+  /** Folds in fetched events (a page of `fetch` or `history`), in the order given; `asOf` as for `apply`. */
+  load(events, asOf) {
+    for (let ev of events) this.apply(ev, asOf);
   }
-  /** Empties the list. */
+  /**
+   * Folds in an `append` push: when `at` is the length of the message's text (in UTF-16 code units, a
+   * string's `length`) the chunk is added; a chunk already shown is ignored; any other `at` means a chunk
+   * was missed, and the list reads the message again (`refetch`) and takes its stored text.
+   */
+  append(push) {
+    let queued = this.refetching.get(push.target);
+    if (queued !== void 0) {
+      queued.push(push);
+      return;
+    }
+    let m = this.bySeq.get(push.target);
+    if (m === void 0 || m.deleted || m.stream !== "open") return;
+    let text = streamText(m);
+    if (!(text === void 0 || typeof push.text != "string")) {
+      if (push.at === text.length) {
+        push.text.length > 0 && this.update(m, withAppended(m, push.text), "appended");
+        return;
+      }
+      push.at + push.text.length <= text.length && text.startsWith(push.text, push.at) || this.reread(push.target);
+    }
+  }
+  /** Sets the profile as of the chat's `seq` (a `join` reply's); an older one than held is ignored. */
+  setProfile(profile, seq) {
+    if (!isObject2(profile) || seq < this.profileSeq) return;
+    let next = {
+      name: typeof profile.name == "string" ? profile.name : null,
+      image: typeof profile.image == "string" ? profile.image : null,
+      data: profile.data ?? null
+    };
+    this.profileSeq = seq, !(this.chatProfile !== null && JSON.stringify(this.chatProfile) === JSON.stringify(next)) && (this.chatProfile = next, this.emit("profile", next));
+  }
+  /** Empties the list (the profile stays: it is the chat's, not its messages'). */
   clear() {
-    this.seqs = [], this.bySeq.clear(), this.orphans.clear();
+    this.seqs = [], this.bySeq.clear(), this.held.clear(), this.threads.clear(), this.replyCount = 0, this.orphans.clear(), this.refetching.clear();
   }
   // ---- internals --------------------------------------------------------------------------------
   /** Adds a message, or merges a newer view of one already held. */
-  put(ev) {
-    let next = {
-      seq: ev.seq,
-      type: ev.type,
-      ...ev.user !== void 0 ? { user: ev.user } : {},
-      ts: ev.ts,
-      body: ev.deleted === !0 ? null : ev.body,
-      ...ev.client_id !== void 0 ? { client_id: ev.client_id } : {},
-      ...isSeq(ev.edited) ? { edited: ev.edited } : {},
-      deleted: ev.deleted === !0
-    }, orphan = this.orphans.get(ev.seq);
-    orphan !== void 0 && (this.orphans.delete(ev.seq), next = merged(next, orphan));
+  put(ev, asOf) {
+    let next = fromEvent(ev), orphan = this.orphans.get(ev.seq);
+    orphan !== void 0 && (this.orphans.delete(ev.seq), next = withChange(next, orphan));
     let held = this.bySeq.get(ev.seq);
     if (held !== void 0) {
-      let kind = newer(held, next);
-      if (kind === null) return;
-      this.bySeq.set(ev.seq, next), this.emit("change", { kind, message: next });
+      this.merge(held, next, asOf);
+      return;
+    }
+    if (next.thread !== void 0) {
+      this.addReply(next, asOf);
       return;
     }
     if (!(this.seqs.length >= this.max && ev.seq < this.seqs[0]))
-      for (this.insert(ev.seq), this.bySeq.set(ev.seq, next), this.emit("change", { kind: "added", message: next }); this.seqs.length > this.max; ) this.bySeq.delete(this.seqs.shift());
+      for (this.insert(this.seqs, ev.seq), this.bySeq.set(ev.seq, next), this.held.set(ev.seq, { asOf, version: asOf }), this.emit("change", { kind: "added", message: next }); this.seqs.length > this.max; ) this.forget(this.seqs.shift());
+  }
+  /** A held message seen again in a view: take what is newer of its body, its stream text and its counts. */
+  merge(held, view, asOf) {
+    let h = this.held.get(held.seq), m = held, kind = bodyChange(held, view);
+    if (kind !== null)
+      m = withDerived(view, held);
+    else if (held.stream === "open" && !held.deleted) {
+      let was = streamText(held) ?? "", now = streamText(view);
+      now !== void 0 && now.length >= was.length && now !== was && (m = { ...m, body: view.body }, kind = "appended");
+    }
+    if (asOf >= h.version) {
+      let derived = withDerived(m, view);
+      sameDerived(derived, m) || (kind ??= "updated"), m = derived, this.held.set(held.seq, { asOf, version: asOf });
+    }
+    kind !== null && this.update(held, m, kind);
+  }
+  addReply(reply, asOf) {
+    let root = reply.thread, seqs = this.threads.get(root);
+    for (seqs === void 0 && (seqs = [], this.threads.set(root, seqs)), this.insert(seqs, reply.seq), this.replyCount++, this.bySeq.set(reply.seq, reply), this.held.set(reply.seq, { asOf, version: asOf }), this.emit("change", { kind: "added", message: reply }), this.countReply(root, reply); this.replyCount > this.max; ) {
+      let [oldest, list] = this.threads.entries().next().value, gone = list.shift();
+      this.replyCount--, this.bySeq.delete(gone), this.held.delete(gone), list.length === 0 && this.threads.delete(oldest);
+    }
+  }
+  /** A new reply: one more in its root's `replies`, unless the root's view counted it already. */
+  countReply(root, reply) {
+    let r = this.bySeq.get(root), h = this.held.get(root);
+    r === void 0 || h === void 0 || reply.deleted || reply.seq <= h.asOf || (h.counted ??= /* @__PURE__ */ new Set(), !h.counted.has(reply.seq) && (h.counted.add(reply.seq), h.version = Math.max(h.version, reply.seq), this.update(r, withReplies(r, (r.replies?.count ?? 0) + 1, Math.max(r.replies?.last ?? 0, reply.seq)), "updated")));
+  }
+  /** `reply` was deleted by the event `at`: one fewer in its root's `replies`, if it was counted there. */
+  uncountReply(reply, at) {
+    let root = reply.thread, r = this.bySeq.get(root), h = this.held.get(root);
+    if (r === void 0 || h === void 0 || at <= h.asOf || !(h.counted?.delete(reply.seq) ?? !1) && reply.seq > h.asOf) return;
+    h.version = Math.max(h.version, at);
+    let last = r.replies?.last;
+    if (last === reply.seq) {
+      let alive = (this.threads.get(root) ?? []).filter((s) => s !== reply.seq && this.bySeq.get(s)?.deleted === !1);
+      last = alive.length > 0 ? alive[alive.length - 1] : last;
+    }
+    this.update(r, withReplies(r, (r.replies?.count ?? 0) - 1, last), "updated");
   }
   /** Applies an edit or delete to `target`, or remembers it until the target is added. */
-  change(target, o) {
+  change(target, c) {
     let held = this.bySeq.get(target);
     if (held === void 0) {
       let known = this.orphans.get(target);
-      if (known !== void 0 && (known.deleted || known.seq >= o.seq)) return;
-      this.orphans.delete(target), this.orphans.set(target, o), this.orphans.size > MAX_ORPHANS && this.orphans.delete(this.orphans.keys().next().value);
+      if (known !== void 0 && (known.deleted || known.seq >= c.seq)) return;
+      this.orphans.delete(target), this.orphans.set(target, c), this.orphans.size > MAX_ORPHANS && this.orphans.delete(this.orphans.keys().next().value);
       return;
     }
-    let next = merged(held, o), kind = newer(held, next);
-    kind !== null && (this.bySeq.set(target, next), this.emit("change", { kind, message: next }));
+    let next = withChange(held, c), kind = bodyChange(held, next);
+    kind !== null && (this.update(held, next, kind), kind === "deleted" && held.thread !== void 0 && this.uncountReply(held, c.seq));
   }
-  insert(seq) {
-    let last = this.seqs[this.seqs.length - 1];
+  /** A reaction event: moves the target's count of `emoji` when it changes `user`'s reaction. */
+  react(seq, target, emoji, user, on) {
+    let m = this.bySeq.get(target), h = this.held.get(target);
+    if (m === void 0 || h === void 0 || m.deleted || seq <= h.asOf) return;
+    h.reactors ??= /* @__PURE__ */ new Map();
+    let users = h.reactors.get(emoji);
+    users === void 0 && (users = /* @__PURE__ */ new Map(), h.reactors.set(emoji, users)), users.get(user) !== on && (users.set(user, on), h.version = Math.max(h.version, seq), this.update(m, withReaction(m, emoji, on ? 1 : -1), "updated"));
+  }
+  pin(seq, target, on) {
+    let m = this.bySeq.get(target), h = this.held.get(target);
+    m === void 0 || h === void 0 || m.deleted || seq <= h.asOf || (h.version = Math.max(h.version, seq), m.pinned !== on && this.update(m, { ...m, pinned: on }, "updated"));
+  }
+  /** Reads a stream again; appends that arrive meanwhile wait, and are folded in after its stored text. */
+  reread(target) {
+    if (this.refetch === void 0) return;
+    let queued = [];
+    this.refetching.set(target, queued);
+    let done = (view) => {
+      if (this.refetching.get(target) === queued && (this.refetching.delete(target), view !== null)) {
+        isObject2(view.event) && view.event.seq === target && this.apply(view.event, view.asOf);
+        for (let p of queued) this.append(p);
+      }
+    };
+    this.refetch(target).then(done, () => done(null));
+  }
+  update(held, next, kind) {
+    next !== held && (this.bySeq.set(held.seq, next), this.emit("change", { kind, message: next }));
+  }
+  /** Drops a message of the main list, and the thread under it. */
+  forget(seq) {
+    this.bySeq.delete(seq), this.held.delete(seq);
+    for (let r of this.threads.get(seq) ?? [])
+      this.bySeq.delete(r), this.held.delete(r), this.replyCount--;
+    this.threads.delete(seq);
+  }
+  insert(seqs, seq) {
+    let last = seqs[seqs.length - 1];
     if (last === void 0 || seq > last) {
-      this.seqs.push(seq);
+      seqs.push(seq);
       return;
     }
-    let lo = 0, hi = this.seqs.length;
+    let lo = 0, hi = seqs.length;
     for (; lo < hi; ) {
       let mid = lo + hi >>> 1;
-      this.seqs[mid] < seq ? lo = mid + 1 : hi = mid;
+      seqs[mid] < seq ? lo = mid + 1 : hi = mid;
     }
-    this.seqs.splice(lo, 0, seq);
+    seqs.splice(lo, 0, seq);
   }
 };
-function merged(m, o) {
-  return m.deleted ? m : o.deleted ? { ...m, body: null, deleted: !0 } : m.edited !== void 0 && m.edited >= o.seq ? m : { ...m, body: o.body, edited: o.seq };
-}
-function newer(held, next) {
-  return held.deleted ? null : next.deleted ? "deleted" : (next.edited ?? 0) > (held.edited ?? 0) ? "edited" : null;
-}
 
 // ../sdk/ts/src/presence.ts
 var PRESENCE_LIST_MAX = 100, Presence = class {
@@ -414,6 +632,8 @@ var WATCH_TRANSITIONS = {
   wanted = !1;
   /** The seq of the last event handed to the application; null before the first watch reply. */
   last = null;
+  /** The seq of the current watch's reply: pushes up to it are its replay, stored views read after it. */
+  watchSeq = 0;
   /** The highest seq the server said exists (notify, gaps, fetch replies) that may not be delivered yet. */
   known = 0;
   /** Pushes that arrived out of order or while subscribing or repairing, by seq. */
@@ -426,6 +646,8 @@ var WATCH_TRANSITIONS = {
   waiters = [];
   /** Created by the first `messages()` call; fed every delivered event from then on. */
   list = null;
+  /** The profile of the latest `join` reply and its seq, for a list made after it. */
+  joined = null;
   typists;
   presenceTracker;
   /** @internal Created by `HeraldClient.chat`. */
@@ -466,11 +688,12 @@ var WATCH_TRANSITIONS = {
    * with `list.load(...)` from `history()`. The same list on every call; emptied when the watch ends.
    */
   messages(opts = {}) {
-    return this.list === null && (this.list = new MessageList(opts)), this.list;
+    return this.list === null && (this.list = new MessageList({ refetch: (seq) => this.reread(seq), ...opts }), this.joined !== null && this.list.setProfile(this.joined.profile, this.joined.seq)), this.list;
   }
-  /** Joins the chat (creating an open chat that does not exist yet). */
-  join() {
-    return this.host.request("join", { chat: this.id });
+  /** Joins the chat (creating an open chat that does not exist yet); from 1.2 the reply has its profile. */
+  async join() {
+    let ok = await this.host.request("join", { chat: this.id });
+    return ok.profile !== void 0 && ok.profile !== null && (this.joined = { profile: ok.profile, seq: ok.seq }, this.list?.setProfile(ok.profile, ok.seq)), ok;
   }
   /** Leaves the chat; the server ends this user's watches of it, and so does this handle. */
   async leave() {
@@ -500,15 +723,70 @@ var WATCH_TRANSITIONS = {
    * written within `sendTimeoutMs` (60 s) of the call.
    */
   send(body, opts = {}) {
-    return this.typists.stopTrailing(), this.host.send(this.id, body, opts.clientId);
+    this.typists.stopTrailing();
+    let extra = {};
+    return opts.thread !== void 0 && (extra.thread = opts.thread), opts.quote !== void 0 && (extra.quote = opts.quote), opts.mentions !== void 0 && (extra.mentions = opts.mentions), opts.stream === !0 && (extra.stream = !0), this.host.send(this.id, body, opts.clientId, extra);
+  }
+  /**
+   * 1.2: adds `text` to the end of this user's open stream `target` (a message sent with
+   * `stream: true`); `{ done: true }` ends it (the server then stores the final body as an `edit`).
+   * Resolves once the text is durable. Not retried across a link drop: an append is not idempotent, so a
+   * `disconnected` rejection leaves its outcome unknown (fetch the message to see its text). Await each
+   * append before the next: requests on one link are answered in order, but a dropped link fails all
+   * that are out.
+   */
+  async append(target, text, opts = {}) {
+    let args = { chat: this.id, target, text };
+    opts.done === !0 && (args.done = !0), await this.host.request("append", args);
   }
   /** Adds (`on` true, the default) or takes back a reaction to the event `target`. */
   react(target, emoji, on = !0) {
     return this.host.request("react", { chat: this.id, target, emoji, on });
   }
-  /** Moves this member's read position forward to `seq`; resolves with the position now stored. */
-  read(seq) {
-    return this.host.request("read", { chat: this.id, seq });
+  /**
+   * Moves this member's read position forward to `seq`; resolves with the position now stored. With
+   * `thread` (1.2), this member's position in the thread under that root.
+   */
+  read(seq, opts = {}) {
+    let args = { chat: this.id, seq };
+    return opts.thread !== void 0 && (args.thread = opts.thread), this.host.request("read", args);
+  }
+  /**
+   * 1.2: sets the chat's profile fields given (`null` clears one; one left out is kept). Resolves with
+   * the `profile` event's seq, or, when nothing changed, the latest one's (0 if none). Watchers' message
+   * lists show the new profile (`list.profile`).
+   */
+  profile(fields) {
+    let args = { chat: this.id };
+    return fields.name !== void 0 && (args.name = fields.name), fields.image !== void 0 && (args.image = fields.image), fields.data !== void 0 && (args.data = fields.data), this.host.request("profile", args);
+  }
+  /**
+   * 1.2: one page of the chat's members, sorted by user id, each with their read position; `count` is
+   * the chat's member count. `limit` defaults to 100, at most 1,000; pass the reply's `cursor` for the
+   * next page while `more`.
+   */
+  members(opts = {}) {
+    return this.host.request("members", { chat: this.id, ...pageArgs(opts) });
+  }
+  /** 1.2: the threads of this chat that this user follows, latest reply first (see `client.threads`). */
+  threads(opts = {}) {
+    return this.host.request("threads", { chat: this.id, ...pageArgs(opts) });
+  }
+  /**
+   * 1.2: pins (`on` true, the default) or unpins the message `target`; resolves with the `pin` event's
+   * seq, or, when that changes nothing, the latest pin event's of that target (0 if none). At most 50
+   * pinned messages per chat (`bad_request` past it).
+   */
+  pin(target, on = !0) {
+    return this.host.request("pin", { chat: this.id, target, on });
+  }
+  /** 1.2: the pinned messages, latest pin first, each as `fetch` shows it with who pinned it. */
+  pins() {
+    return this.host.request("pins", { chat: this.id });
+  }
+  /** 1.2: who reacted to `target` with what: up to 100 users per emoji, sorted. */
+  reactions(target) {
+    return this.host.request("reactions", { chat: this.id, target });
   }
   /**
    * Replaces the body of this user's message `target`; resolves with the `edit` event's seq. `not_found`
@@ -516,8 +794,9 @@ var WATCH_TRANSITIONS = {
    * while muted; the body has `send`'s size limit. Not retried across a link drop: a `disconnected`
    * rejection means the outcome is unknown (the watch shows whether it was stored).
    */
-  edit(target, body) {
-    return this.host.request("edit", { chat: this.id, target, body });
+  edit(target, body, opts = {}) {
+    let args = { chat: this.id, target, body };
+    return opts.mentions !== void 0 && (args.mentions = opts.mentions), this.host.request("edit", args);
   }
   /**
    * Deletes this user's message `target`: the server erases its body for good. Resolves with the
@@ -545,11 +824,12 @@ var WATCH_TRANSITIONS = {
   /**
    * Fetches one page of events after `after`, without touching delivery: at most `limit` (at most 500,
    * default 100), and possibly fewer, since the server also bounds a reply in bytes. When the reply says
-   * `more`, the next page starts after its last event's seq; `history()` does that paging.
+   * `more`, the next page starts after its last event's seq; `history()` does that paging. With
+   * `thread` (1.2), only the replies of the thread under that root.
    */
-  fetch(after, limit) {
+  fetch(after, limit, opts = {}) {
     let args = { chat: this.id, after };
-    return limit !== void 0 && (args.limit = limit), this.host.request("fetch", args);
+    return limit !== void 0 && (args.limit = limit), opts.thread !== void 0 && (args.thread = opts.thread), this.host.request("fetch", args);
   }
   /**
    * The events after `after`, in seq order, fetched page by page until the server says there is no more
@@ -565,7 +845,7 @@ var WATCH_TRANSITIONS = {
       throw new TypeError("herald: `until` must be a non-negative integer");
     let until = opts.until ?? Number.POSITIVE_INFINITY, last = after;
     for (; last < until; ) {
-      let page = await this.fetchPage(last), before = last;
+      let page = await this.fetchPage(last, opts.thread), before = last;
       for (let ev of page.events)
         if (!(ev.seq <= last)) {
           if (ev.seq > until) return;
@@ -595,7 +875,7 @@ var WATCH_TRANSITIONS = {
     let ev = toEvent(push);
     if (!(this.last !== null && ev.seq <= this.last)) {
       if (this.watchState === "live" && this.last !== null && ev.seq === this.last + 1) {
-        this.deliver(ev), this.drainContiguous();
+        this.deliver(ev, ev.seq <= this.watchSeq ? this.watchSeq : ev.seq), this.drainContiguous();
         return;
       }
       this.hold(ev), this.watchState === "live" && this.repair();
@@ -608,6 +888,10 @@ var WATCH_TRANSITIONS = {
   /** @internal A `presence` push. */
   onPresencePush(push) {
     this.watchState === "unwatched" || this.watchState === "suspended" || this.presenceTracker.pushed(push);
+  }
+  /** @internal An `append` push: streamed text for a message of this chat. */
+  onAppendPush(push) {
+    this.watchState === "unwatched" || this.watchState === "suspended" || (this.list?.append(push), this.emit("append", push));
   }
   /** @internal A `notify` push: events up to `seq` exist. */
   onNotify(push) {
@@ -636,7 +920,7 @@ var WATCH_TRANSITIONS = {
       this.failed(err, () => this.subscribe());
       return;
     }
-    epoch === this.epoch && (this.last === null && (this.last = ok.seq), this.settleWaiters(ok), epoch === this.epoch && (this.setState("live"), this.presenceTracker.sync(), this.catchUp()));
+    epoch === this.epoch && (this.last === null && (this.last = ok.seq), this.watchSeq = ok.seq, this.settleWaiters(ok), epoch === this.epoch && (this.setState("live"), this.presenceTracker.sync(), this.catchUp()));
   }
   /** Delivers held events in order, then repairs if a gap or a notify is still open. */
   catchUp() {
@@ -668,7 +952,7 @@ var WATCH_TRANSITIONS = {
       }
       if (epoch !== this.epoch) return;
       for (let ev of page.events)
-        if (ev.seq === (this.last ?? 0) + 1 && (this.buffer.delete(ev.seq), this.deliver(ev), epoch !== this.epoch))
+        if (ev.seq === (this.last ?? 0) + 1 && (this.buffer.delete(ev.seq), this.deliver(ev, page.seq), epoch !== this.epoch))
           return;
       if (this.known = Math.max(this.known, announcedBy(page, last)), (this.last ?? 0) > last) {
         this.stalls = 0;
@@ -689,9 +973,16 @@ var WATCH_TRANSITIONS = {
     epoch === this.epoch && this.setState("live");
   }
   /** One page after `after` at the client's page size; a reply lets the page size grow back a step. */
-  async fetchPage(after) {
-    let page = await this.host.request("fetch", { chat: this.id, after, limit: this.host.pageSize.current });
+  async fetchPage(after, thread) {
+    let args = { chat: this.id, after, limit: this.host.pageSize.current };
+    thread !== void 0 && (args.thread = thread);
+    let page = await this.host.request("fetch", args);
     return this.host.pageSize.grow(), page;
+  }
+  /** The stored view of the message `seq`, for the list's stream repair; null when it cannot be read. */
+  async reread(seq) {
+    let page = await this.host.request("fetch", { chat: this.id, after: seq - 1, limit: 1 }), event = page.events.find((ev) => ev.seq === seq);
+    return event === void 0 ? null : { event, asOf: page.seq };
   }
   /** Handles a failed watch or fetch: retry transient errors, give up on the rest. */
   failed(err, retry) {
@@ -726,17 +1017,18 @@ var WATCH_TRANSITIONS = {
     if (this.last === null) return;
     let epoch = this.epoch;
     for (let next = this.buffer.get(this.last + 1); next !== void 0; next = this.buffer.get(this.last + 1))
-      if (this.buffer.delete(next.seq), this.deliver(next), epoch !== this.epoch) return;
+      if (this.buffer.delete(next.seq), this.deliver(next, next.seq <= this.watchSeq ? this.watchSeq : next.seq), epoch !== this.epoch) return;
     this.dropStale();
   }
   dropStale() {
     let last = this.last ?? 0;
     for (let seq of this.buffer.keys()) seq <= last && this.buffer.delete(seq);
   }
-  deliver(ev) {
+  /** `asOf`: the chat's seq when this event's view was read (a live push: its own seq). */
+  deliver(ev, asOf) {
     this.last = ev.seq;
     let out = { ...ev, chat: this.id };
-    this.list?.apply(ev), ev.type === "message" && ev.user !== void 0 && this.typists.remove(ev.user), this.emit("event", out), this.host.delivered(out);
+    this.list?.apply(ev, asOf), ev.type === "message" && ev.user !== void 0 && this.typists.remove(ev.user), this.emit("event", out), this.host.delivered(out);
   }
   settleWaiters(ok) {
     let waiters = this.waiters;
@@ -826,6 +1118,18 @@ var Inbox = class extends Emitter {
   get unread() {
     let n = 0;
     for (let it of this.items.values()) n += it.unread;
+    return n;
+  }
+  /** 1.2: unread thread replies over every listed chat. */
+  get threads() {
+    let n = 0;
+    for (let it of this.items.values()) n += it.threads;
+    return n;
+  }
+  /** 1.2: unread mentions of this user over every listed chat. */
+  get mentions() {
+    let n = 0;
+    for (let it of this.items.values()) n += it.mentions;
     return n;
   }
   /** True when the server has chats past the pages loaded (`loadMore` gets them). */
@@ -930,8 +1234,11 @@ var Inbox = class extends Emitter {
         seq: e.seq,
         ts: typeof e.ts == "number" ? e.ts : 0,
         unread: isCount(e.unread) ? e.unread : 0,
+        threads: isCount(e.threads) ? e.threads : 0,
+        mentions: isCount(e.mentions) ? e.mentions : 0,
         read: isCount(e.read) ? e.read : 0,
-        last: e.last ?? null
+        last: e.last ?? null,
+        ...e.profile !== null && typeof e.profile == "object" ? { profile: e.profile } : {}
       });
     }
   }
@@ -939,8 +1246,18 @@ var Inbox = class extends Emitter {
   applyPush(push) {
     if (push.left === !0) return this.items.delete(push.chat);
     if (!isCount(push.seq) || !isCount(push.unread)) return !1;
-    let held = this.items.get(push.chat);
-    return held !== void 0 ? push.seq < held.seq || push.seq === held.seq && push.unread === held.unread && push.ts === held.ts ? !1 : (this.items.set(push.chat, { ...held, seq: push.seq, ts: typeof push.ts == "number" ? push.ts : held.ts, unread: push.unread }), !0) : (this.items.set(push.chat, { chat: push.chat, seq: push.seq, ts: typeof push.ts == "number" ? push.ts : 0, unread: push.unread }), !0);
+    let held = this.items.get(push.chat), threads = isCount(push.threads) ? push.threads : held?.threads ?? 0, mentions = isCount(push.mentions) ? push.mentions : held?.mentions ?? 0;
+    if (held !== void 0)
+      return push.seq < held.seq || push.seq === held.seq && push.unread === held.unread && push.ts === held.ts && threads === held.threads && mentions === held.mentions ? !1 : (this.items.set(push.chat, {
+        ...held,
+        seq: push.seq,
+        ts: typeof push.ts == "number" ? push.ts : held.ts,
+        unread: push.unread,
+        threads,
+        mentions
+      }), !0);
+    let ts = typeof push.ts == "number" ? push.ts : 0;
+    return this.items.set(push.chat, { chat: push.chat, seq: push.seq, ts, unread: push.unread, threads, mentions }), !0;
   }
   settle() {
     let waiters = this.waiters;
@@ -1043,7 +1360,7 @@ var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]),
    * bound is all that stops an application from piling up memory it cannot send. Sends in flight do not
    * count; there are at most 32 of them.
    */
-  enqueue(chat, body, clientId) {
+  enqueue(chat, body, clientId, extra = {}) {
     return this.closedWith !== null ? Promise.reject(this.closedWith) : this.unsentCount >= this.maxQueue ? Promise.reject(
       new HeraldError("queue_full", `herald: ${this.unsentCount} sends already wait to be sent (maxQueue)`, { op: "send" })
     ) : new Promise((resolve, reject) => {
@@ -1052,6 +1369,7 @@ var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]),
         chat,
         body,
         clientId: clientId ?? this.newClientId(),
+        extra,
         retries: 0,
         resolve: (ok) => {
           entry.cancelDeadline(), resolve(ok);
@@ -1115,7 +1433,7 @@ var RETRYABLE = /* @__PURE__ */ new Set(["unavailable", "timeout", "internal"]),
     for (let e of all) e.reject(err);
   }
   dispatch(entry) {
-    this.inflight.add(entry), this.host.sendRequest({ chat: entry.chat, body: entry.body, client_id: entry.clientId }).then(
+    this.inflight.add(entry), this.host.sendRequest({ chat: entry.chat, body: entry.body, client_id: entry.clientId, ...entry.extra }).then(
       (ok) => {
         this.inflight.delete(entry), this.window = Math.min(MAX_WINDOW, this.window + 1), entry.resolve(ok), this.flush();
       },
@@ -1216,7 +1534,7 @@ var PageSize = class {
 function overLimit(s, limit) {
   return s.length * 3 <= limit ? !1 : new TextEncoder().encode(s).length > limit;
 }
-function isObject2(v) {
+function isObject3(v) {
   return typeof v == "object" && v !== null && !Array.isArray(v);
 }
 var Requests = class {
@@ -1272,7 +1590,7 @@ var Requests = class {
   /** Settles the request a reply answers; a reply to nothing (timed out already) is ignored. */
   settle(msg) {
     let p = this.pending.get(msg.id);
-    p !== void 0 && (clearTimeout(p.timer), this.pending.delete(msg.id), msg.err !== void 0 ? p.reject(HeraldError.fromWire(isObject2(msg.err) ? msg.err : { code: "internal" }, p.op)) : p.resolve(msg.ok ?? {}));
+    p !== void 0 && (clearTimeout(p.timer), this.pending.delete(msg.id), msg.err !== void 0 ? p.reject(HeraldError.fromWire(isObject3(msg.err) ? msg.err : { code: "internal" }, p.op)) : p.resolve(msg.ok ?? {}));
   }
   /** Rejects every request written on `link` with `err`'s code: their outcome is unknown. */
   failLink(link, err) {
@@ -1450,10 +1768,10 @@ function schedule(fn, ms) {
   let t = setTimeout(fn, ms);
   return () => clearTimeout(t);
 }
-function isObject3(v) {
+function isObject4(v) {
   return typeof v == "object" && v !== null && !Array.isArray(v);
 }
-function isSeq2(v) {
+function isSeq3(v) {
   return typeof v == "number" && Number.isInteger(v) && v >= 0;
 }
 var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitter {
@@ -1512,7 +1830,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
         return self.isConnected;
       },
       request: (op, args) => this.request(op, args),
-      send: (chat, body, clientId) => this.outbox.enqueue(chat, body, clientId),
+      send: (chat, body, clientId, extra) => this.outbox.enqueue(chat, body, clientId, extra),
       delivered: (ev) => this.emit("event", ev),
       schedule,
       pageSize: this.pageSize,
@@ -1550,6 +1868,14 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
    */
   fetchInbox(args = {}) {
     return this.request("inbox", args);
+  }
+  /**
+   * 1.2: the threads this user follows, latest reply first: in one chat (`chat`) or in all of theirs.
+   * `limit` defaults to 20, at most 100; `cursor` from the previous page when it said `more`. Each entry
+   * has the root and latest reply as `fetch` shows them, and this user's `read` and `unread` in it.
+   */
+  threads(args = {}) {
+    return this.request("threads", args);
   }
   /** Sends not yet acknowledged (waiting, written or sleeping before a retry). */
   get unacknowledgedSends() {
@@ -1747,7 +2073,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
       this.emit("error", new HeraldError("protocol", "herald: the server sent a frame that is not JSON"));
       return;
     }
-    if (!isObject3(msg)) {
+    if (!isObject4(msg)) {
       this.emit("error", new HeraldError("protocol", "herald: the server sent a frame that is not an object"));
       return;
     }
@@ -1761,7 +2087,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
     switch (push.ev) {
       case "event":
       case "notify": {
-        if (typeof push.chat != "string" || !isSeq2(push.seq) || push.seq === 0) {
+        if (typeof push.chat != "string" || !isSeq3(push.seq) || push.seq === 0) {
           this.emit("error", new HeraldError("protocol", `herald: a ${push.ev} push without a chat or seq`));
           return;
         }
@@ -1783,8 +2109,13 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
       case "inbox":
         this.inboxState.onPush(push);
         return;
+      case "append": {
+        if (typeof push.chat != "string" || !isSeq3(push.target) || typeof push.text != "string" || !isSeq3(push.at)) return;
+        this.chats.get(push.chat)?.onAppendPush(push);
+        return;
+      }
       case "reconnect": {
-        let after = isSeq2(push.after_ms) ? Math.min(push.after_ms, MAX_RECONNECT_AFTER_MS) : 0;
+        let after = isSeq3(push.after_ms) ? Math.min(push.after_ms, MAX_RECONNECT_AFTER_MS) : 0;
         this.reconnectAt = Date.now() + after, this.cancelDrain?.(), this.cancelDrain = schedule(() => {
           this.cancelDrain = null, this.lost(link, CloseCode.GoingAway, push.reason ?? "reconnect requested");
         }, after);
@@ -1798,49 +2129,374 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
 
 // src/chats.ts
 var ChatList = class {
-  constructor(el, open) {
-    this.el = el;
+  constructor(el2, open) {
+    this.el = el2;
     this.open = open;
-    el.replaceChildren();
+    el2.replaceChildren();
   }
   el;
   open;
+  /** chat -> its name (null: none set), from profiles newer than the inbox page's. */
+  names = /* @__PURE__ */ new Map();
+  items = [];
+  current = "";
+  /** The name `chat` goes by on the page: its profile's name, else its id. */
+  nameOf(chat) {
+    let known = this.names.get(chat);
+    return known !== void 0 ? known ?? chat : this.items.find((i) => i.chat === chat)?.profile?.name ?? chat;
+  }
+  /** A newer profile name of `chat` (the open one's, from its profile events); null: none set. */
+  setName(chat, name) {
+    this.names.set(chat, name), this.redraw();
+  }
   /** Redraws the list: `items` as the inbox orders them, `current` marked. */
   draw(items, current) {
-    let rows = items.map((item) => {
+    this.items = items, this.current = current, this.redraw();
+  }
+  redraw() {
+    let rows = this.items.map((item) => {
       let li = document.createElement("li");
-      li.dataset.chat = item.chat, item.chat === current && li.setAttribute("aria-current", "true");
+      li.dataset.chat = item.chat, item.chat === this.current && li.setAttribute("aria-current", "true");
       let name = document.createElement("button");
-      name.type = "button", name.className = "chat-name", name.textContent = item.chat, name.addEventListener("click", () => this.open(item.chat));
-      let badge = document.createElement("span");
-      return badge.className = "unread", badge.dataset.unread = String(item.unread), badge.textContent = String(item.unread), badge.hidden = item.unread === 0, badge.title = `${item.unread} unread`, li.append(name, badge), li;
+      name.type = "button", name.className = "chat-name", name.textContent = this.nameOf(item.chat), name.textContent !== item.chat && (name.dataset.nameSet = "true"), name.title = item.chat, name.addEventListener("click", () => this.open(item.chat));
+      let mentions = badge("mentions", `@${item.mentions}`, item.mentions, `${item.mentions} mention${item.mentions === 1 ? "" : "s"} of you`);
+      mentions.dataset.mentions = String(item.mentions);
+      let unread = badge("unread", String(item.unread), item.unread, `${item.unread} unread`);
+      unread.dataset.unread = String(item.unread);
+      let threads = badge("threads", `↳${item.threads}`, item.threads, `${item.threads} new repl${item.threads === 1 ? "y" : "ies"} in threads you follow`);
+      return threads.dataset.threads = String(item.threads), li.append(name, mentions, unread, threads), li;
     });
     this.el.replaceChildren(...rows);
   }
 };
+function badge(className, text, n, title) {
+  let b = document.createElement("span");
+  return b.className = className, b.textContent = text, b.hidden = n === 0, b.title = title, b;
+}
 
-// src/view.ts
+// src/text.ts
+var MENTION = /(?:^|[\s(])@([A-Za-z0-9_.:@+-]*[A-Za-z0-9_@+-])/g;
+function mentionsIn(text) {
+  let users = [];
+  for (let m of text.matchAll(MENTION)) {
+    let user = m[1];
+    user.length <= 128 && !users.includes(user) && users.push(user);
+  }
+  return users.slice(0, 50);
+}
+function messageText(body) {
+  return typeof body == "object" && body !== null && typeof body.text == "string" ? body.text : JSON.stringify(body);
+}
+function escape(s) {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+function drawText(el2, text, mentions, me) {
+  if (mentions === void 0 || mentions.length === 0) {
+    el2.textContent = text;
+    return;
+  }
+  let names = [...mentions].sort((a, b) => b.length - a.length).map(escape), re = new RegExp(`@(${names.join("|")})(?![A-Za-z0-9_@+-])`, "g"), parts = [], at = 0;
+  for (let m of text.matchAll(re)) {
+    parts.push(document.createTextNode(text.slice(at, m.index)));
+    let mark = document.createElement("mark");
+    mark.className = m[1] === me ? "mention me" : "mention", mark.dataset.user = m[1], mark.textContent = m[0], parts.push(mark), at = m.index + m[0].length;
+  }
+  parts.push(document.createTextNode(text.slice(at))), el2.replaceChildren(...parts);
+}
+
+// src/panels.ts
+var MEMBERS_PAGE = 50;
+function toggle(panel, show) {
+  if (show) for (let p of document.querySelectorAll(".panel")) p.hidden = !0;
+  panel.hidden = !show;
+}
+var MembersPanel = class {
+  constructor(els, me, page, failed2) {
+    this.els = els;
+    this.me = me;
+    this.page = page;
+    this.failed = failed2;
+    els.list.replaceChildren(), els.more.hidden = !0, els.more.onclick = () => {
+      this.load(this.cursor);
+    }, toggle(els.panel, !1);
+  }
+  els;
+  me;
+  page;
+  failed;
+  cursor;
+  loading = !1;
+  /** Opens the panel with the first page, fresh; closes it if open. */
+  toggle() {
+    if (!this.els.panel.hidden) {
+      toggle(this.els.panel, !1);
+      return;
+    }
+    this.els.list.replaceChildren(), toggle(this.els.panel, !0), this.load(void 0);
+  }
+  async load(cursor) {
+    if (!this.loading) {
+      this.loading = !0;
+      try {
+        let ok = await this.page(cursor), items = ok.members.map(({ user }) => {
+          let li = document.createElement("li");
+          li.dataset.user = user;
+          let name = document.createElement("span");
+          if (name.textContent = user, li.append(name), user === this.me) {
+            let you = document.createElement("span");
+            you.className = "label", you.textContent = "you", li.append(you);
+          }
+          return li;
+        });
+        this.els.list.append(...items), this.cursor = ok.more ? ok.cursor : void 0, this.els.more.hidden = this.cursor === void 0;
+      } catch (e) {
+        this.failed(e);
+      } finally {
+        this.loading = !1;
+      }
+    }
+  }
+}, PinsPanel = class {
+  constructor(els, pins, reveal, failed2) {
+    this.els = els;
+    this.pins = pins;
+    this.reveal = reveal;
+    this.failed = failed2;
+    els.list.replaceChildren(), this.drawCount(0), toggle(els.panel, !1);
+  }
+  els;
+  pins;
+  reveal;
+  failed;
+  timer = null;
+  toggle() {
+    toggle(this.els.panel, this.els.panel.hidden), this.els.panel.hidden || this.refresh();
+  }
+  /** Asks for the pins again soon: a burst of pin events costs one request. */
+  refresh() {
+    this.timer === null && (this.timer = setTimeout(() => {
+      this.timer = null, this.pins().then((ok) => this.draw(ok), this.failed);
+    }, 100));
+  }
+  stop() {
+    this.timer !== null && clearTimeout(this.timer), this.timer = null;
+  }
+  draw({ pins }) {
+    this.drawCount(pins.length);
+    let items = pins.map(({ message, user }) => {
+      let li = document.createElement("li");
+      li.dataset.seq = String(message.seq);
+      let who = document.createElement("span");
+      who.className = "who", who.textContent = message.user ?? "system";
+      let text = document.createElement("span");
+      return text.className = "text", text.textContent = messageText(message.body), li.append(who, text), li.title = `pinned by ${user}`, li.addEventListener("click", () => {
+        toggle(this.els.panel, !1), this.reveal(message.seq);
+      }), li;
+    });
+    this.els.list.replaceChildren(...items);
+  }
+  drawCount(n) {
+    this.els.count.dataset.count = String(n), this.els.count.textContent = String(n);
+  }
+};
+
+// src/row.ts
 var REACTIONS = [
   // Plain symbols rather than emoji pictures, so they draw with the fonts every system has.
   { emoji: "+1", label: "+1" },
   { emoji: "heart", label: "♥" },
   { emoji: "star", label: "★" }
-], MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
-  constructor(els, me, actions) {
+];
+function el(tag, className, text = "") {
+  let e = document.createElement(tag);
+  return e.className = className, e.textContent = text, e;
+}
+function button(className, text, onClick) {
+  let b = el("button", className, text);
+  return b.type = "button", b.addEventListener("click", onClick), b;
+}
+var MessageRow = class {
+  constructor(message, ctx) {
+    this.ctx = ctx;
+    this.message = message;
+    let user = message.user ?? "system", li = el("li", message.type === "system" ? "msg system" : user === ctx.me ? "msg mine" : "msg");
+    li.dataset.seq = String(message.seq), li.dataset.user = user, message.client_id !== void 0 && (li.dataset.clientId = message.client_id);
+    let head = el("div", "head"), time = el("time", "");
+    time.dateTime = new Date(message.ts).toISOString(), time.textContent = new Date(message.ts).toLocaleTimeString(), this.pinnedEl = el("span", "pinned-mark", "Pinned"), head.append(el("span", "who", user), time, this.pinnedEl, el("span", "seq detail", `#${message.seq}`)), this.quoteEl = el("span", "quote"), this.textEl = el("span", "text"), this.writingEl = el("span", "writing", "writing…");
+    let foot = el("div", "foot");
+    this.reactionsEl = el("span", "reactions"), this.threadEl = el("span", "thread-links"), this.pinEl = el("span", "pin-links"), this.readsEl = el("span", "reads"), this.ownEl = el("span", "own"), foot.append(this.reactionsEl, this.threadEl, this.pinEl, this.readsEl, this.ownEl), li.append(head, this.quoteEl, this.textEl, this.writingEl, foot), this.el = li, this.draw(message, "added");
+  }
+  ctx;
+  el;
+  /** Where the view draws "read by ..."; empty in a thread. */
+  readsEl;
+  pinnedEl;
+  quoteEl;
+  textEl;
+  writingEl;
+  reactionsEl;
+  threadEl;
+  pinEl;
+  ownEl;
+  message;
+  get seq() {
+    return this.message.seq;
+  }
+  get user() {
+    return this.message.user ?? "system";
+  }
+  /** Redraws from the message's latest state; `kind` is the list's change (an edit closes the edit form). */
+  draw(message, kind) {
+    this.message = message;
+    let { el: li, ctx } = this;
+    (kind === "edited" || kind === "deleted") && li.querySelector("form.edit-form")?.remove();
+    let editing = li.querySelector("form.edit-form") !== null;
+    this.textEl.hidden = editing, message.deleted ? (li.dataset.deleted = "true", this.textEl.textContent = "message deleted") : drawText(this.textEl, messageText(message.body), message.mentions, ctx.me), message.edited !== void 0 && !message.deleted && message.stream === void 0 ? (li.dataset.edited = String(message.edited), this.textEl.dataset.mark = "edited") : (delete li.dataset.edited, delete this.textEl.dataset.mark), message.stream !== void 0 && (li.dataset.stream = message.stream), this.writingEl.hidden = message.stream !== "open" || message.deleted;
+    let quoted = message.quote === void 0 ? void 0 : ctx.lookup(message.quote);
+    this.quoteEl.hidden = message.quote === void 0, message.quote !== void 0 && (this.quoteEl.dataset.quote = String(message.quote), this.quoteEl.textContent = quoted === void 0 ? "an earlier message" : `${quoted.user ?? "system"}: ${quoted.deleted ? "message deleted" : messageText(quoted.body)}`), message.pinned ? li.dataset.pinned = "true" : delete li.dataset.pinned, this.pinnedEl.hidden = !message.pinned, this.drawReactions(), this.drawThread();
+    let canAct = message.type === "message" && !message.deleted;
+    if (canAct) {
+      let pin = button("pin", message.pinned ? "Unpin" : "Pin", () => ctx.actions.pin(message.seq, !message.pinned));
+      pin.setAttribute("aria-pressed", String(message.pinned)), this.pinEl.replaceChildren(pin, button("quote-it", "Quote", () => ctx.actions.quote(message.seq)));
+    } else
+      this.pinEl.replaceChildren();
+    let own = canAct && message.user === ctx.me && message.stream !== "open";
+    this.ownEl.replaceChildren(
+      ...own ? [button("edit", "Edit", () => this.startEdit()), button("delete", "Delete", () => ctx.actions.delete(message.seq))] : []
+    );
+  }
+  /** The offered reactions always, then any other emoji someone used, each with the list's count. */
+  drawReactions() {
+    let { message, ctx } = this;
+    if (message.deleted) {
+      this.reactionsEl.replaceChildren();
+      return;
+    }
+    let counts2 = message.reactions ?? {}, mine = ctx.myReactions(message.seq), emojis = REACTIONS.map((r) => r.emoji);
+    for (let e of Object.keys(counts2)) emojis.includes(e) || emojis.push(e);
+    let buttons = emojis.map((emoji) => {
+      let count = counts2[emoji] ?? 0, on = mine.has(emoji), label = REACTIONS.find((r) => r.emoji === emoji)?.label ?? emoji, b = button("react", count > 0 ? `${label} ${count}` : label, () => ctx.actions.react(message.seq, emoji, !on));
+      return b.dataset.emoji = emoji, b.dataset.count = String(count), b.setAttribute("aria-pressed", String(on)), b.title = count === 1 ? "1 person" : count > 1 ? `${count} people` : `react with ${label}`, b;
+    });
+    this.reactionsEl.replaceChildren(...buttons);
+  }
+  /** In the chat: "N replies" (opens the thread) or a Reply button that starts one. */
+  drawThread() {
+    let { message, ctx } = this;
+    if (ctx.inThread || message.type !== "message" || message.thread !== void 0) {
+      this.threadEl.replaceChildren();
+      return;
+    }
+    let count = message.replies?.count ?? 0, parts = [];
+    if (count > 0) {
+      let b = button("replies", count === 1 ? "1 reply" : `${count} replies`, () => ctx.actions.openThread(message.seq));
+      b.dataset.replies = String(count), parts.push(b);
+    }
+    message.deleted || parts.push(button("reply", "Reply", () => ctx.actions.openThread(message.seq))), this.threadEl.replaceChildren(...parts);
+  }
+  /** Swaps the text for a one-line form; Enter saves through the actions, Escape gives up. */
+  startEdit() {
+    if (this.el.querySelector("form.edit-form") !== null) return;
+    let form = el("form", "edit-form"), input = el("input", "edit-text");
+    input.value = messageText(this.message.body), input.maxLength = 4e3, form.append(input);
+    let close = () => {
+      form.remove(), this.textEl.hidden = !1;
+    };
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      let text = input.value.trim(), before = messageText(this.message.body);
+      close(), text !== "" && text !== before && this.ctx.actions.edit(this.message.seq, text);
+    }), input.addEventListener("keydown", (e) => {
+      e.key === "Escape" && (e.preventDefault(), close());
+    }), this.textEl.hidden = !0, this.textEl.after(form), input.focus();
+  }
+};
+
+// src/thread.ts
+var ThreadView = class {
+  constructor(els, context, list, calls) {
+    this.els = els;
+    this.list = list;
+    this.calls = calls;
+    this.ctx = { ...context, inThread: !0 }, els.form.onsubmit = (e) => {
+      e.preventDefault();
+      let text = els.text.value.trim();
+      this.root === null || text === "" || (calls.reply(this.root, text), els.text.value = "");
+    }, this.close();
+  }
+  els;
+  list;
+  calls;
+  root = null;
+  rootRow = null;
+  rows = /* @__PURE__ */ new Map();
+  ctx;
+  /** Shows the thread under `root`, with the replies held now, then those the server has. */
+  open(root) {
+    let message = this.list.get(root);
+    if (message !== void 0) {
+      this.close(), this.root = root, this.els.panel.dataset.root = String(root), this.rootRow = new MessageRow(message, this.ctx), this.els.root.replaceChildren(this.rootRow.el);
+      for (let reply of this.list.thread(root)) this.add(reply);
+      this.els.panel.hidden = !1, this.els.text.focus(), this.markRead(), this.calls.load(root).then(
+        () => {
+          if (this.root === root) {
+            for (let reply of this.list.thread(root)) this.rows.has(reply.seq) || this.add(reply);
+            this.markRead();
+          }
+        },
+        () => {
+        }
+        // the replies held are shown; the chat's notice says what failed
+      );
+    }
+  }
+  close() {
+    this.root = null, this.rootRow = null, this.rows.clear(), this.els.root.replaceChildren(), this.els.messages.replaceChildren(), this.els.panel.hidden = !0, delete this.els.panel.dataset.root;
+  }
+  /** A message of the chat was added or changed: redraws it if it is this thread's root or one of its replies. */
+  showMessage({ kind, message }) {
+    if (this.root === null) return;
+    if (message.seq === this.root) {
+      this.rootRow?.draw(message, kind);
+      return;
+    }
+    if (message.thread !== this.root) return;
+    let row = this.rows.get(message.seq);
+    row !== void 0 ? row.draw(message, kind) : kind === "added" && (this.add(message), this.markRead());
+  }
+  /** This user's reactions on `seq` changed. */
+  redrawReactions(seq) {
+    (seq === this.root ? this.rootRow : this.rows.get(seq))?.drawReactions();
+  }
+  /** Inserts a reply in seq order (replies loaded late may be older than those shown). */
+  add(reply) {
+    let row = new MessageRow(reply, this.ctx);
+    this.rows.set(reply.seq, row);
+    let next = [...this.els.messages.children].find((li) => Number(li.dataset.seq) > reply.seq);
+    this.els.messages.insertBefore(row.el, next ?? null), row.el.scrollIntoView({ block: "nearest" });
+  }
+  markRead() {
+    if (this.root === null || document.visibilityState !== "visible") return;
+    let last = Math.max(0, ...this.rows.keys());
+    last > 0 && this.calls.read(this.root, last);
+  }
+};
+
+// src/view.ts
+var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
+  constructor(els, me, actions, lookup) {
     this.els = els;
     this.me = me;
-    this.actions = actions;
-    els.messages.replaceChildren(), els.pending.replaceChildren(), els.members.textContent = "-", els.readers.replaceChildren(), this.setTyping([]), this.setPresent(null);
+    this.rowContext = { me, actions, inThread: !1, lookup, myReactions: (seq) => this.mine.get(seq) ?? /* @__PURE__ */ new Set() }, els.messages.replaceChildren(), els.pending.replaceChildren(), els.members.textContent = "-", els.readers.replaceChildren(), this.setTyping([]), this.setPresent(null);
   }
   els;
   me;
-  actions;
   /** Rows by seq: the guard that no event is ever shown twice. */
   rows = /* @__PURE__ */ new Map();
-  /** Messages by seq, in seq order (Map keeps insertion order and events arrive in order). */
+  /** Message rows by seq, in seq order (Map keeps insertion order and messages arrive in order). */
   shown = /* @__PURE__ */ new Map();
-  /** target seq -> emoji -> users with that reaction on. Sets, so a repeated "on" counts once. */
-  reactions = /* @__PURE__ */ new Map();
+  /** target seq -> the emoji this user has on it now, from this user's reaction events. */
+  mine = /* @__PURE__ */ new Map();
   /** user -> read position. */
   readPos = /* @__PURE__ */ new Map();
   /** Sends not yet stored, by client_id. */
@@ -1848,8 +2504,15 @@ var REACTIONS = [
   /** The members count as of `membersAt`; join and leave events after that seq adjust it. */
   members = null;
   membersAt = 0;
-  /** The highest seq of a message or system event: what reading the chat up to now means. */
+  /** The highest seq of a message (thread replies too) or system event: what reading up to now means. */
   latestReadable = 0;
+  /**
+   * The latest run of joins (or leaves) with nothing between them: drawn as one line on its first row
+   * ("ann, bob and 53 others joined"), the run's other rows kept (each seq has its row) but hidden.
+   */
+  run = null;
+  /** What every row (here and in the thread panel) needs besides its message. */
+  rowContext;
   /** The seq to report as read when the user has seen everything shown. */
   get readableSeq() {
     return this.latestReadable;
@@ -1865,57 +2528,53 @@ var REACTIONS = [
   setMembers(count, seq) {
     this.members = count, this.membersAt = seq, this.els.members.textContent = String(count);
   }
-  /** Folds one delivered event into the page. */
+  /**
+   * Folds one delivered event into the page; answers the target whose reactions by this user changed
+   * (so the thread panel can redraw it too), or null.
+   */
   apply(ev) {
-    if (!this.rows.has(ev.seq))
-      switch (ev.type) {
-        case "message":
-        case "system":
-        case "edit":
-        case "delete":
-          break;
-        // drawn from the SDK's message list, through showMessage
-        case "join":
-        case "leave":
-          this.addNote(ev, `${ev.user ?? "someone"} ${ev.type === "join" ? "joined" : "left"}`), this.members !== null && ev.seq > this.membersAt && (this.members = Math.max(0, this.members + (ev.type === "join" ? 1 : -1)), this.membersAt = ev.seq, this.els.members.textContent = String(this.members));
-          break;
-        case "reaction":
-          this.applyReaction(ev);
-          break;
-        case "read":
-          this.applyRead(ev);
-          break;
-        default:
-          break;
-      }
-  }
-  /** A message was added to the chat's message list, edited or deleted. */
-  showMessage({ kind, message }) {
-    if (kind === "added") {
-      this.rows.has(message.seq) || this.addMessage(message);
-      return;
+    if (this.rows.has(ev.seq)) return null;
+    switch (ev.type) {
+      case "join":
+      case "leave":
+        return this.addPeopleNote(ev), this.members !== null && ev.seq > this.membersAt && (this.members = Math.max(0, this.members + (ev.type === "join" ? 1 : -1)), this.membersAt = ev.seq, this.els.members.textContent = String(this.members)), null;
+      case "profile":
+        return this.addNote(ev, profileNote(ev.user, ev.body?.name)), null;
+      case "reaction":
+        return this.applyReaction(ev);
+      case "read":
+        return this.applyRead(ev), null;
+      default:
+        return null;
     }
-    let shown = this.shown.get(message.seq);
-    shown !== void 0 && this.drawBody(shown, message);
+  }
+  /** A message was added to the chat's message list or changed. */
+  showMessage({ kind, message }) {
+    if (kind === "added" && (this.latestReadable = Math.max(this.latestReadable, message.seq)), message.thread !== void 0) return;
+    let row = this.shown.get(message.seq);
+    if (row !== void 0) {
+      let stick = this.atBottom();
+      row.draw(message, kind), this.scrollToEnd(stick);
+    } else kind === "added" && !this.rows.has(message.seq) && this.addMessage(message);
   }
   /** Others typing now. */
   setTyping(users) {
-    let el = this.els.typing;
-    el.dataset.users = users.join(","), el.hidden = users.length === 0, users.length === 0 ? el.textContent = "" : users.length === 1 ? el.textContent = `${users[0]} is typing…` : users.length <= MAX_NAMED_READERS ? el.textContent = `${users.slice(0, -1).join(", ")} and ${users[users.length - 1]} are typing…` : el.textContent = `${users.length} people are typing…`;
+    let el2 = this.els.typing;
+    el2.dataset.users = users.join(","), el2.hidden = users.length === 0, users.length === 0 ? el2.textContent = "" : users.length === 1 ? el2.textContent = `${users[0]} is typing…` : users.length <= MAX_NAMED_READERS ? el2.textContent = `${users.slice(0, -1).join(", ")} and ${users[users.length - 1]} are typing…` : el2.textContent = `${users.length} people are typing…`;
   }
   /** Who is here; null before the first answer. */
   setPresent(state) {
-    let el = this.els.present;
+    let el2 = this.els.present;
     if (state === null) {
-      el.dataset.count = "", el.replaceChildren(document.createTextNode("-"));
+      el2.dataset.count = "", el2.replaceChildren(document.createTextNode("-"));
       return;
     }
-    el.dataset.count = String(state.count);
+    el2.dataset.count = String(state.count);
     let chips = state.users.map((user) => {
       let chip = span("person", user);
       return chip.dataset.user = user, chip;
     }), rest = state.count - state.users.length;
-    el.replaceChildren(...chips, ...rest > 0 ? [span("label", `+${rest}`)] : []);
+    el2.replaceChildren(...chips, ...rest > 0 ? [span("label", `+${rest}`)] : []);
   }
   /** Shows a send that is queued or in flight. */
   addPending(clientId, text) {
@@ -1934,80 +2593,45 @@ var REACTIONS = [
     let status = li.querySelector(".status");
     status !== null && (status.textContent = `not sent: ${reason}`);
   }
+  /** Scrolls `seq`'s row into view and outlines it for a moment (a pinned message picked from the list). */
+  reveal(seq) {
+    let row = this.shown.get(seq);
+    return row === void 0 ? !1 : (row.el.scrollIntoView({ block: "center" }), row.el.classList.add("flash"), setTimeout(() => row.el.classList.remove("flash"), 1500), !0);
+  }
   // ---- messages ---------------------------------------------------------------------------------
-  addMessage(ev) {
-    let stick = this.atBottom(), user = ev.user ?? "system", li = document.createElement("li");
-    li.className = ev.type === "system" ? "msg system" : user === this.me ? "msg mine" : "msg", li.dataset.seq = String(ev.seq), li.dataset.user = user, ev.client_id !== void 0 && (li.dataset.clientId = ev.client_id);
-    let head = document.createElement("div");
-    head.className = "head";
-    let time = document.createElement("time");
-    time.dateTime = new Date(ev.ts).toISOString(), time.textContent = new Date(ev.ts).toLocaleTimeString(), head.append(span("who", user), span("seq", `#${ev.seq}`), time);
-    let foot = document.createElement("div");
-    foot.className = "foot";
-    let reactionsEl = span("reactions", ""), readsEl = span("reads", "");
-    foot.append(reactionsEl, readsEl);
-    let ownEl = null;
-    ev.type === "message" && ev.user === this.me && (ownEl = span("own", ""), ownEl.append(
-      button("edit", "edit", () => this.startEdit(shown)),
-      button("delete", "delete", () => this.actions.delete(ev.seq))
-    ), foot.append(ownEl));
-    let textEl = span("text", "");
-    li.append(head, textEl, foot);
-    let shown = { seq: ev.seq, user, el: li, textEl, reactionsEl, readsEl, ownEl };
-    this.drawBody(shown, ev), this.rows.set(ev.seq, li), this.shown.set(ev.seq, shown), this.latestReadable = Math.max(this.latestReadable, ev.seq), this.drawReactions(shown), this.drawReads(shown), this.els.messages.append(li), user === this.me && ev.client_id !== void 0 && this.dropPending(ev.client_id), this.scrollToEnd(stick);
-  }
-  /** The text of a message as it is now: edited, or gone. */
-  drawBody(m, message) {
-    m.el.querySelector("form.edit-form")?.remove(), m.textEl.hidden = !1, message.deleted ? (m.el.dataset.deleted = "true", m.textEl.textContent = "message deleted", m.ownEl?.remove(), m.ownEl = null) : m.textEl.textContent = messageText(message.body), message.edited !== void 0 && !message.deleted ? (m.el.dataset.edited = String(message.edited), m.textEl.title = `edited (#${message.edited})`, m.textEl.dataset.mark = "edited") : (m.textEl.removeAttribute("title"), delete m.textEl.dataset.mark);
-  }
-  /** Swaps a message's text for a one-line form; Enter saves through the SDK, Escape gives up. */
-  startEdit(m) {
-    if (m.el.querySelector("form.edit-form") !== null) return;
-    let form = document.createElement("form");
-    form.className = "edit-form";
-    let input = document.createElement("input");
-    input.className = "edit-text", input.value = m.textEl.textContent ?? "", input.maxLength = 4e3, form.append(input), form.addEventListener("submit", (e) => {
-      e.preventDefault();
-      let text = input.value.trim();
-      form.remove(), m.textEl.hidden = !1, text !== "" && text !== m.textEl.textContent && this.actions.edit(m.seq, text);
-    }), input.addEventListener("keydown", (e) => {
-      e.key === "Escape" && (form.remove(), m.textEl.hidden = !1);
-    }), m.textEl.hidden = !0, m.textEl.after(form), input.focus();
+  addMessage(message) {
+    let stick = this.atBottom(), row = new MessageRow(message, this.rowContext);
+    this.rows.set(message.seq, row.el), this.shown.set(message.seq, row), this.drawReads(row), this.els.messages.append(row.el), message.user === this.me && message.client_id !== void 0 && this.dropPending(message.client_id), this.scrollToEnd(stick);
   }
   addNote(ev, text) {
     let stick = this.atBottom(), li = document.createElement("li");
-    li.className = "note", li.dataset.seq = String(ev.seq), li.dataset.type = ev.type, li.textContent = `#${ev.seq} ${text}`, this.rows.set(ev.seq, li), this.els.messages.append(li), this.scrollToEnd(stick);
+    return li.className = "note", li.dataset.seq = String(ev.seq), li.dataset.type = ev.type, li.textContent = text, this.rows.set(ev.seq, li), this.els.messages.append(li), this.scrollToEnd(stick), li;
+  }
+  /** A join or leave: its own line, or one more name on the line of the run it continues. */
+  addPeopleNote(ev) {
+    let user = ev.user ?? "someone", verb = ev.type === "join" ? "joined" : "left", run = this.run, continues = run !== null && run.type === ev.type && this.els.messages.lastElementChild === run.last, li = this.addNote(ev, `${user} ${verb}`);
+    if (!continues) {
+      this.run = { type: ev.type, head: li, last: li, users: [user] };
+      return;
+    }
+    li.hidden = !0, run.last = li, run.users.push(user);
+    let [first, second] = run.users, others = run.users.length - 2;
+    run.head.textContent = others === 0 ? `${first} and ${second} ${verb}` : `${first}, ${second} and ${others} other${others === 1 ? "" : "s"} ${verb}`;
   }
   dropPending(clientId) {
     this.pendingRows.get(clientId)?.remove(), this.pendingRows.delete(clientId);
   }
-  // ---- reactions --------------------------------------------------------------------------------
+  // ---- reactions: the counts are the list's; which ones are this user's, the events' ------------
   applyReaction(ev) {
     let body = ev.body;
-    if (body === null || typeof body.target != "number" || typeof body.emoji != "string" || ev.user === void 0) return;
-    let byEmoji = this.reactions.get(body.target);
-    byEmoji === void 0 && (byEmoji = /* @__PURE__ */ new Map(), this.reactions.set(body.target, byEmoji));
-    let users = byEmoji.get(body.emoji);
-    users === void 0 && (users = /* @__PURE__ */ new Set(), byEmoji.set(body.emoji, users)), body.on === !1 ? users.delete(ev.user) : users.add(ev.user);
-    let shown = this.shown.get(body.target);
-    shown !== void 0 && this.drawReactions(shown);
-  }
-  /** The offered reactions always, then any other emoji someone used, each with its count. */
-  drawReactions(m) {
-    let byEmoji = this.reactions.get(m.seq), emojis = REACTIONS.map((r) => r.emoji);
-    for (let e of byEmoji?.keys() ?? []) emojis.includes(e) || emojis.push(e);
-    let buttons = emojis.map((emoji) => {
-      let users = byEmoji?.get(emoji), count = users?.size ?? 0, mine = users?.has(this.me) ?? !1, b = document.createElement("button");
-      b.type = "button", b.className = "react", b.dataset.emoji = emoji, b.dataset.count = String(count), b.setAttribute("aria-pressed", String(mine)), b.title = count > 0 ? [...users ?? []].join(", ") : `react with ${emoji}`;
-      let label = REACTIONS.find((r) => r.emoji === emoji)?.label ?? emoji;
-      return b.textContent = count > 0 ? `${label} ${count}` : label, b.addEventListener("click", () => this.actions.react(m.seq, emoji, !mine)), b;
-    });
-    m.reactionsEl.replaceChildren(...buttons);
+    if (body === null || typeof body.target != "number" || typeof body.emoji != "string" || ev.user !== this.me) return null;
+    let set = this.mine.get(body.target);
+    return set === void 0 && (set = /* @__PURE__ */ new Set(), this.mine.set(body.target, set)), body.on === !1 ? set.delete(body.emoji) : set.add(body.emoji), this.shown.get(body.target)?.drawReactions(), body.target;
   }
   // ---- read markers -----------------------------------------------------------------------------
   applyRead(ev) {
     let body = ev.body;
-    if (body === null || typeof body.seq != "number" || ev.user === void 0) return;
+    if (body === null || typeof body.seq != "number" || body.thread !== void 0 || ev.user === void 0) return;
     let before = this.readPos.get(ev.user) ?? 0;
     if (!(body.seq <= before)) {
       this.readPos.set(ev.user, body.seq);
@@ -2019,12 +2643,14 @@ var REACTIONS = [
   drawReads(m) {
     let readers = [];
     for (let [user, pos] of this.readPos) user !== m.user && pos >= m.seq && readers.push(user);
-    readers.sort(), m.readsEl.dataset.readCount = String(readers.length), m.readsEl.title = readers.join(", "), readers.length === 0 ? m.readsEl.textContent = "" : readers.length <= MAX_NAMED_READERS ? m.readsEl.textContent = `✓ read by ${readers.join(", ")}` : m.readsEl.textContent = `✓ read by ${readers.length}`;
+    readers.sort();
+    let el2 = m.readsEl;
+    el2.dataset.readCount = String(readers.length), el2.title = readers.join(", "), readers.length === 0 ? el2.textContent = "" : readers.length <= MAX_NAMED_READERS ? el2.textContent = `✓ seen by ${readers.join(", ")}` : el2.textContent = `✓ seen by ${readers.length}`;
   }
-  /** Each member's read position, as chips in the header. */
+  /** Each member's read position, as chips in the details. */
   drawReaders() {
     let chips = [...this.readPos].sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0).map(([user, pos]) => {
-      let chip = span("reader", `${user} ✓#${pos}`);
+      let chip = span("reader", `${user} #${pos}`);
       return chip.dataset.user = user, chip.dataset.seq = String(pos), chip;
     });
     this.els.readers.replaceChildren(...chips);
@@ -2040,12 +2666,9 @@ var REACTIONS = [
     stick && box !== null && (box.scrollTop = box.scrollHeight);
   }
 };
-function messageText(body) {
-  return typeof body == "object" && body !== null && typeof body.text == "string" ? body.text : JSON.stringify(body);
-}
-function button(className, text, onClick) {
-  let b = document.createElement("button");
-  return b.type = "button", b.className = className, b.textContent = text, b.addEventListener("click", onClick), b;
+function profileNote(user, name) {
+  let change = typeof name == "string" ? `renamed the chat to "${name}"` : name === null ? "took the chat's name away" : "changed the chat";
+  return `${user ?? "The app"} ${change}`;
 }
 function span(className, text) {
   let s = document.createElement("span");
@@ -2055,18 +2678,34 @@ function span(className, text) {
 // src/demo.ts
 var ID_PATTERN2 = /^[A-Za-z0-9_.:-]{1,128}$/, HISTORY_EVENTS = 500, READ_DEBOUNCE_MS = 250, params = new URLSearchParams(location.search), WORKSPACE = params.get("ws") ?? "demo";
 function $(id) {
-  let el = document.getElementById(id);
-  if (el === null) throw new Error(`demo.html lacks #${id}`);
-  return el;
+  let el2 = document.getElementById(id);
+  if (el2 === null) throw new Error(`demo.html lacks #${id}`);
+  return el2;
 }
 var ui = {
   joinForm: $("join-form"),
   name: $("name"),
   chat: $("chat"),
+  details: $("details-toggle"),
+  title: $("chat-title"),
+  rename: $("rename"),
+  renameForm: $("rename-form"),
+  renameText: $("rename-text"),
+  renameCancel: $("rename-cancel"),
   conn: $("conn"),
   connDetail: $("conn-detail"),
   watch: $("watch"),
   members: $("members"),
+  membersButton: $("members-button"),
+  membersPanel: $("members-panel"),
+  memberList: $("member-list"),
+  membersMore: $("members-more"),
+  membersClose: $("members-close"),
+  pinsButton: $("pins-button"),
+  pinCount: $("pin-count"),
+  pinsPanel: $("pins-panel"),
+  pinList: $("pin-list"),
+  pinsClose: $("pins-close"),
   readers: $("readers"),
   typing: $("typing"),
   present: $("present"),
@@ -2075,8 +2714,22 @@ var ui = {
   pending: $("pending"),
   sendForm: $("send-form"),
   text: $("text"),
+  quoting: $("quoting"),
+  quotingText: $("quoting-text"),
+  quotingCancel: $("quoting-cancel"),
   send: $("send"),
+  threadPanel: $("thread-panel"),
+  threadRoot: $("thread-root"),
+  threadMessages: $("thread-messages"),
+  threadForm: $("thread-form"),
+  threadText: $("thread-text"),
+  threadClose: $("thread-close"),
   notice: $("notice")
+}, CONNECTION_WORDS = {
+  connected: "online",
+  connecting: "connecting…",
+  disconnected: "offline",
+  closed: "offline"
 };
 async function devToken(workspace, user) {
   let res = await fetch("/v1/dev/token", {
@@ -2104,20 +2757,55 @@ function notice(text) {
   ui.notice.textContent = text, ui.notice.hidden = text === "";
 }
 function showConnection(state, detail) {
-  ui.conn.dataset.state = state, ui.conn.textContent = state, ui.connDetail.textContent = detail;
+  ui.conn.dataset.state = state, ui.conn.textContent = CONNECTION_WORDS[state] ?? state, ui.connDetail.textContent = detail;
 }
 var Session = class {
   constructor(user, chatId) {
     this.user = user;
-    this.client = new HeraldClient({ url: wsUrl(), workspace: WORKSPACE, token: () => devToken(WORKSPACE, user) }), this.chat = this.client.chat(chatId), this.view = new ChatView(
+    this.chatId = chatId;
+    this.client = new HeraldClient({ url: wsUrl(), workspace: WORKSPACE, token: () => devToken(WORKSPACE, user) }), this.chat = this.client.chat(chatId), this.list = this.chat.messages(), this.view = new ChatView(
       { messages: ui.messages, pending: ui.pending, members: ui.members, readers: ui.readers, typing: ui.typing, present: ui.present },
       user,
       {
-        react: (target, emoji, on) => this.react(target, emoji, on),
-        edit: (target, text) => this.chat.edit(target, { text }).catch((e) => notice(`edit failed: ${errorText(e)}`)),
-        delete: (target) => this.chat.delete(target).catch((e) => notice(`delete failed: ${errorText(e)}`))
+        react: (target, emoji, on) => this.chat.react(target, emoji, on).catch(failed("reaction")),
+        edit: (target, text) => this.chat.edit(target, { text }, { mentions: mentionsIn(text) }).catch(failed("edit")),
+        delete: (target) => this.chat.delete(target).catch(failed("delete")),
+        pin: (target, on) => this.chat.pin(target, on).catch(failed(on ? "pin" : "unpin")),
+        openThread: (root) => this.thread.open(root),
+        quote: (target) => this.quote(target)
+      },
+      (seq) => this.list.get(seq)
+    ), this.thread = new ThreadView(
+      { panel: ui.threadPanel, root: ui.threadRoot, messages: ui.threadMessages, form: ui.threadForm, text: ui.threadText },
+      this.view.rowContext,
+      this.list,
+      {
+        reply: (root, text) => this.reply(root, text),
+        load: async (root) => {
+          for await (let ev of this.chat.history(0, { thread: root })) this.list.load([ev]);
+        },
+        read: (root, seq) => {
+          this.chat.read(seq, { thread: root }).catch(() => {
+          });
+        }
       }
-    ), this.chat.messages().on("change", (change) => this.view.showMessage(change)), this.chat.on("typing", ({ users }) => this.view.setTyping(users)), this.chat.on("presence", (state) => this.view.setPresent(state)), this.client.inbox.on("change", (items) => chatList.draw(items, chatId)), this.client.on("state", ({ to }) => {
+    ), this.members = new MembersPanel(
+      { panel: ui.membersPanel, list: ui.memberList, more: ui.membersMore },
+      user,
+      (cursor) => this.chat.members({ limit: MEMBERS_PAGE, ...cursor !== void 0 ? { cursor } : {} }),
+      failed("members")
+    ), this.pins = new PinsPanel(
+      { panel: ui.pinsPanel, list: ui.pinList, count: ui.pinCount },
+      () => this.chat.pins(),
+      (seq) => {
+        this.view.reveal(seq) || notice("that message is older than what the page shows");
+      },
+      failed("pinned messages")
+    ), ui.membersButton.onclick = () => this.members.toggle(), ui.pinsButton.onclick = () => this.pins.toggle(), showTitle(chatId, null), closeRename(), this.quote(null), this.list.on("change", (change) => {
+      this.view.showMessage(change), this.thread.showMessage(change);
+    }), this.list.on("profile", (profile) => {
+      showTitle(chatId, profile.name), chatList.setName(chatId, profile.name);
+    }), this.chat.on("typing", ({ users }) => this.view.setTyping(users)), this.chat.on("presence", (state) => this.view.setPresent(state)), this.client.inbox.on("change", (items) => chatList.draw(items, chatId)), this.client.on("state", ({ to }) => {
       showConnection(to, to === "connecting" ? ui.connDetail.textContent ?? "" : ""), to === "connected" && this.scheduleRead();
     }), this.client.on("disconnected", ({ code, reason, reconnectInMs }) => {
       let why = `link closed (${code}${reason ? ` ${reason}` : ""})`, next = reconnectInMs === null ? "stopped" : `retrying in ${(reconnectInMs / 1e3).toFixed(1)} s`;
@@ -2125,13 +2813,21 @@ var Session = class {
     }), this.client.on("error", (e) => notice(`${e.code}: ${e.message}`)), this.chat.on("state", ({ to }) => {
       ui.watch.dataset.state = to, ui.watch.textContent = to;
     }), this.chat.on("error", (e) => notice(`${e.code}: ${e.message}`)), this.chat.on("event", (ev) => {
-      this.view.apply(ev), (ev.type === "message" || ev.type === "system") && this.scheduleRead();
+      let reacted = this.view.apply(ev);
+      reacted !== null && this.thread.redrawReactions(reacted), (ev.type === "pin" || ev.type === "delete") && this.pins.refresh(), (ev.type === "message" || ev.type === "system") && this.scheduleRead();
     }), showConnection(this.client.state, "");
   }
   user;
+  chatId;
   client;
   chat;
+  list;
   view;
+  thread;
+  members;
+  pins;
+  /** The message the next send quotes, if the user picked one. */
+  quoting = null;
   ended = !1;
   readTimer = null;
   reading = !1;
@@ -2139,25 +2835,42 @@ var Session = class {
   async start() {
     await this.client.connect();
     let joined = await this.chat.join();
-    this.ended || (this.view.setMembers(joined.members, joined.seq), this.client.inbox.start().catch((e) => notice(`chat list: ${errorText(e)}`)), await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS), presence: !0 }));
+    if (!this.ended) {
+      this.view.setMembers(joined.members, joined.seq);
+      for (let b of [ui.rename, ui.membersButton, ui.pinsButton]) b.disabled = !1;
+      this.client.inbox.start().catch((e) => notice(`chat list: ${errorText(e)}`)), await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS), presence: !0 }), this.pins.refresh();
+    }
   }
   /** The user typed in the message box; the SDK sends at most one `typing` every 2 s. */
   typed() {
     this.chat.notifyTyping();
   }
-  /** Queues a message. The SDK keeps it through link drops and stores it once; the row shows until then. */
+  /**
+   * Queues a message, mentioning each @name typed. The SDK keeps it through link drops and stores it
+   * once; the row shows until then.
+   */
   send(text) {
-    let clientId = newClientId2();
-    this.view.addPending(clientId, text), this.chat.send({ text }, { clientId }).then(
+    let clientId = newClientId2(), quote = this.quoting ?? void 0;
+    this.quote(null), this.view.addPending(clientId, text), this.chat.send({ text }, { clientId, mentions: mentionsIn(text), ...quote !== void 0 ? { quote } : {} }).then(
       ({ seq }) => this.view.sent(clientId, seq),
       (e) => this.view.failPending(clientId, e instanceof HeraldError ? e.code : String(e))
     );
   }
-  end() {
-    this.ended = !0, this.readTimer !== null && clearTimeout(this.readTimer), this.client.close();
+  /** Quotes `target` in the next message sent from the message box (null: none), shown above the box. */
+  quote(target) {
+    let message = target === null ? void 0 : this.list.get(target);
+    this.quoting = message === void 0 ? null : message.seq, ui.quoting.hidden = message === void 0, ui.quotingText.textContent = message === void 0 ? "" : `${message.user ?? "system"}: ${messageText(message.body)}`, message !== void 0 && ui.text.focus();
   }
-  react(target, emoji, on) {
-    this.chat.react(target, emoji, on).catch((e) => notice(`reaction failed: ${String(e)}`));
+  /** Sends a reply in the thread under `root`; it shows in the thread once the chat delivers it. */
+  reply(root, text) {
+    this.chat.send({ text }, { clientId: newClientId2(), thread: root, mentions: mentionsIn(text) }).catch(failed("reply"));
+  }
+  /** Names the chat (an empty name clears it: the chat goes by its id again). */
+  rename(name) {
+    this.chat.profile({ name: name === "" ? null : name }).catch(failed("rename"));
+  }
+  end() {
+    this.ended = !0, this.readTimer !== null && clearTimeout(this.readTimer), this.pins.stop(), this.client.close();
   }
   /** Reports the read position soon, if the page is seen and there is something new to report. */
   scheduleRead() {
@@ -2185,12 +2898,40 @@ var Session = class {
       this.view.readableSeq > target && this.scheduleRead();
     }
   }
-}, session = null, chatList = new ChatList(ui.chats, (chat) => {
+};
+function failed(what) {
+  return (e) => notice(`${what} failed: ${errorText(e)}`);
+}
+function showTitle(chatId, name) {
+  ui.title.textContent = name ?? chatId, ui.title.dataset.chat = chatId, ui.title.title = chatId, name !== null ? ui.title.dataset.named = "true" : delete ui.title.dataset.named;
+}
+function closeRename() {
+  ui.renameForm.hidden = !0, ui.rename.hidden = !1;
+}
+var session = null, chatList = new ChatList(ui.chats, (chat) => {
   ui.chat.value = chat, ui.joinForm.requestSubmit();
 });
 ui.name.value = params.get("name") ?? `user${Math.floor(Math.random() * 1e4)}`;
 ui.chat.value = params.get("chat") ?? "general";
 showConnection("disconnected", "");
+ui.details.addEventListener("change", () => document.body.classList.toggle("details", ui.details.checked));
+ui.rename.addEventListener("click", () => {
+  session !== null && (ui.renameText.value = session.list.profile?.name ?? "", ui.rename.hidden = !0, ui.renameForm.hidden = !1, ui.renameText.focus());
+});
+ui.renameCancel.addEventListener("click", closeRename);
+ui.renameForm.addEventListener("submit", (e) => {
+  e.preventDefault(), closeRename(), session?.rename(ui.renameText.value.trim());
+});
+ui.quotingCancel.addEventListener("click", () => session?.quote(null));
+document.addEventListener("keydown", (e) => {
+  if (!(e.key !== "Escape" || e.defaultPrevented)) {
+    ui.threadPanel.hidden || session?.thread.close();
+    for (let panel of [ui.membersPanel, ui.pinsPanel]) panel.hidden = !0;
+  }
+});
+ui.membersClose.addEventListener("click", () => ui.membersPanel.hidden = !0);
+ui.pinsClose.addEventListener("click", () => ui.pinsPanel.hidden = !0);
+ui.threadClose.addEventListener("click", () => session?.thread.close());
 ui.joinForm.addEventListener("submit", (e) => {
   e.preventDefault();
   let name = ui.name.value.trim(), chatId = ui.chat.value.trim();

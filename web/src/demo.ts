@@ -2,14 +2,19 @@
 //! then chat through `@herald/client`.
 //!
 //! Owns: the page's controls, one session per Join (a `HeraldClient` with a dev token, the chat's join,
-//! watch with presence, sends, edits, deletes, reactions, typing and read position, and the user's
-//! inbox) and the connection state shown. Does not own: drawing the chat (view.ts) or the chat list
-//! (chats.ts), or anything about the protocol: reconnects, resuming, gap repair, idempotent sends,
-//! applying edits, expiring typing and resyncing presence and the inbox are the SDK's, which is the
-//! point of the page.
+//! watch with presence, sends with mentions, thread replies, edits, deletes, reactions, pins, the chat's
+//! name, typing and read position, and the user's inbox), the connection state shown in words, and the
+//! details toggle (protocol words: seqs, the watch state, why a link closed). Does not own: drawing the
+//! chat (view.ts, row.ts), a thread (thread.ts), the members and pins panels (panels.ts) or the chat
+//! list (chats.ts), or anything about the protocol: reconnects, resuming, gap repair, idempotent sends,
+//! applying edits, streamed text, reply and reaction counts, expiring typing and resyncing presence and
+//! the inbox are the SDK's, which is the point of the page.
 
-import { HeraldClient, HeraldError, type Chat, type ClientState } from '../../sdk/ts/src/index.ts';
+import { HeraldClient, HeraldError, type Chat, type ClientState, type MessageList } from '../../sdk/ts/src/index.ts';
 import { ChatList } from './chats.ts';
+import { MEMBERS_PAGE, MembersPanel, PinsPanel } from './panels.ts';
+import { mentionsIn, messageText } from './text.ts';
+import { ThreadView } from './thread.ts';
 import { ChatView } from './view.ts';
 
 /** Ids are 1 to 128 of these characters (docs/protocol.md, "Words"). */
@@ -41,10 +46,26 @@ const ui = {
   joinForm: $<HTMLFormElement>('join-form'),
   name: $<HTMLInputElement>('name'),
   chat: $<HTMLInputElement>('chat'),
+  details: $<HTMLInputElement>('details-toggle'),
+  title: $('chat-title'),
+  rename: $<HTMLButtonElement>('rename'),
+  renameForm: $<HTMLFormElement>('rename-form'),
+  renameText: $<HTMLInputElement>('rename-text'),
+  renameCancel: $<HTMLButtonElement>('rename-cancel'),
   conn: $('conn'),
   connDetail: $('conn-detail'),
   watch: $('watch'),
   members: $('members'),
+  membersButton: $<HTMLButtonElement>('members-button'),
+  membersPanel: $('members-panel'),
+  memberList: $('member-list'),
+  membersMore: $<HTMLButtonElement>('members-more'),
+  membersClose: $<HTMLButtonElement>('members-close'),
+  pinsButton: $<HTMLButtonElement>('pins-button'),
+  pinCount: $('pin-count'),
+  pinsPanel: $('pins-panel'),
+  pinList: $('pin-list'),
+  pinsClose: $<HTMLButtonElement>('pins-close'),
   readers: $('readers'),
   typing: $('typing'),
   present: $('present'),
@@ -53,8 +74,25 @@ const ui = {
   pending: $<HTMLOListElement>('pending'),
   sendForm: $<HTMLFormElement>('send-form'),
   text: $<HTMLInputElement>('text'),
+  quoting: $('quoting'),
+  quotingText: $('quoting-text'),
+  quotingCancel: $<HTMLButtonElement>('quoting-cancel'),
   send: $<HTMLButtonElement>('send'),
+  threadPanel: $('thread-panel'),
+  threadRoot: $('thread-root'),
+  threadMessages: $<HTMLOListElement>('thread-messages'),
+  threadForm: $<HTMLFormElement>('thread-form'),
+  threadText: $<HTMLInputElement>('thread-text'),
+  threadClose: $<HTMLButtonElement>('thread-close'),
   notice: $('notice'),
+};
+
+/** The connection's state in a person's words (the state itself stays in `data-state`). */
+const CONNECTION_WORDS: Record<ClientState, string> = {
+  connected: 'online',
+  connecting: 'connecting…',
+  disconnected: 'offline',
+  closed: 'offline',
 };
 
 /** Asks herald for a development token; only loopback clients of a server without secrets get one. */
@@ -93,7 +131,7 @@ function notice(text: string): void {
 
 function showConnection(state: ClientState, detail: string): void {
   ui.conn.dataset.state = state;
-  ui.conn.textContent = state;
+  ui.conn.textContent = CONNECTION_WORDS[state] ?? state;
   ui.connDetail.textContent = detail;
 }
 
@@ -101,34 +139,85 @@ function showConnection(state: ClientState, detail: string): void {
 class Session {
   readonly client: HeraldClient;
   readonly chat: Chat;
+  readonly list: MessageList;
   readonly view: ChatView;
+  readonly thread: ThreadView;
+  readonly members: MembersPanel;
+  readonly pins: PinsPanel;
+  /** The message the next send quotes, if the user picked one. */
+  private quoting: number | null = null;
   private ended = false;
   private readTimer: ReturnType<typeof setTimeout> | null = null;
   private reading = false;
 
   constructor(
     readonly user: string,
-    chatId: string,
+    readonly chatId: string,
   ) {
     this.client = new HeraldClient({ url: wsUrl(), workspace: WORKSPACE, token: () => devToken(WORKSPACE, user) });
     this.chat = this.client.chat(chatId);
+    // Messages come from the SDK's list, which applies edits, deletes, streamed text, reply counts, pins
+    // and reaction counts to what is shown.
+    this.list = this.chat.messages();
     this.view = new ChatView(
       { messages: ui.messages, pending: ui.pending, members: ui.members, readers: ui.readers, typing: ui.typing, present: ui.present },
       user,
       {
-        react: (target, emoji, on) => this.react(target, emoji, on),
-        edit: (target, text) => this.chat.edit(target, { text }).catch((e: unknown) => notice(`edit failed: ${errorText(e)}`)),
-        delete: (target) => this.chat.delete(target).catch((e: unknown) => notice(`delete failed: ${errorText(e)}`)),
+        react: (target, emoji, on) => this.chat.react(target, emoji, on).catch(failed('reaction')),
+        edit: (target, text) => this.chat.edit(target, { text }, { mentions: mentionsIn(text) }).catch(failed('edit')),
+        delete: (target) => this.chat.delete(target).catch(failed('delete')),
+        pin: (target, on) => this.chat.pin(target, on).catch(failed(on ? 'pin' : 'unpin')),
+        openThread: (root) => this.thread.open(root),
+        quote: (target) => this.quote(target),
+      },
+      (seq) => this.list.get(seq),
+    );
+    this.thread = new ThreadView(
+      { panel: ui.threadPanel, root: ui.threadRoot, messages: ui.threadMessages, form: ui.threadForm, text: ui.threadText },
+      this.view.rowContext,
+      this.list,
+      {
+        reply: (root, text) => this.reply(root, text),
+        load: async (root) => {
+          for await (const ev of this.chat.history(0, { thread: root })) this.list.load([ev]);
+        },
+        read: (root, seq) => void this.chat.read(seq, { thread: root }).catch(() => {}),
       },
     );
-    // Messages come from the SDK's list, which applies edits and deletes to what is shown.
-    this.chat.messages().on('change', (change) => this.view.showMessage(change));
+    this.members = new MembersPanel(
+      { panel: ui.membersPanel, list: ui.memberList, more: ui.membersMore },
+      user,
+      (cursor) => this.chat.members({ limit: MEMBERS_PAGE, ...(cursor !== undefined ? { cursor } : {}) }),
+      failed('members'),
+    );
+    this.pins = new PinsPanel(
+      { panel: ui.pinsPanel, list: ui.pinList, count: ui.pinCount },
+      () => this.chat.pins(),
+      (seq) => {
+        if (!this.view.reveal(seq)) notice('that message is older than what the page shows');
+      },
+      failed('pinned messages'),
+    );
+    ui.membersButton.onclick = () => this.members.toggle();
+    ui.pinsButton.onclick = () => this.pins.toggle();
+    showTitle(chatId, null);
+    closeRename();
+    this.quote(null);
+
+    this.list.on('change', (change) => {
+      this.view.showMessage(change);
+      this.thread.showMessage(change);
+    });
+    this.list.on('profile', (profile) => {
+      showTitle(chatId, profile.name);
+      chatList.setName(chatId, profile.name);
+    });
     this.chat.on('typing', ({ users }) => this.view.setTyping(users));
     this.chat.on('presence', (state) => this.view.setPresent(state));
     this.client.inbox.on('change', (items) => chatList.draw(items, chatId));
 
     this.client.on('state', ({ to }) => {
-      // Keep why the last link ended on screen while reconnecting; the SDK tells it just before this.
+      // Keep why the last link ended (in the details) while reconnecting; the SDK tells it just before this.
       showConnection(to, to === 'connecting' ? ui.connDetail.textContent ?? '' : '');
       if (to === 'connected') this.scheduleRead();
     });
@@ -144,7 +233,9 @@ class Session {
     });
     this.chat.on('error', (e) => notice(`${e.code}: ${e.message}`));
     this.chat.on('event', (ev) => {
-      this.view.apply(ev);
+      const reacted = this.view.apply(ev);
+      if (reacted !== null) this.thread.redrawReactions(reacted);
+      if (ev.type === 'pin' || ev.type === 'delete') this.pins.refresh();
       if (ev.type === 'message' || ev.type === 'system') this.scheduleRead();
     });
     showConnection(this.client.state, '');
@@ -156,9 +247,11 @@ class Session {
     const joined = await this.chat.join();
     if (this.ended) return;
     this.view.setMembers(joined.members, joined.seq);
+    for (const b of [ui.rename, ui.membersButton, ui.pinsButton]) b.disabled = false;
     // After the join, so the list has the chat just entered.
     this.client.inbox.start().catch((e: unknown) => notice(`chat list: ${errorText(e)}`));
     await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS), presence: true });
+    this.pins.refresh();
   }
 
   /** The user typed in the message box; the SDK sends at most one `typing` every 2 s. */
@@ -166,24 +259,45 @@ class Session {
     this.chat.notifyTyping();
   }
 
-  /** Queues a message. The SDK keeps it through link drops and stores it once; the row shows until then. */
+  /**
+   * Queues a message, mentioning each @name typed. The SDK keeps it through link drops and stores it
+   * once; the row shows until then.
+   */
   send(text: string): void {
     const clientId = newClientId();
+    const quote = this.quoting ?? undefined;
+    this.quote(null);
     this.view.addPending(clientId, text);
-    this.chat.send({ text }, { clientId }).then(
+    this.chat.send({ text }, { clientId, mentions: mentionsIn(text), ...(quote !== undefined ? { quote } : {}) }).then(
       ({ seq }) => this.view.sent(clientId, seq),
       (e: unknown) => this.view.failPending(clientId, e instanceof HeraldError ? e.code : String(e)),
     );
   }
 
+  /** Quotes `target` in the next message sent from the message box (null: none), shown above the box. */
+  quote(target: number | null): void {
+    const message = target === null ? undefined : this.list.get(target);
+    this.quoting = message === undefined ? null : message.seq;
+    ui.quoting.hidden = message === undefined;
+    ui.quotingText.textContent = message === undefined ? '' : `${message.user ?? 'system'}: ${messageText(message.body)}`;
+    if (message !== undefined) ui.text.focus();
+  }
+
+  /** Sends a reply in the thread under `root`; it shows in the thread once the chat delivers it. */
+  reply(root: number, text: string): void {
+    this.chat.send({ text }, { clientId: newClientId(), thread: root, mentions: mentionsIn(text) }).catch(failed('reply'));
+  }
+
+  /** Names the chat (an empty name clears it: the chat goes by its id again). */
+  rename(name: string): void {
+    this.chat.profile({ name: name === '' ? null : name }).catch(failed('rename'));
+  }
+
   end(): void {
     this.ended = true;
     if (this.readTimer !== null) clearTimeout(this.readTimer);
+    this.pins.stop();
     this.client.close();
-  }
-
-  private react(target: number, emoji: string, on: boolean): void {
-    this.chat.react(target, emoji, on).catch((e: unknown) => notice(`reaction failed: ${String(e)}`));
   }
 
   /** Reports the read position soon, if the page is seen and there is something new to report. */
@@ -218,6 +332,25 @@ class Session {
   }
 }
 
+/** A rejection handler that says what failed, in the notice. */
+function failed(what: string): (e: unknown) => void {
+  return (e) => notice(`${what} failed: ${errorText(e)}`);
+}
+
+/** The open chat's name at the top: its profile's name, else its id. */
+function showTitle(chatId: string, name: string | null): void {
+  ui.title.textContent = name ?? chatId;
+  ui.title.dataset.chat = chatId;
+  ui.title.title = chatId;
+  if (name !== null) ui.title.dataset.named = 'true';
+  else delete ui.title.dataset.named;
+}
+
+function closeRename(): void {
+  ui.renameForm.hidden = true;
+  ui.rename.hidden = false;
+}
+
 let session: Session | null = null;
 
 /** Opening a chat from the list is a Join with that chat, under the same name. */
@@ -229,6 +362,32 @@ const chatList = new ChatList(ui.chats, (chat) => {
 ui.name.value = params.get('name') ?? `user${Math.floor(Math.random() * 10_000)}`;
 ui.chat.value = params.get('chat') ?? 'general';
 showConnection('disconnected', '');
+
+ui.details.addEventListener('change', () => document.body.classList.toggle('details', ui.details.checked));
+
+ui.rename.addEventListener('click', () => {
+  if (session === null) return;
+  ui.renameText.value = session.list.profile?.name ?? '';
+  ui.rename.hidden = true;
+  ui.renameForm.hidden = false;
+  ui.renameText.focus();
+});
+ui.renameCancel.addEventListener('click', closeRename);
+ui.renameForm.addEventListener('submit', (e) => {
+  e.preventDefault();
+  closeRename();
+  session?.rename(ui.renameText.value.trim());
+});
+ui.quotingCancel.addEventListener('click', () => session?.quote(null));
+// Escape closes whatever panel is open (the thread, the members, the pins).
+document.addEventListener('keydown', (e) => {
+  if (e.key !== 'Escape' || e.defaultPrevented) return;
+  if (!ui.threadPanel.hidden) session?.thread.close();
+  for (const panel of [ui.membersPanel, ui.pinsPanel]) panel.hidden = true;
+});
+ui.membersClose.addEventListener('click', () => (ui.membersPanel.hidden = true));
+ui.pinsClose.addEventListener('click', () => (ui.pinsPanel.hidden = true));
+ui.threadClose.addEventListener('click', () => session?.thread.close());
 
 ui.joinForm.addEventListener('submit', (e) => {
   e.preventDefault();

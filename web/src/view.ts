@@ -1,32 +1,26 @@
-//! What the page shows of one chat: the message list with reactions, read markers, edits and deletes,
-//! the members count, each reader's position, who is typing, who is here, and the sends that are not
-//! acknowledged yet.
+//! What the page shows of one chat: the messages (each a row.ts row, replies counted on their root),
+//! read markers, the members count, who is typing, who is here, joins and leaves and renames as notes,
+//! and the sends that are not acknowledged yet.
 //!
 //! Owns: folding delivered events into that state and keeping the DOM in step with it. Does not own:
-//! the connection or any request (demo.ts); it learns of events through `apply`, which the SDK calls
-//! once per event, in seq order, and of messages through `showMessage`, from the SDK's message list
-//! (which applies edits and deletes), and of typing and presence through `setTyping` and `setPresent`.
+//! the connection or any request (demo.ts), a message's own drawing (row.ts), or the thread panel
+//! (thread.ts). It learns of events through `apply`, which the SDK calls once per event, in seq order;
+//! of messages through `showMessage`, from the SDK's message list (which applies edits, deletes, streamed
+//! text, reply counts, pins and reaction counts); of typing and presence through `setTyping` and
+//! `setPresent`.
 //!
-//! Element hooks (the end-to-end test relies on them):
-//!   #messages > li[data-seq]             one per stored message or join/leave/system event, never twice
-//!   li.msg[data-user]                    a message; .text its text; data-edited, data-deleted when so
-//!   button.edit, button.delete           on one's own messages; form.edit-form > input.edit-text to edit
+//! Element hooks (the end-to-end test relies on them; a row's own are in row.ts):
+//!   #messages > li[data-seq]             one per message (not thread replies) or note, never twice
+//!   li.note[data-type]                   a join, leave or rename, in words
 //!   #typing[data-users]                  "alice is typing…", hidden when nobody is
 //!   #present[data-count] > [data-user]   who is here (watching the chat now)
-//!   button.react[data-emoji]             a reaction toggle; data-count, aria-pressed (mine)
 //!   .reads[data-read-count]              members other than the author whose read position is >= seq
 //!   #pending > li[data-client-id]        a send not yet stored; data-failed when it gave up
-//!   #members                             the members count; #readers each member's read position
+//!   #members                             the members count; #readers [data-user][data-seq] each member's
+//!                                        read position (shown with "details" on)
 
 import type { ChatEvent, Message, MessageChange, PresenceState } from '../../sdk/ts/src/index.ts';
-
-/** The reactions offered on every message: the wire value and how it is drawn. */
-export const REACTIONS: ReadonlyArray<{ emoji: string; label: string }> = [
-  // Plain symbols rather than emoji pictures, so they draw with the fonts every system has.
-  { emoji: '+1', label: '+1' },
-  { emoji: 'heart', label: '♥' },
-  { emoji: 'star', label: '★' },
-];
+import { MessageRow, type RowActions, type RowContext } from './row.ts';
 
 /** The elements a view draws into. */
 export interface ViewElements {
@@ -36,28 +30,6 @@ export interface ViewElements {
   readers: HTMLElement;
   typing: HTMLElement;
   present: HTMLElement;
-}
-
-/** Calls the view makes back into the page. */
-export interface ViewActions {
-  /** The user clicked a reaction: add it (`on`) or take it back. */
-  react(target: number, emoji: string, on: boolean): void;
-  /** The user saved a new text for their message `target`. */
-  edit(target: number, text: string): void;
-  /** The user deleted their message `target`. */
-  delete(target: number): void;
-}
-
-/** A message on the page. */
-interface Shown {
-  seq: number;
-  user: string;
-  el: HTMLLIElement;
-  textEl: HTMLElement;
-  reactionsEl: HTMLElement;
-  readsEl: HTMLElement;
-  /** Edit and delete buttons (one's own messages only, until deleted). */
-  ownEl: HTMLElement | null;
 }
 
 /** A read marker names readers one by one up to this many, then only counts them. */
@@ -70,10 +42,10 @@ const STICKY_SCROLL_PX = 40;
 export class ChatView {
   /** Rows by seq: the guard that no event is ever shown twice. */
   private readonly rows = new Map<number, HTMLLIElement>();
-  /** Messages by seq, in seq order (Map keeps insertion order and events arrive in order). */
-  private readonly shown = new Map<number, Shown>();
-  /** target seq -> emoji -> users with that reaction on. Sets, so a repeated "on" counts once. */
-  private readonly reactions = new Map<number, Map<string, Set<string>>>();
+  /** Message rows by seq, in seq order (Map keeps insertion order and messages arrive in order). */
+  private readonly shown = new Map<number, MessageRow>();
+  /** target seq -> the emoji this user has on it now, from this user's reaction events. */
+  private readonly mine = new Map<number, Set<string>>();
   /** user -> read position. */
   private readonly readPos = new Map<string, number>();
   /** Sends not yet stored, by client_id. */
@@ -81,14 +53,23 @@ export class ChatView {
   /** The members count as of `membersAt`; join and leave events after that seq adjust it. */
   private members: number | null = null;
   private membersAt = 0;
-  /** The highest seq of a message or system event: what reading the chat up to now means. */
+  /** The highest seq of a message (thread replies too) or system event: what reading up to now means. */
   private latestReadable = 0;
+  /**
+   * The latest run of joins (or leaves) with nothing between them: drawn as one line on its first row
+   * ("ann, bob and 53 others joined"), the run's other rows kept (each seq has its row) but hidden.
+   */
+  private run: { type: string; head: HTMLLIElement; last: HTMLLIElement; users: string[] } | null = null;
+  /** What every row (here and in the thread panel) needs besides its message. */
+  readonly rowContext: RowContext;
 
   constructor(
     private readonly els: ViewElements,
     private readonly me: string,
-    private readonly actions: ViewActions,
+    actions: RowActions,
+    lookup: (seq: number) => Message | undefined,
   ) {
+    this.rowContext = { me, actions, inThread: false, lookup, myReactions: (seq) => this.mine.get(seq) ?? new Set() };
     els.messages.replaceChildren();
     els.pending.replaceChildren();
     els.members.textContent = '-';
@@ -117,43 +98,46 @@ export class ChatView {
     this.els.members.textContent = String(count);
   }
 
-  /** Folds one delivered event into the page. */
-  apply(ev: ChatEvent): void {
-    if (this.rows.has(ev.seq)) return; // the SDK delivers once; this keeps the page honest regardless
+  /**
+   * Folds one delivered event into the page; answers the target whose reactions by this user changed
+   * (so the thread panel can redraw it too), or null.
+   */
+  apply(ev: ChatEvent): number | null {
+    if (this.rows.has(ev.seq)) return null; // the SDK delivers once; this keeps the page honest regardless
     switch (ev.type) {
-      case 'message':
-      case 'system':
-      case 'edit':
-      case 'delete':
-        break; // drawn from the SDK's message list, through showMessage
       case 'join':
       case 'leave':
-        this.addNote(ev, `${ev.user ?? 'someone'} ${ev.type === 'join' ? 'joined' : 'left'}`);
+        this.addPeopleNote(ev);
         if (this.members !== null && ev.seq > this.membersAt) {
           this.members = Math.max(0, this.members + (ev.type === 'join' ? 1 : -1));
           this.membersAt = ev.seq;
           this.els.members.textContent = String(this.members);
         }
-        break;
+        return null;
+      case 'profile':
+        this.addNote(ev, profileNote(ev.user, (ev.body as { name?: unknown } | null)?.name));
+        return null;
       case 'reaction':
-        this.applyReaction(ev);
-        break;
+        return this.applyReaction(ev);
       case 'read':
         this.applyRead(ev);
-        break;
+        return null;
       default:
-        break; // a type this page does not know: nothing to draw
+        // message, system, edit, delete, pin: drawn from the SDK's message list, through showMessage
+        return null;
     }
   }
 
-  /** A message was added to the chat's message list, edited or deleted. */
+  /** A message was added to the chat's message list or changed. */
   showMessage({ kind, message }: MessageChange): void {
-    if (kind === 'added') {
-      if (!this.rows.has(message.seq)) this.addMessage(message);
-      return;
-    }
-    const shown = this.shown.get(message.seq);
-    if (shown !== undefined) this.drawBody(shown, message);
+    if (kind === 'added') this.latestReadable = Math.max(this.latestReadable, message.seq);
+    if (message.thread !== undefined) return; // a reply: the thread panel's; its root shows the count
+    const row = this.shown.get(message.seq);
+    if (row !== undefined) {
+      const stick = this.atBottom(); // a streamed reply grows at the bottom: keep following it
+      row.draw(message, kind);
+      this.scrollToEnd(stick);
+    } else if (kind === 'added' && !this.rows.has(message.seq)) this.addMessage(message);
   }
 
   /** Others typing now. */
@@ -210,114 +194,61 @@ export class ChatView {
     if (status !== null) status.textContent = `not sent: ${reason}`;
   }
 
+  /** Scrolls `seq`'s row into view and outlines it for a moment (a pinned message picked from the list). */
+  reveal(seq: number): boolean {
+    const row = this.shown.get(seq);
+    if (row === undefined) return false;
+    row.el.scrollIntoView({ block: 'center' });
+    row.el.classList.add('flash');
+    setTimeout(() => row.el.classList.remove('flash'), 1500);
+    return true;
+  }
+
   // ---- messages ---------------------------------------------------------------------------------
 
-  private addMessage(ev: Message): void {
+  private addMessage(message: Message): void {
     const stick = this.atBottom();
-    const user = ev.user ?? 'system';
-    const li = document.createElement('li');
-    li.className = ev.type === 'system' ? 'msg system' : user === this.me ? 'msg mine' : 'msg';
-    li.dataset.seq = String(ev.seq);
-    li.dataset.user = user;
-    if (ev.client_id !== undefined) li.dataset.clientId = ev.client_id;
-
-    const head = document.createElement('div');
-    head.className = 'head';
-    const time = document.createElement('time');
-    time.dateTime = new Date(ev.ts).toISOString();
-    time.textContent = new Date(ev.ts).toLocaleTimeString();
-    head.append(span('who', user), span('seq', `#${ev.seq}`), time);
-
-    const foot = document.createElement('div');
-    foot.className = 'foot';
-    const reactionsEl = span('reactions', '');
-    const readsEl = span('reads', '');
-    foot.append(reactionsEl, readsEl);
-    let ownEl: HTMLElement | null = null;
-    if (ev.type === 'message' && ev.user === this.me) {
-      ownEl = span('own', '');
-      ownEl.append(
-        button('edit', 'edit', () => this.startEdit(shown)),
-        button('delete', 'delete', () => this.actions.delete(ev.seq)),
-      );
-      foot.append(ownEl);
-    }
-
-    const textEl = span('text', '');
-    li.append(head, textEl, foot);
-    const shown: Shown = { seq: ev.seq, user, el: li, textEl, reactionsEl, readsEl, ownEl };
-    this.drawBody(shown, ev);
-    this.rows.set(ev.seq, li);
-    this.shown.set(ev.seq, shown);
-    this.latestReadable = Math.max(this.latestReadable, ev.seq);
-    this.drawReactions(shown);
-    this.drawReads(shown);
-    this.els.messages.append(li);
-
-    if (user === this.me && ev.client_id !== undefined) this.dropPending(ev.client_id);
+    const row = new MessageRow(message, this.rowContext);
+    this.rows.set(message.seq, row.el);
+    this.shown.set(message.seq, row);
+    this.drawReads(row);
+    this.els.messages.append(row.el);
+    if (message.user === this.me && message.client_id !== undefined) this.dropPending(message.client_id);
     this.scrollToEnd(stick);
   }
 
-  /** The text of a message as it is now: edited, or gone. */
-  private drawBody(m: Shown, message: Message): void {
-    m.el.querySelector('form.edit-form')?.remove();
-    m.textEl.hidden = false;
-    if (message.deleted) {
-      m.el.dataset.deleted = 'true';
-      m.textEl.textContent = 'message deleted';
-      m.ownEl?.remove();
-      m.ownEl = null;
-    } else {
-      m.textEl.textContent = messageText(message.body);
-    }
-    if (message.edited !== undefined && !message.deleted) {
-      m.el.dataset.edited = String(message.edited);
-      m.textEl.title = `edited (#${message.edited})`;
-      m.textEl.dataset.mark = 'edited';
-    } else {
-      // A deleted message was perhaps edited first; nothing of that is left to mark.
-      m.textEl.removeAttribute('title');
-      delete m.textEl.dataset.mark;
-    }
-  }
-
-  /** Swaps a message's text for a one-line form; Enter saves through the SDK, Escape gives up. */
-  private startEdit(m: Shown): void {
-    if (m.el.querySelector('form.edit-form') !== null) return;
-    const form = document.createElement('form');
-    form.className = 'edit-form';
-    const input = document.createElement('input');
-    input.className = 'edit-text';
-    input.value = m.textEl.textContent ?? '';
-    input.maxLength = 4000;
-    form.append(input);
-    form.addEventListener('submit', (e) => {
-      e.preventDefault();
-      const text = input.value.trim();
-      form.remove();
-      m.textEl.hidden = false;
-      if (text !== '' && text !== m.textEl.textContent) this.actions.edit(m.seq, text);
-    });
-    input.addEventListener('keydown', (e) => {
-      if (e.key !== 'Escape') return;
-      form.remove();
-      m.textEl.hidden = false;
-    });
-    m.textEl.hidden = true;
-    m.textEl.after(form);
-    input.focus();
-  }
-
-  private addNote(ev: ChatEvent, text: string): void {
+  private addNote(ev: ChatEvent, text: string): HTMLLIElement {
     const stick = this.atBottom();
     const li = document.createElement('li');
     li.className = 'note';
     li.dataset.seq = String(ev.seq);
     li.dataset.type = ev.type;
-    li.textContent = `#${ev.seq} ${text}`;
+    li.textContent = text;
     this.rows.set(ev.seq, li);
     this.els.messages.append(li);
     this.scrollToEnd(stick);
+    return li;
+  }
+
+  /** A join or leave: its own line, or one more name on the line of the run it continues. */
+  private addPeopleNote(ev: ChatEvent): void {
+    const user = ev.user ?? 'someone';
+    const verb = ev.type === 'join' ? 'joined' : 'left';
+    const run = this.run;
+    // A run goes on only while its last row is still the chat's last: a message or another note ends it.
+    const continues = run !== null && run.type === ev.type && this.els.messages.lastElementChild === run.last;
+    const li = this.addNote(ev, `${user} ${verb}`);
+    if (!continues) {
+      this.run = { type: ev.type, head: li, last: li, users: [user] };
+      return;
+    }
+    li.hidden = true;
+    run.last = li;
+    run.users.push(user);
+    const [first, second] = run.users;
+    const others = run.users.length - 2;
+    run.head.textContent =
+      others === 0 ? `${first} and ${second} ${verb}` : `${first}, ${second} and ${others} other${others === 1 ? '' : 's'} ${verb}`;
   }
 
   private dropPending(clientId: string): void {
@@ -325,57 +256,28 @@ export class ChatView {
     this.pendingRows.delete(clientId);
   }
 
-  // ---- reactions --------------------------------------------------------------------------------
+  // ---- reactions: the counts are the list's; which ones are this user's, the events' ------------
 
-  private applyReaction(ev: ChatEvent): void {
+  private applyReaction(ev: ChatEvent): number | null {
     const body = ev.body as { target?: unknown; emoji?: unknown; on?: unknown } | null;
-    if (body === null || typeof body.target !== 'number' || typeof body.emoji !== 'string' || ev.user === undefined) return;
-    let byEmoji = this.reactions.get(body.target);
-    if (byEmoji === undefined) {
-      byEmoji = new Map();
-      this.reactions.set(body.target, byEmoji);
+    if (body === null || typeof body.target !== 'number' || typeof body.emoji !== 'string' || ev.user !== this.me) return null;
+    let set = this.mine.get(body.target);
+    if (set === undefined) {
+      set = new Set();
+      this.mine.set(body.target, set);
     }
-    let users = byEmoji.get(body.emoji);
-    if (users === undefined) {
-      users = new Set();
-      byEmoji.set(body.emoji, users);
-    }
-    if (body.on === false) users.delete(ev.user);
-    else users.add(ev.user);
-    // A reaction to a message before the page's history window has nothing to draw on.
-    const shown = this.shown.get(body.target);
-    if (shown !== undefined) this.drawReactions(shown);
-  }
-
-  /** The offered reactions always, then any other emoji someone used, each with its count. */
-  private drawReactions(m: Shown): void {
-    const byEmoji = this.reactions.get(m.seq);
-    const emojis = REACTIONS.map((r) => r.emoji);
-    for (const e of byEmoji?.keys() ?? []) if (!emojis.includes(e)) emojis.push(e);
-    const buttons = emojis.map((emoji) => {
-      const users = byEmoji?.get(emoji);
-      const count = users?.size ?? 0;
-      const mine = users?.has(this.me) ?? false;
-      const b = document.createElement('button');
-      b.type = 'button';
-      b.className = 'react';
-      b.dataset.emoji = emoji;
-      b.dataset.count = String(count);
-      b.setAttribute('aria-pressed', String(mine));
-      b.title = count > 0 ? [...(users ?? [])].join(', ') : `react with ${emoji}`;
-      const label = REACTIONS.find((r) => r.emoji === emoji)?.label ?? emoji;
-      b.textContent = count > 0 ? `${label} ${count}` : label;
-      b.addEventListener('click', () => this.actions.react(m.seq, emoji, !mine));
-      return b;
-    });
-    m.reactionsEl.replaceChildren(...buttons);
+    if (body.on === false) set.delete(body.emoji);
+    else set.add(body.emoji);
+    this.shown.get(body.target)?.drawReactions();
+    return body.target;
   }
 
   // ---- read markers -----------------------------------------------------------------------------
 
   private applyRead(ev: ChatEvent): void {
-    const body = ev.body as { seq?: unknown } | null;
-    if (body === null || typeof body.seq !== 'number' || ev.user === undefined) return;
+    const body = ev.body as { seq?: unknown; thread?: unknown } | null;
+    // A read in a thread is that thread's position, not the chat's.
+    if (body === null || typeof body.seq !== 'number' || body.thread !== undefined || ev.user === undefined) return;
     const before = this.readPos.get(ev.user) ?? 0;
     if (body.seq <= before) return; // positions only move forward
     this.readPos.set(ev.user, body.seq);
@@ -385,21 +287,22 @@ export class ChatView {
   }
 
   /** "read by N" under a message: members other than its author who have read at least that far. */
-  private drawReads(m: Shown): void {
+  private drawReads(m: MessageRow): void {
     const readers: string[] = [];
     for (const [user, pos] of this.readPos) if (user !== m.user && pos >= m.seq) readers.push(user);
     readers.sort();
-    m.readsEl.dataset.readCount = String(readers.length);
-    m.readsEl.title = readers.join(', ');
-    if (readers.length === 0) m.readsEl.textContent = '';
-    else if (readers.length <= MAX_NAMED_READERS) m.readsEl.textContent = `✓ read by ${readers.join(', ')}`;
-    else m.readsEl.textContent = `✓ read by ${readers.length}`;
+    const el = m.readsEl;
+    el.dataset.readCount = String(readers.length);
+    el.title = readers.join(', ');
+    if (readers.length === 0) el.textContent = '';
+    else if (readers.length <= MAX_NAMED_READERS) el.textContent = `✓ seen by ${readers.join(', ')}`;
+    else el.textContent = `✓ seen by ${readers.length}`;
   }
 
-  /** Each member's read position, as chips in the header. */
+  /** Each member's read position, as chips in the details. */
   private drawReaders(): void {
     const chips = [...this.readPos].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([user, pos]) => {
-      const chip = span('reader', `${user} ✓#${pos}`);
+      const chip = span('reader', `${user} #${pos}`);
       chip.dataset.user = user;
       chip.dataset.seq = String(pos);
       return chip;
@@ -422,21 +325,10 @@ export class ChatView {
   }
 }
 
-/** A message body's text: `{text}` as this page sends it, anything else as JSON. */
-function messageText(body: unknown): string {
-  if (typeof body === 'object' && body !== null && typeof (body as { text?: unknown }).text === 'string') {
-    return (body as { text: string }).text;
-  }
-  return JSON.stringify(body);
-}
-
-function button(className: string, text: string, onClick: () => void): HTMLButtonElement {
-  const b = document.createElement('button');
-  b.type = 'button';
-  b.className = className;
-  b.textContent = text;
-  b.addEventListener('click', onClick);
-  return b;
+/** A `profile` event in words; one without a user came through the server API (the app did it). */
+function profileNote(user: string | undefined, name: unknown): string {
+  const change = typeof name === 'string' ? `renamed the chat to "${name}"` : name === null ? "took the chat's name away" : 'changed the chat';
+  return `${user ?? 'The app'} ${change}`;
 }
 
 function span(className: string, text: string): HTMLSpanElement {

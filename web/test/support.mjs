@@ -65,7 +65,8 @@ export async function until(ms, what, check, describeState = async () => '') {
  * Starts herald with `args` after `serve --listen 127.0.0.1:0 --data <fresh dir>` and `env` on top of
  * this process's environment less every HERALD_* setting a surrounding script may export (a store, a
  * secret). Appends its output to `log`; `logName` names that log in errors. Resolves with
- * `{ base, stop }` once it answers /healthz.
+ * `{ base, stop, apiKey }` once it answers /healthz (`apiKey`: the one a development-mode herald
+ * printed, else null).
  */
 export async function startHerald({ args = [], env: extra = {}, log, logName }) {
   if (!existsSync(HERALD_BIN)) {
@@ -114,7 +115,9 @@ export async function startHerald({ args = [], env: extra = {}, log, logName }) 
         return false;
       }
     });
-    return { base, stop };
+    // In development mode herald prints the api key it made (the server API's, e.g. for a bot).
+    const apiKey = /HERALD_API_KEY=(\S+)/.exec(out)?.[1] ?? null;
+    return { base, stop, apiKey };
   } catch (err) {
     await stop();
     throw err;
