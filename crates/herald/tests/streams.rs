@@ -146,6 +146,30 @@ async fn the_server_api_streams_as_the_messages_sender() {
     assert_eq!(s.http("POST", &path, Some(json!({"text": ""}))).await.0, 400);
     let missing = "/v1/workspaces/acme/chats/g/events/999/append";
     assert_eq!(s.http("POST", missing, Some(json!({"text": "x"}))).await.0, 404);
+    // A bot's answer in a thread, quoting and mentioning the asker.
+    let (_, ask) = s
+        .http(
+            "POST",
+            "/v1/workspaces/acme/chats/g/events",
+            Some(json!({"type": "message", "user": "ann", "body": "q?"})),
+        )
+        .await;
+    let ask = ask["seq"].as_u64().unwrap();
+    let answer = json!({"type": "message", "user": "assistant", "body": {"text": "a"}, "stream": true,
+                        "thread": ask, "quote": ask, "mentions": ["ann", "ann"]});
+    let (code, v) = s.http("POST", "/v1/workspaces/acme/chats/g/events", Some(answer)).await;
+    assert_eq!(code, 200, "{v}");
+    let (_, page) = s.http("GET", &format!("/v1/workspaces/acme/chats/g/events?after={ask}"), None).await;
+    let e = &page["events"][0];
+    assert_eq!(
+        (e["thread"].clone(), e["quote"].clone(), e["mentions"].clone()),
+        (json!(ask), json!(ask), json!(["ann"]))
+    );
+    let nested = json!({"type": "message", "user": "x", "body": 1, "thread": v["seq"]});
+    assert_eq!(s.http("POST", "/v1/workspaces/acme/chats/g/events", Some(nested)).await.0, 400, "threads do not nest");
+    let many: Vec<String> = (0..51).map(|i| format!("u{i}")).collect();
+    let too_many = json!({"type": "message", "user": "x", "body": 1, "mentions": many});
+    assert_eq!(s.http("POST", "/v1/workspaces/acme/chats/g/events", Some(too_many)).await.0, 400);
     let system = json!({"type": "system", "body": {"text": "x"}, "stream": true});
     assert_eq!(s.http("POST", "/v1/workspaces/acme/chats/g/events", Some(system)).await.0, 400);
     let not_text = json!({"type": "message", "user": "a", "body": [1], "stream": true});

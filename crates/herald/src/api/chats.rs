@@ -157,6 +157,16 @@ pub(super) struct PostEventBody {
     /// grown by `POST .../events/{seq}/append`.
     #[serde(default)]
     stream: bool,
+    /// v1.2, a `message` only: the seq of the thread root it replies in.
+    #[schema(minimum = 1)]
+    thread: Option<u64>,
+    /// v1.2, a `message` only: the seq of the message it quotes.
+    #[schema(minimum = 1)]
+    quote: Option<u64>,
+    /// v1.2, a `message` only: up to 50 user ids it mentions.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<String>>)]
+    mentions: Option<Box<RawValue>>,
 }
 
 /// Posts a `message` or `system` event to an existing chat, as the server
@@ -185,10 +195,11 @@ pub(super) async fn post_event(
     if req.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > herald_protocol::request::MAX_CLIENT_ID_LEN) {
         return Err(bad("client_id must be 1 to 128 bytes"));
     }
-    if system && req.stream {
-        return Err(bad("only a message can be a stream"));
+    let mentions = herald_protocol::args::mentions(req.mentions.as_deref()).map_err(bad)?;
+    if system && (req.stream || req.thread.is_some() || req.quote.is_some() || mentions.is_some()) {
+        return Err(bad("only a message can stream, reply in a thread, quote or mention"));
     }
-    let conv = Conversation { stream: req.stream, ..Conversation::default() };
+    let conv = Conversation { thread: req.thread, quote: req.quote, mentions, stream: req.stream };
     Ok(axum::Json(s.chats.post_event(key, system, req.user.as_deref(), req.body, req.client_id, conv).await?))
 }
 
