@@ -29,7 +29,10 @@
 //!
 //! An event read back from the log (a catch-up after a gap) shows the stored
 //! view as of that read, which may already include the changes of events
-//! after it: the window starts over after it.
+//! after it. The window keeps it (edits and deletes are applied idempotently,
+//! as before v1.2), but a later reply, reaction, pin or delete of a reply
+//! that would change such a message's counts starts the window over after
+//! that event, rather than count something twice.
 //!
 //! Bytes are bounded twice: per chat ([`Budget::chat`]) and per node
 //! ([`Budget::node`]); a chat over either drops its oldest events first. A
@@ -105,6 +108,8 @@ pub(super) struct Recent {
     budget: Option<std::sync::Arc<Budget>>,
     /// v1.2: the streams it holds that are still open.
     open_streams: BTreeSet<u64>,
+    /// How many of its events were read back from the log.
+    from_log: usize,
 }
 
 struct Cached {
@@ -120,6 +125,8 @@ struct Cached {
     reactors: Option<BTreeMap<String, BTreeSet<String>>>,
     /// Bytes of `reactors`, counted in the budget.
     extra: usize,
+    /// Read back from the log: its view may include later events' changes.
+    from_log: bool,
 }
 
 /// A page of a chat's window for a `fetch` reply.
@@ -177,15 +184,16 @@ impl Recent {
             self.budget = Some(budget.clone());
             self.cut = PUSH_OPENING + serde_json::to_string(chat).map_or(0, |s| s.len()) + 1;
         }
-        if event.from_log {
-            // Its view may already show later events' changes: start over after it.
-            self.clear();
-            self.start = event.seq + 1;
-            return;
-        }
         if event.seq != self.end() || self.start == 0 {
             self.clear();
             self.start = event.seq;
+        }
+        if self.counts_on_log(event) {
+            // It would change counts of a message whose view came from the log: start over after it.
+            self.clear();
+            self.start = event.seq + 1;
+            metrics::counter!("herald_hub_cache_restarts_total").increment(1);
+            return;
         }
         let mut cached = Cached {
             frame: event.frame.clone(),
@@ -195,7 +203,14 @@ impl Recent {
             deleted: false,
             reactors: None,
             extra: 0,
+            from_log: event.from_log,
         };
+        if event.from_log {
+            self.from_log += 1;
+            if event.kind == EventType::Message {
+                cached.deleted = parse(&event.frame).is_some_and(|e| e.deleted);
+            }
+        }
         match event.kind {
             EventType::Edit | EventType::Delete => cached.target = self.apply_lifecycle(chat, event),
             EventType::Message => self.apply_message(chat, event, &mut cached),
@@ -293,6 +308,30 @@ impl Recent {
             m.pinned = p.on;
             true
         });
+    }
+
+    /// Whether `event` would change the counts (replies, reactions, pin) of a message the window
+    /// holds as read back from the log.
+    fn counts_on_log(&self, event: &Published) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Target {
+            target: u64,
+        }
+        if self.from_log == 0 {
+            return false;
+        }
+        let from_log = |seq: u64| self.index(seq).is_some_and(|i| self.events[i].from_log);
+        let target = || parse(&event.frame).and_then(|e| serde_json::from_str::<Target>(e.body.get()).ok());
+        match event.kind {
+            EventType::Message if event.frame.as_str().contains("\"thread\":") => {
+                parse(&event.frame).and_then(|e| e.thread).is_some_and(from_log)
+            }
+            EventType::Reaction | EventType::Pin => target().is_some_and(|t| from_log(t.target)),
+            EventType::Delete => target().is_some_and(|t| {
+                from_log(t.target) || self.index(t.target).is_some_and(|i| from_log(self.events[i].thread))
+            }),
+            _ => false,
+        }
     }
 
     /// The place in `events` of `seq`, if the window holds it.
@@ -427,6 +466,7 @@ impl Recent {
         let mut dropped = 0u64;
         while !self.events.is_empty() && (self.bytes > budget.chat || budget.used() > budget.node) {
             let old = self.events.pop_front().expect("not empty");
+            self.from_log -= usize::from(old.from_log);
             self.open_streams.remove(&self.start);
             self.start += 1;
             self.grow(-((old.frame.as_str().len() + old.extra) as isize));
@@ -441,6 +481,7 @@ impl Recent {
     pub(super) fn clear(&mut self) {
         self.events.clear();
         self.open_streams.clear();
+        self.from_log = 0;
         if let Some(budget) = &self.budget {
             budget.sub(self.bytes);
         }

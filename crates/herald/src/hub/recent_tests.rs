@@ -220,3 +220,24 @@ async fn a_watch_replay_is_read_from_the_window_when_it_holds_it() {
     assert_eq!(frames[1], Published::new(key(), &super::tests::stored(26)).frame);
     drop(hub);
 }
+
+#[test]
+fn events_read_back_from_the_log_stay_until_a_count_of_theirs_would_move() {
+    let budget = Arc::new(Budget::new(1 << 20, 1 << 20));
+    let mut recent = Recent::default();
+    push_all(&mut recent, &budget, &[msg(1), msg(2)]);
+    // A catch-up reads 3 and 4 back from the log: the window keeps them, as it did before v1.2.
+    for e in [msg(3), msg(4)] {
+        recent.push(&budget, &key().chat, &Published::from_log(key(), &e));
+    }
+    push_all(&mut recent, &budget, &[msg(5), ev(6, EventType::Reaction, r#"{"target":2,"emoji":"x","on":true}"#)]);
+    assert_eq!(recent.span(), 1..7, "a live message's count moves in place");
+    let page = recent.page(0, 100, 1 << 20).expect("held");
+    assert!(page.encode_reply(1).contains(r#""reactions":{"x":1}"#));
+    // A reaction to 3, whose view came from the log (it may already count this one): start over after it.
+    push_all(&mut recent, &budget, &[ev(7, EventType::Reaction, r#"{"target":3,"emoji":"x","on":true}"#)]);
+    assert_eq!(recent.span(), 8..8, "restarted after the reaction");
+    assert!(recent.page(5, 100, 1 << 20).is_none(), "the store answers what the window no longer holds");
+    push_all(&mut recent, &budget, &[msg(8)]);
+    assert_eq!(recent.span(), 8..9);
+}
