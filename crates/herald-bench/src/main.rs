@@ -44,7 +44,7 @@ mod worker;
 
 use clap::{Parser, Subcommand};
 use scenarios::{
-    churn, fanout, hot, idle, inbox, inbox_live, joinflood, presence, sendhook, sends, slowloris, webhook,
+    churn, fanout, hot, idle, inbox, inbox_live, joinflood, presence, sendhook, sends, slowloris, streams, webhook,
 };
 
 /// The server's allocator, only so that the clients' memory figures compare
@@ -88,6 +88,8 @@ pub(crate) enum Command {
     Webhook(webhook::WebhookArgs),
     /// Sockets that never finish a request (slowloris) against a node with a set file limit; real clients' time to an acked send meanwhile.
     Slowloris(slowloris::SlowlorisArgs),
+    /// v1.2: N streamed messages at once, W watchers each, R appends/s each: append-to-push latency, CPU, exactness.
+    Streams(streams::StreamsArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
@@ -127,6 +129,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Slowloris(args) => slowloris::run(args).await,
+        Command::Streams(args) => streams::run(args).await,
         Command::Worker(_) | Command::SlowlorisAttacker(_) => anyhow::bail!("a worker runs on its own"),
     }
 }

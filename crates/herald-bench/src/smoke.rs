@@ -74,6 +74,8 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
                  --server-arg=--body-timeout-ms=2000",
             ),
         ),
+        // v1.2: 4 streams, 3 watchers each, 25 appends/s each for 1 s.
+        ("streams".into(), words("streams --streams 4 --watchers 3 --rate 25 --seconds 1")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
@@ -173,6 +175,17 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
                 && (name != "fanout coalesced" || (num("fetched") > 0.0 && num("notifies") > 0.0))
         }
         "inbox" => yes("exact") && num("chats_listed") > 0.0,
+        // Every acked append pushed to every watcher in place, each stream stored as 2 events
+        // (message, final edit) and ended, every watcher's text equal to the stored one.
+        "streams" => {
+            num("appends") > 0.0
+                && num("lost") == 0.0
+                && num("out_of_place") == 0.0
+                && num("events_per_stream") == 2.0
+                && num("not_done") == 0.0
+                && num("dropped") == 0.0
+                && yes("texts_equal")
+        }
         // Every event stored with the receiver up, then down, delivered once it is back, each signed.
         "webhook" => yes("complete") && num("backlog") > 0.0,
         // Every send asked the hook, over kept-alive connections.

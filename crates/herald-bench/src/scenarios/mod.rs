@@ -17,4 +17,5 @@ pub mod presence;
 pub mod sendhook;
 pub mod sends;
 pub mod slowloris;
+pub mod streams;
 pub mod webhook;
