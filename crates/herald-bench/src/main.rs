@@ -32,6 +32,7 @@ mod latency;
 mod machine;
 mod pclient;
 mod peer;
+mod preload;
 mod pubsub;
 mod quiet;
 mod report;
@@ -88,6 +89,8 @@ pub(crate) enum Command {
     Webhook(webhook::WebhookArgs),
     /// Sockets that never finish a request (slowloris) against a node with a set file limit; real clients' time to an acked send meanwhile.
     Slowloris(slowloris::SlowlorisArgs),
+    /// v1.2: one user following 1,000 threads in 200 chats of a large store: `threads` and `inbox` pages, p50 and p99.
+    Threads(inbox::threads::ThreadsArgs),
     /// v1.2: N streamed messages at once, W watchers each, R appends/s each: append-to-push latency, CPU, exactness.
     Streams(streams::StreamsArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
@@ -130,6 +133,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Slowloris(args) => slowloris::run(args).await,
         Command::Streams(args) => streams::run(args).await,
+        Command::Threads(args) => inbox::threads::run(args).await,
         Command::Worker(_) | Command::SlowlorisAttacker(_) => anyhow::bail!("a worker runs on its own"),
     }
 }

@@ -76,6 +76,11 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         ),
         // v1.2: 4 streams, 3 watchers each, 25 appends/s each for 1 s.
         ("streams".into(), words("streams --streams 4 --watchers 3 --rate 25 --seconds 1")),
+        // v1.2: 40 threads (2 in each of 20 chats) in a 300-chat store, pages of 5.
+        (
+            "threads".into(),
+            words("threads --chats 300 --events 9000 --member-chats 20 --threads 40 --limit 5 --reads 2"),
+        ),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
@@ -175,6 +180,7 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
                 && (name != "fanout coalesced" || (num("fetched") > 0.0 && num("notifies") > 0.0))
         }
         "inbox" => yes("exact") && num("chats_listed") > 0.0,
+        "threads" => yes("exact") && yes("threads_exact") && num("threads_listed") == 40.0,
         // Every acked append pushed to every watcher in place, each stream stored as 2 events
         // (message, final edit) and ended, every watcher's text equal to the stored one.
         "streams" => {
