@@ -13,6 +13,7 @@ pub mod idle;
 pub mod inbox;
 pub mod inbox_live;
 pub mod joinflood;
+pub mod members;
 pub mod presence;
 pub mod sendhook;
 pub mod sends;
