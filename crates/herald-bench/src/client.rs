@@ -507,6 +507,22 @@ mod tests {
         assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"id":4,"op":"send","chat":"c1","body":{"text":"hi"}}"#);
         let f = Req { id: 5, op: "fetch", chat: Some("c1"), after: Some(0), limit: Some(500), ..Req::default() };
         assert_eq!(serde_json::to_string(&f).unwrap(), r#"{"id":5,"op":"fetch","chat":"c1","after":0,"limit":500}"#);
+        let a = Req {
+            id: 6,
+            op: "append",
+            chat: Some("c1"),
+            target: Some(3),
+            text: Some("hé"),
+            done: Some(true),
+            ..Req::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            r#"{"id":6,"op":"append","chat":"c1","target":3,"text":"hé","done":true}"#
+        );
+        let append: Incoming =
+            serde_json::from_str(r#"{"ev":"append","chat":"c1","target":3,"text":"lo","at":7}"#).unwrap();
+        assert_eq!((append.target, append.at, append.text.as_deref()), (Some(3), Some(7), Some("lo")));
         let push: Incoming =
             serde_json::from_str(r#"{"ev":"event","chat":"c1","seq":9,"type":"message","user":"u","ts":1,"body":{}}"#)
                 .unwrap();
