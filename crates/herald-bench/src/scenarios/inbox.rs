@@ -34,7 +34,7 @@ use crate::client::Client;
 use crate::latency::Latencies;
 use crate::preload::{self, Preloaded, StoreKind};
 use crate::report::{self, Column, RunArgs, col};
-use crate::server::{Server, TargetArgs};
+use crate::server::{self, Server, TargetArgs};
 use crate::token::Signer;
 
 mod load;
@@ -150,7 +150,9 @@ async fn measure(
     expected: &HashMap<String, Expected>,
     build_s: f64,
 ) -> anyhow::Result<Value> {
-    let server = Server::start_in(&args.target, flags, data).await?;
+    // Pages come back to back: the per-connection request rate is raised, so the limiter is not what is measured.
+    let flags = [flags, &server::raised_limits()].concat();
+    let server = Server::start_in(&args.target, &flags, data).await?;
     let outcome = match preload::wait_ready(&server).await {
         Ok(()) => read_inboxes(args, &server, expected).await,
         Err(e) => Err(e),

@@ -25,7 +25,7 @@ use crate::client::Client;
 use crate::latency::Latencies;
 use crate::preload::{self, Preloaded, StoreKind};
 use crate::report::{self, Column, RunArgs, col};
-use crate::server::{Server, TargetArgs};
+use crate::server::{self, Server, TargetArgs};
 use crate::token::Signer;
 
 /// The member who lists the chat (a member, as `members` requires).
@@ -142,7 +142,9 @@ fn join(key: &ChatKey, i: u64) -> Write {
 
 /// One run: a server on the built store, `reads` whole walks of the member list.
 async fn measure(args: &MembersArgs, flags: &[String], data: &Path, build_s: f64) -> anyhow::Result<Value> {
-    let server = Server::start_in(&args.target, flags, data).await?;
+    // Pages come back to back: the per-connection request rate is raised, so the limiter is not what is measured.
+    let flags = [flags, &server::raised_limits()].concat();
+    let server = Server::start_in(&args.target, &flags, data).await?;
     let outcome = match preload::wait_ready(&server).await {
         Ok(()) => walk(args, &server).await,
         Err(e) => Err(e),
