@@ -14,7 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::{SinkExt, StreamExt};
 use herald_protocol::EventType;
 use herald_protocol::frame::ErrorBody;
-use herald_protocol::reply::{EmptyOk, FetchOk, HelloOk, InboxOk, JoinOk, PresenceOk, SeqOk, WatchOk};
+use herald_protocol::reply::{
+    EmptyOk, FetchOk, HelloOk, InboxOk, JoinOk, MembersOk, PresenceOk, SeqOk, ThreadsOk, WatchOk,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -81,6 +83,12 @@ pub enum Stage {
     Unwatch,
     Presence,
     Inbox,
+    /// v1.2: an `append` to a streamed message.
+    Append,
+    /// v1.2: a page of `threads`.
+    Threads,
+    /// v1.2: a page of `members`.
+    Members,
     /// The step did not finish in its time.
     Timeout,
 }
@@ -98,6 +106,9 @@ impl Stage {
             Stage::Unwatch => "unwatch",
             Stage::Presence => "presence",
             Stage::Inbox => "inbox",
+            Stage::Append => "append",
+            Stage::Threads => "threads",
+            Stage::Members => "members",
             Stage::Timeout => "timeout",
         }
     }
@@ -192,6 +203,16 @@ struct Req<'a> {
     cursor: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     live: Option<bool>,
+    /// v1.2: `send` of a streamed message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    /// v1.2: the message an `append` extends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    done: Option<bool>,
 }
 
 /// Any server frame: a reply (`id` with `ok` or `err`) or a push (`ev`).
@@ -208,6 +229,11 @@ pub struct Incoming {
     /// Of an `inbox` push.
     pub unread: Option<u64>,
     pub left: Option<bool>,
+    /// Of an `append` push (v1.2): the streamed message, the text before this chunk (UTF-16
+    /// code units) and the chunk.
+    pub target: Option<u64>,
+    pub at: Option<u64>,
+    pub text: Option<String>,
 }
 
 /// How a held connection ended.
@@ -322,6 +348,41 @@ impl Client {
         self.request(Req { op: "inbox", limit: Some(limit), live: Some(true), ..Req::default() })
             .await
             .map_err(at(Stage::Inbox))
+    }
+
+    /// `send` of a streamed message (v1.2) with `body` (an object whose `text` is a string).
+    pub async fn send_stream(&mut self, chat: &str, body: &RawValue) -> Result<SeqOk, Failure> {
+        self.request(Req { op: "send", chat: Some(chat), body: Some(body), stream: Some(true), ..Req::default() })
+            .await
+            .map_err(at(Stage::Send))
+    }
+
+    /// `append` `text` to streamed message `target` of `chat` (v1.2); `done` ends the stream.
+    /// The reply means the text is durable.
+    pub async fn append(&mut self, chat: &str, target: u64, text: &str, done: bool) -> Result<(), Failure> {
+        let req = Req {
+            op: "append",
+            chat: Some(chat),
+            target: Some(target),
+            text: Some(text),
+            done: done.then_some(true),
+            ..Req::default()
+        };
+        self.request::<EmptyOk>(req).await.map(drop).map_err(at(Stage::Append))
+    }
+
+    /// A page of the threads this user follows, in all of their chats (v1.2), after `cursor`.
+    pub async fn threads(&mut self, limit: u32, cursor: Option<&str>) -> Result<ThreadsOk, Failure> {
+        self.request(Req { op: "threads", limit: Some(limit), cursor, ..Req::default() })
+            .await
+            .map_err(at(Stage::Threads))
+    }
+
+    /// A page of `chat`'s members (v1.2), after `cursor`.
+    pub async fn members(&mut self, chat: &str, limit: u32, cursor: Option<&str>) -> Result<MembersOk, Failure> {
+        self.request(Req { op: "members", chat: Some(chat), limit: Some(limit), cursor, ..Req::default() })
+            .await
+            .map_err(at(Stage::Members))
     }
 
     /// Sends one request and reads until its reply; pushes read meanwhile are dropped.
@@ -446,6 +507,22 @@ mod tests {
         assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"id":4,"op":"send","chat":"c1","body":{"text":"hi"}}"#);
         let f = Req { id: 5, op: "fetch", chat: Some("c1"), after: Some(0), limit: Some(500), ..Req::default() };
         assert_eq!(serde_json::to_string(&f).unwrap(), r#"{"id":5,"op":"fetch","chat":"c1","after":0,"limit":500}"#);
+        let a = Req {
+            id: 6,
+            op: "append",
+            chat: Some("c1"),
+            target: Some(3),
+            text: Some("hé"),
+            done: Some(true),
+            ..Req::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            r#"{"id":6,"op":"append","chat":"c1","target":3,"text":"hé","done":true}"#
+        );
+        let append: Incoming =
+            serde_json::from_str(r#"{"ev":"append","chat":"c1","target":3,"text":"lo","at":7}"#).unwrap();
+        assert_eq!((append.target, append.at, append.text.as_deref()), (Some(3), Some(7), Some("lo")));
         let push: Incoming =
             serde_json::from_str(r#"{"ev":"event","chat":"c1","seq":9,"type":"message","user":"u","ts":1,"body":{}}"#)
                 .unwrap();

@@ -13,13 +13,16 @@
 //!   herald's store API) and `inbox_live` (live inboxes under a message
 //!   rate), `sendhook` (what a send hook adds), `webhook` (delivery to a
 //!   local receiver), `slowloris` (sockets that never finish a request, with
-//!   real clients timed meanwhile);
+//!   real clients timed meanwhile); v1.2's `streams` (streamed messages and
+//!   their `append` pushes), `threads` (inbox's store with threads, in
+//!   `inbox/threads`) and `members` (one chat of 100,000 members, paged);
 //! - shared modules: the clients (`client` for herald, `handshake`,
 //!   `pclient` for the peers, `conn` for either), the servers (`server` for
 //!   herald, `peer`, `target` for either), opening many (`fleet`, and
 //!   `worker`, the client process `idle` starts), what several scenarios
 //!   measure with (`pubsub`, `join_tally`, `quiet`, `latency`), and the
-//!   report (`report`, `machine`), plus `token` and `http`.
+//!   report (`report`, `machine`), plus `token`, `http` and `preload` (a
+//!   store built through herald's API before its server starts).
 
 mod client;
 mod compare;
@@ -32,6 +35,7 @@ mod latency;
 mod machine;
 mod pclient;
 mod peer;
+mod preload;
 mod pubsub;
 mod quiet;
 mod report;
@@ -44,7 +48,8 @@ mod worker;
 
 use clap::{Parser, Subcommand};
 use scenarios::{
-    churn, fanout, hot, idle, inbox, inbox_live, joinflood, presence, sendhook, sends, slowloris, webhook,
+    churn, fanout, hot, idle, inbox, inbox_live, joinflood, members, presence, sendhook, sends, slowloris, streams,
+    webhook,
 };
 
 /// The server's allocator, only so that the clients' memory figures compare
@@ -88,6 +93,12 @@ pub(crate) enum Command {
     Webhook(webhook::WebhookArgs),
     /// Sockets that never finish a request (slowloris) against a node with a set file limit; real clients' time to an acked send meanwhile.
     Slowloris(slowloris::SlowlorisArgs),
+    /// v1.2: one user following 1,000 threads in 200 chats of a large store: `threads` and `inbox` pages, p50 and p99.
+    Threads(inbox::threads::ThreadsArgs),
+    /// v1.2: one chat of 100,000 members (bulk-loaded), listed with `members` page by page: p50 and p99.
+    Members(members::MembersArgs),
+    /// v1.2: N streamed messages at once, W watchers each, R appends/s each: append-to-push latency, CPU, exactness.
+    Streams(streams::StreamsArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
@@ -127,6 +138,9 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Compare(args) => compare::run(args).await.map(|_| Vec::new()),
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Slowloris(args) => slowloris::run(args).await,
+        Command::Streams(args) => streams::run(args).await,
+        Command::Members(args) => members::run(args).await,
+        Command::Threads(args) => inbox::threads::run(args).await,
         Command::Worker(_) | Command::SlowlorisAttacker(_) => anyhow::bail!("a worker runs on its own"),
     }
 }

@@ -8,7 +8,9 @@
 //! of them churning, 100 changes) and inbox (300 chats, 6,000 events, one
 //! user in 50 of them, pages of 20), inbox-live (100 live inboxes in chats of 5, 100 messages/s for
 //! 2 s), sendhook (50 sends without and with a send hook) and webhook (4 senders at 200/s, 1 s with the
-//! receiver up, 1 s down), slowloris (400 attack sockets against a node of 256 files, 5 s). Fails
+//! receiver up, 1 s down), slowloris (400 attack sockets against a node of 256 files, 5 s), and
+//! v1.2's streams (4 streams, 3 watchers each, 25 appends/s for 1 s), threads (40 threads in 20
+//! chats of a 300-chat store, pages of 5) and members (a chat of 300, pages of 50). Fails
 //! (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
@@ -74,6 +76,15 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
                  --server-arg=--body-timeout-ms=2000",
             ),
         ),
+        // v1.2: 4 streams, 3 watchers each, 25 appends/s each for 1 s.
+        ("streams".into(), words("streams --streams 4 --watchers 3 --rate 25 --seconds 1")),
+        // v1.2: 40 threads (2 in each of 20 chats) in a 300-chat store, pages of 5.
+        (
+            "threads".into(),
+            words("threads --chats 300 --events 9000 --member-chats 20 --threads 40 --limit 5 --reads 2"),
+        ),
+        // v1.2: a chat of 300 members, pages of 50.
+        ("members".into(), words("members --members 300 --limit 50 --reads 2")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
@@ -173,6 +184,19 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
                 && (name != "fanout coalesced" || (num("fetched") > 0.0 && num("notifies") > 0.0))
         }
         "inbox" => yes("exact") && num("chats_listed") > 0.0,
+        "members" => yes("exact") && num("members_listed") == 300.0,
+        "threads" => yes("exact") && yes("threads_exact") && num("threads_listed") == 40.0,
+        // Every acked append pushed to every watcher in place, each stream stored as 2 events
+        // (message, final edit) and ended, every watcher's text equal to the stored one.
+        "streams" => {
+            num("appends") > 0.0
+                && num("lost") == 0.0
+                && num("out_of_place") == 0.0
+                && num("events_per_stream") == 2.0
+                && num("not_done") == 0.0
+                && num("dropped") == 0.0
+                && yes("texts_equal")
+        }
         // Every event stored with the receiver up, then down, delivered once it is back, each signed.
         "webhook" => yes("complete") && num("backlog") > 0.0,
         // Every send asked the hook, over kept-alive connections.

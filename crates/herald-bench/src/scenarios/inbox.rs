@@ -13,44 +13,35 @@
 //! run, loads it as one shard, and drops it after.
 //!
 //! The first read of each run is checked: every one of `me`'s chats once,
-//! in the inbox's order, each `unread` equal to the count the generator
-//! knows (messages above the read position, by others, not deleted).
+//! in the inbox's order, each `unread` (and v1.2's `threads` and
+//! `mentions`) equal to the count the generator knows (messages above the
+//! read position, by others, not deleted).
+//!
+//! With `--threads T` (the `threads` command, `inbox/threads`), the first T
+//! messages of each of `me`'s chats are thread roots `me` follows, and each
+//! run also walks `me`'s `threads`, every page, as often as its inbox.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context, ensure};
-use clap::{Args, ValueEnum};
-use herald::store::postgres::PgShard;
-use herald::store::shard_identity::Claims;
-use herald::store::sqlite::SqliteStore;
-use herald::store::{ShardSpec, Store};
+use anyhow::ensure;
+use clap::Args;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::client::Client;
-use crate::http;
 use crate::latency::Latencies;
+use crate::preload::{self, Preloaded, StoreKind};
 use crate::report::{self, Column, RunArgs, col};
-use crate::server::{Server, TargetArgs};
+use crate::server::{self, Server, TargetArgs};
 use crate::token::Signer;
 
 mod load;
 mod plan;
+pub mod threads;
 
-use plan::{ME, MEMBERS, Plan};
-
-/// A started server opens (or migrates) its store within this.
-const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// Which store the server under test uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StoreKind {
-    Sqlite,
-    Postgres,
-}
+use plan::{Expected, ME, MEMBERS, Plan};
 
 /// `herald-bench inbox`.
 #[derive(Debug, Args, Serialize)]
@@ -70,6 +61,9 @@ pub struct InboxArgs {
     /// Whole-inbox reads per run.
     #[arg(long, default_value_t = 50)]
     pub reads: u32,
+    /// Thread roots (sent by `me`, replied to by others) in each of `me`'s chats; 0: none.
+    #[arg(long, default_value_t = 0)]
+    pub threads: u64,
     #[arg(long, value_enum, default_value_t = StoreKind::Sqlite)]
     pub store: StoreKind,
     /// With `--store postgres`: a URL of the cluster on which the bench may create (and drop) a database.
@@ -93,66 +87,82 @@ const COLUMNS: &[Column] = &[
     col("exact", "exact"),
 ];
 
+/// `threads`' columns: `inbox`'s, then the walks of `threads`.
+const THREADS_COLUMNS: &[Column] = &[
+    col("chats_listed", "chats"),
+    col("pages", "pages"),
+    col("page_p50_ms", "page p50 ms"),
+    col("page_p99_ms", "page p99 ms"),
+    col("exact", "exact"),
+    col("threads_listed", "threads"),
+    col("threads_pages", "thread pages"),
+    col("threads_p50_ms", "threads p50 ms"),
+    col("threads_p99_ms", "threads p99 ms"),
+    col("threads_page_p50_ms", "thread page p50 ms"),
+    col("threads_page_p99_ms", "thread page p99 ms"),
+    col("threads_exact", "threads exact"),
+];
+
 /// Builds the store, then runs the measurement `args.run.runs` times (each on a fresh server) and reports.
 pub async fn run(args: InboxArgs) -> anyhow::Result<Vec<Value>> {
+    let (name, columns) = if args.threads > 0 { ("threads", THREADS_COLUMNS) } else { ("inbox", COLUMNS) };
+    let runs = measure_runs(&args).await?;
+    report::emit(name, &args, &runs, columns, args.run.json);
+    Ok(runs)
+}
+
+async fn measure_runs(args: &InboxArgs) -> anyhow::Result<Vec<Value>> {
     ensure!(args.target.starts_server(), "inbox builds its own store: it starts its own server");
     ensure!(args.chats > 0 && args.member_chats <= args.chats, "--member-chats must be at most --chats");
     ensure!(args.events / args.chats > MEMBERS, "at least {} events per chat", MEMBERS + 1);
     ensure!((1..=200).contains(&args.limit) && args.reads > 0, "--limit 1 to 200, --reads at least 1");
-    let plan = Plan::new(args.chats, args.events, args.member_chats);
+    // Each root needs a reply after the roots: about two messages per root more.
+    ensure!(
+        args.threads == 0 || args.events / args.chats >= MEMBERS + 4 * args.threads + 2,
+        "--threads {} needs at least {} events per chat",
+        args.threads,
+        MEMBERS + 4 * args.threads + 2
+    );
+    ensure!(args.threads == 0 || args.limit <= 100, "threads pages: --limit at most 100");
+    let plan = Plan::new(args.chats, args.events, args.member_chats).with_threads(args.threads);
     let data = tempfile::TempDir::with_prefix("herald-bench-inbox-")?;
-    let (flags, pg) = match args.store {
-        StoreKind::Sqlite => (Vec::new(), None),
-        StoreKind::Postgres => {
-            let admin = args.pg_admin.as_deref().context("--pg-admin")?;
-            let db = PgDatabase::create(admin).await?;
-            (vec!["--store".to_string(), db.url.clone()], Some(db))
-        }
-    };
+    let store = Preloaded::create(args.store, args.pg_admin.as_deref(), "inbox").await?;
     let built = Instant::now();
     // The database is dropped whether the build or a run fails.
-    let result = match build(&plan, &args.target.workspace, data.path(), pg.as_ref()).await {
+    let result = match build(&plan, &args.target.workspace, data.path(), &store).await {
         Ok(expected) => {
             let build_s = built.elapsed().as_secs_f64();
             eprintln!("store built in {build_s:.0} s: {} chats, {} events", plan.chats, plan.chats * plan.per_chat);
-            report::repeat(&args.run, |_| measure(&args, &flags, data.path(), &expected, build_s)).await
+            report::repeat(&args.run, |_| measure(args, &plan, &store.flags, data.path(), &expected, build_s)).await
         }
         Err(e) => Err(e),
     };
-    if let Some(db) = pg {
-        db.drop_it().await;
-    }
-    let runs = result?;
-    report::emit("inbox", &args, &runs, COLUMNS, args.run.json);
-    Ok(runs)
-}
-
-/// Waits until the server answers `/readyz` with 200: its store is open.
-async fn wait_ready(server: &Server) -> anyhow::Result<()> {
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        if let Ok(a) = http::get(server.addr, "/readyz", None).await
-            && a.status == 200
-        {
-            return Ok(());
-        }
-        ensure!(Instant::now() < deadline, "the server was not ready in {READY_TIMEOUT:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    store.remove().await;
+    result
 }
 
 /// One run: a server on the built store, `reads` whole inboxes.
 async fn measure(
     args: &InboxArgs,
+    plan: &Plan,
     flags: &[String],
     data: &Path,
-    expected: &HashMap<String, u64>,
+    expected: &HashMap<String, Expected>,
     build_s: f64,
 ) -> anyhow::Result<Value> {
-    let server = Server::start_in(&args.target, flags, data).await?;
-    let outcome = match wait_ready(&server).await {
+    // Pages come back to back: the per-connection request rate is raised, so the limiter is not what is measured.
+    let flags = [flags, &server::raised_limits()].concat();
+    let server = Server::start_in(&args.target, &flags, data).await?;
+    let outcome = match preload::wait_ready(&server).await {
         Ok(()) => read_inboxes(args, &server, expected).await,
         Err(e) => Err(e),
+    };
+    let outcome = match outcome {
+        Ok(inbox) if args.threads > 0 => match threads::walk(args, plan, &server).await {
+            Ok(walked) => Ok(merge(inbox, walked)),
+            Err(e) => Err(e),
+        },
+        other => other,
     };
     let log = server.stop().await?;
     let mut out = outcome?;
@@ -161,7 +171,21 @@ async fn measure(
     Ok(out)
 }
 
-async fn read_inboxes(args: &InboxArgs, server: &Server, expected: &HashMap<String, u64>) -> anyhow::Result<Value> {
+/// `a`'s fields and `b`'s; a failure in either counts.
+fn merge(mut a: Value, b: Value) -> Value {
+    let failed = a["failed"].as_u64().unwrap_or(0) + b["failed"].as_u64().unwrap_or(0);
+    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
+        a.extend(b);
+    }
+    a["failed"] = json!(failed);
+    a
+}
+
+async fn read_inboxes(
+    args: &InboxArgs,
+    server: &Server,
+    expected: &HashMap<String, Expected>,
+) -> anyhow::Result<Value> {
     let signer = Signer::new(&server.jwt_secret, &args.target.workspace);
     let path = Server::ws_path(&args.target.workspace);
     let mut me = Client::connect(server.addr, &path, std::net::Ipv4Addr::LOCALHOST).await?;
@@ -188,7 +212,16 @@ async fn read_inboxes(args: &InboxArgs, server: &Server, expected: &HashMap<Stri
         if read == 0 {
             listed = seen.len();
             let ordered = seen.windows(2).all(|w| (w[1].ts, &w[0].chat) < (w[0].ts, &w[1].chat));
-            let counts = seen.iter().all(|e| expected.get(&e.chat) == Some(&e.unread));
+            let said = |e: &herald_protocol::reply::InboxEntry| Expected {
+                unread: e.unread,
+                threads: e.threads.unwrap_or(0),
+                mentions: e.mentions.unwrap_or(0),
+            };
+            let wrong = seen.iter().find(|e| expected.get(&e.chat) != Some(&said(e)));
+            if let Some(e) = wrong {
+                eprintln!("inbox: {} says {:?}, expected {:?}", e.chat, said(e), expected.get(&e.chat));
+            }
+            let counts = wrong.is_none();
             exact = ordered && counts && seen.len() == expected.len();
             if !exact {
                 eprintln!(
@@ -213,49 +246,12 @@ async fn read_inboxes(args: &InboxArgs, server: &Server, expected: &HashMap<Stri
     }))
 }
 
-/// Builds the planned store: in `dir` (SQLite), or in `pg`'s database as
-/// one shard; answers `me`'s expected unread counts.
-async fn build(plan: &Plan, ws: &str, dir: &Path, pg: Option<&PgDatabase>) -> anyhow::Result<HashMap<String, u64>> {
-    let (store, label): (Box<dyn Store>, &str) = match pg {
-        None => (Box::new(SqliteStore::open(dir)?), "sqlite"),
-        Some(db) => {
-            let spec = ShardSpec::parse(&db.url)?;
-            (Box::new(PgShard::open(&spec, &Claims::default())?), "postgres")
-        }
-    };
+/// Builds the planned store through herald's store API (in `dir` on SQLite);
+/// answers what `me`'s inbox must say of each of its chats.
+async fn build(plan: &Plan, ws: &str, dir: &Path, at: &Preloaded) -> anyhow::Result<HashMap<String, Expected>> {
+    let (store, label) = at.open(dir)?;
     let loaded = load::load(store.as_ref(), plan, ws, label).await;
     // Every write is durable once answered; closing stops the writer (SQLite: and folds its log into the file).
     store.close().await;
     loaded
-}
-
-/// A database of its own on the cluster at `--pg-admin`.
-struct PgDatabase {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl PgDatabase {
-    async fn create(admin: &str) -> anyhow::Result<PgDatabase> {
-        let client = pg_connect(admin).await?;
-        let name = format!("herald_bench_inbox_{:08x}", std::process::id());
-        client.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).await?;
-        client.batch_execute(&format!("CREATE DATABASE {name}")).await?;
-        let base = admin.rsplit_once('/').context("--pg-admin needs a database in its URL")?.0;
-        Ok(PgDatabase { admin: admin.to_string(), url: format!("{base}/{name}"), name })
-    }
-
-    async fn drop_it(self) {
-        if let Ok(client) = pg_connect(&self.admin).await {
-            let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).await;
-        }
-    }
-}
-
-async fn pg_connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, conn) =
-        tokio_postgres::connect(url, tokio_postgres::NoTls).await.context("connecting to PostgreSQL")?;
-    tokio::spawn(conn);
-    Ok(client)
 }

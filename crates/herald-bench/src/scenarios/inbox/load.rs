@@ -23,10 +23,10 @@ use std::sync::Arc;
 use anyhow::{Context, ensure};
 use futures_util::StreamExt;
 use herald::model::ChatKey;
-use herald::store::{Actor, Store, Write};
+use herald::store::{Actor, Conversation, Store, Write};
 use serde_json::value::RawValue;
 
-use super::plan::{Plan, Step};
+use super::plan::{Expected, ME, Plan, Step};
 
 /// Writes handed to the store and not yet answered, at most: eight of the
 /// SQLite writer's largest batches (1,024 writes), so that batches fill while
@@ -38,9 +38,9 @@ const CHUNK: usize = 128;
 /// A progress line every this many chats.
 const PROGRESS_EVERY: u64 = 10_000;
 
-/// Loads every chat of `plan` into `store` (workspace `ws`); answers `me`'s
-/// expected unread count per chat. `label` names the backend in progress lines.
-pub async fn load(store: &dyn Store, plan: &Plan, ws: &str, label: &str) -> anyhow::Result<HashMap<String, u64>> {
+/// Loads every chat of `plan` into `store` (workspace `ws`); answers what
+/// `me`'s inbox must say of each of its chats. `label` names the backend in progress lines.
+pub async fn load(store: &dyn Store, plan: &Plan, ws: &str, label: &str) -> anyhow::Result<HashMap<String, Expected>> {
     let chunk = CHUNK.min(plan.per_chat as usize).max(1);
     let mut chats = futures_util::stream::iter(plan.load_order())
         .map(|i| load_chat(store, plan, ws, i, chunk))
@@ -53,7 +53,7 @@ pub async fn load(store: &dyn Store, plan: &Plan, ws: &str, label: &str) -> anyh
             eprintln!("{label}: {loaded} chats loaded");
         }
     }
-    Ok((0..plan.chats).filter(|&i| plan.mine(i)).map(|i| (Plan::name(i), plan.unread(i))).collect())
+    Ok((0..plan.chats).filter(|&i| plan.mine(i)).map(|i| (Plan::name(i), plan.expected(i))).collect())
 }
 
 /// Writes chat `i`'s log, `chunk` writes at a time, checking that each
@@ -83,14 +83,14 @@ fn to_write(key: &ChatKey, members: &[Arc<str>], seq: u64, step: &Step) -> Write
     let key = key.clone();
     match *step {
         Step::Join { user } => Write::Join { key, user: members[user].clone(), actor: Actor::Client },
-        Step::Message { user } => Write::Append {
+        Step::Message { user, thread, mention } => Write::Append {
             key,
             user: Some(members[user].clone()),
             system: false,
             body: RawValue::from_string(format!(r#"{{"n":{seq}}}"#)).expect("a number is JSON"),
             client_id: None,
             member_only: true,
-            conv: Default::default(),
+            conv: Conversation { thread, mentions: mention.then(|| vec![ME.to_string()]), ..Conversation::default() },
         },
         Step::React { user, target } => {
             Write::React { key, user: members[user].clone(), target, emoji: "+1".into(), on: true }

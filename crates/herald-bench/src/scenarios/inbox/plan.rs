@@ -5,6 +5,12 @@
 //! memory. The plan knows what a log holds, not how herald stores it: the
 //! loader hands each write to herald's store, and the check compares
 //! herald's inbox with [`Plan::unread`], counted the slow way.
+//!
+//! With threads (the `threads` scenario), the first messages of each of
+//! `me`'s chats are thread roots sent by `me`, and about half of the
+//! messages after them are replies in those threads, some mentioning `me`:
+//! [`Plan::expected`] and [`Plan::threads_of`] count what the inbox's
+//! `threads` and `mentions` and each thread's `unread` must then say.
 
 /// The user whose inbox is read.
 pub const ME: &str = "me";
@@ -23,8 +29,8 @@ const SPREAD: u64 = 7919;
 pub enum Step {
     /// Member `user` (an index into [`Plan::members`]) joins.
     Join { user: usize },
-    /// A message from `user`.
-    Message { user: usize },
+    /// A message from `user`: in the thread under root `thread`, mentioning `me` when `mention`.
+    Message { user: usize, thread: Option<u64>, mention: bool },
     /// `user` reacts to event `target`.
     React { user: usize, target: u64 },
     /// `user` deletes its own message `target`.
@@ -41,12 +47,30 @@ pub struct Plan {
     /// `me` is a member of every `stride`-th chat, `member_chats` of them.
     stride: u64,
     member_chats: u64,
+    /// Thread roots in each of `me`'s chats (0: no threads anywhere).
+    threads: u64,
+}
+
+/// What `me`'s inbox entry of a chat must say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Expected {
+    /// Messages not in a thread, above the read position, by others, not deleted.
+    pub unread: u64,
+    /// The sum of `unread` over the threads `me` follows in the chat.
+    pub threads: u64,
+    /// Messages above the read position, by others, not deleted, mentioning `me`.
+    pub mentions: u64,
 }
 
 impl Plan {
     /// `chats` chats of `events / chats` events each, `me` in `member_chats` of them.
     pub fn new(chats: u64, events: u64, member_chats: u64) -> Plan {
-        Plan { chats, per_chat: events / chats, stride: (chats / member_chats.max(1)).max(1), member_chats }
+        Plan { chats, per_chat: events / chats, stride: (chats / member_chats.max(1)).max(1), member_chats, threads: 0 }
+    }
+
+    /// The same store with `threads` thread roots (sent by `me`) in each of `me`'s chats.
+    pub fn with_threads(self, threads: u64) -> Plan {
+        Plan { threads, ..self }
     }
 
     /// Chat `i`'s name.
@@ -88,8 +112,13 @@ impl Plan {
     /// joins, then messages from the members in turn, every tenth event a
     /// reaction; about one message in 50 is deleted by its author as the next
     /// event; `me` reads (a `read` event) once the log passes its read position.
+    /// With threads, in `me`'s chats: the first messages are the roots (by
+    /// `me`, never deleted); after them every message at an odd seq replies
+    /// in a root (in turn), and every third message by another user mentions `me`.
     pub fn log(&self, i: u64) -> impl Iterator<Item = Step> + use<> {
         let (read, per_chat) = (self.read(i), self.per_chat);
+        let threads = if self.mine(i) { self.threads } else { 0 };
+        let mut roots: Vec<u64> = Vec::new();
         let mut pending_delete: Option<(usize, u64)> = None;
         let mut read_done = read == 0;
         (1..=per_chat).map(move |seq| {
@@ -107,25 +136,71 @@ impl Plan {
             if seq.is_multiple_of(REACTION_EVERY) {
                 return Step::React { user, target: seq - 1 };
             }
+            if (roots.len() as u64) < threads {
+                roots.push(seq);
+                return Step::Message { user: 0, thread: None, mention: false };
+            }
+            let thread = (threads > 0 && seq % 2 == 1).then(|| roots[((seq / 2) % threads) as usize]);
+            let mention = threads > 0 && user != 0 && seq.is_multiple_of(3);
             if (seq * 31 + i).is_multiple_of(DELETED_ONE_IN) {
                 pending_delete = Some((user, seq));
             }
-            Step::Message { user }
+            Step::Message { user, thread, mention }
         })
     }
 
-    /// `me`'s unread count in chat `i`, counted the slow way: messages after
-    /// its read position, by others, not deleted.
-    pub fn unread(&self, i: u64) -> u64 {
+    /// The threads `me` follows in chat `i` that `threads` lists (those with a reply not
+    /// deleted): (root, unread) each, unread counting the replies by others, not deleted (`me`
+    /// never reads a thread).
+    pub fn threads_of(&self, i: u64) -> Vec<(u64, u64)> {
+        let steps: Vec<Step> = self.log(i).collect();
+        let deleted = deleted_targets(&steps);
+        let replies = |root: u64| {
+            (1u64..).zip(&steps).filter_map(move |(seq, s)| match s {
+                Step::Message { user, thread: Some(r), .. } if *r == root => Some((seq, *user)),
+                _ => None,
+            })
+        };
+        let roots = (1u64..).zip(&steps).filter(|(seq, _)| replies(*seq).next().is_some()).map(|(seq, _)| seq);
+        roots
+            .filter(|root| replies(*root).any(|(seq, _)| !deleted.contains(&seq)))
+            .map(|root| (root, replies(root).filter(|(seq, u)| *u != 0 && !deleted.contains(seq)).count() as u64))
+            .collect()
+    }
+
+    /// What `me`'s inbox entry of chat `i` must say, counted the slow way.
+    pub fn expected(&self, i: u64) -> Expected {
         let (read, members) = (self.read(i), self.members(i));
         let steps: Vec<Step> = self.log(i).collect();
-        let deleted = |seq: u64| steps.iter().any(|s| matches!(s, Step::Delete { target, .. } if *target == seq));
-        (1u64..)
-            .zip(&steps)
-            .filter(|(seq, s)| matches!(s, Step::Message { user } if members[*user] != ME) && *seq > read)
-            .filter(|(seq, _)| !deleted(*seq))
-            .count() as u64
+        let deleted = deleted_targets(&steps);
+        let by_others_unread = (1u64..).zip(&steps).filter_map(|(seq, s)| match s {
+            Step::Message { user, thread, mention }
+                if members[*user] != ME && seq > read && !deleted.contains(&seq) =>
+            {
+                Some((thread.is_some(), *mention))
+            }
+            _ => None,
+        });
+        let (mut unread, mut mentions) = (0, 0);
+        for (in_thread, mention) in by_others_unread {
+            unread += u64::from(!in_thread);
+            mentions += u64::from(mention);
+        }
+        let threads = self.threads_of(i).iter().map(|(_, u)| u).sum();
+        Expected { unread, threads, mentions }
     }
+
+    /// `me`'s unread count in chat `i`: messages not in a thread, after its read position, by
+    /// others, not deleted.
+    #[cfg(test)]
+    pub fn unread(&self, i: u64) -> u64 {
+        self.expected(i).unread
+    }
+}
+
+/// The messages a log deletes.
+fn deleted_targets(steps: &[Step]) -> std::collections::HashSet<u64> {
+    steps.iter().filter_map(|s| if let Step::Delete { target, .. } = s { Some(*target) } else { None }).collect()
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -153,7 +228,7 @@ mod tests {
                     // A delete follows its message, by the same user.
                     Step::Delete { user, target } => {
                         assert_eq!(*target, seq - 1);
-                        assert_eq!(log[(seq - 2) as usize], Step::Message { user: *user });
+                        assert!(matches!(log[(seq - 2) as usize], Step::Message { user: u, .. } if u == *user));
                     }
                     Step::React { target, .. } => assert!(*target < seq),
                     Step::Read { seq: r } => assert!(*r < seq && *r >= MEMBERS),
@@ -175,6 +250,39 @@ mod tests {
         assert_eq!((plan.read(3), plan.unread(3)), (18, 0));
         // Chat 6: read to 17 (its read event is 18): seq 19 is c's message.
         assert_eq!((plan.read(6), plan.unread(6)), (17, 1));
+    }
+
+    #[test]
+    fn threads_are_rooted_by_me_and_counted() {
+        // 3 chats of 40 events, me in chats 0 and 1 (read: none, and 36), 2 roots each.
+        let plan = Plan::new(3, 120, 2).with_threads(2);
+        for i in 0..3 {
+            let log: Vec<Step> = plan.log(i).collect();
+            let roots: Vec<u64> = (1u64..)
+                .zip(&log)
+                .filter(|(seq, _)| log.iter().any(|s| matches!(s, Step::Message { thread: Some(r), .. } if r == seq)))
+                .map(|(seq, _)| seq)
+                .collect();
+            if i == 2 {
+                assert!(roots.is_empty(), "no threads outside me's chats");
+                assert_eq!(plan.expected(i), Expected { unread: plan.unread(i), threads: 0, mentions: 0 });
+                continue;
+            }
+            // The first two messages after the joins, by me; neither deleted.
+            assert_eq!(roots, [5, 6], "chat {i}");
+            for r in &roots {
+                assert_eq!(log[(*r - 1) as usize], Step::Message { user: 0, thread: None, mention: false });
+                assert!(!log.iter().any(|s| matches!(s, Step::Delete { target, .. } if target == r)));
+            }
+            let listed = plan.threads_of(i);
+            assert_eq!(listed.iter().map(|(r, _)| *r).collect::<Vec<_>>(), roots);
+            let e = plan.expected(i);
+            assert_eq!(e.threads, listed.iter().map(|(_, u)| u).sum::<u64>());
+            assert!(e.threads > 0, "chat {i}: {e:?}");
+        }
+        // Chat 0 read nothing: every third message by another user mentions me, replies included.
+        let e = plan.expected(0);
+        assert!(e.mentions > 0 && e.unread > 0, "{e:?}");
     }
 
     #[test]
