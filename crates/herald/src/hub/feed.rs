@@ -32,6 +32,11 @@
 //! interest map (and the broker). The feed's maps are never held while a
 //! listener's state is taken.
 
+mod counts;
+
+pub use counts::Counts;
+use counts::push_frame;
+
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,7 +45,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use herald_protocol::EventType;
-use herald_protocol::frame::{InboxPush, inbox_push};
+use herald_protocol::frame::inbox_push;
 use tokio::time::Instant;
 
 use super::interest::Interest;
@@ -153,36 +158,6 @@ struct Follow {
     pushed_at: Option<Instant>,
     /// A change waits to be pushed.
     due: bool,
-}
-
-/// An inbox entry's counts (v1.2: `threads` and `mentions` beside `unread`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub unread: u64,
-    pub threads: u64,
-    pub mentions: u64,
-}
-
-impl Counts {
-    /// An entry's counts.
-    pub fn of(entry: &herald_protocol::reply::InboxEntry) -> Counts {
-        Counts { unread: entry.unread, threads: entry.threads.unwrap_or(0), mentions: entry.mentions.unwrap_or(0) }
-    }
-}
-
-/// The `inbox` push of a chat with these counts.
-fn push_frame(chat: &str, seq: u64, ts: i64, c: Counts) -> Frame {
-    let push = InboxPush {
-        ev: "inbox",
-        chat,
-        seq,
-        ts,
-        unread: c.unread,
-        threads: Some(c.threads),
-        mentions: Some(c.mentions),
-        left: false,
-    };
-    Frame::from(push.encode())
 }
 
 impl Follow {

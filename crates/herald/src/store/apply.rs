@@ -12,6 +12,9 @@
 
 mod conv;
 mod stream;
+mod tx;
+
+pub(crate) use tx::Tx;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -44,96 +47,6 @@ pub(crate) struct ChatRow {
 impl ChatRow {
     pub fn info(&self) -> ChatInfo {
         ChatInfo { seq: self.seq, members: self.members, open: self.open, profiled: self.profile_seq > 0 }
-    }
-}
-
-/// The primitive operations of one write transaction.
-pub(crate) trait Tx {
-    type Error: std::fmt::Display;
-    /// Loads a chat's row; where several writers exist, locks it until the transaction ends.
-    async fn load_chat(&mut self, key: &ChatKey) -> Result<Option<ChatRow>, Self::Error>;
-    async fn create_chat(&mut self, key: &ChatKey, open: bool, now_ms: i64) -> Result<ChatRow, Self::Error>;
-    /// The member's read position, `None` if not a member.
-    async fn read_position(&mut self, chat: i64, user: &str) -> Result<Option<u64>, Self::Error>;
-    async fn add_member(&mut self, chat: i64, user: &str, now_ms: i64) -> Result<(), Self::Error>;
-    /// Whether a member was removed.
-    async fn remove_member(&mut self, chat: i64, user: &str) -> Result<bool, Self::Error>;
-    async fn set_read_position(&mut self, chat: i64, user: &str, seq: u64) -> Result<(), Self::Error>;
-    /// The seq of the event already stored with this `client_id`, if any.
-    async fn find_client_id(
-        &mut self,
-        chat: i64,
-        user: Option<&str>,
-        client_id: &str,
-    ) -> Result<Option<u64>, Self::Error>;
-    async fn insert_event(&mut self, chat: i64, event: &Event, meta: EventMeta) -> Result<(), Self::Error>;
-    // v1.1: the message lifecycle and moderation.
-    /// Whether `user` is banned from the chat.
-    async fn is_banned(&mut self, chat: i64, user: &str) -> Result<bool, Self::Error>;
-    async fn set_banned(&mut self, chat: i64, user: &str, banned: bool) -> Result<(), Self::Error>;
-    /// The stored mute of `user` (its end, `i64::MAX` for none), whether or not it has run out.
-    async fn mute(&mut self, chat: i64, user: &str) -> Result<Option<i64>, Self::Error>;
-    /// Mutes `user` until `until_ms`, or unmutes with `None`.
-    async fn set_mute(&mut self, chat: i64, user: &str, until_ms: Option<i64>) -> Result<(), Self::Error>;
-    /// How many `message` events of `user` the chat held before this transaction: outside
-    /// threads (`thread` `None`), or (v1.2) among the replies of thread root `thread`.
-    async fn own_messages(&mut self, chat: i64, user: &str, thread: Option<u64>) -> Result<u64, Self::Error>;
-    /// The `message` event `seq` of the chat, if it is one.
-    async fn load_message(&mut self, chat: i64, seq: u64) -> Result<Option<MessageRow>, Self::Error>;
-    // v1.2: conversations.
-    /// Writes back what [`MessageRow`] keeps beside the body (mentions, replies, pin, reactions, stream).
-    async fn save_message(&mut self, chat: i64, seq: u64, m: &MessageRow) -> Result<(), Self::Error>;
-    /// Message `seq`'s body as stored now.
-    async fn load_body(&mut self, chat: i64, seq: u64) -> Result<Option<Box<RawValue>>, Self::Error>;
-    /// Gives message `seq` a new body without marking it edited (a stream's append).
-    async fn set_body(&mut self, chat: i64, seq: u64, body: &RawValue) -> Result<(), Self::Error>;
-    /// The seq of the latest reply of thread `root` below `before` that is not deleted, 0 if none.
-    async fn last_reply_before(&mut self, chat: i64, root: u64, before: u64) -> Result<u64, Self::Error>;
-    /// Makes `user` follow thread `root` (nothing if they already do).
-    async fn follow(&mut self, chat: i64, root: u64, user: &str) -> Result<(), Self::Error>;
-    /// `user`'s read position in thread `root`, `None` if they never had one.
-    async fn thread_read(&mut self, chat: i64, root: u64, user: &str) -> Result<Option<u64>, Self::Error>;
-    /// Sets `user`'s read position in thread `root` (following it or not, as before).
-    async fn set_thread_read(&mut self, chat: i64, root: u64, user: &str, seq: u64) -> Result<(), Self::Error>;
-    /// Replaces the users message `seq` counts as mentioning (its sender is never among them).
-    async fn set_mentions(&mut self, chat: i64, seq: u64, users: &[String]) -> Result<(), Self::Error>;
-    /// Turns `user`'s `emoji` reaction on `target` on or off; whether that changed it.
-    async fn set_reaction(
-        &mut self,
-        chat: i64,
-        target: u64,
-        emoji: &str,
-        user: &str,
-        on: bool,
-    ) -> Result<bool, Self::Error>;
-    /// The chat's profile as stored (the JSON of a [`herald_protocol::reply::Profile`]), `None` if never set.
-    async fn load_profile(&mut self, chat: i64) -> Result<Option<String>, Self::Error>;
-    async fn save_profile(&mut self, chat: i64, profile: &str) -> Result<(), Self::Error>;
-    /// Gives message `target` its latest body and the seq of the edit that set it.
-    async fn edit_message(&mut self, chat: i64, target: u64, body: &RawValue, edit: u64) -> Result<(), Self::Error>;
-    /// Erases message `target`'s body and the new bodies in its `edit` events, and marks it deleted.
-    async fn erase_message(&mut self, chat: i64, target: u64) -> Result<(), Self::Error>;
-    /// Writes back a row's seq, member count and open flag.
-    async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error>;
-    /// Reads ahead, in few round trips, what the batch's writes on the chats
-    /// in `rows` will ask; for backends where a round trip costs more than a lookup.
-    async fn prefetch(&mut self, _writes: &[&Write], _rows: &HashMap<ChatKey, ChatRow>) -> Result<(), Self::Error> {
-        Ok(())
-    }
-    /// Sends whatever the transaction held back (bulk inserts) before its chats are saved.
-    async fn finish(&mut self) -> Result<(), Self::Error> {
-        Ok(())
-    }
-    /// webhook: whether this transaction keeps the webhook's positions: only
-    /// while a webhook is configured (a node without one does not pay for it).
-    fn keeps_webhook_positions(&self) -> bool {
-        false
-    }
-    /// webhook: records, in the same transaction, that these chats stored
-    /// events the webhook has not delivered. Called only when
-    /// [`Tx::keeps_webhook_positions`].
-    async fn mark_undelivered(&mut self, _marks: &[Stored]) -> Result<(), Self::Error> {
-        Ok(())
     }
 }
 

@@ -23,7 +23,7 @@
 //! [`sharded`] routes every capability over PostgreSQL shards (by chat, or
 //! to every shard and merged), behind each shard's bulkhead and breaker.
 //! Every write to the log follows one set of rules, [`apply`], through each
-//! backend's transaction (`sqlite/tx.rs`, `postgres/writer.rs`); a
+//! backend's transaction (`sqlite/tx.rs`, `postgres/tx.rs`); a
 //! backend's schema is in `sqlite/schema.rs` and `postgres/schema.sql`.
 //!
 //! # Where protocol v1.2 goes

@@ -18,12 +18,14 @@
 //! Not here: routing between shards, bulkheads and breakers (`sharded`);
 //! parsing `--store` entries (`shard_spec`); the TLS client (`pg_tls`).
 
+mod bulk;
 mod conversations;
 mod log;
 mod members;
 mod moderation;
 mod revocations;
 mod schema;
+mod tx;
 mod webhook;
 mod writer;
 

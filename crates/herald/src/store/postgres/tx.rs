@@ -1,0 +1,557 @@
+//! A shard's statements for one write batch: the primitive reads and writes ([`Tx`]) that
+//! [`apply`]'s rules are made of, with reads made ahead and answers the batch changes kept here.
+//!
+//! Not here: the writer's loop and its transaction (`writer.rs`), or the bulk inserts of the
+//! batch's new members and events (`bulk.rs`).
+
+use std::collections::HashMap;
+
+use deadpool_postgres::Transaction;
+use herald_protocol::Event;
+use serde_json::value::RawValue;
+
+use super::bulk::PendingEvent;
+use super::log::{MESSAGE_COLUMNS, chat_row, message_row};
+use crate::model::ChatKey;
+use crate::store::apply::{self, ChatRow, EventMeta, MessageRow, Stored, Tx};
+use crate::store::columns::{json_list, reaction_counts, stream_code};
+use crate::store::{Write, sql_seq};
+
+/// One PostgreSQL write transaction. A round trip to the server costs more
+/// than the work of most writes, so a batch's reads are made ahead in two
+/// queries ([`Tx::prefetch`]: the members and the `client_id`s its writes
+/// ask about) and its new members and events go out as two bulk inserts at
+/// the end ([`Tx::finish`]): a batch of any number of sends into one chat
+/// costs about eight round trips, not three per send. Answers the batch
+/// changes (a member added, a position moved) are kept up to date here.
+pub(super) struct PgTx<'a, 'b> {
+    pub(super) tx: &'a Transaction<'b>,
+    /// Read positions of the (chat, user) pairs read ahead; `None`: not a member.
+    members: HashMap<(i64, String), Option<u64>>,
+    /// `client_id`s read ahead, and the seqs of those stored before this batch.
+    client_ids: HashMap<(i64, String, String), Option<u64>>,
+    pub(super) new_members: Vec<(i64, String, i64)>,
+    pub(super) new_events: Vec<PendingEvent>,
+    /// Read ahead with the members: each pair's mute end, ban, and message count.
+    mutes: HashMap<(i64, String), Option<i64>>,
+    bans: HashMap<(i64, String), bool>,
+    own: HashMap<(i64, String), u64>,
+    /// webhook: whether this transaction keeps the webhook's positions.
+    pub(super) webhook: bool,
+}
+
+impl<'a, 'b> PgTx<'a, 'b> {
+    pub(super) fn new(tx: &'a Transaction<'b>) -> Self {
+        PgTx {
+            tx,
+            members: HashMap::new(),
+            client_ids: HashMap::new(),
+            new_members: Vec::new(),
+            new_events: Vec::new(),
+            mutes: HashMap::new(),
+            bans: HashMap::new(),
+            own: HashMap::new(),
+            webhook: false,
+        }
+    }
+
+    pub(super) async fn exec(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let stmt = self.tx.prepare_cached(sql).await?;
+        self.tx.execute(&stmt, params).await
+    }
+
+    async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let stmt = self.tx.prepare_cached(sql).await?;
+        self.tx.query(&stmt, params).await
+    }
+}
+
+impl Tx for PgTx<'_, '_> {
+    type Error = tokio_postgres::Error;
+
+    async fn load_chat(&mut self, key: &ChatKey) -> Result<Option<ChatRow>, Self::Error> {
+        let stmt = self
+            .tx
+            .prepare_cached(
+                "SELECT id, seq, members, open, messages, last_ts, last_message, pins, profile_seq FROM chats
+                 WHERE ws = $1 AND chat = $2 FOR UPDATE",
+            )
+            .await?;
+        let row = self.tx.query_opt(&stmt, &[&&*key.ws, &&*key.chat]).await?;
+        Ok(row.as_ref().map(chat_row))
+    }
+
+    async fn create_chat(&mut self, key: &ChatKey, open: bool, now_ms: i64) -> Result<ChatRow, Self::Error> {
+        let stmt = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO chats (ws, chat, open, seq, members, created_ms, last_ts) VALUES ($1, $2, $3, 0, 0, $4, $4)
+                 ON CONFLICT (ws, chat) DO NOTHING RETURNING id",
+            )
+            .await?;
+        if let Some(r) = self.tx.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &open, &now_ms]).await? {
+            return Ok(ChatRow {
+                id: r.get(0),
+                seq: 0,
+                members: 0,
+                open,
+                messages: 0,
+                ts: now_ms,
+                last_message: 0,
+                pins: 0,
+                profile_seq: 0,
+            });
+        }
+        // Another node created it a moment ago: take its row (and its lock).
+        Ok(self.load_chat(key).await?.expect("the conflicting row exists"))
+    }
+
+    async fn read_position(&mut self, chat: i64, user: &str) -> Result<Option<u64>, Self::Error> {
+        if let Some(known) = self.members.get(&(chat, user.to_owned())) {
+            return Ok(*known);
+        }
+        let rows =
+            self.query(r#"SELECT read_seq FROM members WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await?;
+        let known = rows.first().map(|r| r.get::<_, i64>(0) as u64);
+        self.members.insert((chat, user.to_owned()), known);
+        Ok(known)
+    }
+
+    async fn add_member(&mut self, chat: i64, user: &str, now_ms: i64) -> Result<(), Self::Error> {
+        self.new_members.push((chat, user.to_owned(), now_ms));
+        self.members.insert((chat, user.to_owned()), Some(0));
+        Ok(())
+    }
+
+    async fn remove_member(&mut self, chat: i64, user: &str) -> Result<bool, Self::Error> {
+        if let Some(None) = self.members.get(&(chat, user.to_owned())) {
+            return Ok(false);
+        }
+        self.flush_members().await?;
+        let removed =
+            self.exec(r#"DELETE FROM members WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await? > 0;
+        self.members.insert((chat, user.to_owned()), None);
+        Ok(removed)
+    }
+
+    async fn set_read_position(&mut self, chat: i64, user: &str, seq: u64) -> Result<(), Self::Error> {
+        self.flush_members().await?;
+        self.exec(
+            r#"UPDATE members SET read_seq = $3 WHERE chat_id = $1 AND "user" = $2"#,
+            &[&chat, &user, &(seq as i64)],
+        )
+        .await?;
+        self.members.insert((chat, user.to_owned()), Some(seq));
+        Ok(())
+    }
+
+    async fn find_client_id(
+        &mut self,
+        chat: i64,
+        user: Option<&str>,
+        client_id: &str,
+    ) -> Result<Option<u64>, Self::Error> {
+        // Sent earlier in this batch?
+        if let Some(e) = self
+            .new_events
+            .iter()
+            .find(|e| e.chat == chat && e.user.as_deref() == user && e.client_id.as_deref() == Some(client_id))
+        {
+            return Ok(Some(e.seq as u64));
+        }
+        if let Some(u) = user
+            && let Some(known) = self.client_ids.get(&(chat, u.to_owned(), client_id.to_owned()))
+        {
+            return Ok(*known);
+        }
+        let rows = self
+            .query(
+                r#"SELECT seq FROM events WHERE chat_id = $1 AND "user" IS NOT DISTINCT FROM $2 AND client_id = $3"#,
+                &[&chat, &user, &client_id],
+            )
+            .await?;
+        Ok(rows.first().map(|r| r.get::<_, i64>(0) as u64))
+    }
+
+    async fn insert_event(&mut self, chat: i64, e: &Event, meta: EventMeta) -> Result<(), Self::Error> {
+        self.new_events.push(PendingEvent {
+            chat,
+            seq: e.seq as i64,
+            kind: e.kind.as_str(),
+            user: e.user.clone(),
+            ts: e.ts,
+            body: e.body.get().to_owned(),
+            client_id: e.client_id.clone(),
+            meta,
+            thread: e.thread.map(sql_seq),
+            quote: e.quote.map(sql_seq),
+            mentions: e.mentions.as_deref().map(json_list),
+            stream: e.stream.map(stream_code),
+        });
+        Ok(())
+    }
+
+    async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error> {
+        self.exec(
+            "UPDATE chats SET seq = $2, members = $3, open = $4, messages = $5, last_ts = $6, last_message = $7,
+                              pins = $8, profile_seq = $9
+             WHERE id = $1",
+            &[
+                &row.id,
+                &(row.seq as i64),
+                &(row.members as i64),
+                &row.open,
+                &(row.messages as i64),
+                &row.ts,
+                &(row.last_message as i64),
+                &(row.pins as i64),
+                &(row.profile_seq as i64),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn is_banned(&mut self, chat: i64, user: &str) -> Result<bool, Self::Error> {
+        if let Some(known) = self.bans.get(&(chat, user.to_owned())) {
+            return Ok(*known);
+        }
+        let rows = self.query(r#"SELECT 1 FROM bans WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn set_banned(&mut self, chat: i64, user: &str, banned: bool) -> Result<(), Self::Error> {
+        let sql = if banned {
+            r#"INSERT INTO bans (chat_id, "user") VALUES ($1, $2) ON CONFLICT DO NOTHING"#
+        } else {
+            r#"DELETE FROM bans WHERE chat_id = $1 AND "user" = $2"#
+        };
+        self.exec(sql, &[&chat, &user]).await?;
+        self.bans.insert((chat, user.to_owned()), banned);
+        Ok(())
+    }
+
+    async fn mute(&mut self, chat: i64, user: &str) -> Result<Option<i64>, Self::Error> {
+        if let Some(known) = self.mutes.get(&(chat, user.to_owned())) {
+            return Ok(*known);
+        }
+        let rows =
+            self.query(r#"SELECT until_ms FROM mutes WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    async fn set_mute(&mut self, chat: i64, user: &str, until_ms: Option<i64>) -> Result<(), Self::Error> {
+        match until_ms {
+            Some(until) => {
+                self.exec(
+                    r#"INSERT INTO mutes (chat_id, "user", until_ms) VALUES ($1, $2, $3)
+                       ON CONFLICT (chat_id, "user") DO UPDATE SET until_ms = EXCLUDED.until_ms"#,
+                    &[&chat, &user, &until],
+                )
+                .await?
+            }
+            None => self.exec(r#"DELETE FROM mutes WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await?,
+        };
+        self.mutes.insert((chat, user.to_owned()), until_ms);
+        Ok(())
+    }
+
+    async fn own_messages(&mut self, chat: i64, user: &str, thread: Option<u64>) -> Result<u64, Self::Error> {
+        let Some(root) = thread else {
+            if let Some(known) = self.own.get(&(chat, user.to_owned())) {
+                return Ok(*known);
+            }
+            let rows = self
+                .query(
+                    r#"SELECT user_ord FROM events WHERE chat_id = $1 AND "user" = $2 AND ord IS NOT NULL
+                       ORDER BY seq DESC LIMIT 1"#,
+                    &[&chat, &user],
+                )
+                .await?;
+            return Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64));
+        };
+        let rows = self
+            .query(
+                r#"SELECT tuser_ord FROM events WHERE chat_id = $1 AND thread = $2 AND "user" = $3
+                   ORDER BY seq DESC LIMIT 1"#,
+                &[&chat, &sql_seq(root), &user],
+            )
+            .await?;
+        Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64))
+    }
+
+    async fn load_message(&mut self, chat: i64, seq: u64) -> Result<Option<MessageRow>, Self::Error> {
+        self.flush_events().await?;
+        let rows = self
+            .query(
+                &format!("SELECT {MESSAGE_COLUMNS} FROM events WHERE chat_id = $1 AND seq = $2 AND type = 'message'"),
+                &[&chat, &sql_seq(seq)],
+            )
+            .await?;
+        Ok(rows.first().map(message_row))
+    }
+
+    async fn save_message(&mut self, chat: i64, seq: u64, m: &MessageRow) -> Result<(), Self::Error> {
+        self.flush_events().await?;
+        self.exec(
+            "UPDATE events SET mentions = $3, replies = $4, replies_total = $5, last_reply = $6, pinned = $7,
+                               pin_seq = $8, pin_user = $9, reactions = $10, stream = $11, stream_ms = $12
+             WHERE chat_id = $1 AND seq = $2",
+            &[
+                &chat,
+                &sql_seq(seq),
+                &m.mentions.as_deref().map(json_list),
+                &(m.replies as i64),
+                &(m.replies_total as i64),
+                &(m.last_reply as i64),
+                &m.pinned,
+                &(m.pin_seq as i64),
+                &m.pin_user,
+                &reaction_counts(&m.reactions),
+                &m.stream.map(stream_code),
+                &m.stream.map(|_| m.stream_ms),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn load_body(&mut self, chat: i64, seq: u64) -> Result<Option<Box<RawValue>>, Self::Error> {
+        self.flush_events().await?;
+        let rows =
+            self.query("SELECT body FROM events WHERE chat_id = $1 AND seq = $2", &[&chat, &sql_seq(seq)]).await?;
+        Ok(rows.first().and_then(|r| RawValue::from_string(r.get(0)).ok()))
+    }
+
+    async fn set_body(&mut self, chat: i64, seq: u64, body: &RawValue) -> Result<(), Self::Error> {
+        self.flush_events().await?;
+        self.exec("UPDATE events SET body = $3 WHERE chat_id = $1 AND seq = $2", &[&chat, &sql_seq(seq), &body.get()])
+            .await
+            .map(|_| ())
+    }
+
+    async fn last_reply_before(&mut self, chat: i64, root: u64, before: u64) -> Result<u64, Self::Error> {
+        self.flush_events().await?;
+        let rows = self
+            .query(
+                "SELECT seq FROM events WHERE chat_id = $1 AND thread = $2 AND seq < $3 AND NOT deleted
+                 ORDER BY seq DESC LIMIT 1",
+                &[&chat, &sql_seq(root), &sql_seq(before)],
+            )
+            .await?;
+        Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64))
+    }
+
+    async fn follow(&mut self, chat: i64, root: u64, user: &str) -> Result<(), Self::Error> {
+        self.exec(
+            r#"INSERT INTO thread_reads (chat_id, root, "user", read_seq, follows) VALUES ($1, $2, $3, 0, true)
+               ON CONFLICT (chat_id, root, "user") DO UPDATE SET follows = true"#,
+            &[&chat, &sql_seq(root), &user],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn thread_read(&mut self, chat: i64, root: u64, user: &str) -> Result<Option<u64>, Self::Error> {
+        let rows = self
+            .query(
+                r#"SELECT read_seq FROM thread_reads WHERE chat_id = $1 AND root = $2 AND "user" = $3"#,
+                &[&chat, &sql_seq(root), &user],
+            )
+            .await?;
+        Ok(rows.first().map(|r| r.get::<_, i64>(0) as u64))
+    }
+
+    async fn set_thread_read(&mut self, chat: i64, root: u64, user: &str, seq: u64) -> Result<(), Self::Error> {
+        self.exec(
+            r#"INSERT INTO thread_reads (chat_id, root, "user", read_seq, follows) VALUES ($1, $2, $3, $4, false)
+               ON CONFLICT (chat_id, root, "user") DO UPDATE SET read_seq = excluded.read_seq"#,
+            &[&chat, &sql_seq(root), &user, &sql_seq(seq)],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn set_mentions(&mut self, chat: i64, seq: u64, users: &[String]) -> Result<(), Self::Error> {
+        self.exec("DELETE FROM mentions WHERE chat_id = $1 AND seq = $2", &[&chat, &sql_seq(seq)]).await?;
+        if users.is_empty() {
+            return Ok(());
+        }
+        self.exec(
+            r#"INSERT INTO mentions (chat_id, "user", seq) SELECT $1, u, $3 FROM unnest($2::text[]) AS t(u)
+               ON CONFLICT DO NOTHING"#,
+            &[&chat, &users, &sql_seq(seq)],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn set_reaction(
+        &mut self,
+        chat: i64,
+        target: u64,
+        emoji: &str,
+        user: &str,
+        on: bool,
+    ) -> Result<bool, Self::Error> {
+        let sql = if on {
+            r#"INSERT INTO reactions (chat_id, target, emoji, "user") VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"#
+        } else {
+            r#"DELETE FROM reactions WHERE chat_id = $1 AND target = $2 AND emoji = $3 AND "user" = $4"#
+        };
+        Ok(self.exec(sql, &[&chat, &sql_seq(target), &emoji, &user]).await? > 0)
+    }
+
+    async fn load_profile(&mut self, chat: i64) -> Result<Option<String>, Self::Error> {
+        let rows = self.query("SELECT profile FROM chats WHERE id = $1", &[&chat]).await?;
+        Ok(rows.first().and_then(|r| r.get(0)))
+    }
+
+    async fn save_profile(&mut self, chat: i64, profile: &str) -> Result<(), Self::Error> {
+        self.exec("UPDATE chats SET profile = $2 WHERE id = $1", &[&chat, &profile]).await.map(|_| ())
+    }
+
+    async fn edit_message(&mut self, chat: i64, target: u64, body: &RawValue, edit: u64) -> Result<(), Self::Error> {
+        self.flush_events().await?;
+        self.exec(
+            "UPDATE events SET body = $3, edited = $4 WHERE chat_id = $1 AND seq = $2",
+            &[&chat, &sql_seq(target), &body.get(), &sql_seq(edit)],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn erase_message(&mut self, chat: i64, target: u64) -> Result<(), Self::Error> {
+        self.flush_events().await?;
+        self.exec(
+            "UPDATE events SET body = 'null', deleted = true WHERE chat_id = $1 AND seq = $2",
+            &[&chat, &sql_seq(target)],
+        )
+        .await?;
+        let erased_edit = apply::edit_body(target, &RawValue::from_string("null".into()).expect("null is JSON"));
+        self.exec(
+            "UPDATE events SET body = $3, mentions = NULL WHERE chat_id = $1 AND target = $2 AND type = 'edit'",
+            &[&chat, &sql_seq(target), &erased_edit.get()],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn prefetch(&mut self, writes: &[&Write], rows: &HashMap<ChatKey, ChatRow>) -> Result<(), Self::Error> {
+        let (mut m_chats, mut m_users) = (Vec::new(), Vec::new());
+        let (mut c_chats, mut c_users, mut c_ids) = (Vec::new(), Vec::new(), Vec::new());
+        for w in writes {
+            let Some(row) = rows.get(w.key()) else { continue };
+            let user = match w {
+                Write::Join { user, .. }
+                | Write::Leave { user, .. }
+                | Write::React { user, .. }
+                | Write::Read { user, .. }
+                | Write::Pin { user, .. }
+                | Write::Edit { user: Some(user), .. }
+                | Write::Delete { user: Some(user), .. }
+                | Write::Profile { user: Some(user), .. }
+                | Write::StreamText { user: Some(user), .. } => Some(user),
+                Write::Append { user: Some(user), client_id, .. } => {
+                    if let Some(cid) = client_id
+                        && self.client_ids.insert((row.id, user.to_string(), cid.clone()), None).is_none()
+                    {
+                        c_chats.push(row.id);
+                        c_users.push(user.to_string());
+                        c_ids.push(cid.clone());
+                    }
+                    Some(user)
+                }
+                Write::Append { user: None, .. }
+                | Write::PutChat { .. }
+                | Write::Edit { user: None, .. }
+                | Write::Delete { user: None, .. }
+                | Write::Ban { .. }
+                | Write::Mute { .. }
+                | Write::Profile { user: None, .. }
+                | Write::StreamText { user: None, .. } => None,
+            };
+            if let Some(user) = user
+                && self.members.insert((row.id, user.to_string()), None).is_none()
+            {
+                m_chats.push(row.id);
+                m_users.push(user.to_string());
+            }
+        }
+        if !m_chats.is_empty() {
+            // With each pair: its mute, its ban, and its messages so far (for
+            // a new message's place among its sender's), in the same round trip.
+            let found = self
+                .query(
+                    r#"SELECT t.c, t.u, m.read_seq, mu.until_ms, b.chat_id IS NOT NULL,
+                              coalesce((SELECT e.user_ord FROM events e
+                                         WHERE e.chat_id = t.c AND e."user" = t.u AND e.ord IS NOT NULL
+                                         ORDER BY e.seq DESC LIMIT 1), 0)
+                       FROM unnest($1::bigint[], $2::text[]) AS t(c, u)
+                       LEFT JOIN members m ON m.chat_id = t.c AND m."user" = t.u
+                       LEFT JOIN mutes mu ON mu.chat_id = t.c AND mu."user" = t.u
+                       LEFT JOIN bans b ON b.chat_id = t.c AND b."user" = t.u"#,
+                    &[&m_chats, &m_users],
+                )
+                .await?;
+            for r in found {
+                let pair: (i64, String) = (r.get(0), r.get(1));
+                self.members.insert(pair.clone(), r.get::<_, Option<i64>>(2).map(|v| v as u64));
+                self.mutes.insert(pair.clone(), r.get(3));
+                self.bans.insert(pair.clone(), r.get(4));
+                self.own.insert(pair, r.get::<_, i64>(5) as u64);
+            }
+        }
+        if !c_chats.is_empty() {
+            let found = self
+                .query(
+                    r#"SELECT e.chat_id, e."user", e.client_id, e.seq FROM events e
+                       JOIN unnest($1::bigint[], $2::text[], $3::text[]) AS t(c, u, k)
+                         ON e.chat_id = t.c AND e."user" = t.u AND e.client_id = t.k"#,
+                    &[&c_chats, &c_users, &c_ids],
+                )
+                .await?;
+            for r in found {
+                self.client_ids.insert((r.get(0), r.get(1), r.get(2)), Some(r.get::<_, i64>(3) as u64));
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish(&mut self) -> Result<(), Self::Error> {
+        self.flush_members().await?;
+        self.flush_events().await
+    }
+
+    fn keeps_webhook_positions(&self) -> bool {
+        self.webhook
+    }
+
+    /// One statement for the batch's chats, in the batch's key order (the
+    /// order their chat rows were locked in), so writers never deadlock here.
+    async fn mark_undelivered(&mut self, marks: &[Stored]) -> Result<(), Self::Error> {
+        let chats: Vec<i64> = marks.iter().map(|m| m.chat).collect();
+        let before: Vec<i64> = marks.iter().map(|m| m.before as i64).collect();
+        let heads: Vec<i64> = marks.iter().map(|m| m.head as i64).collect();
+        let ts: Vec<i64> = marks.iter().map(|m| m.ts).collect();
+        self.exec(
+            "INSERT INTO webhook_positions (chat_id, delivered, head, since_ms)
+             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
+             ON CONFLICT (chat_id) DO UPDATE SET
+                 since_ms = CASE WHEN webhook_positions.head <= webhook_positions.delivered THEN excluded.since_ms
+                                 ELSE webhook_positions.since_ms END,
+                 head = excluded.head",
+            &[&chats, &before, &heads, &ts],
+        )
+        .await
+        .map(|_| ())
+    }
+}
