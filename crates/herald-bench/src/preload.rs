@@ -2,7 +2,8 @@
 //! `threads`, `members`): which backend, a PostgreSQL database of the run's
 //! own (created on the cluster at `--pg-admin`, dropped after), opening the
 //! store through herald's own API, and waiting until a server started on it
-//! is ready. What goes into the store is each scenario's.
+//! is ready, and walking a paged list of it (an inbox, threads, members)
+//! page by page. What goes into the store is each scenario's.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -110,4 +111,31 @@ async fn pg_connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
         tokio_postgres::connect(url, tokio_postgres::NoTls).await.context("connecting to PostgreSQL")?;
     tokio::spawn(conn);
     Ok(client)
+}
+
+/// One page of a paged list: its entries, whether more follow, and the cursor of the next.
+pub struct Page<T> {
+    pub entries: Vec<T>,
+    pub more: bool,
+    pub cursor: Option<String>,
+}
+
+/// Walks a paged list from its start with `ask` (given the cursor, `None` first) until a page says
+/// no more, recording each page's time in `times`; returns every entry and the number of pages.
+pub async fn walk_pages<T>(
+    times: &mut crate::latency::Latencies,
+    mut ask: impl AsyncFnMut(Option<&str>) -> anyhow::Result<Page<T>>,
+) -> anyhow::Result<(Vec<T>, u32)> {
+    let (mut cursor, mut seen, mut pages) = (None::<String>, Vec::new(), 0u32);
+    loop {
+        let t = Instant::now();
+        let page = ask(cursor.as_deref()).await?;
+        times.record(t.elapsed());
+        pages += 1;
+        seen.extend(page.entries);
+        match page.cursor {
+            Some(c) if page.more => cursor = Some(c),
+            _ => return Ok((seen, pages)),
+        }
+    }
 }

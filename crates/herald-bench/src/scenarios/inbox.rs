@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 
 use crate::client::Client;
 use crate::latency::Latencies;
-use crate::preload::{self, Preloaded, StoreKind};
+use crate::preload::{self, Page, Preloaded, StoreKind, walk_pages};
 use crate::report::{self, Column, RunArgs, col};
 use crate::server::{self, Server, TargetArgs};
 use crate::token::Signer;
@@ -194,20 +194,12 @@ async fn read_inboxes(
     let (mut exact, mut listed, mut pages) = (true, 0usize, 0u32);
     for read in 0..args.reads {
         let started = Instant::now();
-        let mut cursor: Option<String> = None;
-        let mut seen = Vec::new();
-        pages = 0;
-        loop {
-            let t = Instant::now();
-            let got = me.inbox(args.limit, cursor.as_deref()).await?;
-            page.record(t.elapsed());
-            pages += 1;
-            seen.extend(got.chats);
-            match got.cursor {
-                Some(c) if got.more => cursor = Some(c),
-                _ => break,
-            }
-        }
+        let seen;
+        (seen, pages) = walk_pages(&mut page, async |cursor| {
+            let got = me.inbox(args.limit, cursor).await?;
+            Ok(Page { entries: got.chats, more: got.more, cursor: got.cursor })
+        })
+        .await?;
         whole.record(started.elapsed());
         if read == 0 {
             listed = seen.len();

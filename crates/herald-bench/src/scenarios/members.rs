@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use crate::client::Client;
 use crate::latency::Latencies;
-use crate::preload::{self, Preloaded, StoreKind};
+use crate::preload::{self, Page, Preloaded, StoreKind, walk_pages};
 use crate::report::{self, Column, RunArgs, col};
 use crate::server::{self, Server, TargetArgs};
 use crate::token::Signer;
@@ -165,22 +165,14 @@ async fn walk(args: &MembersArgs, server: &Server) -> anyhow::Result<Value> {
     let (mut exact, mut listed, mut pages) = (true, 0usize, 0u32);
     for read in 0..args.reads {
         let started = Instant::now();
-        let mut cursor: Option<String> = None;
-        let mut seen = Vec::new();
         let mut counts_right = true;
-        pages = 0;
-        loop {
-            let t = Instant::now();
-            let got = me.members(CHAT, args.limit, cursor.as_deref()).await?;
-            page.record(t.elapsed());
-            pages += 1;
+        let seen;
+        (seen, pages) = walk_pages(&mut page, async |cursor| {
+            let got = me.members(CHAT, args.limit, cursor).await?;
             counts_right &= got.count == args.members;
-            seen.extend(got.members.into_iter().map(|m| m.user));
-            match got.cursor {
-                Some(c) if got.more => cursor = Some(c),
-                _ => break,
-            }
-        }
+            Ok(Page { entries: got.members.into_iter().map(|m| m.user).collect(), more: got.more, cursor: got.cursor })
+        })
+        .await?;
         whole.record(started.elapsed());
         if read == 0 {
             listed = seen.len();

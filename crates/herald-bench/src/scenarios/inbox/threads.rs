@@ -23,6 +23,7 @@ use super::plan::{ME, Plan};
 use super::{InboxArgs, StoreKind};
 use crate::client::Client;
 use crate::latency::Latencies;
+use crate::preload::{Page, walk_pages};
 use crate::report::RunArgs;
 use crate::server::{Server, TargetArgs};
 use crate::token::Signer;
@@ -95,20 +96,12 @@ pub(super) async fn walk(args: &InboxArgs, plan: &Plan, server: &Server) -> anyh
     let (mut exact, mut listed, mut pages) = (true, 0usize, 0u32);
     for read in 0..args.reads {
         let started = Instant::now();
-        let mut cursor: Option<String> = None;
-        let mut seen = Vec::new();
-        pages = 0;
-        loop {
-            let t = Instant::now();
-            let got = me.threads(args.limit, cursor.as_deref()).await?;
-            page.record(t.elapsed());
-            pages += 1;
-            seen.extend(got.threads);
-            match got.cursor {
-                Some(c) if got.more => cursor = Some(c),
-                _ => break,
-            }
-        }
+        let seen;
+        (seen, pages) = walk_pages(&mut page, async |cursor| {
+            let got = me.threads(args.limit, cursor).await?;
+            Ok(Page { entries: got.threads, more: got.more, cursor: got.cursor })
+        })
+        .await?;
         whole.record(started.elapsed());
         if read == 0 {
             listed = seen.len();
