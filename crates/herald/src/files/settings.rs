@@ -4,7 +4,7 @@
 use clap::Args;
 
 /// The largest file accepted by default: 25 MiB.
-pub const DEFAULT_MAX_FILE_BYTES: u64 = 25 * 1024 * 1024;
+pub const DEFAULT_MAX_FILE_BYTES: u64 = herald_protocol::limits::FILE_BYTES_DEFAULT;
 
 /// Files: their backend and their size limit.
 #[derive(Debug, Clone, Args)]
@@ -20,4 +20,10 @@ pub struct FilesSettings {
     /// cell must name the same bucket.
     #[arg(long, env = "HERALD_FILES_S3", hide_env_values = true)]
     pub files_s3: Option<String>,
+    /// A file no message attached is deleted this long after its upload, in ms (tests shorten it).
+    #[arg(long, env = "HERALD_FILES_ORPHAN_MS", default_value_t = DEFAULT_ORPHAN_MS, hide = true)]
+    pub files_orphan_ms: u64,
 }
+
+/// A file no message attached is deleted after a day.
+pub const DEFAULT_ORPHAN_MS: u64 = 24 * 3_600_000;
