@@ -268,7 +268,11 @@ async fn serve(
     let online = Online::new(gateway.clone(), cluster.clone(), bus.clone());
     let webhook = match (&config.hooks.webhook, &config.hooks.secret) {
         (Some(settings), Some(secret)) => {
-            Some(Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), online, bus.is_some()))
+            let webhook = Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), online, bus.is_some());
+            if let Some(urls) = chats.file_urls() {
+                webhook.set_file_urls(urls.clone());
+            }
+            Some(webhook)
         }
         _ => None,
     };
