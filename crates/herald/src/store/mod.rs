@@ -19,6 +19,7 @@
 //! | webhook positions | [`WebhookPositions`] | `webhook.rs` | `sqlite/webhook.rs` | `postgres/webhook.rs` |
 //! | lifecycle: ready, close, shards | [`Lifecycle`] | `lifecycle.rs` | `sqlite/mod.rs` | `postgres/mod.rs` |
 //! | v1.2 conversations: profiles, chat and member lists, threads, pins, reactions, streams | [`Conversations`] | `conversations.rs` | `sqlite/conversations.rs` | `postgres/conversations.rs` |
+//! | v1.2 a user's data: their memberships and messages, paged per part | [`Export`] | `export.rs` | `sqlite/export.rs` | `postgres/export.rs` |
 //!
 //! [`sharded`] routes every capability over PostgreSQL shards (by chat, or
 //! to every shard and merged), behind each shard's bulkhead and breaker.
@@ -57,6 +58,7 @@ mod apply;
 pub(crate) use apply::now_ms;
 mod columns;
 mod conversations;
+mod export;
 mod lifecycle;
 mod log;
 mod members;
@@ -72,6 +74,7 @@ pub mod sqlite;
 mod webhook;
 
 pub use conversations::{Conversations, ThreadCursor, id_cursor, id_from_cursor, thread_order};
+pub use export::{Export, ExportCursor, Exported, export_order};
 pub use lifecycle::{Lifecycle, ShardStatus};
 pub use log::{Actor, Conversation, EventLog, Fetched, Write, Written};
 pub use members::{InboxCursor, Member, Membership, inbox_order, unread};
@@ -133,12 +136,20 @@ pub enum StoreError {
 /// caller can hold one `Arc<dyn Store>` and call any of them. Implemented
 /// for every type that has every capability; nothing implements it by hand.
 pub trait Store:
-    EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations
+    EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations + Export
 {
 }
 
 impl<T> Store for T where
-    T: EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations + ?Sized
+    T: EventLog
+        + Membership
+        + Moderation
+        + RevocationList
+        + WebhookPositions
+        + Lifecycle
+        + Conversations
+        + Export
+        + ?Sized
 {
 }
 
@@ -335,6 +346,33 @@ macro_rules! not_kept {
                 _: u32,
             ) -> $crate::store::BoxFuture<'_, Result<Vec<($crate::model::ChatKey, u64)>, $crate::store::StoreError>> {
                 $crate::store::not_kept!(@answer "streams")
+            }
+        }
+    };
+    (@ $ty:ty, Export) => {
+        impl $crate::store::Export for $ty {
+            fn export_parts(&self) -> usize {
+                1
+            }
+            fn export_members<'a>(
+                &'a self,
+                _: usize,
+                _: &'a str,
+                _: &'a str,
+                _: Option<&'a str>,
+                _: u32,
+            ) -> $crate::store::BoxFuture<'a, Result<Vec<(String, u64)>, $crate::store::StoreError>> {
+                $crate::store::not_kept!(@answer "exports")
+            }
+            fn export_messages<'a>(
+                &'a self,
+                _: usize,
+                _: &'a str,
+                _: &'a str,
+                _: Option<&'a $crate::store::ExportCursor>,
+                _: u32,
+            ) -> $crate::store::BoxFuture<'a, Result<Vec<$crate::store::Exported>, $crate::store::StoreError>> {
+                $crate::store::not_kept!(@answer "exports")
             }
         }
     };

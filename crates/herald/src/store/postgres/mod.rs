@@ -20,6 +20,7 @@
 
 mod bulk;
 mod conversations;
+mod export;
 mod log;
 mod members;
 mod moderation;

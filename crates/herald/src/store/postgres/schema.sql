@@ -213,3 +213,9 @@ BEGIN
 END $$;
 
 INSERT INTO herald_schema (version) VALUES (5) ON CONFLICT DO NOTHING;
+
+-- Version 8: a user's messages oldest first (a user's data export), one index range per page
+-- whatever the size of the log. Partial, as the export reads it: `message` events only.
+CREATE INDEX IF NOT EXISTS events_sender ON events ("user", ts, chat_id, seq) WHERE type = 'message';
+
+INSERT INTO herald_schema (version) VALUES (8) ON CONFLICT DO NOTHING;
