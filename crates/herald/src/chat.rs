@@ -9,6 +9,7 @@
 mod conv;
 mod erase;
 mod export;
+mod find;
 mod live;
 mod screen;
 pub mod settings;

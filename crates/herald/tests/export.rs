@@ -244,3 +244,61 @@ async fn an_export_of_thousands_of_messages_pages_through_every_one_in_order() {
         assert_eq!(ns, (0..EACH as u64).collect::<Vec<_>>());
     }
 }
+
+/// The chat ids of a chat list answer.
+fn ids(page: &Value) -> Vec<String> {
+    page["chats"].as_array().unwrap().iter().map(|c| c["chat"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test]
+async fn chats_are_found_by_the_start_of_their_id_a_page_at_a_time() {
+    let s = TestServer::start().await;
+    let all = ["room", "room-1", "room-2", "room-20", "room:x", "roof", "rooms", "ro", "r", "zoo", "Room"];
+    for c in all {
+        create(&s, c).await;
+    }
+    s.http("PUT", &format!("{W}/chats/room-2"), Some(json!({"name": "Second"}))).await;
+
+    let (status, page) = s.http("GET", &format!("{W}/chats?prefix=room"), None).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(ids(&page), ["room", "room-1", "room-2", "room-20", "room:x", "rooms"]);
+    assert_eq!(page["more"], false);
+    assert!(page.get("cursor").is_none(), "{page}");
+    let second = &page["chats"][2];
+    assert_eq!((second["name"].clone(), second["members"].clone()), (json!("Second"), json!(0)), "{second}");
+
+    // Pages: the cursor goes on from the last, within the prefix.
+    let (_, first) = s.http("GET", &format!("{W}/chats?prefix=room-&limit=2"), None).await;
+    assert_eq!((ids(&first), first["more"].clone()), (vec!["room-1".to_string(), "room-2".into()], json!(true)));
+    let cursor = first["cursor"].as_str().unwrap();
+    let (_, next) = s.http("GET", &format!("{W}/chats?prefix=room-&limit=2&cursor={cursor}"), None).await;
+    assert_eq!((ids(&next), next["more"].clone()), (vec!["room-20".to_string()], json!(false)));
+
+    // An exact id, case and nothing.
+    let (_, one) = s.http("GET", &format!("{W}/chats?prefix=zoo"), None).await;
+    assert_eq!(ids(&one), ["zoo"]);
+    let (_, upper) = s.http("GET", &format!("{W}/chats?prefix=R"), None).await;
+    assert_eq!(ids(&upper), ["Room"]);
+    let (_, none) = s.http("GET", &format!("{W}/chats?prefix=roomz"), None).await;
+    assert_eq!((ids(&none).len(), none["more"].clone()), (0, json!(false)));
+    // Another workspace's chats are not found.
+    let (_, other) = s.http("GET", "/v1/workspaces/other/chats?prefix=r", None).await;
+    assert_eq!(ids(&other).len(), 0);
+    // Without a prefix, the list is as before.
+    let (_, every) = s.http("GET", &format!("{W}/chats?limit=1000"), None).await;
+    assert_eq!(ids(&every).len(), all.len());
+
+    // Refusals.
+    for (path, want) in [
+        (format!("{W}/chats?prefix=a%20b"), 400),
+        (format!("{W}/chats?prefix="), 400),
+        (format!("{W}/chats?prefix=r&limit=0"), 400),
+        (format!("{W}/chats?prefix=r&cursor=zz"), 400),
+        (format!("{W}/chats?prefix={}", "r".repeat(129)), 400),
+    ] {
+        let (status, body) = s.http("GET", &path, None).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (want, Some("bad_request")), "{path}: {body}");
+    }
+    let (status, _) = http(s.addr, "GET", &format!("{W}/chats?prefix=r"), None, None).await;
+    assert_eq!(status, 401);
+}
