@@ -302,3 +302,65 @@ async fn chats_are_found_by_the_start_of_their_id_a_page_at_a_time() {
     let (status, _) = http(s.addr, "GET", &format!("{W}/chats?prefix=r"), None, None).await;
     assert_eq!(status, 401);
 }
+
+/// A shard that fails midway cuts the export off: the client's transfer breaks (no last chunk),
+/// it never reads an export that ends as if complete without the rest.
+#[tokio::test]
+#[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
+async fn a_shard_failing_midway_cuts_the_export_off_visibly() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const CHATS: usize = 8;
+    const EACH: usize = 100;
+    let (a, b) = (common::pg::PgCluster::start(), common::pg::PgCluster::start());
+    let stores = vec![
+        format!("a={}", common::pg::create_database(&a.admin_url).await),
+        format!("b={}", common::pg::create_database(&b.admin_url).await),
+    ];
+    let s = TestServer::start_with(|c| c.store.stores = stores).await;
+    // About 12 MB of messages over both shards: far more than the sockets between server and
+    // client buffer, so the export is still reading pages when shard b stops.
+    let big = "x".repeat(15_000);
+    for c in 0..CHATS {
+        create(&s, &format!("big{c}")).await;
+    }
+    for round in 0..EACH / 25 {
+        let posts = (0..25 * CHATS).map(|i| {
+            let (chat, n) = (format!("big{}", i % CHATS), round * 25 + i / CHATS);
+            let (s, body) = (&s, json!({"n": n, "pad": big}));
+            async move { post(s, &chat, "heavy", body).await }
+        });
+        futures_util::future::join_all(posts).await;
+    }
+
+    // A client with a small receive window reads the head and a little, then shard b stops.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(8 * 1024).unwrap();
+    let mut conn = socket.connect(s.addr).await.unwrap();
+    let req = format!(
+        "GET {W}/users/heavy/export HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {API_KEY}\r\n\r\n",
+        s.addr
+    );
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let mut got = vec![0u8; 64 * 1024];
+    conn.read_exact(&mut got).await.unwrap();
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&got[..200]));
+    b.stop();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(WAIT * 3, conn.read_to_end(&mut rest)).await.expect("the transfer ends");
+    got.extend_from_slice(&rest);
+    let text = String::from_utf8_lossy(&got);
+    eprintln!(
+        "read {} bytes, then {:?}; ends {:?}",
+        got.len(),
+        read.as_ref().map_err(|e| e.kind()),
+        &text[text.len().saturating_sub(20)..]
+    );
+    let whole = CHATS * EACH * 15_000;
+    assert!(got.len() < whole, "{} bytes: the export did not stop at the failure", got.len());
+    assert!(
+        read.is_err() || !text.ends_with("\r\n0\r\n\r\n"),
+        "the body ended as if complete after {} bytes",
+        got.len()
+    );
+    drop(a);
+}

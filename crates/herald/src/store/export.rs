@@ -86,7 +86,7 @@ mod tests {
 
     #[test]
     fn messages_sort_oldest_first_then_by_chat_then_seq() {
-        let mut all = vec![message("b", 1, 5), message("a", 9, 5), message("a", 2, 5), message("z", 1, 1)];
+        let mut all = [message("b", 1, 5), message("a", 9, 5), message("a", 2, 5), message("z", 1, 1)];
         all.sort_by(export_order);
         let keys: Vec<_> = all.iter().map(|m| (m.event.ts, m.chat.as_str(), m.event.seq)).collect();
         assert_eq!(keys, [(1, "z", 1), (5, "a", 2), (5, "a", 9), (5, "b", 1)]);
