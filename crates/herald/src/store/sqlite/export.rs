@@ -25,10 +25,12 @@ impl Export for SqliteStore {
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
         let (ws, user, after) = (ws.to_owned(), user.to_owned(), after.unwrap_or("").to_owned());
         Box::pin(self.read(move |conn| {
-            // The user's memberships (`members_user`), sorted: a user is in few chats next to
-            // the log's size, and `chat` compares in byte order (SQLite's BINARY).
+            // The user's memberships first (`members_user`; CROSS JOIN keeps that order: left to
+            // itself the planner walks the workspace's chats in id order instead, every chat of a
+            // large workspace for a page), then sorted: a user is in few chats next to a workspace's count. `chat`
+            // compares in byte order (SQLite's BINARY).
             conn.prepare_cached(
-                "SELECT c.chat, m.read_seq FROM members m JOIN chats c ON c.id = m.chat_id
+                "SELECT c.chat, m.read_seq FROM members m CROSS JOIN chats c ON c.id = m.chat_id
                   WHERE m.user = ?1 AND c.ws = ?2 AND c.chat > ?3 ORDER BY c.chat LIMIT ?4",
             )?
             .query_map(params![user, ws, after, i64::from(limit)], |r| {
