@@ -13,6 +13,7 @@
 //! metadata's rows (the store), or the sweeper that deletes the bytes of
 //! deleted and never-attached files (`sweep.rs`).
 
+pub mod s3;
 pub mod settings;
 
 use crate::store::BoxFuture;
