@@ -33,7 +33,10 @@ install() {
     local tmp
     tmp=$(mktemp -d "$cache/build.XXXXXX")
     echo "s3.sh: building versitygw $version (once; about 2.5 min on 2 cores)" >&2
-    GOBIN=$tmp GOFLAGS=-trimpath go install "github.com/versity/versitygw/cmd/versitygw@$version" >&2
+    if ! GOBIN=$tmp GOFLAGS=-trimpath go install "github.com/versity/versitygw/cmd/versitygw@$version" \
+      >"$tmp/build.log" 2>&1; then
+      cat "$tmp/build.log" >&2; exit 1
+    fi
     mv "$tmp/versitygw" "$bin"
     rm -rf "$tmp"
   fi

@@ -103,13 +103,12 @@ async fn the_bucket_refuses_more_or_fewer_bytes_another_type_and_late_uploads() 
     let doc = file("fDoc00000000000000000000", "doc.pdf", "application/pdf", 100);
     let now = now_ms();
     let target = blobs.upload(&doc, now, now + 600_000);
-    let cases: [(&str, Vec<u8>, Option<Option<&str>>); 4] = [
+    for (what, body, content_type) in [
         ("one byte more", vec![7; 101], None),
         ("one byte fewer", vec![7; 99], None),
         ("another type", vec![7; 100], Some(Some("text/html"))),
         ("no type", vec![7; 100], Some(None)),
-    ];
-    for (what, body, content_type) in cases {
+    ] {
         let status = put(&target, body, content_type).await;
         assert!((400..500).contains(&status), "{what}: {status}");
         assert!(!blobs.complete(&doc).await.unwrap(), "{what} leaves the file incomplete");

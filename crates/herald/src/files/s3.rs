@@ -88,7 +88,9 @@ impl S3Blobs {
             _ => bail!("--files-s3's path must be just /BUCKET (path-style addressing), not {}", parsed.path()),
         };
         if !valid_bucket(&bucket) {
-            bail!("--files-s3: {bucket:?} is not a bucket name (3 to 63 of a-z 0-9 . -, starting and ending with a letter or digit)");
+            bail!(
+                "--files-s3: {bucket:?} is not a bucket name (3 to 63 of a-z 0-9 . -, starting and ending with a letter or digit)"
+            );
         }
 
         let mut region = DEFAULT_REGION.to_string();
@@ -101,8 +103,8 @@ impl S3Blobs {
         }
 
         let access = percent_decode(parsed.username()).context("--files-s3: the access key is not valid UTF-8")?;
-        let secret = percent_decode(parsed.password().unwrap_or(""))
-            .context("--files-s3: the secret key is not valid UTF-8")?;
+        let secret =
+            percent_decode(parsed.password().unwrap_or("")).context("--files-s3: the secret key is not valid UTF-8")?;
         let keys = match (access.is_empty(), secret.is_empty()) {
             (false, false) => Keys { access, secret },
             (true, true) => match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
@@ -129,8 +131,7 @@ impl S3Blobs {
         let path = format!("/{}", self.bucket);
         let url = self.sign("HEAD", &path, &[], &[], now_ms(), OWN_REQUEST_EXPIRES_S);
         let where_ = format!("bucket {} at {}", self.bucket, self.origin);
-        let resp =
-            self.http.head(&url).send().await.map_err(|e| anyhow!("--files-s3: cannot reach {where_} ({e})"))?;
+        let resp = self.http.head(&url).send().await.map_err(|e| anyhow!("--files-s3: cannot reach {where_} ({e})"))?;
         match resp.status() {
             s if s.is_success() => Ok(()),
             StatusCode::NOT_FOUND => {
@@ -182,13 +183,15 @@ impl Blobs for S3Blobs {
         let at_s = now_ms.div_euclid(1000);
         let length = file.size.to_string();
         let headers = [("content-length", length.as_str()), ("content-type", file.mime.as_str())];
-        let url = self.sign("PUT", &self.object_path(&file.key), &[], &headers, now_ms, expires_ms.div_euclid(1000) - at_s);
+        let url =
+            self.sign("PUT", &self.object_path(&file.key), &[], &headers, now_ms, expires_ms.div_euclid(1000) - at_s);
         UploadTarget { url, method: "PUT", headers: vec![("Content-Type".to_string(), file.mime.clone())] }
     }
 
     fn download_url(&self, file: &FileMeta, window: UrlWindow) -> String {
         let disposition = content_disposition(&file.name, &file.mime);
-        let query = [("response-content-disposition", disposition.as_str()), ("response-content-type", file.mime.as_str())];
+        let query =
+            [("response-content-disposition", disposition.as_str()), ("response-content-type", file.mime.as_str())];
         let expires_s = (window.end_ms - window.start_ms).div_euclid(1000);
         self.sign("GET", &self.object_path(&file.key), &query, &[], window.start_ms, expires_s)
     }

@@ -52,8 +52,7 @@ pub fn presign(keys: &Keys, region: &str, req: &Presign<'_>) -> String {
 
     let expires = req.expires_s.clamp(1, MAX_EXPIRES_S).to_string();
     let credential = format!("{}/{scope}", keys.access);
-    let mut params: Vec<(String, String)> =
-        req.query.iter().map(|(k, v)| (encode_query(k), encode_query(v))).collect();
+    let mut params: Vec<(String, String)> = req.query.iter().map(|(k, v)| (encode_query(k), encode_query(v))).collect();
     for (k, v) in [
         ("X-Amz-Algorithm", "AWS4-HMAC-SHA256"),
         ("X-Amz-Credential", credential.as_str()),
@@ -162,10 +161,8 @@ mod tests {
     /// "Authenticating Requests: Using Query Parameters").
     #[test]
     fn signs_as_the_aws_example() {
-        let keys = Keys {
-            access: "AKIAIOSFODNN7EXAMPLE".into(),
-            secret: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".into(),
-        };
+        let keys =
+            Keys { access: "AKIAIOSFODNN7EXAMPLE".into(), secret: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".into() };
         let url = presign(
             &keys,
             "us-east-1",
