@@ -13,7 +13,8 @@
 # The build comes from the Go module proxy (`go install`, about 340 MB of
 # modules into Go's module cache) into ${HERALD_S3_CACHE:-~/.cache/herald}.
 # S3_ACCESS_KEY, S3_SECRET_KEY and S3_BUCKET override the test credentials
-# and the bucket's name.
+# and the bucket's name; S3_CORS_ORIGINS (comma-separated) sets the bucket
+# CORS rule that lets browsers of those origins upload and fetch.
 set -euo pipefail
 version=v1.8.0
 cache=${HERALD_S3_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/herald}/versitygw-$version
@@ -58,6 +59,8 @@ case $cmd in
     "$bin" --access "$access" --secret "$secret" --port "127.0.0.1:$port" --quiet \
       posix "$dir/data" </dev/null >>"$dir/versitygw.log" 2>&1 &
     echo $! >"$dir/versitygw.pid"
+    # A start that fails from here on stops what it started.
+    trap '[ $? -eq 0 ] || "$0" stop "$dir"' EXIT
     up=""
     for _ in $(seq 100); do
       if curl -s -o /dev/null "http://127.0.0.1:$port/"; then up=1; break; fi
@@ -77,6 +80,20 @@ case $cmd in
       200 | 409) ;;
       *) echo "s3.sh: creating bucket $bucket answered $code: $(cat "$dir/create-bucket.out")" >&2; exit 1 ;;
     esac
+    # S3_CORS_ORIGINS=a,b: the bucket CORS rule browsers need to upload and fetch from those origins
+    # (docs/operations.md gives the same rule for a real bucket).
+    if [ -n "${S3_CORS_ORIGINS:-}" ]; then
+      xml="<CORSConfiguration><CORSRule>"
+      for o in ${S3_CORS_ORIGINS//,/ }; do xml+="<AllowedOrigin>$o</AllowedOrigin>"; done
+      xml+="<AllowedMethod>PUT</AllowedMethod><AllowedMethod>GET</AllowedMethod>"
+      xml+="<AllowedHeader>Content-Type</AllowedHeader><MaxAgeSeconds>3600</MaxAgeSeconds></CORSRule></CORSConfiguration>"
+      md5=$(printf %s "$xml" | python3 -c 'import base64,hashlib,sys; print(base64.b64encode(hashlib.md5(sys.stdin.buffer.read()).digest()).decode())')
+      sha=$(printf %s "$xml" | sha256sum | cut -d' ' -f1)
+      code=$(curl -s -o "$dir/put-cors.out" -w '%{http_code}' -X PUT --aws-sigv4 aws:amz:us-east-1:s3 \
+        --user "$access:$secret" -H "Content-MD5: $md5" -H "x-amz-content-sha256: $sha" --data-binary "$xml" \
+        "http://127.0.0.1:$port/$bucket?cors=")
+      [ "$code" = 200 ] || { echo "s3.sh: setting the bucket's CORS rule answered $code: $(cat "$dir/put-cors.out")" >&2; exit 1; }
+    fi
     echo "http://$access:$secret@127.0.0.1:$port/$bucket"
     ;;
   stop)

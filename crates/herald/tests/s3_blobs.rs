@@ -148,3 +148,35 @@ async fn the_start_check_says_what_is_wrong() {
     assert!(e.contains("cannot reach"), "{e}");
     assert!(!e.contains(common::s3::SECRET_KEY), "{e}");
 }
+
+#[tokio::test]
+#[ignore = "needs versitygw (scripts/s3.sh builds it); scripts/test.sh runs it"]
+async fn the_documented_cors_rule_lets_the_apps_origin_upload_and_fetch() {
+    let s3 = S3Server::start_with_cors("http://app.test");
+    let blobs = S3Blobs::from_url(&s3.url).unwrap();
+    let note = file("fNote0000000000000000000", "note.txt", "text/plain", 5);
+    let now = now_ms();
+    let target = blobs.upload(&note, now, now + 600_000);
+    let http = reqwest::Client::new();
+    let preflight = |origin: &'static str| {
+        http.request(reqwest::Method::OPTIONS, &target.url)
+            .header("Origin", origin)
+            .header("Access-Control-Request-Method", "PUT")
+            .header("Access-Control-Request-Headers", "content-type")
+            .send()
+    };
+    let ok = preflight("http://app.test").await.unwrap();
+    assert!(ok.status().is_success(), "{}", ok.status());
+    assert_eq!(ok.headers()["access-control-allow-origin"], "http://app.test");
+    let other = preflight("http://elsewhere.test").await.unwrap();
+    assert!(other.headers().get("access-control-allow-origin").is_none(), "another origin is not let in");
+
+    let put = http.put(&target.url).header("Origin", "http://app.test").header("Content-Type", "text/plain");
+    let resp = put.body(b"hello".to_vec()).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["access-control-allow-origin"], "http://app.test");
+    let url = blobs.download_url(&note, UrlWindow::at(now));
+    let resp = http.get(&url).header("Origin", "http://app.test").send().await.unwrap();
+    assert_eq!(resp.headers()["access-control-allow-origin"], "http://app.test");
+    assert_eq!(resp.text().await.unwrap(), "hello");
+}

@@ -26,6 +26,12 @@ pub struct S3Server {
 impl S3Server {
     /// Starts a server with an empty bucket [`BUCKET`].
     pub fn start() -> S3Server {
+        Self::start_with_cors("")
+    }
+
+    /// The same, the bucket with the CORS rule docs/operations.md gives for
+    /// these origins (comma-separated; none when empty).
+    pub fn start_with_cors(origins: &str) -> S3Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = super::free_port();
         let out = Command::new(script())
@@ -35,6 +41,7 @@ impl S3Server {
             .env("S3_ACCESS_KEY", ACCESS_KEY)
             .env("S3_SECRET_KEY", SECRET_KEY)
             .env("S3_BUCKET", BUCKET)
+            .env("S3_CORS_ORIGINS", origins)
             .output()
             .expect("run s3.sh");
         assert!(out.status.success(), "s3.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
