@@ -106,9 +106,9 @@ impl S3Blobs {
         let secret =
             percent_decode(parsed.password().unwrap_or("")).context("--files-s3: the secret key is not valid UTF-8")?;
         let keys = match (access.is_empty(), secret.is_empty()) {
-            (false, false) => Keys { access, secret },
+            (false, false) => Keys::new(access, secret),
             (true, true) => match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
-                (Some(access), Some(secret)) if !access.is_empty() && !secret.is_empty() => Keys { access, secret },
+                (Some(access), Some(secret)) if !access.is_empty() && !secret.is_empty() => Keys::new(access, secret),
                 _ => bail!(
                     "--files-s3 has no keys: give ACCESS_KEY:SECRET_KEY@ in the URL, or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
                 ),

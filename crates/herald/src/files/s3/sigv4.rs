@@ -9,16 +9,43 @@
 //!
 //! Not here: which URLs the backend signs, or the bucket's address (`s3.rs`).
 
+use std::sync::Mutex;
+
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 /// The longest a presigned URL may be valid for (SigV4's limit: 7 days).
 pub const MAX_EXPIRES_S: i64 = 604_800;
 
-/// An access key and its secret.
+/// An access key and its secret, with the last day's derived signing key
+/// (four HMACs saved on every URL signed that day and region).
 pub struct Keys {
     pub access: String,
     pub secret: String,
+    /// `(day/region, key)`. Held only while reading or replacing it.
+    derived: Mutex<Option<(String, Vec<u8>)>>,
+}
+
+impl Keys {
+    pub fn new(access: String, secret: String) -> Keys {
+        Keys { access, secret, derived: Mutex::new(None) }
+    }
+
+    /// The signing key of `day` (`YYYYMMDD`) in `region`.
+    fn signing_key(&self, day: &str, region: &str) -> Vec<u8> {
+        let scope = format!("{day}/{region}");
+        if let Some((s, key)) = &*self.derived.lock().unwrap_or_else(|e| e.into_inner())
+            && *s == scope
+        {
+            return key.clone();
+        }
+        let mut key = hmac(format!("AWS4{}", self.secret).as_bytes(), day.as_bytes());
+        for part in [region, "s3", "aws4_request"] {
+            key = hmac(&key, part.as_bytes());
+        }
+        *self.derived.lock().unwrap_or_else(|e| e.into_inner()) = Some((scope, key.clone()));
+        key
+    }
 }
 
 /// One request to presign.
@@ -72,11 +99,7 @@ pub fn presign(keys: &Keys, region: &str, req: &Presign<'_>) -> String {
     canonical.push_str(&format!("\n{signed_headers}\nUNSIGNED-PAYLOAD"));
 
     let to_sign = format!("AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}", hex(&Sha256::digest(canonical.as_bytes())));
-    let mut key = hmac(format!("AWS4{}", keys.secret).as_bytes(), day.as_bytes());
-    for part in [region, "s3", "aws4_request"] {
-        key = hmac(&key, part.as_bytes());
-    }
-    let signature = hex(&hmac(&key, to_sign.as_bytes()));
+    let signature = hex(&hmac(&keys.signing_key(day, region), to_sign.as_bytes()));
     format!("{}?{query}&X-Amz-Signature={signature}", req.path)
 }
 
@@ -161,8 +184,7 @@ mod tests {
     /// "Authenticating Requests: Using Query Parameters").
     #[test]
     fn signs_as_the_aws_example() {
-        let keys =
-            Keys { access: "AKIAIOSFODNN7EXAMPLE".into(), secret: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".into() };
+        let keys = Keys::new("AKIAIOSFODNN7EXAMPLE".into(), "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".into());
         let url = presign(
             &keys,
             "us-east-1",
@@ -183,6 +205,21 @@ mod tests {
              &X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host\
              &X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
         );
+    }
+
+    #[test]
+    fn the_cached_key_is_the_days_own() {
+        let keys = Keys::new("k".into(), "s".into());
+        let req =
+            |at_s| Presign { method: "GET", host: "h", path: "/b/o", query: &[], headers: &[], at_s, expires_s: 60 };
+        let day1 = presign(&keys, "us-east-1", &req(1_369_353_600));
+        let day2 = presign(&keys, "us-east-1", &req(1_369_353_600 + 86_400));
+        let fresh = |at_s| presign(&Keys::new("k".into(), "s".into()), "us-east-1", &req(at_s));
+        assert_eq!(day1, fresh(1_369_353_600));
+        assert_eq!(day2, fresh(1_369_353_600 + 86_400));
+        assert_eq!(presign(&keys, "eu-west-1", &req(1_369_353_600 + 86_400)), {
+            presign(&Keys::new("k".into(), "s".into()), "eu-west-1", &req(1_369_353_600 + 86_400))
+        });
     }
 
     #[test]
