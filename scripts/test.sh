@@ -3,10 +3,11 @@
 #
 #   scripts/test.sh
 #
-# Needs the Rust toolchain, python3 and Node 20 (present on our Debian
+# Needs the Rust toolchain, Go, python3 and Node 20 (present on our Debian
 # machines). Everything else it needs it installs itself, once: Debian
 # packages through apt-get when run as root, npm packages into sdk/ts,
-# the Autobahn runner (kosoku, from PyPI) into ~/.cache/herald.
+# the Autobahn runner (kosoku, from PyPI) and the S3-compatible server
+# (versitygw, built from the Go module proxy) into ~/.cache/herald.
 # Servers it starts listen on free loopback ports and are stopped by pid.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -45,6 +46,10 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "missing: ${need[*]} (run as root, or install them)" >&2; exit 1
   fi
 fi
+echo "ok"
+
+step "S3-compatible server for the files tests (versitygw: built once, about 2.5 to 4 min on 2 cores)"
+scripts/s3.sh install
 echo "ok"
 
 step "format and lints"
