@@ -48,3 +48,8 @@ pub const APPEND_PUSH_INTERVAL_MS: u64 = 40;
 pub const STREAM_IDLE_MS: u64 = 60_000;
 /// ... within this long of its last append.
 pub const STREAM_END_WITHIN_MS: u64 = 90_000;
+/// Default and largest `limit` of `search` (v1.2).
+pub const SEARCH_DEFAULT: u32 = 20;
+pub const SEARCH_MAX: u32 = 100;
+/// The longest `search` query, in characters (v1.2).
+pub const SEARCH_QUERY_MAX: usize = 200;

@@ -10,6 +10,7 @@ mod conv;
 mod erase;
 mod live;
 mod screen;
+mod search;
 pub mod settings;
 mod stream;
 
@@ -640,7 +641,7 @@ mod tests {
         }
     }
 
-    crate::store::not_kept!(GatedLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations);
+    crate::store::not_kept!(GatedLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations, Search);
 
     fn chats(latest: u64) -> (Arc<Chats>, Arc<GatedLog>, Arc<Hub>) {
         let log = Arc::new(GatedLog { latest, gate: tokio::sync::Semaphore::new(0) });

@@ -6,7 +6,7 @@
 use herald_protocol::frame::ErrorBody;
 use herald_protocol::reply::{
     ChatView, ChatsOk, EmptyOk, FetchOk, InboxEntry, InboxOk, MemberEntry, MembersOk, PinEntry, PinsOk, PresenceOk,
-    Profile, SeqOk,
+    Profile, SearchHit, SearchOk, SeqOk,
 };
 use herald_protocol::{ErrorCode, Event, EventType, Replies, StreamState};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -118,6 +118,7 @@ impl Modify for ApiKey {
         super::moderation::inbox,
         super::users::revoke,
         super::users::erase,
+        super::search::search,
         super::issue_token,
         super::gateway_for,
         super::admin::admin_status,
@@ -135,6 +136,7 @@ impl Modify for ApiKey {
         super::admin::StatusNode, super::admin::StatusShard, super::Ready, EditBody, MuteBody, EmptyOk, InboxOk,
         InboxEntry, super::users::ErasedOk, crate::hooks::webhook::WebhookStatus, ChatsOk, MembersOk,
         MemberEntry, PinsOk, PinEntry, Profile, Replies, StreamState, super::conversations::AppendBody,
+        SearchOk, SearchHit,
     )),
     modifiers(&ApiKey),
 )]

@@ -244,6 +244,9 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
         Op::Pins { chat } => ok(ok_reply(id, &chats.pins(c, &chat).await?)),
         Op::Reactions { chat, target } => ok(ok_reply(id, &chats.reactions(c, &chat, target).await?)),
         Op::Append { chat, target, text, done } => ok(ok_reply(id, &chats.append(c, &chat, target, text, done).await?)),
+        Op::Search { query, chat, limit, cursor } => {
+            ok(ok_reply(id, &chats.search(c, &query, chat.as_deref(), limit, cursor.as_deref()).await?))
+        }
     }
 }
 

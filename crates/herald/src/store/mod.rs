@@ -19,6 +19,7 @@
 //! | webhook positions | [`WebhookPositions`] | `webhook.rs` | `sqlite/webhook.rs` | `postgres/webhook.rs` |
 //! | lifecycle: ready, close, shards | [`Lifecycle`] | `lifecycle.rs` | `sqlite/mod.rs` | `postgres/mod.rs` |
 //! | v1.2 conversations: profiles, chat and member lists, threads, pins, reactions, streams | [`Conversations`] | `conversations.rs` | `sqlite/conversations.rs` | `postgres/conversations.rs` |
+//! | v1.2 search: messages by their words (an index kept after the commit) | [`Search`] | `search.rs` | `sqlite/search.rs`, `sqlite/search_index.rs` | `postgres/search.rs`, `postgres/search_index.rs` |
 //!
 //! [`sharded`] routes every capability over PostgreSQL shards (by chat, or
 //! to every shard and merged), behind each shard's bulkhead and breaker.
@@ -64,6 +65,9 @@ mod moderation;
 mod pg_tls;
 pub mod postgres;
 mod revocations;
+mod search;
+pub mod search_pending;
+pub mod search_text;
 pub mod settings;
 pub mod shard_identity;
 pub mod shard_spec;
@@ -77,6 +81,7 @@ pub use log::{Actor, Conversation, EventLog, Fetched, Write, Written};
 pub use members::{InboxCursor, Member, Membership, inbox_order, unread};
 pub use moderation::Moderation;
 pub use revocations::{Revocation, RevocationList, Revoked};
+pub use search::{Hit, Search, SearchCursor, SearchQuery, search_order};
 pub use shard_spec::{ShardName, ShardSpec};
 pub use webhook::{Undelivered, WebhookAck, WebhookPositions};
 
@@ -133,12 +138,20 @@ pub enum StoreError {
 /// caller can hold one `Arc<dyn Store>` and call any of them. Implemented
 /// for every type that has every capability; nothing implements it by hand.
 pub trait Store:
-    EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations
+    EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations + Search
 {
 }
 
 impl<T> Store for T where
-    T: EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations + ?Sized
+    T: EventLog
+        + Membership
+        + Moderation
+        + RevocationList
+        + WebhookPositions
+        + Lifecycle
+        + Conversations
+        + Search
+        + ?Sized
 {
 }
 
@@ -335,6 +348,16 @@ macro_rules! not_kept {
                 _: u32,
             ) -> $crate::store::BoxFuture<'_, Result<Vec<($crate::model::ChatKey, u64)>, $crate::store::StoreError>> {
                 $crate::store::not_kept!(@answer "streams")
+            }
+        }
+    };
+    (@ $ty:ty, Search) => {
+        impl $crate::store::Search for $ty {
+            fn search<'a>(
+                &'a self,
+                _: &'a $crate::store::SearchQuery,
+            ) -> $crate::store::BoxFuture<'a, Result<Vec<$crate::store::Hit>, $crate::store::StoreError>> {
+                $crate::store::not_kept!(@answer "search index")
             }
         }
     };

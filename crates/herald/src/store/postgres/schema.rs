@@ -17,6 +17,9 @@ use crate::store::shard_identity::{self, IdentityError};
 /// the hooks' tables; version 5 protocol v1.2's conversations.
 const SCHEMA: &str = include_str!("schema.sql");
 const SCHEMA_VERSION: i32 = 5;
+/// Version 7 (protocol v1.2 search; 6 is the lead's files): the search index's tables, at the
+/// end of `schema.sql`.
+const SEARCH_SCHEMA_VERSION: i32 = 7;
 
 /// Applies the schema and confirms the shard's identity, once per process
 /// and shard, under an advisory lock so that nodes starting together do not race.
@@ -30,9 +33,9 @@ pub(super) async fn ensure_schema(shard: &Checked, conn: &Object) -> Result<(), 
                     Ok(row) => row.and_then(|r| r.get(0)),
                     Err(_) => None, // no table yet
                 };
-                if have.is_none_or(|v| v < SCHEMA_VERSION) {
+                if have.is_none_or(|v| v < SCHEMA_VERSION.max(SEARCH_SCHEMA_VERSION)) {
                     conn.batch_execute(SCHEMA).await?;
-                    tracing::info!(shard = %shard.name, version = SCHEMA_VERSION, "postgres schema applied");
+                    tracing::info!(shard = %shard.name, version = SEARCH_SCHEMA_VERSION, "postgres schema applied");
                 }
                 let id = shard_identity::check(conn, &shard.name, &shard.shown, &shard.claims).await?;
                 let _ = shard.id.set(id);

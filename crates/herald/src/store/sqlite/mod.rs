@@ -23,6 +23,8 @@ mod members;
 mod moderation;
 mod revocations;
 mod schema;
+mod search;
+pub mod search_index;
 mod tx;
 mod webhook;
 mod writer;
@@ -53,6 +55,8 @@ pub struct SqliteStore {
     readers: Arc<ReaderPool>,
     /// webhook: whether writes keep the webhook's positions (shared with the writer).
     webhook: Arc<AtomicBool>,
+    /// v1.2 search: the chats written since the indexer last looked (`search_index.rs`).
+    search: Arc<crate::store::search_pending::Pending>,
 }
 
 struct ReaderPool {
@@ -77,12 +81,14 @@ impl SqliteStore {
         conn.pragma_update(None, "secure_delete", "ON")?;
         schema::migrate(&conn, &path, version)?;
 
+        let search = search_index::start(dir, &path)?;
         let webhook = Arc::new(AtomicBool::new(false));
         let (jobs, writer_alive) = writer::spawn(conn, webhook.clone())?;
         Ok(SqliteStore {
             jobs,
             writer_alive,
             webhook,
+            search,
             readers: Arc::new(ReaderPool { path, idle: Mutex::new(Vec::new()), permits: Semaphore::new(READERS) }),
         })
     }
@@ -119,6 +125,9 @@ impl SqliteStore {
 fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    // v1.2 search: the index beside the log, read-only like the log.
+    let index = path.with_file_name(search_index::SEARCH_FILE);
+    conn.execute("ATTACH DATABASE ?1 AS search", [index.to_string_lossy()])?;
     Ok(conn)
 }
 
@@ -147,6 +156,7 @@ impl Lifecycle for SqliteStore {
             if matches!(sent, Ok(true)) {
                 let _ = rx.await;
             }
+            self.search.close();
         })
     }
 
