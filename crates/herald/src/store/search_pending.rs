@@ -119,9 +119,14 @@ impl Pending {
         self.take().unwrap_or(Work::All)
     }
 
-    /// Chats queued now (a gauge of the indexer's lag).
+    /// Chats queued now.
     pub fn queued(&self) -> usize {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).chats.len()
+    }
+
+    /// Sets the indexer's lag gauge, in chats: `behind` left in its pass and those queued since.
+    pub fn report_lag(&self, behind: usize) {
+        metrics::gauge!("herald_search_index_lag_chats").set((behind + self.queued()) as f64);
     }
 }
 

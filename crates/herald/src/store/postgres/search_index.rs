@@ -38,17 +38,19 @@ pub(super) async fn run(shard: Arc<Checked>, pool: Pool, pending: Arc<Pending>) 
         if work == Work::Close {
             return;
         }
-        metrics::gauge!("herald_search_index_queued_chats").set(pending.queued() as f64);
-        if let Err(e) = pass(&shard, &pool, work).await {
+        let kind = if work == Work::All { "all" } else { "chats" };
+        if let Err(e) = pass(&shard, &pool, work, &pending).await {
             tracing::warn!(shard = %shard.name, error = %e, "search indexing failed; retrying");
             metrics::counter!("herald_search_index_errors_total").increment(1);
             pending.mark_all();
             tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
         }
+        metrics::counter!("herald_search_index_passes_total", "kind" => kind).increment(1);
     }
 }
 
-async fn pass(shard: &Checked, pool: &Pool, work: Work) -> Result<(), String> {
+async fn pass(shard: &Checked, pool: &Pool, work: Work, pending: &Pending) -> Result<(), String> {
     let mut conn = pool.get().await.map_err(|e| chain(&e))?;
     ensure_schema(shard, &conn).await.map_err(|e| e.to_string())?;
     let chats: Vec<i64> = match work {
@@ -79,7 +81,10 @@ async fn pass(shard: &Checked, pool: &Pool, work: Work) -> Result<(), String> {
             rows.iter().map(|r| r.get(0)).collect()
         }
     };
+    let mut behind = chats.len();
     for chat_id in chats {
+        pending.report_lag(behind);
+        behind -= 1;
         loop {
             let tx = conn.transaction().await.map_err(|e| chain(&e))?;
             let read = index_some(&tx, chat_id).await.map_err(|e| chain(&e))?;
@@ -90,6 +95,7 @@ async fn pass(shard: &Checked, pool: &Pool, work: Work) -> Result<(), String> {
             }
         }
     }
+    pending.report_lag(0);
     Ok(())
 }
 

@@ -83,12 +83,12 @@ pub(super) fn start(dir: &Path, log: &Path) -> anyhow::Result<Arc<Pending>> {
 fn run(mut conn: Connection, pending: &Pending) {
     loop {
         let work = pending.wait(IDLE_PASS);
+        let kind = if work == Work::All { "all" } else { "chats" };
         let chats = match work {
             Work::Close => return,
             Work::All => all_behind(&conn),
             Work::Chats(keys) => keys_behind(&conn, &keys),
         };
-        metrics::gauge!("herald_search_index_queued_chats").set(pending.queued() as f64);
         let chats = match chats {
             Ok(c) => c,
             Err(e) => {
@@ -99,7 +99,10 @@ fn run(mut conn: Connection, pending: &Pending) {
             }
         };
         let mut removed = false;
+        let mut behind = chats.len();
         for chat_id in chats {
+            pending.report_lag(behind);
+            behind -= 1;
             match index_chat(&mut conn, chat_id) {
                 Ok(r) => removed |= r,
                 Err(e) => {
@@ -111,6 +114,8 @@ fn run(mut conn: Connection, pending: &Pending) {
         if removed {
             checkpoint(&conn);
         }
+        pending.report_lag(0);
+        metrics::counter!("herald_search_index_passes_total", "kind" => kind).increment(1);
     }
 }
 
@@ -122,7 +127,7 @@ fn failed(e: &rusqlite::Error) {
 /// Removed text must leave the files: truncate the WAL once readers let it.
 fn checkpoint(conn: &Connection) {
     for _ in 0..50 {
-        match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0)) {
+        match conn.query_row("PRAGMA main.wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0)) {
             Ok(0) => return,
             Ok(_) => std::thread::sleep(Duration::from_millis(100)),
             Err(e) => return failed(&e),
