@@ -169,7 +169,12 @@ async fn pages_run_newest_first_across_chats_and_the_chat_filter_keeps_one() {
 
     // The server API pages the same way.
     let (_, v) = s.http("GET", "/v1/workspaces/acme/search?q=page1&limit=100", None).await;
-    let ones: Vec<_> = sent.iter().enumerate().filter(|(i, _)| (24 - i).to_string().starts_with('1')).map(|(_, h)| h.clone()).collect();
+    let ones: Vec<_> = sent
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| (24 - i).to_string().starts_with('1'))
+        .map(|(_, h)| h.clone())
+        .collect();
     assert_eq!(found(&v), ones, "page1 and page10 to page19: {v}");
 
     let only = alice.ok(json!({"op": "search", "query": "보고서", "chat": "c2", "limit": 100})).await;

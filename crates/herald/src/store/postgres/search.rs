@@ -70,10 +70,8 @@ impl Search for PgShard {
             let mut at = (q.after.as_ref().map_or(i64::MAX, |c| c.ts.saturating_add(1)), 0i64, 0i64);
             let mut found: Vec<(i64, String, i64, i64)> = Vec::new();
             'pages: loop {
-                let page = conn
-                    .query(&postings, &[&gram, &at.0, &at.1, &at.2, &ids, &POSTINGS_PAGE])
-                    .await
-                    .map_err(fail)?;
+                let page =
+                    conn.query(&postings, &[&gram, &at.0, &at.1, &at.2, &ids, &POSTINGS_PAGE]).await.map_err(fail)?;
                 for r in &page {
                     let (ts, chat_id, seq, text): (i64, i64, i64, &str) = (r.get(0), r.get(1), r.get(2), r.get(3));
                     at = (ts, chat_id, seq);

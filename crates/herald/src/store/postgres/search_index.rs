@@ -22,9 +22,9 @@ use serde_json::value::RawValue;
 use tokio_postgres::Transaction;
 
 use super::{Checked, ensure_schema};
-use crate::store::shard_spec::chain;
 use crate::store::search_pending::{Pending, Work};
 use crate::store::search_text::{body_text, grams};
+use crate::store::shard_spec::chain;
 
 /// Events read per chat per transaction.
 const EVENTS_PER_TX: i64 = 512;
@@ -134,16 +134,17 @@ async fn index_some(tx: &Transaction<'_>, chat_id: i64) -> Result<usize, tokio_p
 
 /// Replaces message `seq`'s entry by its current state in the log (none, when it is deleted).
 async fn reindex(tx: &Transaction<'_>, chat_id: i64, seq: i64) -> Result<(), tokio_postgres::Error> {
-    let old = tx.query_opt("SELECT ts, text FROM search_docs WHERE chat_id = $1 AND seq = $2", &[&chat_id, &seq]).await?;
+    let old =
+        tx.query_opt("SELECT ts, text FROM search_docs WHERE chat_id = $1 AND seq = $2", &[&chat_id, &seq]).await?;
     let current = tx
         .query_opt(
             "SELECT ts, body FROM events WHERE chat_id = $1 AND seq = $2 AND type = 'message' AND NOT deleted",
             &[&chat_id, &seq],
         )
         .await?;
-    let text = current.as_ref().map(|r| {
-        RawValue::from_string(r.get::<_, String>(1)).map(|raw| body_text(&raw)).unwrap_or_default()
-    });
+    let text = current
+        .as_ref()
+        .map(|r| RawValue::from_string(r.get::<_, String>(1)).map(|raw| body_text(&raw)).unwrap_or_default());
     if let (Some(o), Some(t)) = (&old, &text)
         && o.get::<_, &str>(1) == t
     {
@@ -162,8 +163,11 @@ async fn reindex(tx: &Transaction<'_>, chat_id: i64, seq: i64) -> Result<(), tok
         && !t.is_empty()
     {
         let ts: i64 = c.get(0);
-        tx.execute("INSERT INTO search_docs (chat_id, seq, ts, text) VALUES ($1, $2, $3, $4)", &[&chat_id, &seq, &ts, t])
-            .await?;
+        tx.execute(
+            "INSERT INTO search_docs (chat_id, seq, ts, text) VALUES ($1, $2, $3, $4)",
+            &[&chat_id, &seq, &ts, t],
+        )
+        .await?;
         let new_grams: Vec<String> = grams(t).into_iter().collect();
         tx.execute(
             "INSERT INTO search_grams (gram, ts, chat_id, seq) SELECT g, $2, $3, $4 FROM unnest($1::text[]) AS g

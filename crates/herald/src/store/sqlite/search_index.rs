@@ -216,16 +216,17 @@ fn reindex(tx: &rusqlite::Transaction<'_>, chat_id: i64, seq: i64) -> rusqlite::
         )?
         .query_row(params![chat_id, seq], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    let text = current.as_ref().map(|(_, body)| {
-        RawValue::from_string(body.clone()).map(|raw| body_text(&raw)).unwrap_or_default()
-    });
+    let text = current
+        .as_ref()
+        .map(|(_, body)| RawValue::from_string(body.clone()).map(|raw| body_text(&raw)).unwrap_or_default());
     if let (Some((_, old_text)), Some(new_text)) = (&old, &text)
         && old_text == new_text
     {
         return Ok(false);
     }
     if let Some((ts, old_text)) = &old {
-        let mut del = tx.prepare_cached("DELETE FROM search_grams WHERE gram = ?1 AND ts = ?2 AND chat_id = ?3 AND seq = ?4")?;
+        let mut del =
+            tx.prepare_cached("DELETE FROM search_grams WHERE gram = ?1 AND ts = ?2 AND chat_id = ?3 AND seq = ?4")?;
         for g in grams(old_text) {
             del.execute(params![g, ts, chat_id, seq])?;
         }
