@@ -94,6 +94,11 @@ impl Pending {
         self.notify.notify_one();
     }
 
+    /// Whether [`Pending::close`] was called: a long pass stops early.
+    pub fn closing(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).closed
+    }
+
     /// The work queued now, if any.
     pub fn take(&self) -> Option<Work> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -83,6 +83,9 @@ async fn pass(shard: &Checked, pool: &Pool, work: Work, pending: &Pending) -> Re
     };
     let mut behind = chats.len();
     for chat_id in chats {
+        if pending.closing() {
+            return Ok(());
+        }
         pending.report_lag(behind);
         behind -= 1;
         loop {

@@ -37,7 +37,7 @@ impl EventLog for SqliteStore {
             let written = rx.await.unwrap_or_else(|_| Err(unavailable("the store writer stopped")));
             if written.as_ref().is_ok_and(|w| w.event.is_some()) {
                 // v1.2 search: the indexer follows the commit (never the other way round).
-                self.search.mark(&key);
+                self.search.pending.mark(&key);
             }
             written
         })

@@ -56,7 +56,7 @@ pub struct SqliteStore {
     /// webhook: whether writes keep the webhook's positions (shared with the writer).
     webhook: Arc<AtomicBool>,
     /// v1.2 search: the chats written since the indexer last looked (`search_index.rs`).
-    search: Arc<crate::store::search_pending::Pending>,
+    search: Arc<search_index::SearchIndex>,
 }
 
 struct ReaderPool {
@@ -81,7 +81,7 @@ impl SqliteStore {
         conn.pragma_update(None, "secure_delete", "ON")?;
         schema::migrate(&conn, &path, version)?;
 
-        let search = search_index::start(dir, &path)?;
+        let search = Arc::new(search_index::start(dir, &path));
         let webhook = Arc::new(AtomicBool::new(false));
         let (jobs, writer_alive) = writer::spawn(conn, webhook.clone())?;
         Ok(SqliteStore {
@@ -127,7 +127,10 @@ fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     // v1.2 search: the index beside the log, read-only like the log.
     let index = path.with_file_name(search_index::SEARCH_FILE);
-    conn.execute("ATTACH DATABASE ?1 AS search", [index.to_string_lossy()])?;
+    if let Err(e) = conn.execute("ATTACH DATABASE ?1 AS search", [index.to_string_lossy()]) {
+        // Searches fail on this connection; every other read goes on.
+        tracing::error!(error = %e, "the search index could not be attached");
+    }
     Ok(conn)
 }
 
@@ -156,7 +159,9 @@ impl Lifecycle for SqliteStore {
             if matches!(sent, Ok(true)) {
                 let _ = rx.await;
             }
-            self.search.close();
+            // The indexer lets go of its file before the store counts as closed.
+            let index = self.search.clone();
+            let _ = tokio::task::spawn_blocking(move || index.close()).await;
         })
     }
 

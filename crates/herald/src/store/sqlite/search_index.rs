@@ -59,25 +59,58 @@ CREATE TABLE IF NOT EXISTS search_positions (
 );
 ";
 
-/// Opens (creating) the index file and starts the indexer thread over log file `log`. The
-/// returned queue is what the store marks after each write.
-pub(super) fn start(dir: &Path, log: &Path) -> anyhow::Result<Arc<Pending>> {
+/// The index's indexer thread, and the queue the store marks after each write.
+pub(super) struct SearchIndex {
+    pub pending: Arc<Pending>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl SearchIndex {
+    /// Stops the indexer and waits until it has let go of the index file.
+    pub fn close(&self) {
+        self.pending.close();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Opens (creating) the index file and starts the indexer thread over log file `log`. An index
+/// that cannot be opened is logged and counted, never a reason for the store not to open:
+/// searches then fail, writes do not.
+pub(super) fn start(dir: &Path, log: &Path) -> SearchIndex {
+    let pending = Arc::new(Pending::new());
+    let thread = match open(dir, log) {
+        Ok(conn) if indexing_on() => {
+            let p = pending.clone();
+            std::thread::Builder::new()
+                .name("herald-search-indexer".into())
+                .spawn(move || run(conn, &p))
+                .map_err(|e| tracing::error!(error = %e, "the search indexer did not start"))
+                .ok()
+        }
+        Ok(_) => {
+            tracing::warn!("search indexing is off (HERALD_SEARCH_INDEX=off): new messages are not found");
+            None
+        }
+        Err(e) => {
+            failed(&e);
+            None
+        }
+    };
+    SearchIndex { pending, thread: std::sync::Mutex::new(thread) }
+}
+
+fn open(dir: &Path, log: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(dir.join(SEARCH_FILE))?;
+    conn.busy_timeout(Duration::from_secs(5))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // The index can be rebuilt from the log: a commit need not be fsynced to be safe.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "secure_delete", "ON")?;
-    conn.busy_timeout(Duration::from_secs(5))?;
     conn.execute_batch(SCHEMA)?;
     conn.execute("ATTACH DATABASE ?1 AS log", [log.to_string_lossy()])?;
-    let pending = Arc::new(Pending::new());
-    if indexing_on() {
-        let p = pending.clone();
-        std::thread::Builder::new().name("herald-search-indexer".into()).spawn(move || run(conn, &p))?;
-    } else {
-        tracing::warn!("search indexing is off (HERALD_SEARCH_INDEX=off): new messages are not found");
-    }
-    Ok(pending)
+    Ok(conn)
 }
 
 fn run(mut conn: Connection, pending: &Pending) {
@@ -101,6 +134,9 @@ fn run(mut conn: Connection, pending: &Pending) {
         let mut removed = false;
         let mut behind = chats.len();
         for chat_id in chats {
+            if pending.closing() {
+                return;
+            }
             pending.report_lag(behind);
             behind -= 1;
             match index_chat(&mut conn, chat_id) {
