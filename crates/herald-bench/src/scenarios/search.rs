@@ -41,6 +41,8 @@ const AUTHOR: &str = "author";
 const VOCABULARY: u64 = 2_000;
 /// Writes in flight while building: half of either backend's write queue.
 const WRITES_IN_FLIGHT: usize = 8_192;
+/// Through shards: within each shard's bulkhead, which refuses (times out) a deeper queue.
+const SHARDED_IN_FLIGHT: usize = 256;
 /// A query page's `limit`.
 const LIMIT: u32 = 20;
 /// The server's indexer must catch up with the built store within this.
@@ -182,12 +184,13 @@ async fn build(stores: &[Preloaded], dir: &Path, args: &SearchArgs) -> anyhow::R
         }
         Box::new(Sharded::new(shards))
     };
-    let loaded = load(store.as_ref(), args).await;
+    let in_flight = if stores.len() == 1 { WRITES_IN_FLIGHT } else { SHARDED_IN_FLIGHT };
+    let loaded = load(store.as_ref(), args, in_flight).await;
     store.close().await;
     loaded
 }
 
-async fn load(store: &dyn Store, args: &SearchArgs) -> anyhow::Result<()> {
+async fn load(store: &dyn Store, args: &SearchArgs, in_flight: usize) -> anyhow::Result<()> {
     let ws = args.target.workspace.as_str();
     let joins = (0..args.chats).flat_map(|c| {
         let mut w = vec![(c, AUTHOR)];
@@ -200,7 +203,7 @@ async fn load(store: &dyn Store, args: &SearchArgs) -> anyhow::Result<()> {
         .map(|(c, user)| {
             store.write(Write::Join { key: ChatKey::new(ws, &chat(c)), user: Arc::from(user), actor: Actor::Client })
         })
-        .buffer_unordered(WRITES_IN_FLIGHT);
+        .buffer_unordered(in_flight);
     while let Some(w) = joined.next().await {
         w.context("a join")?;
     }
@@ -218,7 +221,7 @@ async fn load(store: &dyn Store, args: &SearchArgs) -> anyhow::Result<()> {
                 conv: Default::default(),
             })
         })
-        .buffer_unordered(WRITES_IN_FLIGHT);
+        .buffer_unordered(in_flight);
     let (mut done, started) = (0u64, Instant::now());
     while let Some(w) = sent.next().await {
         w.context("a message")?;
