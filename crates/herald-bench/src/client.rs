@@ -89,6 +89,8 @@ pub enum Stage {
     Threads,
     /// v1.2: a page of `members`.
     Members,
+    /// v1.2: a page of `search` results.
+    Search,
     /// The step did not finish in its time.
     Timeout,
 }
@@ -109,6 +111,7 @@ impl Stage {
             Stage::Append => "append",
             Stage::Threads => "threads",
             Stage::Members => "members",
+            Stage::Search => "search",
             Stage::Timeout => "timeout",
         }
     }
@@ -211,6 +214,9 @@ struct Req<'a> {
     target: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<&'a str>,
+    /// v1.2: `search`'s query.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    query: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     done: Option<bool>,
 }
@@ -385,6 +391,13 @@ impl Client {
             .map_err(at(Stage::Members))
     }
 
+    /// A page of `search` results for `query` in all of this user's chats (v1.2).
+    pub async fn search(&mut self, query: &str, limit: u32) -> Result<SearchPage, Failure> {
+        self.request(Req { op: "search", query: Some(query), limit: Some(limit), ..Req::default() })
+            .await
+            .map_err(at(Stage::Search))
+    }
+
     /// Sends one request and reads until its reply; pushes read meanwhile are dropped.
     async fn request<T: DeserializeOwned>(&mut self, mut req: Req<'_>) -> Result<T, ClientError> {
         let id = self.next_id;
@@ -531,4 +544,16 @@ mod tests {
             serde_json::from_str(r#"{"id":2,"err":{"code":"throttled","message":"m","retry_after_ms":5}}"#).unwrap();
         assert_eq!(err.err.unwrap().retry_after_ms, Some(5));
     }
+}
+
+/// A page of `search` results as the bench reads it (v1.2): each result's chat.
+#[derive(Debug, serde::Deserialize)]
+pub struct SearchPage {
+    pub results: Vec<SearchResult>,
+}
+
+/// One `search` result: the chat of the message found.
+#[derive(Debug, serde::Deserialize)]
+pub struct SearchResult {
+    pub chat: String,
 }

@@ -17,6 +17,7 @@
 //!   their `append` pushes), `threads` (inbox's store with threads, in
 //!   `inbox/threads`), `members` (one chat of 100,000 members, paged) and
 //!   `files` (uploads and downloads through a files backend's signed URLs);
+//!   `search` (a user's searches in a store of 10,000,000 messages);
 //! - shared modules: the clients (`client` for herald, `handshake`,
 //!   `pclient` for the peers, `conn` for either), the servers (`server` for
 //!   herald, `peer`, `target` for either), opening many (`fleet`, and
@@ -49,8 +50,8 @@ mod worker;
 
 use clap::{Parser, Subcommand};
 use scenarios::{
-    churn, fanout, files, hot, idle, inbox, inbox_live, joinflood, members, presence, sendhook, sends, slowloris,
-    streams, webhook,
+    churn, fanout, files, hot, idle, inbox, inbox_live, joinflood, members, presence, search, sendhook, sends,
+    slowloris, streams, webhook,
 };
 
 /// The server's allocator, only so that the clients' memory figures compare
@@ -98,6 +99,9 @@ pub(crate) enum Command {
     Threads(inbox::threads::ThreadsArgs),
     /// v1.2: one chat of 100,000 members (bulk-loaded), listed with `members` page by page: p50 and p99.
     Members(members::MembersArgs),
+    /// v1.2: `search` in a store of 10,000,000 messages in 100,000 chats (bulk-loaded), as a user in
+    /// 1,000 of them: p50 and p99 of Latin and Korean one- and two-term queries, the index's size.
+    Search(search::SearchArgs),
     /// v1.2: N streamed messages at once, W watchers each, R appends/s each: append-to-push latency, CPU, exactness.
     Streams(streams::StreamsArgs),
     /// v1.2: F files of S bytes uploaded at once and downloaded at once through signed URLs: MiB/s, signing µs.
@@ -144,6 +148,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Streams(args) => streams::run(args).await,
         Command::Files(args) => files::run(args).await,
         Command::Members(args) => members::run(args).await,
+        Command::Search(args) => search::run(args).await,
         Command::Threads(args) => inbox::threads::run(args).await,
         Command::Worker(_) | Command::SlowlorisAttacker(_) => anyhow::bail!("a worker runs on its own"),
     }

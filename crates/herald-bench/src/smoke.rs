@@ -10,8 +10,9 @@
 //! 2 s), sendhook (50 sends without and with a send hook) and webhook (4 senders at 200/s, 1 s with the
 //! receiver up, 1 s down), slowloris (400 attack sockets against a node of 256 files, 5 s), and
 //! v1.2's streams (4 streams, 3 watchers each, 25 appends/s for 1 s), threads (40 threads in 20
-//! chats of a 300-chat store, pages of 5), members (a chat of 300, pages of 50) and files (10 files
-//! of 64 KiB through an S3 bucket's signed URLs). Fails
+//! chats of a 300-chat store, pages of 5), members (a chat of 300, pages of 50), files (10 files
+//! of 64 KiB through an S3 bucket's signed URLs) and search (2,000 messages in 200 chats, a member of
+//! 20). Fails
 //! (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
@@ -88,6 +89,8 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         ("members".into(), words("members --members 300 --limit 50 --reads 2")),
         // v1.2: 10 files of 64 KiB up and down through an S3 bucket's signed URLs (versitygw, scripts/s3.sh).
         ("files".into(), words("files --files 10 --size-kib 64")),
+        // v1.2: search in a store of 2,000 messages in 200 chats, as a member of 20.
+        ("search".into(), words("search --chats 200 --events 2000 --member-chats 20 --reads 3")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {
@@ -188,6 +191,7 @@ fn check(name: &str, m: &Value) -> Result<(), String> {
         }
         "inbox" => yes("exact") && num("chats_listed") > 0.0,
         "members" => yes("exact") && num("members_listed") == 300.0,
+        "search" => num("failed") == 0.0 && num("found") > 0.0,
         "threads" => yes("exact") && yes("threads_exact") && num("threads_listed") == 40.0,
         // Every acked append pushed to every watcher in place, each stream stored as 2 events
         // (message, final edit) and ended, every watcher's text equal to the stored one.

@@ -11,7 +11,9 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::limits::{FILE_NAME_MAX, FILES_MAX, MENTIONS_MAX, PROFILE_DATA_LIMIT, PROFILE_IMAGE_MAX, PROFILE_NAME_MAX};
+use crate::limits::{
+    FILE_NAME_MAX, FILES_MAX, MENTIONS_MAX, PROFILE_DATA_LIMIT, PROFILE_IMAGE_MAX, PROFILE_NAME_MAX, SEARCH_QUERY_MAX,
+};
 
 /// One field of a change: left out, set to `null`, or set to a value.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -174,6 +176,22 @@ pub fn valid_mime(mime: &str) -> bool {
 }
 
 /// A streamed message's body (`send` with `"stream": true`): an object whose `text` is a string.
+/// `search`'s `query`: 1 to [`SEARCH_QUERY_MAX`] characters (Unicode scalar values) with at least
+/// one term (a character that is not whitespace). The HTTP API's `q` follows the same rule.
+pub fn search_query(query: Option<String>) -> Result<String, String> {
+    let Some(query) = query else {
+        return Err("missing \"query\"".into());
+    };
+    let chars = query.chars().count();
+    if chars == 0 || chars > SEARCH_QUERY_MAX {
+        return Err(format!("\"query\" must be 1 to {SEARCH_QUERY_MAX} characters"));
+    }
+    if query.chars().all(char::is_whitespace) {
+        return Err("\"query\" must hold at least one term".into());
+    }
+    Ok(query)
+}
+
 pub fn check_stream_body(body: &RawValue) -> Result<(), String> {
     #[derive(Deserialize)]
     struct Streamed<'a> {

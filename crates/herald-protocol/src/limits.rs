@@ -54,3 +54,8 @@ pub const FILES_MAX: usize = 10;
 pub const FILE_NAME_MAX: usize = 255;
 /// v1.2: the default largest file, in bytes (`--max-file-bytes`).
 pub const FILE_BYTES_DEFAULT: u64 = 25 * 1024 * 1024;
+/// Default and largest `limit` of `search` (v1.2).
+pub const SEARCH_DEFAULT: u32 = 20;
+pub const SEARCH_MAX: u32 = 100;
+/// The longest `search` query, in characters (v1.2).
+pub const SEARCH_QUERY_MAX: usize = 200;

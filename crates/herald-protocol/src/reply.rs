@@ -273,3 +273,23 @@ pub struct UploadOk {
     /// The URL is accepted until then (ms since the epoch), at least 10 minutes ahead.
     pub expires_ms: i64,
 }
+
+/// One message `search` found (v1.2): the message as `fetch` shows it, with its chat.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchHit {
+    pub chat: String,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// `search`'s answer, also `GET /v1/workspaces/{ws}/search` (v1.2): newest first.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchOk {
+    pub results: Vec<SearchHit>,
+    pub more: bool,
+    /// Given back to `search`, the next page; present when `more` is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}

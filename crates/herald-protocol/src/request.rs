@@ -145,6 +145,13 @@ pub enum Op {
         chat: String,
         file: crate::args::FileDeclared,
     },
+    /// Messages by their words, in one chat or in all of this user's.
+    Search {
+        query: String,
+        chat: Option<String>,
+        limit: Option<u32>,
+        cursor: Option<String>,
+    },
 }
 
 /// The longest `inbox` cursor a server reads; its own are far shorter.
@@ -177,6 +184,7 @@ impl Op {
             Op::Reactions { .. } => "reactions",
             Op::Append { .. } => "append",
             Op::Upload { .. } => "upload",
+            Op::Search { .. } => "search",
         }
     }
 
@@ -202,7 +210,7 @@ impl Op {
             | Op::Reactions { chat, .. }
             | Op::Append { chat, .. }
             | Op::Upload { chat, .. } => Some(chat),
-            Op::Threads { chat, .. } => chat.as_deref(),
+            Op::Threads { chat, .. } | Op::Search { chat, .. } => chat.as_deref(),
         }
     }
 }
@@ -236,6 +244,7 @@ struct Wire<'a> {
     limit: Option<u32>,
     cursor: Option<String>,
     live: Option<bool>,
+    query: Option<String>,
     // v1.2's arguments, raw: read by the ops that take them (`args` says why).
     #[serde(default, borrow, deserialize_with = "present")]
     thread: Option<&'a RawValue>,
@@ -440,6 +449,17 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
             let chat = chat()?;
             Op::Upload { chat, file: args::FileDeclared::read(wire.name, wire.mime, wire.size).map_err(refuse)? }
         }
+        "search" => {
+            let chat = if wire.chat.is_some() { Some(chat()?) } else { None };
+            if wire.limit == Some(0) {
+                return Err(bad(op_static, "\"limit\" must be at least 1".into()));
+            }
+            if wire.cursor.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_CURSOR_LEN) {
+                return Err(bad(op_static, "\"cursor\" must be a cursor from an earlier search reply".into()));
+            }
+            let query = args::search_query(wire.query).map_err(refuse)?;
+            Op::Search { query, chat, limit: wire.limit, cursor: wire.cursor }
+        }
         other => {
             let shown: String = other.chars().take(32).collect();
             return Err(bad(None, format!("unknown op \"{shown}\"")));
@@ -473,6 +493,7 @@ fn op_static_name(op: &str) -> Option<&'static str> {
         "reactions" => "reactions",
         "append" => "append",
         "upload" => "upload",
+        "search" => "search",
         _ => return None,
     })
 }
@@ -628,6 +649,16 @@ mod tests {
             parse_frame(r#"{"id":1,"op":"threads","chat":"g","limit":5,"cursor":"c"}"#).unwrap().op,
             Op::Threads { chat: Some(_), limit: Some(5), cursor: Some(_) }
         ));
+        assert!(matches!(
+            parse_frame(r#"{"id":1,"op":"search","query":"서버 herald","limit":5}"#).unwrap().op,
+            Op::Search { chat: None, limit: Some(5), cursor: None, .. }
+        ));
+        let long = "가".repeat(200);
+        assert!(parse_frame(&format!(r#"{{"id":1,"op":"search","query":"{long}"}}"#)).is_ok(), "200 characters");
+        for bad in ["", "  \t ", &format!("{long}a")] {
+            let frame = serde_json::json!({"id": 1, "op": "search", "query": bad}).to_string();
+            assert!(matches!(parse_frame(&frame), Err(BadFrame::BadRequest { .. })), "{bad:?}");
+        }
         assert!(matches!(
             parse_frame(r#"{"id":1,"op":"pin","chat":"g","target":4}"#).unwrap().op,
             Op::Pin { target: 4, on: true, .. }

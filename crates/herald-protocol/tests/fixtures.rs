@@ -154,6 +154,9 @@ fn encode_request(id: i64, op: &Op) -> Value {
         Op::Profile { chat, .. } | Op::Pins { chat } => json!({ "chat": chat }),
         Op::Members { chat, limit, cursor } => json!({ "chat": chat, "limit": limit, "cursor": cursor }),
         Op::Threads { chat, limit, cursor } => json!({ "chat": chat, "limit": limit, "cursor": cursor }),
+        Op::Search { query, chat, limit, cursor } => {
+            json!({ "query": query, "chat": chat, "limit": limit, "cursor": cursor })
+        }
         Op::Pin { chat, target, on } => json!({ "chat": chat, "target": target, "on": on }),
         Op::Reactions { chat, target } => json!({ "chat": chat, "target": target }),
         Op::Append { chat, target, text, done } => {

@@ -13,6 +13,7 @@ mod files;
 mod find;
 mod live;
 mod screen;
+mod search;
 pub mod settings;
 pub use files::FileService;
 mod stream;
@@ -684,7 +685,7 @@ mod tests {
         }
     }
 
-    crate::store::not_kept!(GatedLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations, Files, Export);
+    crate::store::not_kept!(GatedLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations, Files, Export, Search);
 
     fn chats(latest: u64) -> (Arc<Chats>, Arc<GatedLog>, Arc<Hub>) {
         let log = Arc::new(GatedLog { latest, gate: tokio::sync::Semaphore::new(0) });

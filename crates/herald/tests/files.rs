@@ -464,3 +464,21 @@ async fn webhook_events_carry_files_with_urls() {
     assert_eq!(event["files"][0]["id"], id.as_str());
     assert_eq!(get(event["files"][0]["url"].as_str().unwrap(), None).await.2, PNG);
 }
+
+#[tokio::test]
+async fn search_results_carry_files_with_urls() {
+    let s = TestServer::start().await;
+    let mut alice = s.client("acme", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    let (id, _) = upload(&mut alice, "g", "a.png", "image/png", PNG).await;
+    alice.ok(json!({"op": "send", "chat": "g", "body": {"text": "사진이에요"}, "files": [id]})).await;
+    let found = eventually(WAIT, async || {
+        let r = alice.ok(json!({"op": "search", "query": "사진"})).await;
+        r["results"].as_array().is_some_and(|a| !a.is_empty())
+    })
+    .await;
+    assert!(found, "the message was not found");
+    let r = alice.ok(json!({"op": "search", "query": "사진"})).await;
+    let url = r["results"][0]["files"][0]["url"].as_str().unwrap().to_string();
+    assert_eq!(get(&url, None).await.2, PNG);
+}

@@ -56,6 +56,7 @@ mod export;
 mod files;
 mod moderation;
 pub mod openapi;
+mod search;
 mod users;
 
 /// The least a request body may be on the server API; raised with
@@ -114,6 +115,7 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
         .route("/v1/workspaces/{ws}/chats/{chat}/bans/{user}", put(moderation::ban).delete(moderation::unban))
         .route("/v1/workspaces/{ws}/chats/{chat}/mutes/{user}", put(moderation::mute).delete(moderation::unmute))
         .route("/v1/workspaces/{ws}/users/{user}/inbox", get(moderation::inbox))
+        .route("/v1/workspaces/{ws}/search", get(search::search))
         .route("/v1/workspaces/{ws}/users/{user}/revoke", post(users::revoke))
         .route("/v1/workspaces/{ws}/users/{user}", delete(users::erase))
         .route("/v1/workspaces/{ws}/users/{user}/export", get(export::export))

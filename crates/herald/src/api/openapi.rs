@@ -6,7 +6,7 @@
 use herald_protocol::frame::ErrorBody;
 use herald_protocol::reply::{
     ChatView, ChatsOk, EmptyOk, FetchOk, InboxEntry, InboxOk, MemberEntry, MembersOk, PinEntry, PinsOk, PresenceOk,
-    Profile, SeqOk, UploadOk,
+    Profile, SearchHit, SearchOk, SeqOk, UploadOk,
 };
 use herald_protocol::{ErrorCode, Event, EventType, FileRef, Replies, StreamState};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -120,6 +120,7 @@ impl Modify for ApiKey {
         super::users::revoke,
         super::users::erase,
         super::export::export,
+        super::search::search,
         super::issue_token,
         super::gateway_for,
         super::admin::admin_status,
@@ -138,6 +139,7 @@ impl Modify for ApiKey {
         InboxEntry, super::users::ErasedOk, crate::hooks::webhook::WebhookStatus, ChatsOk, MembersOk,
         MemberEntry, PinsOk, PinEntry, Profile, Replies, StreamState, super::conversations::AppendBody, super::files::UploadBody, UploadOk, FileRef,
         super::export::ExportLine, super::export::ExportKind,
+        SearchOk, SearchHit,
     )),
     modifiers(&ApiKey),
 )]

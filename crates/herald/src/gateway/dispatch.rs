@@ -245,6 +245,9 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
         Op::Reactions { chat, target } => ok(ok_reply(id, &chats.reactions(c, &chat, target).await?)),
         Op::Append { chat, target, text, done } => ok(ok_reply(id, &chats.append(c, &chat, target, text, done).await?)),
         Op::Upload { chat, file } => ok(ok_reply(id, &chats.upload(c, &chat, file).await?)),
+        Op::Search { query, chat, limit, cursor } => {
+            ok(ok_reply(id, &chats.search(c, &query, chat.as_deref(), limit, cursor.as_deref()).await?))
+        }
     }
 }
 

@@ -21,6 +21,7 @@
 //! | v1.2 conversations: profiles, chat and member lists, threads, pins, reactions, streams | [`Conversations`] | `conversations.rs` | `sqlite/conversations.rs` | `postgres/conversations.rs` |
 //! | v1.2 files: uploads' metadata (the bytes live outside the database) | [`Files`] | `files.rs` | `sqlite/files.rs` | `postgres/files.rs` |
 //! | v1.2 a user's data: their memberships and messages, paged per part | [`Export`] | `export.rs` | `sqlite/export.rs` | `postgres/export.rs` |
+//! | v1.2 search: messages by their words (an index kept after the commit) | [`Search`] | `search.rs` | `sqlite/search.rs`, `sqlite/search_index.rs` | `postgres/search.rs`, `postgres/search_index.rs` |
 //!
 //! [`sharded`] routes every capability over PostgreSQL shards (by chat, or
 //! to every shard and merged), behind each shard's bulkhead and breaker.
@@ -60,6 +61,9 @@ mod moderation;
 mod pg_tls;
 pub mod postgres;
 mod revocations;
+mod search;
+pub mod search_pending;
+pub mod search_text;
 pub mod settings;
 pub mod shard_identity;
 pub mod shard_spec;
@@ -75,6 +79,7 @@ pub use log::{Actor, Conversation, EventLog, Fetched, Write, Written};
 pub use members::{InboxCursor, Member, Membership, inbox_order, unread};
 pub use moderation::Moderation;
 pub use revocations::{Revocation, RevocationList, Revoked};
+pub use search::{Hit, Search, SearchCursor, SearchQuery, search_order};
 pub use shard_spec::{ShardName, ShardSpec};
 pub use webhook::{Undelivered, WebhookAck, WebhookPositions};
 
@@ -131,7 +136,16 @@ pub enum StoreError {
 /// caller can hold one `Arc<dyn Store>` and call any of them. Implemented
 /// for every type that has every capability; nothing implements it by hand.
 pub trait Store:
-    EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations + Files + Export
+    EventLog
+    + Membership
+    + Moderation
+    + RevocationList
+    + WebhookPositions
+    + Lifecycle
+    + Conversations
+    + Files
+    + Export
+    + Search
 {
 }
 
@@ -145,6 +159,7 @@ impl<T> Store for T where
         + Conversations
         + Files
         + Export
+        + Search
         + ?Sized
 {
 }
@@ -394,6 +409,16 @@ macro_rules! not_kept {
                 _: u32,
             ) -> $crate::store::BoxFuture<'a, Result<Vec<$crate::store::Exported>, $crate::store::StoreError>> {
                 $crate::store::not_kept!(@answer "exports")
+            }
+        }
+    };
+    (@ $ty:ty, Search) => {
+        impl $crate::store::Search for $ty {
+            fn search<'a>(
+                &'a self,
+                _: &'a $crate::store::SearchQuery,
+            ) -> $crate::store::BoxFuture<'a, Result<Vec<$crate::store::Hit>, $crate::store::StoreError>> {
+                $crate::store::not_kept!(@answer "search index")
             }
         }
     };

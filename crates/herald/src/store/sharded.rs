@@ -284,6 +284,19 @@ impl Membership for Sharded {
     }
 }
 
+/// v1.2 search: one chat's search goes to its shard; any other asks every shard (each indexes its
+/// own chats) and merges newest first. The cursor is a position in that order, the same on every
+/// shard, so it pages across shards.
+impl super::Search for Sharded {
+    fn search<'a>(&'a self, q: &'a super::SearchQuery) -> BoxFuture<'a, Result<Vec<super::Hit>, StoreError>> {
+        if let Some(chat) = &q.chat {
+            let shard = self.shard(&ChatKey::new(&q.ws, chat));
+            return Box::pin(shard.guarded(shard.store.search(q)));
+        }
+        Box::pin(self.merged(move |s| s.search(q), super::search_order, q.limit as usize + 1))
+    }
+}
+
 /// v1.2: a chat's reads go to its shard; the workspace's chat list, a user's threads and the
 /// open streams to every shard, merged in their order ([`Sharded::merged`]).
 impl Conversations for Sharded {

@@ -108,7 +108,7 @@ fn download_urls_are_the_same_within_a_window_and_name_the_disposition() {
     assert_eq!(a, s.download_url(&f, UrlWindow::at(1_700_000_000_000 + 1_000)));
     assert_eq!(a, s.download_url(&f, w));
     assert_ne!(a, s.download_url(&f, UrlWindow::at(1_700_000_000_000 + 3_600_000)));
-    assert!(a.contains("X-Amz-Expires=7200&"), "{a}");
+    assert!(a.contains("X-Amz-Expires=7500&"), "two hours and the slack: {a}");
     assert!(a.contains("response-content-type=text%2Fhtml"), "{a}");
     assert!(a.contains("response-content-disposition=attachment%3B%20filename%3D%22report.html%22"), "{a}");
     assert!(a.contains("X-Amz-SignedHeaders=host&"), "{a}");

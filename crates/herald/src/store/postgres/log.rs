@@ -20,10 +20,16 @@ impl EventLog for PgShard {
     fn write(&self, write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
+            let key = write.key().clone();
             if self.jobs.try_send((write, tx)).is_err() {
                 return Err(StoreError::Unavailable(self.shard.name.public("overloaded")));
             }
-            rx.await.unwrap_or_else(|_| Err(StoreError::Unavailable("the shard writer stopped".into())))
+            let written = rx.await.unwrap_or_else(|_| Err(StoreError::Unavailable("the shard writer stopped".into())));
+            if written.as_ref().is_ok_and(|w| w.event.is_some()) {
+                // v1.2 search: the indexer follows the commit (never the other way round).
+                self.search.mark(&key);
+            }
+            written
         })
     }
 

@@ -27,6 +27,8 @@ mod members;
 mod moderation;
 mod revocations;
 mod schema;
+mod search;
+mod search_index;
 mod tx;
 mod webhook;
 mod writer;
@@ -66,6 +68,8 @@ pub struct PgShard {
     pool: Pool,
     /// webhook: whether writes keep the webhook's positions (shared with the writer).
     webhook: Arc<std::sync::atomic::AtomicBool>,
+    /// v1.2 search: the chats this node wrote since its indexer last looked (`search_index.rs`).
+    search: Arc<crate::store::search_pending::Pending>,
 }
 
 /// Who a shard is, shared by its reads and its writer, and whether this
@@ -114,7 +118,8 @@ impl PgShard {
             id: std::sync::OnceLock::new(),
         });
         let pool = Pool::builder(mgr)
-            .max_size(READ_POOL + 1)
+            // The writer's connection, and the search indexer's.
+            .max_size(READ_POOL + 2)
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(CONNECT_TIMEOUT))
             .wait_timeout(Some(Duration::from_secs(2)))
@@ -129,7 +134,11 @@ impl PgShard {
             let _alive = alive;
             writer.run(rx).await;
         });
-        Ok(PgShard { shard, writer_alive, jobs: tx, pool, webhook })
+        let search = Arc::new(crate::store::search_pending::Pending::new());
+        if crate::store::search_pending::indexing_on() {
+            tokio::spawn(search_index::run(shard.clone(), pool.clone(), search.clone()));
+        }
+        Ok(PgShard { shard, writer_alive, jobs: tx, pool, webhook, search })
     }
 
     /// The shard's name: the one given with `NAME=`, else `host:port/database`.
@@ -230,6 +239,7 @@ impl Lifecycle for PgShard {
             while self.jobs.capacity() < self.jobs.max_capacity() && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
+            self.search.close();
         })
     }
 

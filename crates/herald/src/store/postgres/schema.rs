@@ -14,8 +14,8 @@ use crate::store::shard_identity::{self, IdentityError};
 /// [`shard_identity::check`]).
 /// Version 3 added the message lifecycle, mutes, bans and the inbox's counts
 /// (protocol v1.1), with the values of rows stored before. Version 4 added
-/// the hooks' tables; version 5 protocol v1.2's conversations; version 6 files. Version 8 indexes
-/// messages by sender, for a user's data export.
+/// the hooks' tables; version 5 protocol v1.2's conversations; version 6 files; version 7 the
+/// search index's tables; version 8 indexes messages by sender, for a user's data export.
 const SCHEMA: &str = include_str!("schema.sql");
 const SCHEMA_VERSION: i32 = 8;
 
@@ -27,11 +27,13 @@ pub(super) async fn ensure_schema(shard: &Checked, conn: &Object) -> Result<(), 
         .get_or_try_init(|| async {
             conn.batch_execute("SELECT pg_advisory_lock(7424173)").await?;
             let applied = async {
-                let have: Option<i32> = match conn.query_opt("SELECT max(version) FROM herald_schema", &[]).await {
-                    Ok(row) => row.and_then(|r| r.get(0)),
-                    Err(_) => None, // no table yet
+                // Every version's row, not only the highest: versions added side by side (6, 7 and 8 came
+                // together) may have been applied one without another by nodes of that time.
+                let have: Vec<i32> = match conn.query("SELECT version FROM herald_schema", &[]).await {
+                    Ok(rows) => rows.iter().map(|r| r.get(0)).collect(),
+                    Err(_) => Vec::new(), // no table yet
                 };
-                if have.is_none_or(|v| v < SCHEMA_VERSION) {
+                if (2..=SCHEMA_VERSION).any(|v| !have.contains(&v)) {
                     conn.batch_execute(SCHEMA).await?;
                     tracing::info!(shard = %shard.name, version = SCHEMA_VERSION, "postgres schema applied");
                 }

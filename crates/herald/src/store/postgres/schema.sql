@@ -233,6 +233,30 @@ CREATE INDEX IF NOT EXISTS files_gone ON files (gone_ms) WHERE gone_ms IS NOT NU
 CREATE INDEX IF NOT EXISTS files_unattached ON files (created_ms) WHERE seq IS NULL AND gone_ms IS NULL;
 
 INSERT INTO herald_schema (version) VALUES (6) ON CONFLICT DO NOTHING;
+-- Version 7 (protocol v1.2 search): the shard's search index, kept by each node's indexer after
+-- the log's commits (store/postgres/search_index.rs). A message's folded text, and its unigrams and
+-- bigrams ordered by gram, then newest first; the last event each chat's index has read.
+CREATE TABLE IF NOT EXISTS search_docs (
+    chat_id bigint NOT NULL,
+    seq     bigint NOT NULL,
+    ts      bigint NOT NULL,
+    text    text   NOT NULL,
+    PRIMARY KEY (chat_id, seq)
+);
+CREATE TABLE IF NOT EXISTS search_grams (
+    gram    text COLLATE "C" NOT NULL,
+    ts      bigint NOT NULL,
+    chat_id bigint NOT NULL,
+    seq     bigint NOT NULL,
+    PRIMARY KEY (gram, ts, chat_id, seq)
+);
+CREATE TABLE IF NOT EXISTS search_positions (
+    chat_id bigint PRIMARY KEY,
+    seq     bigint NOT NULL
+);
+
+INSERT INTO herald_schema (version) VALUES (7) ON CONFLICT DO NOTHING;
+
 -- Version 8: a user's messages oldest first (a user's data export), one index range per page
 -- whatever the size of the log. Partial, as the export reads it: `message` events only.
 CREATE INDEX IF NOT EXISTS events_sender ON events ("user", ts, chat_id, seq) WHERE type = 'message';

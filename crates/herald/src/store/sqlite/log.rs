@@ -23,6 +23,7 @@ impl EventLog for SqliteStore {
     fn write(&self, write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
+            let key = write.key().clone();
             match self.jobs.try_send(Job::Write(write, tx)) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => {
@@ -33,7 +34,12 @@ impl EventLog for SqliteStore {
                     return Err(unavailable("the store is closed"));
                 }
             }
-            rx.await.unwrap_or_else(|_| Err(unavailable("the store writer stopped")))
+            let written = rx.await.unwrap_or_else(|_| Err(unavailable("the store writer stopped")));
+            if written.as_ref().is_ok_and(|w| w.event.is_some()) {
+                // v1.2 search: the indexer follows the commit (never the other way round).
+                self.search.pending.mark(&key);
+            }
+            written
         })
     }
 

@@ -25,6 +25,8 @@ mod members;
 mod moderation;
 mod revocations;
 mod schema;
+mod search;
+pub mod search_index;
 mod tx;
 mod webhook;
 mod writer;
@@ -55,6 +57,8 @@ pub struct SqliteStore {
     readers: Arc<ReaderPool>,
     /// webhook: whether writes keep the webhook's positions (shared with the writer).
     webhook: Arc<AtomicBool>,
+    /// v1.2 search: the chats written since the indexer last looked (`search_index.rs`).
+    search: Arc<search_index::SearchIndex>,
 }
 
 struct ReaderPool {
@@ -79,12 +83,14 @@ impl SqliteStore {
         conn.pragma_update(None, "secure_delete", "ON")?;
         schema::migrate(&conn, &path, version)?;
 
+        let search = Arc::new(search_index::start(dir, &path));
         let webhook = Arc::new(AtomicBool::new(false));
         let (jobs, writer_alive) = writer::spawn(conn, webhook.clone())?;
         Ok(SqliteStore {
             jobs,
             writer_alive,
             webhook,
+            search,
             readers: Arc::new(ReaderPool { path, idle: Mutex::new(Vec::new()), permits: Semaphore::new(READERS) }),
         })
     }
@@ -121,6 +127,12 @@ impl SqliteStore {
 fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    // v1.2 search: the index beside the log, read-only like the log.
+    let index = path.with_file_name(search_index::SEARCH_FILE);
+    if let Err(e) = conn.execute("ATTACH DATABASE ?1 AS search", [index.to_string_lossy()]) {
+        // Searches fail on this connection; every other read goes on.
+        tracing::error!(error = %e, "the search index could not be attached");
+    }
     Ok(conn)
 }
 
@@ -149,6 +161,9 @@ impl Lifecycle for SqliteStore {
             if matches!(sent, Ok(true)) {
                 let _ = rx.await;
             }
+            // The indexer lets go of its file before the store counts as closed.
+            let index = self.search.clone();
+            let _ = tokio::task::spawn_blocking(move || index.close()).await;
         })
     }
 

@@ -1,0 +1,183 @@
+//! A shard's search index upkeep: the indexer task that follows the shard's log into its index
+//! tables (`search_docs`, `search_grams`, `search_positions` in `schema.sql`, version 7), in the
+//! shard's own database, so a shard indexes exactly its own chats.
+//!
+//! It works as the SQLite indexer does (see `sqlite/search_index.rs`): per chat, the last seq read;
+//! chats marked after each commit of this node, every chat compared with the log at start and
+//! every [`IDLE_PASS`] (writes of other nodes whose indexer stopped); each message an event
+//! touches re-indexed by its current state, its old text and grams removed first. Nodes sharing a
+//! shard serialize on a chat's position row (`FOR UPDATE`), so a chat is indexed once. Removed
+//! rows are gone from the tables at commit and from the files at PostgreSQL's next vacuum.
+//!
+//! A failing index never fails a write: errors are counted and logged, the chat tried again later.
+//!
+//! Not here: the queries (`search.rs`), or the matcher (`store/search_text.rs`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use serde_json::value::RawValue;
+use tokio_postgres::Transaction;
+
+use super::{Checked, ensure_schema};
+use crate::store::search_pending::{Pending, Work};
+use crate::store::search_text::{body_text, grams};
+use crate::store::shard_spec::chain;
+
+/// Events read per chat per transaction.
+const EVENTS_PER_TX: i64 = 512;
+/// With nothing marked, a pass over every chat this often.
+const IDLE_PASS: Duration = Duration::from_secs(10);
+
+/// Runs the indexer of `shard` until `pending` closes.
+pub(super) async fn run(shard: Arc<Checked>, pool: Pool, pending: Arc<Pending>) {
+    loop {
+        let work = pending.next(IDLE_PASS).await;
+        if work == Work::Close {
+            return;
+        }
+        let kind = if work == Work::All { "all" } else { "chats" };
+        if let Err(e) = pass(&shard, &pool, work, &pending).await {
+            tracing::warn!(shard = %shard.name, error = %e, "search indexing failed; retrying");
+            metrics::counter!("herald_search_index_errors_total").increment(1);
+            pending.mark_all();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        metrics::counter!("herald_search_index_passes_total", "kind" => kind).increment(1);
+    }
+}
+
+async fn pass(shard: &Checked, pool: &Pool, work: Work, pending: &Pending) -> Result<(), String> {
+    let mut conn = pool.get().await.map_err(|e| chain(&e))?;
+    ensure_schema(shard, &conn).await.map_err(|e| e.to_string())?;
+    let chats: Vec<i64> = match work {
+        Work::Chats(keys) => {
+            let ws: Vec<&str> = keys.iter().map(|k| &*k.ws).collect();
+            let chat: Vec<&str> = keys.iter().map(|k| &*k.chat).collect();
+            let rows = conn
+                .query(
+                    "SELECT c.id FROM unnest($1::text[], $2::text[]) AS k(ws, chat)
+                       JOIN chats c ON c.ws = k.ws AND c.chat = k.chat
+                       LEFT JOIN search_positions p ON p.chat_id = c.id
+                      WHERE c.seq > coalesce(p.seq, 0)",
+                    &[&ws, &chat],
+                )
+                .await
+                .map_err(|e| chain(&e))?;
+            rows.iter().map(|r| r.get(0)).collect()
+        }
+        _ => {
+            let rows = conn
+                .query(
+                    "SELECT c.id FROM chats c LEFT JOIN search_positions p ON p.chat_id = c.id
+                      WHERE c.seq > coalesce(p.seq, 0)",
+                    &[],
+                )
+                .await
+                .map_err(|e| chain(&e))?;
+            rows.iter().map(|r| r.get(0)).collect()
+        }
+    };
+    let mut behind = chats.len();
+    for chat_id in chats {
+        if pending.closing() {
+            return Ok(());
+        }
+        pending.report_lag(behind);
+        behind -= 1;
+        loop {
+            let tx = conn.transaction().await.map_err(|e| chain(&e))?;
+            let read = index_some(&tx, chat_id).await.map_err(|e| chain(&e))?;
+            tx.commit().await.map_err(|e| chain(&e))?;
+            metrics::counter!("herald_search_indexed_events_total").increment(read as u64);
+            if (read as i64) < EVENTS_PER_TX {
+                break;
+            }
+        }
+    }
+    pending.report_lag(0);
+    Ok(())
+}
+
+/// Indexes up to [`EVENTS_PER_TX`] events of the chat after its position; answers how many.
+async fn index_some(tx: &Transaction<'_>, chat_id: i64) -> Result<usize, tokio_postgres::Error> {
+    tx.execute(
+        "INSERT INTO search_positions (chat_id, seq) VALUES ($1, 0) ON CONFLICT (chat_id) DO NOTHING",
+        &[&chat_id],
+    )
+    .await?;
+    let from: i64 =
+        tx.query_one("SELECT seq FROM search_positions WHERE chat_id = $1 FOR UPDATE", &[&chat_id]).await?.get(0);
+    let rows = tx
+        .query(
+            "SELECT seq, type, target FROM events WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            &[&chat_id, &from, &EVENTS_PER_TX],
+        )
+        .await?;
+    let Some(last) = rows.last().map(|r| r.get::<_, i64>(0)) else {
+        return Ok(0);
+    };
+    let touched: BTreeSet<i64> = rows
+        .iter()
+        .filter_map(|r| match r.get::<_, &str>(1) {
+            "message" => Some(r.get(0)),
+            "edit" | "delete" => r.get(2),
+            _ => None,
+        })
+        .collect();
+    for seq in touched {
+        reindex(tx, chat_id, seq).await?;
+    }
+    tx.execute("UPDATE search_positions SET seq = $2 WHERE chat_id = $1", &[&chat_id, &last]).await?;
+    Ok(rows.len())
+}
+
+/// Replaces message `seq`'s entry by its current state in the log (none, when it is deleted).
+async fn reindex(tx: &Transaction<'_>, chat_id: i64, seq: i64) -> Result<(), tokio_postgres::Error> {
+    let old =
+        tx.query_opt("SELECT ts, text FROM search_docs WHERE chat_id = $1 AND seq = $2", &[&chat_id, &seq]).await?;
+    let current = tx
+        .query_opt(
+            "SELECT ts, body FROM events WHERE chat_id = $1 AND seq = $2 AND type = 'message' AND NOT deleted",
+            &[&chat_id, &seq],
+        )
+        .await?;
+    let text = current
+        .as_ref()
+        .map(|r| RawValue::from_string(r.get::<_, String>(1)).map(|raw| body_text(&raw)).unwrap_or_default());
+    if let (Some(o), Some(t)) = (&old, &text)
+        && o.get::<_, &str>(1) == t
+    {
+        return Ok(());
+    }
+    if let Some(o) = &old {
+        let old_grams: Vec<String> = grams(o.get::<_, &str>(1)).into_iter().collect();
+        tx.execute(
+            "DELETE FROM search_grams WHERE gram = ANY($1) AND ts = $2 AND chat_id = $3 AND seq = $4",
+            &[&old_grams, &o.get::<_, i64>(0), &chat_id, &seq],
+        )
+        .await?;
+        tx.execute("DELETE FROM search_docs WHERE chat_id = $1 AND seq = $2", &[&chat_id, &seq]).await?;
+    }
+    if let (Some(c), Some(t)) = (&current, &text)
+        && !t.is_empty()
+    {
+        let ts: i64 = c.get(0);
+        tx.execute(
+            "INSERT INTO search_docs (chat_id, seq, ts, text) VALUES ($1, $2, $3, $4)",
+            &[&chat_id, &seq, &ts, t],
+        )
+        .await?;
+        let new_grams: Vec<String> = grams(t).into_iter().collect();
+        tx.execute(
+            "INSERT INTO search_grams (gram, ts, chat_id, seq) SELECT g, $2, $3, $4 FROM unnest($1::text[]) AS g
+             ON CONFLICT DO NOTHING",
+            &[&new_grams, &ts, &chat_id, &seq],
+        )
+        .await?;
+    }
+    Ok(())
+}
