@@ -2453,6 +2453,27 @@ var MAX_FILES = 10, Attachments = class {
   }
 };
 
+// src/dev.ts
+async function devToken(workspace, user) {
+  let res = await fetch("/v1/dev/token", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ workspace, user })
+  });
+  if (!res.ok) throw new Error(`dev token refused: HTTP ${res.status} ${await res.text()}`);
+  let { token } = await res.json();
+  if (typeof token != "string") throw new Error("dev token: the answer has no token");
+  return token;
+}
+function wsUrl() {
+  return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/ws`;
+}
+function newClientId2() {
+  if (typeof crypto.randomUUID == "function") return `demo-${crypto.randomUUID()}`;
+  let bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `demo-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
 // src/chats.ts
 var ChatList = class {
   constructor(el2, open) {
@@ -3149,25 +3170,6 @@ var ui = {
   disconnected: "offline",
   closed: "offline"
 };
-async function devToken(workspace, user) {
-  let res = await fetch("/v1/dev/token", {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ workspace, user })
-  });
-  if (!res.ok) throw new Error(`dev token refused: HTTP ${res.status} ${await res.text()}`);
-  let { token } = await res.json();
-  if (typeof token != "string") throw new Error("dev token: the answer has no token");
-  return token;
-}
-function wsUrl() {
-  return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/ws`;
-}
-function newClientId2() {
-  if (typeof crypto.randomUUID == "function") return `demo-${crypto.randomUUID()}`;
-  let bytes = crypto.getRandomValues(new Uint8Array(16));
-  return `demo-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-}
 function errorText(e) {
   return e instanceof HeraldError ? `${e.code}: ${e.message}` : String(e);
 }

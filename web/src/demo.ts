@@ -14,6 +14,7 @@
 
 import { HeraldClient, HeraldError, type Chat, type ClientState, type MessageList, type SearchResult } from '../../sdk/ts/src/index.ts';
 import { Attachments } from './attachments.ts';
+import { devToken, newClientId, wsUrl } from './dev.ts';
 import { ChatList } from './chats.ts';
 import { MEMBERS_PAGE, MembersPanel, PinsPanel } from './panels.ts';
 import { mentionsIn, messageText } from './text.ts';
@@ -116,31 +117,6 @@ const CONNECTION_WORDS: Record<ClientState, string> = {
   disconnected: 'offline',
   closed: 'offline',
 };
-
-/** Asks herald for a development token; only loopback clients of a server without secrets get one. */
-async function devToken(workspace: string, user: string): Promise<string> {
-  const res = await fetch('/v1/dev/token', {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ workspace, user }),
-  });
-  if (!res.ok) throw new Error(`dev token refused: HTTP ${res.status} ${await res.text()}`);
-  const { token } = (await res.json()) as { token?: unknown };
-  if (typeof token !== 'string') throw new Error('dev token: the answer has no token');
-  return token;
-}
-
-/** The WebSocket endpoint on the host that served this page. */
-function wsUrl(): string {
-  return `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/v1/ws`;
-}
-
-/** A client_id for a send; `crypto.randomUUID` exists only in secure contexts (loopback is one). */
-function newClientId(): string {
-  if (typeof crypto.randomUUID === 'function') return `demo-${crypto.randomUUID()}`;
-  const bytes = crypto.getRandomValues(new Uint8Array(16));
-  return `demo-${Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')}`;
-}
 
 function errorText(e: unknown): string {
   return e instanceof HeraldError ? `${e.code}: ${e.message}` : String(e);
