@@ -159,7 +159,9 @@ async function putFile(grant, source, opts) {
   if (typeof doFetch != "function") throw new TypeError("herald: upload needs fetch (browsers and Node 20 have it)");
   let headers = { ...grant.headers }, init = { method: grant.method, headers };
   opts.signal !== void 0 && (init.signal = opts.signal);
-  let { size } = opts, whole = !isStream(source);
+  let { size } = opts;
+  opts.type !== void 0 && !hasHeader(headers, "content-type") && (headers["content-type"] = opts.type);
+  let whole = !isStream(source);
   whole ? init.body = source : (hasHeader(headers, "content-length") || (headers["content-length"] = String(size)), init.body = readable(counted(source, size, opts.onProgress)), init.duplex = "half");
   let res;
   try {
@@ -914,6 +916,7 @@ var WATCH_TRANSITIONS = {
     let file = describeUpload(source, opts), grant = await this.host.request("upload", { chat: this.id, ...file });
     return await putFile(grant, source, {
       size: file.size,
+      type: file.type,
       ...opts.onProgress !== void 0 ? { onProgress: opts.onProgress } : {},
       ...opts.signal !== void 0 ? { signal: opts.signal } : {},
       ...this.host.fetch !== void 0 ? { fetch: this.host.fetch } : {}

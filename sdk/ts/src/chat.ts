@@ -336,6 +336,7 @@ export class Chat extends Emitter<ChatEvents> {
     const grant = await this.host.request('upload', { chat: this.id, ...file });
     await putFile(grant, source, {
       size: file.size,
+      type: file.type,
       ...(opts.onProgress !== undefined ? { onProgress: opts.onProgress } : {}),
       ...(opts.signal !== undefined ? { signal: opts.signal } : {}),
       ...(this.host.fetch !== undefined ? { fetch: this.host.fetch } : {}),

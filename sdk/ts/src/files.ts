@@ -44,6 +44,11 @@ export interface UploadOptions {
 export interface PutOptions {
   /** The size announced in the `upload` request: exactly this many bytes are sent. */
   size: number;
+  /**
+   * The type announced in the `upload` request: sent as `Content-Type` when the answer's `headers` do
+   * not name one (a URL may refuse bytes of another type, and a `Blob` would send its own).
+   */
+  type?: string;
   onProgress?: (sent: number, total: number) => void;
   signal?: AbortSignal;
   /** The `fetch` to use; default the global one. */
@@ -126,6 +131,7 @@ export async function putFile(grant: UploadOk, source: UploadSource, opts: PutOp
   const init: RequestInit & { duplex?: 'half' } = { method: grant.method, headers };
   if (opts.signal !== undefined) init.signal = opts.signal;
   const { size } = opts;
+  if (opts.type !== undefined && !hasHeader(headers, 'content-type')) headers['content-type'] = opts.type;
   const whole = !isStream(source);
   if (whole) {
     init.body = source as BodyInit;

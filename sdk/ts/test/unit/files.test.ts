@@ -66,6 +66,7 @@ describe('uploads', () => {
     const put = server.files.requests.at(-1)!;
     expect(put).toMatchObject({ method: 'PUT', url: `${FILES_ORIGIN}/up/file-1?sig=s3cr3t` });
     expect(put.headers[SIG_HEADER]).toBe('sig-file-1');
+    expect(put.headers['content-type']).toBe('image/png');
     expect(stored(server, up.id)).toEqual([...PNG_BYTES]);
 
     const { seq } = await achat.send({ text: 'look' }, { files: [up.id] });
@@ -81,8 +82,12 @@ describe('uploads', () => {
     const up = await achat.upload(bytes, { name: 'notes.txt', type: 'text/plain; charset=utf-8' });
     expect(up).toMatchObject({ name: 'notes.txt', type: 'text/plain; charset=utf-8', size: bytes.byteLength });
     expect(stored(server, up.id)).toEqual([...bytes]);
+    expect(server.files.requests.at(-1)!.headers['content-type']).toBe('text/plain; charset=utf-8');
     const ab = await achat.upload(bytes.buffer.slice(0), { name: 'raw.bin' });
     expect(ab.type).toBe('application/octet-stream');
+    // A File whose own type is not the one given is sent as the one given (the one announced).
+    await achat.upload(new File([bytes], 'n.txt', { type: 'text/plain' }), { type: 'text/markdown' });
+    expect(server.files.requests.at(-1)!.headers['content-type']).toBe('text/markdown');
     const frames = aliceSocket(server).sent('upload').length;
     await expect(achat.upload(bytes)).rejects.toThrow(TypeError);
     await expect(achat.upload(bytes)).rejects.toThrow(/name/);
