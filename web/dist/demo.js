@@ -928,7 +928,7 @@ var WATCH_TRANSITIONS = {
    */
   async uploadPath(path, opts = {}) {
     let file = await openPath(path);
-    return this.upload(file.stream, { name: file.name, ...opts, size: file.size });
+    return this.upload(file.stream, { ...opts, name: opts.name ?? file.name, size: file.size });
   }
   /** 1.2: one page of `client.search` within this chat (newest first). */
   search(query, opts = {}) {
@@ -996,7 +996,8 @@ var WATCH_TRANSITIONS = {
     return this.host.request("reactions", { chat: this.id, target });
   }
   /**
-   * Replaces the body of this user's message `target`; resolves with the `edit` event's seq. `not_found`
+   * Replaces the body of this user's message `target` (with `mentions` or `files` (1.2), those too; left
+   * out, they are kept); resolves with the `edit` event's seq. `not_found`
    * when `target` is not a message of this chat or is deleted, `forbidden` for another's message or
    * while muted; the body has `send`'s size limit. Not retried across a link drop: a `disconnected`
    * rejection means the outcome is unknown (the watch shows whether it was stored).

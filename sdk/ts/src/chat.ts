@@ -351,7 +351,7 @@ export class Chat extends Emitter<ChatEvents> {
    */
   async uploadPath(path: string, opts: Omit<UploadOptions, 'size'> = {}): Promise<Uploaded> {
     const file = await openPath(path);
-    return this.upload(file.stream, { name: file.name, ...opts, size: file.size });
+    return this.upload(file.stream, { ...opts, name: opts.name ?? file.name, size: file.size });
   }
 
   /** 1.2: one page of `client.search` within this chat (newest first). */
@@ -435,7 +435,8 @@ export class Chat extends Emitter<ChatEvents> {
   }
 
   /**
-   * Replaces the body of this user's message `target`; resolves with the `edit` event's seq. `not_found`
+   * Replaces the body of this user's message `target` (with `mentions` or `files` (1.2), those too; left
+   * out, they are kept); resolves with the `edit` event's seq. `not_found`
    * when `target` is not a message of this chat or is deleted, `forbidden` for another's message or
    * while muted; the body has `send`'s size limit. Not retried across a link drop: a `disconnected`
    * rejection means the outcome is unknown (the watch shows whether it was stored).
