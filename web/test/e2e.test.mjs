@@ -503,7 +503,7 @@ for (const viewport of VIEWPORTS.filter((v) => (process.env.E2E_ONLY ?? v.label)
 
     // ---- protocol 1.2: files and search ---------------------------------------------------------
 
-    test('a picked image shows inline on the other page, a text file as a download link; search finds a word inside a longer word and opens its message', { timeout: TEST_TIMEOUT_MS }, async () => {
+    test('a picked image shows inline on the other page (its bytes load), a text file as a download link', { timeout: TEST_TIMEOUT_MS }, async () => {
       const png = tinyPng(4, 3);
       await attach(alice, [
         { name: 'stripes.png', mimeType: 'image/png', buffer: png },
@@ -531,8 +531,11 @@ for (const viewport of VIEWPORTS.filter((v) => (process.env.E2E_ONLY ?? v.label)
       await until(UI_TIMEOUT_MS, 'alice sees her image too', async () => (await shownImages(alice)).some((i) => i.seq === seq && i.loaded));
       assert.equal(await alice.page.isHidden('#attachments'), true, 'the files went with the message');
       await shot('-files');
+      assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
+    });
 
-      // Search: bob writes in general while alice is in another chat; she searches part of a word.
+    test('the search box finds a message by a word inside a longer word, and opens its chat at it', { timeout: TEST_TIMEOUT_MS }, async () => {
+      // bob writes in general while alice is in another chat; she searches part of a word.
       await joinChat(alice, 'random');
       await send(bob, '서버가 준비됐어요');
       const found = await seqWhenShown(bob, '서버가 준비됐어요');
