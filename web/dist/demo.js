@@ -3281,8 +3281,8 @@ var Session = class {
   send(text) {
     let clientId = newClientId2(), quote = this.quoting ?? void 0;
     this.quote(null);
-    let withFiles = this.attachments.count;
-    this.view.addPending(clientId, withFiles === 0 ? text : `${text} (+${withFiles} file${withFiles === 1 ? "" : "s"})`), (withFiles === 0 ? Promise.resolve([]) : this.attachments.take()).then((ids) => {
+    let withFiles = this.attachments.count, filesNote = withFiles === 0 ? "" : `(+${withFiles} file${withFiles === 1 ? "" : "s"})`;
+    this.view.addPending(clientId, [text, filesNote].filter((part) => part !== "").join(" ")), (withFiles === 0 ? Promise.resolve([]) : this.attachments.take()).then((ids) => {
       if (withFiles > 0 && ids.length === 0 && text === "") throw new Error("no file uploaded");
       return this.chat.send(
         { text },

@@ -273,7 +273,8 @@ class Session {
     const quote = this.quoting ?? undefined;
     this.quote(null);
     const withFiles = this.attachments.count;
-    this.view.addPending(clientId, withFiles === 0 ? text : `${text} (+${withFiles} file${withFiles === 1 ? '' : 's'})`);
+    const filesNote = withFiles === 0 ? '' : `(+${withFiles} file${withFiles === 1 ? '' : 's'})`;
+    this.view.addPending(clientId, [text, filesNote].filter((part) => part !== '').join(' '));
     // The files picked go with this message once uploaded; a message of files alone has empty text.
     const files = withFiles === 0 ? Promise.resolve([]) : this.attachments.take();
     files
