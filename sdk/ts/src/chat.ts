@@ -1,10 +1,10 @@
 //! `Chat`: the handle for one chat, and the state machine of watching it.
 //!
 //! Owns: the chat's requests (join, leave, send, react, read, edit, delete, typing, presence, fetch,
-//! paged history; from 1.2 profile, members, threads, pin, pins, reactions, append, upload, search), and for a watched
-//! chat the last delivered seq, the buffer of out-of-order pushes, gap repair by paged `fetch`, and
-//! resuming with `watch after=` on a new link, so that the application sees
-//! every event once, in seq order; then feeding what it delivers to the chat's message list (with the seq
+//! paged history; from 1.2 profile, members, threads, pin, pins, reactions, append, upload (the bytes
+//! go through files.ts), search), and for a watched chat the last delivered seq, the buffer of
+//! out-of-order pushes, gap repair by paged `fetch`, and resuming with `watch after=` on a new link, so
+//! that the application sees every event once, in seq order; then feeding what it delivers to the chat's message list (with the seq
 //! each stored view was read at), and routing typing, presence and 1.2's `append` pushes, with a presence
 //! resync after every watch reply.
 //! Does not own: the link, request ids, the outbox or the page size (client.ts, outbox.ts, page-size.ts,
