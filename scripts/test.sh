@@ -63,7 +63,7 @@ step "the core server's integration tests again, on two PostgreSQL shards"
 pg_dir=$(mktemp -d)/pg
 pg_dirs+=("$pg_dir")
 pg_url=$(scripts/pg.sh start "$pg_dir" "$(free_port)")
-HERALD_TEST_STORE=postgres HERALD_TEST_PG_URL=$pg_url cargo test -q -p herald --test protocol --test auth --test http_api --test lifecycle --test admin --test messages --test moderation --test inbox --test presence --test send_hook --test revoke --test webhook --test conversations --test streams
+HERALD_TEST_STORE=postgres HERALD_TEST_PG_URL=$pg_url cargo test -q -p herald --test protocol --test auth --test http_api --test lifecycle --test admin --test messages --test moderation --test inbox --test presence --test send_hook --test revoke --test webhook --test conversations --test streams --test files
 
 step "the HTTP API against its own OpenAPI document (Schemathesis: no 5xx, every answer as documented)"
 port=$(free_port)

@@ -794,6 +794,17 @@ impl Model {
                 ctx.ensure(self.joined.contains(chat), "append ok for a chat this user is not a member of");
                 ctx.ensure(v.as_object().is_some_and(Map::is_empty), "append ok is not {}");
             }
+            Op::Upload { chat, file } => {
+                ctx.ensure(self.joined.contains(chat), "upload ok for a chat this user is not a member of");
+                let id = v.get("file").and_then(Value::as_str).unwrap_or_default();
+                ctx.ensure(id.starts_with('f') && id.len() == 23, "upload ok without a file id");
+                ctx.ensure(v.get("method").and_then(Value::as_str) == Some("PUT"), "upload ok without PUT");
+                let url = v.get("url").and_then(Value::as_str).unwrap_or_default();
+                ctx.ensure(url.starts_with("http") && url.contains(id), "upload ok without its URL");
+                let typed = v.pointer("/headers/Content-Type").and_then(Value::as_str);
+                ctx.ensure(typed == Some(file.mime.as_str()), "upload ok without the declared Content-Type");
+                ctx.ensure(v.get("expires_ms").and_then(Value::as_i64).is_some(), "upload ok without expires_ms");
+            }
         }
     }
 

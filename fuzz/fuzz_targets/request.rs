@@ -111,8 +111,11 @@ fn encode(req: &Request) -> String {
                 put("after", json!(a));
             }
         }
-        Op::Send { chat, client_id, thread, quote, mentions, stream, .. } => {
+        Op::Send { chat, client_id, thread, quote, mentions, stream, files, .. } => {
             put("chat", json!(chat));
+            if let Some(f) = files {
+                put("files", json!(f));
+            }
             if let Some(c) = client_id {
                 put("client_id", json!(c));
             }
@@ -153,9 +156,12 @@ fn encode(req: &Request) -> String {
             }
         }
         Op::Typing { chat } | Op::Presence { chat } => put("chat", json!(chat)),
-        Op::Edit { chat, target, mentions, .. } => {
+        Op::Edit { chat, target, mentions, files, .. } => {
             put("chat", json!(chat));
             put("target", json!(target));
+            if let Some(f) = files {
+                put("files", json!(f));
+            }
             if let Some(m) = mentions {
                 put("mentions", json!(m));
             }
@@ -201,6 +207,12 @@ fn encode(req: &Request) -> String {
             put("on", json!(on));
         }
         Op::Pins { chat } => put("chat", json!(chat)),
+        Op::Upload { chat, file } => {
+            put("chat", json!(chat));
+            put("name", json!(file.name));
+            put("type", json!(file.mime));
+            put("size", json!(file.size));
+        }
         Op::Append { chat, target, text, done } => {
             put("chat", json!(chat));
             put("target", json!(target));
@@ -266,6 +278,8 @@ struct Norm {
     text: Option<String>,
     /// A profile's fields as given (left out, null, or the value), in JSON.
     profile: Option<serde_json::Value>,
+    files: Option<Vec<String>>,
+    upload: Option<(String, String, u64)>,
 }
 
 impl Norm {
@@ -291,11 +305,14 @@ impl Norm {
             stream: None,
             text: None,
             profile: None,
+            files: None,
+            upload: None,
         };
         match &r.op {
             Op::Hello { token } => n.token = Some(token.clone()),
             Op::Watch { after, .. } => n.after = *after,
-            Op::Send { body, client_id, thread, quote, mentions, stream, .. } => {
+            Op::Send { body, client_id, thread, quote, mentions, stream, files, .. } => {
+                n.files = files.clone();
                 n.body = Some(body.get().to_string());
                 n.client_id = client_id.clone();
                 n.thread = *thread;
@@ -317,7 +334,8 @@ impl Norm {
                 n.limit = *limit;
                 n.thread = *thread;
             }
-            Op::Edit { target, body, mentions, .. } => {
+            Op::Edit { target, body, mentions, files, .. } => {
+                n.files = files.clone();
                 n.target = Some(*target);
                 n.body = Some(body.get().to_string());
                 n.mentions = mentions.clone();
@@ -345,6 +363,7 @@ impl Norm {
                 n.on = Some(*done);
             }
             Op::Pins { .. } => {}
+            Op::Upload { file, .. } => n.upload = Some((file.name.clone(), file.mime.clone(), file.size)),
             Op::Inbox { limit, cursor, live } => {
                 n.limit = *limit;
                 n.cursor = cursor.clone();

@@ -11,7 +11,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::limits::{MENTIONS_MAX, PROFILE_DATA_LIMIT, PROFILE_IMAGE_MAX, PROFILE_NAME_MAX};
+use crate::limits::{FILE_NAME_MAX, FILES_MAX, MENTIONS_MAX, PROFILE_DATA_LIMIT, PROFILE_IMAGE_MAX, PROFILE_NAME_MAX};
 
 /// One field of a change: left out, set to `null`, or set to a value.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -110,6 +110,69 @@ pub fn mentions(raw: Option<&RawValue>) -> Result<Option<Vec<String>>, String> {
     Ok(Some(users))
 }
 
+/// `files` on `send` and `edit`: at most [`FILES_MAX`] distinct file ids. `None` when left out (or
+/// `null`); `Some([])` when given empty (an `edit` then removes the message's files). A file named
+/// twice is refused: a file belongs to one message.
+pub fn files(raw: Option<&RawValue>) -> Result<Option<Vec<String>>, String> {
+    let Some(raw) = raw else { return Ok(None) };
+    let refused = || format!("\"files\" must be a list of at most {FILES_MAX} file ids from \"upload\"");
+    let Ok(given) = serde_json::from_str::<Option<Vec<String>>>(raw.get()) else { return Err(refused()) };
+    let Some(given) = given else { return Ok(None) };
+    if given.len() > FILES_MAX || !given.iter().all(|f| crate::ids::is_valid_id(f)) {
+        return Err(refused());
+    }
+    if let Some(twice) = given.iter().enumerate().find_map(|(i, f)| given[..i].contains(f).then_some(f)) {
+        return Err(format!("file {twice} is named twice in \"files\""));
+    }
+    Ok(Some(given))
+}
+
+/// What `upload` declares of a file: its name, MIME type and size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileDeclared {
+    /// 1 to [`FILE_NAME_MAX`] characters.
+    pub name: String,
+    /// `type/subtype`, optionally with parameters (see [`valid_mime`]).
+    pub mime: String,
+    /// In bytes; the server refuses more than its limit with `too_large`.
+    pub size: u64,
+}
+
+impl FileDeclared {
+    /// Reads `name`, `type` and `size`.
+    pub fn read(name: Option<&RawValue>, mime: Option<&RawValue>, size: Option<&RawValue>) -> Result<Self, String> {
+        let name = match name.map(|r| serde_json::from_str::<String>(r.get())) {
+            None => return Err("missing \"name\"".into()),
+            Some(Ok(n)) if (1..=FILE_NAME_MAX).contains(&n.chars().count()) => n,
+            Some(_) => return Err(format!("\"name\" must be a string of 1 to {FILE_NAME_MAX} characters")),
+        };
+        let mime = match mime.map(|r| serde_json::from_str::<String>(r.get())) {
+            None => return Err("missing \"type\"".into()),
+            Some(Ok(t)) if valid_mime(&t) => t,
+            Some(_) => return Err("\"type\" must be a MIME type, like \"image/png\"".into()),
+        };
+        let size = match size.map(|r| serde_json::from_str::<u64>(r.get())) {
+            None => return Err("missing \"size\"".into()),
+            Some(Ok(n)) => n,
+            Some(Err(_)) => return Err("\"size\" must be the file's size in bytes, 0 or more".into()),
+        };
+        Ok(FileDeclared { name, mime, size })
+    }
+}
+
+/// Whether `mime` is a MIME type: `type/subtype` of RFC 9110 tokens, optionally `; parameters`, at
+/// most 255 bytes, all ASCII with no control characters (it is served back as a header).
+pub fn valid_mime(mime: &str) -> bool {
+    fn token(s: &str) -> bool {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    }
+    if mime.len() > 255 || mime.bytes().any(|b| b.is_ascii_control() || !b.is_ascii()) {
+        return false;
+    }
+    let essence = mime.split(';').next().unwrap_or("").trim();
+    matches!(essence.split_once('/'), Some((t, s)) if token(t) && token(s))
+}
+
 /// A streamed message's body (`send` with `"stream": true`): an object whose `text` is a string.
 pub fn check_stream_body(body: &RawValue) -> Result<(), String> {
     #[derive(Deserialize)]
@@ -133,6 +196,35 @@ mod tests {
 
     fn raw(s: &str) -> Box<RawValue> {
         RawValue::from_string(s.into()).expect("JSON")
+    }
+
+    #[test]
+    fn files_are_distinct_ids_at_most_ten() {
+        assert_eq!(files(None), Ok(None));
+        assert_eq!(files(Some(&raw("[]"))), Ok(Some(vec![])));
+        assert_eq!(files(Some(&raw(r#"["fa","fb"]"#))), Ok(Some(vec!["fa".into(), "fb".into()])));
+        assert!(files(Some(&raw(r#"["fa","fa"]"#))).unwrap_err().contains("twice"));
+        let eleven = format!("[{}]", (0..11).map(|i| format!("\"f{i}\"")).collect::<Vec<_>>().join(","));
+        assert!(files(Some(&raw(&eleven))).is_err());
+        assert!(files(Some(&raw(r#"["a/b"]"#))).is_err());
+        assert!(files(Some(&raw("3"))).is_err());
+    }
+
+    #[test]
+    fn an_upload_declares_a_name_a_type_and_a_size() {
+        let png = raw(r#""image/png""#);
+        let ok = FileDeclared::read(Some(&raw(r#""사진.png""#)), Some(&png), Some(&raw("12")));
+        assert_eq!(ok.unwrap().size, 12);
+        let long = raw(&format!("\"{}\"", "a".repeat(256)));
+        assert!(FileDeclared::read(Some(&long), Some(&png), Some(&raw("1"))).is_err());
+        assert!(FileDeclared::read(Some(&raw("\"\"")), Some(&png), Some(&raw("1"))).is_err());
+        assert!(FileDeclared::read(Some(&raw("\"a\"")), Some(&raw("\"png\"")), Some(&raw("1"))).is_err());
+        assert!(FileDeclared::read(Some(&raw("\"a\"")), Some(&png), Some(&raw("-1"))).is_err());
+        assert!(FileDeclared::read(Some(&raw("\"a\"")), Some(&png), None).is_err());
+        assert!(valid_mime("text/plain; charset=utf-8"));
+        for bad in ["", "image", "image/", "/png", "a b/c", "text/html\r\nX: y"] {
+            assert!(!valid_mime(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Events: what a chat's log is made of, as stored and as the stored view shows them (v1.1's
-//! `edited` and `deleted`; v1.2's `replies`, `pinned`, `reactions`, `stream`). Not here: how a push
+//! `edited` and `deleted`; v1.2's `replies`, `pinned`, `reactions`, `stream`; `files`). Not here: how a push
 //! frames an event (`frame`), or what a server derives the stored view from.
 
 use std::collections::BTreeMap;
@@ -110,6 +110,27 @@ pub struct Event {
     /// v1.2, a message sent with `"stream": true`: `open` until its stream ends, then `done`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamState>,
+    /// v1.2, `message` and `edit` events: the files attached. On an `edit`, `Some([])` removes the
+    /// message's files and `None` keeps them; the stored view shows a message's current files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<FileRef>>,
+}
+
+/// v1.2: a file attached to a message, `{"id", "name", "type", "size", "url"}`. A server stores it
+/// without `url` and signs a fresh one each time it sends the event.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRef {
+    pub id: String,
+    pub name: String,
+    /// The MIME type it was uploaded as.
+    #[serde(rename = "type")]
+    pub mime: String,
+    /// In bytes.
+    pub size: u64,
+    /// Answers a plain GET with the file's bytes for at least an hour after the frame carrying it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub url: String,
 }
 
 impl Event {
@@ -132,6 +153,7 @@ impl Event {
             pinned: false,
             reactions: None,
             stream: None,
+            files: None,
         }
     }
 }
@@ -178,5 +200,6 @@ impl PartialEq for Event {
             && self.pinned == other.pinned
             && self.reactions == other.reactions
             && self.stream == other.stream
+            && self.files == other.files
     }
 }

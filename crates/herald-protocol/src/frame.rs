@@ -76,6 +76,8 @@ pub struct EventPush<'a> {
     pub reactions: Option<&'a BTreeMap<String, u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<&'a [crate::FileRef]>,
 }
 
 impl<'a> EventPush<'a> {
@@ -99,6 +101,7 @@ impl<'a> EventPush<'a> {
             pinned: event.pinned,
             reactions: event.reactions.as_ref(),
             stream: event.stream,
+            files: event.files.as_deref(),
         }
     }
 

@@ -27,5 +27,5 @@ pub mod request;
 pub mod scan;
 
 pub use codes::{CloseCode, ErrorCode};
-pub use event::{Event, EventType, Replies, StreamState};
+pub use event::{Event, EventType, FileRef, Replies, StreamState};
 pub use request::{BadFrame, Op, Request};

@@ -48,3 +48,9 @@ pub const APPEND_PUSH_INTERVAL_MS: u64 = 40;
 pub const STREAM_IDLE_MS: u64 = 60_000;
 /// ... within this long of its last append.
 pub const STREAM_END_WITHIN_MS: u64 = 90_000;
+/// v1.2: files attached to one message, at most.
+pub const FILES_MAX: usize = 10;
+/// v1.2: a file's name, in characters, at most.
+pub const FILE_NAME_MAX: usize = 255;
+/// v1.2: the default largest file, in bytes (`--max-file-bytes`).
+pub const FILE_BYTES_DEFAULT: u64 = 25 * 1024 * 1024;

@@ -257,3 +257,19 @@ pub struct ChatsOk {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
 }
+
+/// v1.2: `upload`'s answer (and the server API's `POST .../files`): where and how to send the bytes.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct UploadOk {
+    /// The file's id, for `files` on `send` and `edit`.
+    pub file: String,
+    /// Absolute: send exactly `size` bytes here.
+    pub url: String,
+    /// `PUT`.
+    pub method: String,
+    /// Headers to send as given.
+    pub headers: BTreeMap<String, String>,
+    /// The URL is accepted until then (ms since the epoch), at least 10 minutes ahead.
+    pub expires_ms: i64,
+}

@@ -50,6 +50,8 @@ pub enum Op {
         quote: Option<u64>,
         mentions: Option<Vec<String>>,
         stream: bool,
+        /// v1.2: the files attached, ids from `upload`.
+        files: Option<Vec<String>>,
     },
     React {
         chat: String,
@@ -85,6 +87,8 @@ pub enum Op {
         target: u64,
         body: Box<RawValue>,
         mentions: Option<Vec<String>>,
+        /// v1.2: the message's files from now on (`None` keeps them, `Some([])` removes them).
+        files: Option<Vec<String>>,
     },
     Delete {
         chat: String,
@@ -135,6 +139,12 @@ pub enum Op {
         text: String,
         done: bool,
     },
+    // v1.2: files.
+    /// Asks where to upload a file for the chat.
+    Upload {
+        chat: String,
+        file: crate::args::FileDeclared,
+    },
 }
 
 /// The longest `inbox` cursor a server reads; its own are far shorter.
@@ -166,6 +176,7 @@ impl Op {
             Op::Pins { .. } => "pins",
             Op::Reactions { .. } => "reactions",
             Op::Append { .. } => "append",
+            Op::Upload { .. } => "upload",
         }
     }
 
@@ -189,7 +200,8 @@ impl Op {
             | Op::Pin { chat, .. }
             | Op::Pins { chat }
             | Op::Reactions { chat, .. }
-            | Op::Append { chat, .. } => Some(chat),
+            | Op::Append { chat, .. }
+            | Op::Upload { chat, .. } => Some(chat),
             Op::Threads { chat, .. } => chat.as_deref(),
         }
     }
@@ -243,6 +255,12 @@ struct Wire<'a> {
     image: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "present")]
     data: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    files: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present", rename = "type")]
+    mime: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    size: Option<&'a RawValue>,
 }
 
 /// A raw argument that is present, `null` included (an `Option` alone reads `null` as absent, and a
@@ -309,6 +327,7 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
                 quote: args::seq(wire.quote, "quote").map_err(refuse)?,
                 mentions: args::mentions(wire.mentions).map_err(refuse)?,
                 stream,
+                files: args::files(wire.files).map_err(refuse)?,
             }
         }
         "react" => {
@@ -351,7 +370,13 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
             let Some(body) = wire.body else {
                 return Err(bad(op_static, "missing \"body\"".into()));
             };
-            Op::Edit { chat, target, body, mentions: args::mentions(wire.mentions).map_err(refuse)? }
+            Op::Edit {
+                chat,
+                target,
+                body,
+                mentions: args::mentions(wire.mentions).map_err(refuse)?,
+                files: args::files(wire.files).map_err(refuse)?,
+            }
         }
         "delete" => {
             let chat = chat()?;
@@ -411,6 +436,10 @@ pub fn parse_frame(text: &str) -> Result<Request, BadFrame> {
             let done = args::flag(wire.done, "done").map_err(refuse)?;
             Op::Append { chat, target, text: args::append_text(wire.text, done).map_err(refuse)?, done }
         }
+        "upload" => {
+            let chat = chat()?;
+            Op::Upload { chat, file: args::FileDeclared::read(wire.name, wire.mime, wire.size).map_err(refuse)? }
+        }
         other => {
             let shown: String = other.chars().take(32).collect();
             return Err(bad(None, format!("unknown op \"{shown}\"")));
@@ -443,6 +472,7 @@ fn op_static_name(op: &str) -> Option<&'static str> {
         "pins" => "pins",
         "reactions" => "reactions",
         "append" => "append",
+        "upload" => "upload",
         _ => return None,
     })
 }

@@ -16,7 +16,8 @@ use std::path::PathBuf;
 use herald_protocol::event::{Event, EventType};
 use herald_protocol::frame::{self, ErrorBody, EventPush, InboxPush};
 use herald_protocol::reply::{
-    EmptyOk, FetchOk, HelloOk, InboxOk, JoinOk, MembersOk, PinsOk, PresenceOk, ReactionsOk, SeqOk, ThreadsOk, WatchOk,
+    EmptyOk, FetchOk, HelloOk, InboxOk, JoinOk, MembersOk, PinsOk, PresenceOk, ReactionsOk, SeqOk, ThreadsOk, UploadOk,
+    WatchOk,
 };
 use herald_protocol::request::{Op, Patch, parse_frame};
 use serde::Serialize;
@@ -24,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 /// Every op of protocol 1.1 and of 1.2's conversations; each needs a request fixture and a reply fixture.
-const OPS: [&str; 22] = [
+const OPS: [&str; 23] = [
     "hello",
     "join",
     "leave",
@@ -47,6 +48,7 @@ const OPS: [&str; 22] = [
     "pins",
     "reactions",
     "append",
+    "upload",
 ];
 
 /// One fixture: its name (for failures) and the JSON object under `key`.
@@ -133,9 +135,9 @@ fn encode_request(id: i64, op: &Op) -> Value {
         Op::Typing { chat } | Op::Presence { chat } => json!({ "chat": chat }),
         Op::Watch { chat, after } => json!({ "chat": chat, "after": after }),
         // `stream` (and `append`'s `done`) false unless given, and written only when true.
-        Op::Send { chat, body, client_id, thread, quote, mentions, stream } => json!({
+        Op::Send { chat, body, client_id, thread, quote, mentions, stream, files } => json!({
             "chat": chat, "body": raw(body), "client_id": client_id, "thread": thread, "quote": quote,
-            "mentions": mentions, "stream": stream.then_some(true),
+            "mentions": mentions, "stream": stream.then_some(true), "files": files,
         }),
         Op::React { chat, target, emoji, on } => json!({ "chat": chat, "target": target, "emoji": emoji, "on": on }),
         Op::Read { chat, seq, thread } => json!({ "chat": chat, "seq": seq, "thread": thread }),
@@ -143,8 +145,8 @@ fn encode_request(id: i64, op: &Op) -> Value {
             json!({ "chat": chat, "after": after, "limit": limit, "thread": thread })
         }
         Op::Ping => json!({}),
-        Op::Edit { chat, target, body, mentions } => {
-            json!({ "chat": chat, "target": target, "body": raw(body), "mentions": mentions })
+        Op::Edit { chat, target, body, mentions, files } => {
+            json!({ "chat": chat, "target": target, "body": raw(body), "mentions": mentions, "files": files })
         }
         Op::Delete { chat, target } => json!({ "chat": chat, "target": target }),
         // `live` is false unless given, and written only when true, as the SDK writes it.
@@ -156,6 +158,9 @@ fn encode_request(id: i64, op: &Op) -> Value {
         Op::Reactions { chat, target } => json!({ "chat": chat, "target": target }),
         Op::Append { chat, target, text, done } => {
             json!({ "chat": chat, "target": target, "text": text, "done": done.then_some(true) })
+        }
+        Op::Upload { chat, file } => {
+            json!({ "chat": chat, "name": file.name, "type": file.mime, "size": file.size })
         }
     };
     let map: &mut Map<String, Value> = args.as_object_mut().expect("objects above");
@@ -216,6 +221,7 @@ fn round_trip_ok(op: &str, name: &str, ok: &Value) -> Value {
         "threads" => round_trip::<ThreadsOk>(name, ok),
         "pins" => round_trip::<PinsOk>(name, ok),
         "reactions" => round_trip::<ReactionsOk>(name, ok),
+        "upload" => round_trip::<UploadOk>(name, ok),
         other => panic!("{name}: no reply type for op {other:?}"),
     }
 }

@@ -8,9 +8,11 @@
 
 mod conv;
 mod erase;
+mod files;
 mod live;
 mod screen;
 pub mod settings;
+pub use files::FileService;
 mod stream;
 
 pub use settings::ChatSettings;
@@ -85,6 +87,8 @@ pub struct Chats {
     send_hook: Option<Arc<crate::hooks::send::SendHook>>,
     /// v1.2: streams' `append` pushes waiting for their turn.
     streams: Arc<stream::Streams>,
+    /// v1.2: files, when kept (every server keeps them; some tests do not).
+    files: Option<Arc<FileService>>,
 }
 
 impl Chats {
@@ -92,7 +96,16 @@ impl Chats {
         let join_throttle =
             (limits.settings.chat_join_rate > 0).then(|| JoinThrottle::new(limits.settings.chat_join_rate));
         let streams = stream::Streams::new(hub.clone());
-        Chats { store, broker, hub, join_throttle, limits, send_hook: None, streams }
+        Chats { store, broker, hub, join_throttle, limits, send_hook: None, streams, files: None }
+    }
+
+    /// These chats with files kept by `files`; the hub signs the URLs of what it reads back too.
+    pub fn with_files(mut self, files: Option<Arc<FileService>>) -> Self {
+        if let Some(f) = &files {
+            self.hub.set_file_urls(f.urls.clone());
+        }
+        self.files = files;
+        self
     }
 
     /// These chats with `hook` screening clients' sends and edits.
@@ -117,12 +130,16 @@ impl Chats {
     /// Applies `write` and publishes its event, on a task that finishes even if the caller goes away.
     async fn write(&self, write: Write) -> Result<Written, Error> {
         let (store, broker) = (self.store.clone(), self.broker.clone());
+        let urls = self.file_urls().cloned();
         let task = tokio::spawn(async move {
             let key = write.key().clone();
             let started = Instant::now();
-            let result = store.write(write).await;
+            let mut result = store.write(write).await;
             metrics::histogram!("herald_store_write_seconds").record(started.elapsed().as_secs_f64());
-            if let Ok(Written { event: Some(event), .. }) = &result {
+            if let Ok(Written { event: Some(event), .. }) = &mut result {
+                if let Some(urls) = &urls {
+                    urls.sign(&key, event);
+                }
                 broker.publish(Published::new(key, event)).await;
             }
             result
@@ -190,6 +207,9 @@ impl Chats {
         if conv.stream {
             herald_protocol::args::check_stream_body(&body).map_err(Error::BadRequest)?;
         }
+        if let Some(ids) = &conv.files {
+            self.check_uploaded(&key, Some(&c.user), ids).await?;
+        }
         let user = Some(c.user.clone());
         let w =
             self.write(Write::Append { key, user, system: false, body, client_id, member_only: true, conv }).await?;
@@ -245,6 +265,9 @@ impl Chats {
     ) -> Result<FetchOk, Error> {
         let limit = limit.unwrap_or(herald_protocol::limits::FETCH_DEFAULT).clamp(1, FETCH_MAX);
         let mut f = self.store.fetch(key, member, after, limit).await?;
+        if let Some(urls) = self.file_urls() {
+            urls.sign_all(key, &mut f.events);
+        }
         let mut bytes = 0usize;
         let fits = f.events.iter().position(|e| {
             bytes += encoded_len(e);
@@ -324,7 +347,10 @@ impl Chats {
             return Ok((head, frames, false));
         }
         loop {
-            let f = self.store.fetch(key, Some(user), after, FETCH_MAX).await?;
+            let mut f = self.store.fetch(key, Some(user), after, FETCH_MAX).await?;
+            if let Some(urls) = self.file_urls() {
+                urls.sign_all(key, &mut f.events);
+            }
             for e in &f.events {
                 let frame = Frame::from(EventPush::new(&key.chat, e).encode());
                 bytes += frame.as_str().len();
@@ -394,6 +420,9 @@ impl Chats {
         if conv.stream {
             herald_protocol::args::check_stream_body(&body).map_err(Error::BadRequest)?;
         }
+        if let Some(ids) = &conv.files {
+            self.check_uploaded(&key, user, ids).await?;
+        }
         let user = user.map(Arc::from);
         let w = self.write(Write::Append { key, user, system, body, client_id, member_only: false, conv }).await?;
         Ok(SeqOk { seq: w.seq })
@@ -413,15 +442,19 @@ impl Chats {
         target: u64,
         body: Box<RawValue>,
         mentions: Option<Vec<String>>,
+        files: Option<Vec<String>>,
     ) -> Result<SeqOk, Error> {
         self.check_body(&body)?;
         let key = c.key(chat);
+        if let Some(ids) = &files {
+            self.check_uploaded(&key, Some(&c.user), ids).await?;
+        }
         let body = match self.screen(c, &key, HookOp::Edit, body, None, Some(target)).await? {
             Screened::Store(body) => body,
             Screened::Already(ok) => return Ok(ok),
         };
         let user = Some(c.user.clone());
-        let w = self.write(Write::Edit { key, user, actor: Actor::Client, target, body, mentions }).await?;
+        let w = self.write(Write::Edit { key, user, actor: Actor::Client, target, body, mentions, files }).await?;
         Ok(SeqOk { seq: w.seq })
     }
 
@@ -439,10 +472,14 @@ impl Chats {
         target: u64,
         body: Box<RawValue>,
         user: Option<&str>,
+        files: Option<Vec<String>>,
     ) -> Result<SeqOk, Error> {
         self.check_body(&body)?;
+        if let Some(ids) = &files {
+            self.check_uploaded(&key, None, ids).await?;
+        }
         let user = user.map(Arc::from);
-        let w = self.write(Write::Edit { key, user, actor: Actor::Admin, target, body, mentions: None }).await?;
+        let w = self.write(Write::Edit { key, user, actor: Actor::Admin, target, body, mentions: None, files }).await?;
         Ok(SeqOk { seq: w.seq })
     }
 
@@ -489,6 +526,11 @@ impl Chats {
             };
         let started = Instant::now();
         let mut chats = self.store.inbox(ws, user, after.as_ref(), limit).await?;
+        if let Some(urls) = self.file_urls() {
+            for c in &mut chats {
+                urls.sign_all(&ChatKey::new(ws, &c.chat), c.last.as_mut());
+            }
+        }
         metrics::histogram!("herald_inbox_seconds").record(started.elapsed().as_secs_f64());
         let more = chats.len() > limit as usize;
         chats.truncate(limit as usize);
@@ -640,7 +682,7 @@ mod tests {
         }
     }
 
-    crate::store::not_kept!(GatedLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations);
+    crate::store::not_kept!(GatedLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations, Files);
 
     fn chats(latest: u64) -> (Arc<Chats>, Arc<GatedLog>, Arc<Hub>) {
         let log = Arc::new(GatedLog { latest, gate: tokio::sync::Semaphore::new(0) });

@@ -51,6 +51,8 @@ pub struct ServeArgs {
     pub hub: HubSettings,
     #[command(flatten)]
     pub hooks: HookArgs,
+    #[command(flatten)]
+    pub files: crate::files::settings::FilesSettings,
 }
 
 /// The node itself: where it listens, who it is in its cell, how it leaves.
@@ -131,6 +133,8 @@ pub struct Config {
     pub hub: HubSettings,
     /// The webhook and the send hook, if configured.
     pub hooks: HookSettings,
+    /// v1.2: where files live and how large they may be.
+    pub files: crate::files::settings::FilesSettings,
     /// What verifies client tokens (and the secret that issues them).
     pub tokens: TokenKeys,
     pub api_key: String,
@@ -273,6 +277,7 @@ impl ServeArgs {
             chat: self.chat,
             hub: self.hub,
             hooks,
+            files: self.files,
             tokens,
             api_key,
             dev_mode,

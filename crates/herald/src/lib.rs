@@ -12,6 +12,7 @@ pub mod chat;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod front;
 pub mod gateway;
 pub mod guard;

@@ -79,8 +79,14 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    /// Builds hub, chats and gateway over `store` and `broker`.
-    pub(crate) fn new(config: &Config, store: Arc<dyn Store>, broker: Arc<dyn Broker>) -> anyhow::Result<Core> {
+    /// Builds hub, chats and gateway over `store` and `broker`; the embedded files backend's URLs
+    /// start with `files_base` (`http://host:port`).
+    pub(crate) fn new(
+        config: &Config,
+        store: Arc<dyn Store>,
+        broker: Arc<dyn Broker>,
+        files_base: &str,
+    ) -> anyhow::Result<Core> {
         // A watch's start fits the outbound queue: its replay in half of it
         // (the chat layer's bound), the live events meanwhile in a quarter
         // (the hub's), so it never closes with 4008.
@@ -92,7 +98,8 @@ impl Core {
             _ => None,
         };
         let revocations = Revocations::new(store.clone());
-        let chats = Arc::new(Chats::new(store, broker, hub, limits).with_send_hook(send_hook));
+        let files = open_files(config, &store, files_base)?;
+        let chats = Arc::new(Chats::new(store, broker, hub, limits).with_send_hook(send_hook).with_files(files));
         chats.spawn_stream_timeouts();
         let cells = Arc::new(Cells::new(&config.server.cell, &config.server.cells)?);
         let tokens = Arc::new(Tokens::new(&config.tokens)?);
@@ -107,6 +114,51 @@ impl Core {
             },
         );
         Ok(Core { chats, tokens, cells, gateway, revocations })
+    }
+}
+
+/// The node's files: in `--files-s3`'s bucket, or beside the embedded store in `--data`, served by
+/// this node at `base`; and their sweeper. A node of a cell (`--broker`) without a bucket keeps no
+/// files: one node's folder cannot serve the others' clients, so uploads are refused with the reason.
+fn open_files(
+    config: &Config,
+    store: &Arc<dyn Store>,
+    base: &str,
+) -> anyhow::Result<Option<Arc<crate::chat::FileService>>> {
+    use crate::files::{Blobs, FileUrls, local::LocalBlobs, serve::Served};
+    let s = &config.files;
+    let (blobs, served): (Arc<dyn Blobs>, Option<Served>) = match &s.files_s3 {
+        Some(_url) => anyhow::bail!("--files-s3 is not supported by this build"),
+        None if !config.broker.brokers.is_empty() => {
+            tracing::warn!(
+                "this node is part of a cell (--broker) without --files-s3: it keeps no files, and `upload` \
+                 is refused; give every node of the cell the same --files-s3 bucket to keep files"
+            );
+            return Ok(None);
+        }
+        None => {
+            let local = Arc::new(LocalBlobs::open(&config.store.data.join("files"), base)?);
+            let origins: Arc<[String]> = config.gateway.limits.allowed_origins.clone().into();
+            (local.clone(), Some(Served { store: store.clone(), blobs: local, origins }))
+        }
+    };
+    tracing::info!(backend = blobs.kind(), max_file_bytes = s.max_file_bytes, "files");
+    crate::files::sweep::spawn(Arc::downgrade(store), blobs.clone(), Duration::from_millis(s.files_orphan_ms));
+    let urls = Arc::new(FileUrls::new(blobs));
+    Ok(Some(Arc::new(crate::chat::FileService { urls, max_bytes: s.max_file_bytes, served })))
+}
+
+/// The base of URLs this node serves itself: `--public-url` as http(s), else its listening address.
+fn files_base(config: &Config, listener: &TcpListener) -> String {
+    match config.server.public_url.as_deref() {
+        Some(url) => {
+            let (scheme, rest) = match url.strip_prefix("wss://") {
+                Some(rest) => ("https", rest),
+                None => ("http", url.strip_prefix("ws://").unwrap_or(url)),
+            };
+            format!("{scheme}://{}", rest.split('/').next().unwrap_or_default())
+        }
+        None => format!("http://{}", listener.local_addr().map(|a| a.to_string()).unwrap_or_default()),
     }
 }
 
@@ -186,7 +238,8 @@ async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let Links { store, broker, bus, closes_store } = links;
-    let Core { chats, tokens, cells, gateway, revocations } = Core::new(&config, store.clone(), broker)?;
+    let base = files_base(&config, &listener);
+    let Core { chats, tokens, cells, gateway, revocations } = Core::new(&config, store.clone(), broker, &base)?;
     revocations.follow(bus.clone()).await;
     let public_url = config
         .server

@@ -50,7 +50,7 @@ pub(super) struct PutChatBody {
 }
 
 /// A field given, even as `null` (which serde's `Option` would read as left out).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+pub(super) fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
     Box::<RawValue>::deserialize(d).map(Some)
 }
 
@@ -167,6 +167,10 @@ pub(super) struct PostEventBody {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Vec<String>>)]
     mentions: Option<Box<RawValue>>,
+    /// v1.2, a `message` only: up to 10 file ids from `POST .../files`, uploaded by `user`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<String>>)]
+    files: Option<Box<RawValue>>,
 }
 
 /// Posts a `message` or `system` event to an existing chat, as the server
@@ -196,10 +200,11 @@ pub(super) async fn post_event(
         return Err(bad("client_id must be 1 to 128 bytes"));
     }
     let mentions = herald_protocol::args::mentions(req.mentions.as_deref()).map_err(bad)?;
-    if system && (req.stream || req.thread.is_some() || req.quote.is_some() || mentions.is_some()) {
-        return Err(bad("only a message can stream, reply in a thread, quote or mention"));
+    let files = herald_protocol::args::files(req.files.as_deref()).map_err(bad)?;
+    if system && (req.stream || req.thread.is_some() || req.quote.is_some() || mentions.is_some() || files.is_some()) {
+        return Err(bad("only a message can stream, reply in a thread, quote, mention or carry files"));
     }
-    let conv = Conversation { thread: req.thread, quote: req.quote, mentions, stream: req.stream };
+    let conv = Conversation { thread: req.thread, quote: req.quote, mentions, stream: req.stream, files };
     Ok(axum::Json(s.chats.post_event(key, system, req.user.as_deref(), req.body, req.client_id, conv).await?))
 }
 

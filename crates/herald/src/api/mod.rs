@@ -52,6 +52,7 @@ const DEMO_JS: &str = include_str!("../../../../web/dist/demo.js");
 mod admin;
 mod chats;
 mod conversations;
+mod files;
 mod moderation;
 pub mod openapi;
 mod users;
@@ -103,6 +104,7 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
         .route("/v1/workspaces/{ws}/chats", get(conversations::chat_list))
         .route("/v1/workspaces/{ws}/chats/{chat}/members", get(conversations::member_list))
         .route("/v1/workspaces/{ws}/chats/{chat}/pins", get(conversations::pin_list))
+        .route("/v1/workspaces/{ws}/chats/{chat}/files", post(files::upload))
         .route("/v1/workspaces/{ws}/chats/{chat}/events/{seq}/append", post(conversations::append))
         .route(
             "/v1/workspaces/{ws}/chats/{chat}/events/{seq}",
@@ -132,9 +134,13 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
     }
     let gw = Router::new().route("/v1/ws", get(gateway::ws_route));
     let gw = if diag_echo { gw.route("/diag/echo", get(gateway::echo_route)) } else { gw };
-    app.with_state(state.clone())
-        .merge(gw.with_state(state.gateway))
-        .fallback(no_route)
+    let served = state.chats.local_files();
+    let app = app.with_state(state.clone()).merge(gw.with_state(state.gateway));
+    let app = match served {
+        Some(served) => app.merge(crate::files::serve::routes(served)),
+        None => app,
+    };
+    app.fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
         .layer(axum::Extension(BodyLimit(body_limit)))
@@ -390,7 +396,7 @@ mod tests {
         let config = ServeArgs::parse_from(["serve", "--data", data]).and_then(ServeArgs::resolve).unwrap();
         assert!(config.dev_mode);
         let store: Arc<dyn crate::store::Store> = Arc::new(SqliteStore::open(dir).unwrap());
-        let core = Core::new(&config, store, Arc::new(MemoryBroker::new())).unwrap();
+        let core = Core::new(&config, store, Arc::new(MemoryBroker::new()), "http://127.0.0.1:1").unwrap();
         let state = AppState {
             chats: core.chats,
             tokens: core.tokens,

@@ -38,6 +38,11 @@ pub(super) struct EditBody {
     /// The author of the `edit` event, if any (the message may be anyone's).
     #[schema(pattern = r"^[A-Za-z0-9_.:@+-]{1,128}$")]
     user: Option<String>,
+    /// v1.2: the message's files from now on (file ids uploaded by the message's sender); left out:
+    /// kept; `[]`: removed.
+    #[serde(default, deserialize_with = "super::chats::present")]
+    #[schema(value_type = Option<Vec<String>>)]
+    files: Option<Box<serde_json::value::RawValue>>,
 }
 
 /// Edits any message of the chat: stores an `edit` event (404 when the
@@ -58,7 +63,8 @@ pub(super) async fn edit_event(
     if req.user.as_deref().is_some_and(|u| !is_valid_user_id(u)) {
         return Err(bad(invalid_user_id("user")));
     }
-    Ok(axum::Json(s.chats.admin_edit(key, seq, req.body, req.user.as_deref()).await?))
+    let files = herald_protocol::args::files(req.files.as_deref()).map_err(bad)?;
+    Ok(axum::Json(s.chats.admin_edit(key, seq, req.body, req.user.as_deref(), files).await?))
 }
 
 /// Deletes any message of the chat: stores a `delete` event and erases the

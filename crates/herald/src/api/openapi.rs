@@ -6,9 +6,9 @@
 use herald_protocol::frame::ErrorBody;
 use herald_protocol::reply::{
     ChatView, ChatsOk, EmptyOk, FetchOk, InboxEntry, InboxOk, MemberEntry, MembersOk, PinEntry, PinsOk, PresenceOk,
-    Profile, SeqOk,
+    Profile, SeqOk, UploadOk,
 };
-use herald_protocol::{ErrorCode, Event, EventType, Replies, StreamState};
+use herald_protocol::{ErrorCode, Event, EventType, FileRef, Replies, StreamState};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
@@ -109,6 +109,7 @@ impl Modify for ApiKey {
         super::conversations::member_list,
         super::conversations::pin_list,
         super::conversations::append,
+        super::files::upload,
         super::moderation::edit_event,
         super::moderation::delete_event,
         super::moderation::ban,
@@ -134,7 +135,7 @@ impl Modify for ApiKey {
         super::admin::DrainOk, super::admin::NodesOk, super::admin::NodeView, super::admin::AdminStatus,
         super::admin::StatusNode, super::admin::StatusShard, super::Ready, EditBody, MuteBody, EmptyOk, InboxOk,
         InboxEntry, super::users::ErasedOk, crate::hooks::webhook::WebhookStatus, ChatsOk, MembersOk,
-        MemberEntry, PinsOk, PinEntry, Profile, Replies, StreamState, super::conversations::AppendBody,
+        MemberEntry, PinsOk, PinEntry, Profile, Replies, StreamState, super::conversations::AppendBody, super::files::UploadBody, UploadOk, FileRef,
     )),
     modifiers(&ApiKey),
 )]

@@ -123,6 +123,9 @@ impl Chats {
     ) -> Result<FetchOk, Error> {
         let limit = limit.unwrap_or(herald_protocol::limits::FETCH_DEFAULT).clamp(1, FETCH_MAX);
         let mut f = self.store.thread_fetch(key, member, root, after, limit).await?;
+        if let Some(urls) = self.file_urls() {
+            urls.sign_all(key, &mut f.events);
+        }
         let mut bytes = 0usize;
         let cut = f.events.iter().position(|e| {
             bytes += super::encoded_len(e);
@@ -153,7 +156,11 @@ impl Chats {
 
     /// The server API's pins of a chat.
     pub async fn pin_list(&self, key: &ChatKey) -> Result<PinsOk, Error> {
-        Ok(PinsOk { pins: self.store.pin_list(key).await? })
+        let mut pins = self.store.pin_list(key).await?;
+        if let Some(urls) = self.file_urls() {
+            urls.sign_all(key, pins.iter_mut().map(|p| &mut p.message));
+        }
+        Ok(PinsOk { pins })
     }
 
     /// `reactions`: who reacted to `target` with what, for a member.

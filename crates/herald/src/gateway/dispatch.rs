@@ -196,9 +196,9 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
             chats.unwatch(c, &s.outbox, &chat);
             ok(ok_reply(id, &EmptyOk {}))
         }
-        Op::Send { chat, body, client_id, thread, quote, mentions, stream } => {
+        Op::Send { chat, body, client_id, thread, quote, mentions, stream, files } => {
             s.check_fence(&chat, client_id.as_deref())?;
-            let conv = Conversation { thread, quote, mentions, stream };
+            let conv = Conversation { thread, quote, mentions, stream, files };
             ok(ok_reply(id, &chats.send(c, &chat, body, client_id, conv).await?))
         }
         Op::React { chat, target, emoji, on } => ok(ok_reply(id, &chats.react(c, &chat, target, emoji, on).await?)),
@@ -214,8 +214,8 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
             ok(ok_reply(id, &EmptyOk {}))
         }
         Op::Presence { chat } => ok(ok_reply(id, &chats.presence(c, &s.outbox, &chat).await?)),
-        Op::Edit { chat, target, body, mentions } => {
-            ok(ok_reply(id, &chats.edit(c, &chat, target, body, mentions).await?))
+        Op::Edit { chat, target, body, mentions, files } => {
+            ok(ok_reply(id, &chats.edit(c, &chat, target, body, mentions, files).await?))
         }
         Op::Delete { chat, target } => ok(ok_reply(id, &chats.delete(c, &chat, target).await?)),
         Op::Inbox { limit, cursor, live: false } => {
@@ -244,6 +244,7 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
         Op::Pins { chat } => ok(ok_reply(id, &chats.pins(c, &chat).await?)),
         Op::Reactions { chat, target } => ok(ok_reply(id, &chats.reactions(c, &chat, target).await?)),
         Op::Append { chat, target, text, done } => ok(ok_reply(id, &chats.append(c, &chat, target, text, done).await?)),
+        Op::Upload { chat, file } => ok(ok_reply(id, &chats.upload(c, &chat, file).await?)),
     }
 }
 

@@ -89,13 +89,20 @@ pub struct Feed {
     reads: tokio::sync::Semaphore,
     /// Wakes the tail check at once (after a broker reconnect).
     tail_now: tokio::sync::Notify,
+    /// v1.2: signs the file URLs of the entries it reads.
+    urls: crate::files::SharedUrls,
 }
 
 impl Feed {
     /// No live inbox yet; reads from `store`, follows chats through
     /// `interest`. With `may_lose` (the broker can lose hints), checks its
     /// chats against the log every [`INBOX_TAIL_EVERY`].
-    pub(super) fn new(store: Arc<dyn Store>, interest: Arc<Interest>, may_lose: bool) -> Arc<Feed> {
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        interest: Arc<Interest>,
+        may_lose: bool,
+        urls: crate::files::SharedUrls,
+    ) -> Arc<Feed> {
         let feed = Arc::new_cyclic(|me| Feed {
             me: me.clone(),
             store,
@@ -107,6 +114,7 @@ impl Feed {
             listeners: AtomicUsize::new(0),
             reads: tokio::sync::Semaphore::new(READS_AT_ONCE),
             tail_now: tokio::sync::Notify::new(),
+            urls,
         });
         if may_lose {
             spawn_tail(Arc::downgrade(&feed));
@@ -526,7 +534,11 @@ impl Feed {
         let key = ChatKey { ws: l.ws.clone(), chat };
         let read = {
             let _permit = self.reads.acquire().await.expect("never closed");
-            self.store.inbox_entry(&key, &l.user).await
+            let mut read = self.store.inbox_entry(&key, &l.user).await;
+            if let (Ok(Some(entry)), Some(urls)) = (&mut read, self.urls.get()) {
+                urls.sign_all(&key, entry.last.as_mut());
+            }
+            read
         };
         let now = Instant::now();
         let mut st = l.state.lock().expect("inbox listener lock");

@@ -97,6 +97,8 @@ pub struct Hub {
     feed: Arc<Feed>,
     /// The byte budget of the chats' windows of recent events.
     budget: Arc<recent::Budget>,
+    /// v1.2: signs the file URLs of events read back from the store.
+    urls: crate::files::SharedUrls,
 }
 
 /// Part of the chat map.
@@ -133,6 +135,7 @@ impl Hub {
     pub fn with_settings(broker: Arc<dyn Broker>, store: Arc<dyn Store>, settings: HubSettings) -> Arc<Hub> {
         let interest = Arc::new(interest::Interest::new(broker.clone()));
         let may_lose = broker.may_lose();
+        let urls = crate::files::SharedUrls::default();
         let hub = Arc::new_cyclic(|me| Hub {
             me: me.clone(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
@@ -141,10 +144,11 @@ impl Hub {
             started: tokio::time::Instant::now(),
             interest: interest.clone(),
             conns: conns::Conns::new(),
-            repair: repair::Repair::new(store.clone()),
+            repair: repair::Repair::new(store.clone(), urls.clone()),
             live: live::Live::new(broker.clone()),
-            feed: Feed::new(store, interest, may_lose),
+            feed: Feed::new(store, interest, may_lose, urls.clone()),
             budget: Arc::new(recent::Budget::new(settings.recent_bytes, settings.recent_chat_bytes)),
+            urls,
         });
         let sink: Arc<dyn Sink> = hub.clone();
         broker.attach(Arc::downgrade(&sink));
@@ -153,6 +157,11 @@ impl Hub {
             spawn_sweep(Arc::downgrade(&hub));
         }
         hub
+    }
+
+    /// v1.2: signs the file URLs of the events the hub reads back from the store. Set once.
+    pub fn set_file_urls(&self, urls: Arc<crate::files::FileUrls>) {
+        let _ = self.urls.set(urls);
     }
 
     /// The live inboxes.

@@ -127,6 +127,10 @@ struct Cached {
     extra: usize,
     /// Read back from the log: its view may include later events' changes.
     from_log: bool,
+    /// v1.2: its frame carries file URLs signed no earlier than this (its event's ts), 0 if none.
+    /// A page is served from the window only within the hour of that time, so every URL it carries
+    /// is good for an hour more (see `crate::files::UrlWindow`).
+    files_ms: i64,
 }
 
 /// A page of a chat's window for a `fetch` reply.
@@ -204,6 +208,7 @@ impl Recent {
             reactors: None,
             extra: 0,
             from_log: event.from_log,
+            files_ms: if carries_files(&event.frame) { event.ts } else { 0 },
         };
         if event.from_log {
             self.from_log += 1;
@@ -359,7 +364,11 @@ impl Recent {
             EventType::Edit => {
                 let Some(body) = change.body else { return t };
                 let mentions = parsed.mentions.clone();
+                let files = parsed.files.clone();
                 self.open_streams.remove(&t);
+                if let (Some(given), Some(i)) = (&files, self.index(t)) {
+                    self.events[i].files_ms = if given.is_empty() { 0 } else { event.ts };
+                }
                 self.rewrite(chat, t, |m| {
                     // A view read later (a catch-up from the log) may already show this edit or a later one.
                     if m.kind != EventType::Message || m.deleted || m.edited.is_some_and(|e| e >= event.seq) {
@@ -369,6 +378,9 @@ impl Recent {
                     m.edited = Some(event.seq);
                     if let Some(given) = mentions {
                         m.mentions = (!given.is_empty()).then_some(given);
+                    }
+                    if let Some(given) = files {
+                        m.files = (!given.is_empty()).then_some(given);
                     }
                     if m.stream == Some(StreamState::Open) {
                         m.stream = Some(StreamState::Done);
@@ -387,6 +399,7 @@ impl Recent {
                     m.pinned = false;
                     m.mentions = None;
                     m.reactions = None;
+                    m.files = None;
                     if m.stream == Some(StreamState::Open) {
                         m.stream = Some(StreamState::Done);
                     }
@@ -437,6 +450,19 @@ impl Recent {
     }
 
     /// Re-encodes the cached event `seq`, if the window holds it, after `change` (which says whether it changed it).
+    /// Whether an event in `(after, upto]` carries file URLs signed before this hour: those are
+    /// read again from the store (which signs fresh ones).
+    fn stale_urls(&self, after: u64, upto: u64) -> bool {
+        let now = crate::files::UrlWindow::at(crate::store::now_ms()).start_ms;
+        let from = (after + 1).saturating_sub(self.start) as usize;
+        let n = (upto + 1).saturating_sub(after + 1) as usize;
+        self.events
+            .iter()
+            .skip(from)
+            .take(n)
+            .any(|c| c.files_ms != 0 && crate::files::UrlWindow::at(c.files_ms).start_ms != now)
+    }
+
     fn rewrite(&mut self, chat: &str, seq: u64, change: impl FnOnce(&mut Event) -> bool) {
         let Some(i) = seq.checked_sub(self.start).filter(|&i| i < self.events.len() as u64) else { return };
         let cached = &mut self.events[i as usize];
@@ -500,6 +526,9 @@ impl Recent {
         if self.open_streams.range(after + 1..).next().is_some() {
             return None;
         }
+        if self.stale_urls(after, self.end() - 1) {
+            return None;
+        }
         let head = self.end() - 1;
         let from = (after + 1 - self.start) as usize;
         let mut events = Vec::with_capacity((limit as usize).min(self.events.len() - from));
@@ -529,6 +558,9 @@ impl Recent {
             return None;
         }
         if self.open_streams.range(after + 1..=upto).next().is_some() {
+            return None;
+        }
+        if self.stale_urls(after, upto) {
             return None;
         }
         let from = (after + 1 - self.start) as usize;
@@ -563,6 +595,12 @@ impl Drop for Recent {
 }
 
 /// The event in a push frame.
+/// Whether a push frame may carry files (a body that merely mentions the word costs only its
+/// window hits).
+fn carries_files(frame: &Frame) -> bool {
+    frame.as_str().contains("\"files\":[{")
+}
+
 fn parse(frame: &Frame) -> Option<Event> {
     match serde_json::from_str(frame.as_str()) {
         Ok(event) => Some(event),

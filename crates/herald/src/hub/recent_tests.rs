@@ -241,3 +241,53 @@ fn events_read_back_from_the_log_stay_until_a_count_of_theirs_would_move() {
     push_all(&mut recent, &budget, &[msg(8)]);
     assert_eq!(recent.span(), 8..9);
 }
+
+/// A message carrying `files` (with URLs as a node signs them) stored at `ts`.
+fn with_file(seq: u64, ts: i64, id: &str) -> Event {
+    let file = herald_protocol::FileRef {
+        id: id.into(),
+        name: "a.png".into(),
+        mime: "image/png".into(),
+        size: 3,
+        url: format!("http://h/{id}"),
+    };
+    Event { ts, files: Some(vec![file]), ..msg(seq) }
+}
+
+#[test]
+fn the_window_serves_file_urls_only_within_the_hour_they_were_signed() {
+    let budget = Arc::new(Budget::new(1 << 20, 1 << 20));
+    let now = crate::store::now_ms();
+    let mut fresh = Recent::default();
+    push_all(&mut fresh, &budget, &[msg(1), with_file(2, now, "fa"), msg(3)]);
+    assert!(fresh.page(0, 10, 1 << 20).is_some(), "URLs signed this hour are served from the window");
+    let mut old = Recent::default();
+    push_all(&mut old, &budget, &[msg(1), with_file(2, now - 2 * 3_600_000, "fa"), msg(3)]);
+    assert!(old.page(0, 10, 1 << 20).is_none(), "URLs signed hours ago are signed afresh by the store's read");
+    assert!(old.frames(0, 3).is_none());
+    assert!(old.page(2, 10, 1 << 20).is_some(), "events after it are still served from the window");
+}
+
+#[test]
+fn an_edit_or_delete_changes_a_messages_files_in_the_window_as_in_the_store() {
+    let budget = Arc::new(Budget::new(1 << 20, 1 << 20));
+    let now = crate::store::now_ms();
+    let mut recent = Recent::default();
+    let edit = |seq: u64, files: &str| Event {
+        ts: now,
+        files: serde_json::from_str(files).unwrap(),
+        ..ev(seq, EventType::Edit, r#"{"target":1,"body":{"text":"e"}}"#)
+    };
+    push_all(&mut recent, &budget, &[with_file(1, now, "fa"), edit(2, "null")]);
+    let page = recent.page(0, 10, 1 << 20).unwrap().encode_reply(1);
+    assert!(page.contains("\"fa\""), "an edit without files keeps them: {page}");
+    push_all(&mut recent, &budget, &[edit(3, r#"[{"id":"fb","name":"b","type":"image/png","size":1,"url":"u"}]"#)]);
+    let page = recent.page(0, 1, 1 << 20).unwrap().encode_reply(1);
+    assert!(page.contains("\"fb\"") && !page.contains("\"fa\""), "{page}");
+    push_all(&mut recent, &budget, &[edit(4, "[]")]);
+    let page = recent.page(0, 1, 1 << 20).unwrap().encode_reply(1);
+    assert!(!page.contains("files"), "files: [] removes them: {page}");
+    push_all(&mut recent, &budget, &[with_file(5, now, "fc"), ev(6, EventType::Delete, r#"{"target":5}"#)]);
+    let page = recent.page(4, 1, 1 << 20).unwrap().encode_reply(1);
+    assert!(!page.contains("fc"), "a deleted message shows no files: {page}");
+}

@@ -67,6 +67,8 @@ const GAP_PAGES: usize = 4;
 /// The hub's reads of the log.
 pub(super) struct Repair {
     store: Arc<dyn Store>,
+    /// v1.2: signs the file URLs of what it reads back.
+    urls: crate::files::SharedUrls,
     /// Wakes the tail check at once (after a broker reconnect).
     tail_now: tokio::sync::Notify,
     /// Tokens of the gap reads of watches being started.
@@ -74,8 +76,15 @@ pub(super) struct Repair {
 }
 
 impl Repair {
-    pub(super) fn new(store: Arc<dyn Store>) -> Repair {
-        Repair { store, tail_now: tokio::sync::Notify::new(), gap_reads: AtomicU64::new(0) }
+    pub(super) fn new(store: Arc<dyn Store>, urls: crate::files::SharedUrls) -> Repair {
+        Repair { store, urls, tail_now: tokio::sync::Notify::new(), gap_reads: AtomicU64::new(0) }
+    }
+
+    /// Gives the files of `events` fresh URLs, when the node keeps files.
+    fn sign(&self, key: &crate::model::ChatKey, events: &mut [herald_protocol::Event]) {
+        if let Some(urls) = self.urls.get() {
+            urls.sign_all(key, events);
+        }
     }
 
     /// A token for a new gap read.
@@ -100,7 +109,7 @@ impl Repair {
         let key = entry.key();
         for _ in 0..CATCH_UP_PAGES {
             let Some(next) = entry.next() else { return true };
-            let fetched = match self.store.fetch(key, None, next - 1, CATCH_UP_PAGE).await {
+            let mut fetched = match self.store.fetch(key, None, next - 1, CATCH_UP_PAGE).await {
                 Ok(f) => f,
                 Err(e) => {
                     tracing::warn!(chat = %key, error = %e, "catch-up read failed; the next tail check retries");
@@ -108,6 +117,7 @@ impl Repair {
                     return false;
                 }
             };
+            self.sign(key, &mut fetched.events);
             let n = fetched.events.len();
             if n > 0 {
                 metrics::counter!("herald_hub_backfilled_total").increment(n as u64);
@@ -131,7 +141,7 @@ impl Repair {
         let mut events = Vec::new();
         let mut after = from - 1;
         for _ in 0..GAP_PAGES {
-            let fetched = match self.store.fetch(key, None, after, GAP_PAGE).await {
+            let mut fetched = match self.store.fetch(key, None, after, GAP_PAGE).await {
                 Ok(f) => f,
                 Err(e) => {
                     tracing::warn!(chat = %key, error = %e, "reading a starting watch's gap failed; it will fetch it");
@@ -139,6 +149,7 @@ impl Repair {
                     break;
                 }
             };
+            self.sign(key, &mut fetched.events);
             for event in fetched.events.iter().take_while(|e| e.seq < to) {
                 after = event.seq;
                 events.push(Published::new(key.clone(), event));

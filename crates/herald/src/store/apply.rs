@@ -11,6 +11,7 @@
 //! once per batch, not once per join.
 
 mod conv;
+mod files;
 mod stream;
 mod tx;
 
@@ -19,7 +20,7 @@ pub(crate) use tx::Tx;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use herald_protocol::{Event, EventType, StreamState};
+use herald_protocol::{Event, EventType, FileRef, StreamState};
 use serde_json::value::RawValue;
 
 use super::{Actor, StoreError, Write, Written};
@@ -198,6 +199,8 @@ struct Extras<'a> {
     quote: Option<u64>,
     mentions: Option<&'a [String]>,
     stream: Option<StreamState>,
+    /// v1.2 `message` and `edit` events: the files they carry.
+    files: Option<Vec<FileRef>>,
 }
 
 impl Batch {
@@ -247,6 +250,7 @@ impl Batch {
             quote: x.quote,
             mentions: x.mentions.map(<[String]>::to_vec),
             stream: x.stream,
+            files: x.files,
             ..Event::new(seq, kind, user.map(str::to_owned), self.now_ms, body)
         };
         tx.insert_event(id, &event, meta).await?;
@@ -385,8 +389,8 @@ impl Batch {
             Write::Read { user, seq, thread: Some(root), .. } => {
                 self.read_thread(tx, key, row, user, *seq, *root).await
             }
-            Write::Edit { user, actor, target, body, mentions, .. } => {
-                let change = Change::Edit { body, mentions: mentions.as_deref() };
+            Write::Edit { user, actor, target, body, mentions, files, .. } => {
+                let change = Change::Edit { body, mentions: mentions.as_deref(), files: files.as_deref() };
                 self.apply_lifecycle(tx, key, row, user.as_deref(), *actor, *target, change).await
             }
             Write::Delete { user, actor, target, .. } => {
@@ -421,6 +425,11 @@ impl Batch {
                     return Ok(Err(refused));
                 }
                 self.pin(tx, key, row, user, *target, *on).await
+            }
+            Write::Upload { user, actor, file, .. } => self.upload(tx, key, row, user, *actor, file).await,
+            Write::ForgetFile { id, .. } => {
+                tx.forget_file(row.id, id).await?;
+                unchanged(row, row.seq)
             }
             Write::StreamText { user, actor, target, text, done, limit, .. } => {
                 if *actor == Actor::Client {
@@ -460,15 +469,30 @@ impl Batch {
             return Ok(Err(StoreError::Forbidden(format!("message {target} is another user's"))));
         }
         match change {
-            Change::Edit { body, mentions } => {
+            Change::Edit { body, mentions, files } => {
                 if message.stream == Some(StreamState::Open) {
                     return Ok(Err(StoreError::BadRequest(format!(
                         "message {target} is a stream still open: append to it, or end it with \"done\""
                     ))));
                 }
-                let x = Extras { target: Some(target), mentions, ..Extras::default() };
+                let files = match files {
+                    None => None,
+                    Some(ids) => {
+                        match self.claim_files(tx, key, row, message.user.as_deref(), ids, Some(target)).await? {
+                            Ok(refs) => Some(refs),
+                            Err(refused) => return Ok(Err(refused)),
+                        }
+                    }
+                };
+                let x = Extras { target: Some(target), mentions, files: files.clone(), ..Extras::default() };
                 let event = self.append(tx, key, EventType::Edit, user, edit_body(target, body), x).await?;
                 tx.edit_message(row.id, target, body, event.seq).await?;
+                if let Some(files) = files {
+                    let keep: Vec<String> = files.iter().map(|f| f.id.clone()).collect();
+                    tx.drop_files(row.id, target, &keep, self.now_ms).await?;
+                    self.attach_files(tx, target, &files).await?;
+                    tx.set_message_files(row.id, target, &files).await?;
+                }
                 if let Some(mentions) = mentions {
                     self.remention(tx, row, target, &mut message, mentions).await?;
                     tx.save_message(row.id, target, &message).await?;
@@ -480,6 +504,7 @@ impl Batch {
                 let x = Extras { target: Some(target), ..Extras::default() };
                 let event = self.append(tx, key, EventType::Delete, user, body, x).await?;
                 tx.erase_message(row.id, target).await?;
+                tx.drop_files(row.id, target, &[], self.now_ms).await?;
                 self.forget(tx, key, row, target, &mut message).await?;
                 Ok(self.done(key, event))
             }
@@ -497,7 +522,7 @@ impl Batch {
 
 /// What `apply_lifecycle` does to its target.
 enum Change<'a> {
-    Edit { body: &'a RawValue, mentions: Option<&'a [String]> },
+    Edit { body: &'a RawValue, mentions: Option<&'a [String]>, files: Option<&'a [String]> },
     Delete,
 }
 

@@ -9,7 +9,7 @@ use herald_protocol::{Replies, StreamState};
 
 /// The event columns every fetch-shaped read selects, in this order (a table alias is prefixed
 /// by the caller where a query joins): the event, then its stored view.
-pub(crate) const EVENT_COLUMNS: [&str; 16] = [
+pub(crate) const EVENT_COLUMNS: [&str; 17] = [
     "seq",
     "type",
     "user",
@@ -26,6 +26,7 @@ pub(crate) const EVENT_COLUMNS: [&str; 16] = [
     "pinned",
     "reactions",
     "stream",
+    "files",
 ];
 
 /// [`EVENT_COLUMNS`] as a select list, each prefixed by `alias` (`""` for none) and `user`
@@ -48,6 +49,16 @@ pub(crate) fn json_list(users: &[String]) -> String {
 
 /// The inverse of [`json_list`]; a column that does not parse reads as no list.
 pub(crate) fn parse_list(text: Option<String>) -> Option<Vec<String>> {
+    text.and_then(|t| serde_json::from_str(&t).ok())
+}
+
+/// A message's (or an edit's) files as stored: their refs without URLs, `None` when none given.
+pub(crate) fn json_files(files: Option<&[herald_protocol::FileRef]>) -> Option<String> {
+    files.map(|f| serde_json::to_string(f).expect("file refs serialize"))
+}
+
+/// The inverse of [`json_files`]; a column that does not parse reads as no files.
+pub(crate) fn parse_files(text: Option<String>) -> Option<Vec<herald_protocol::FileRef>> {
     text.and_then(|t| serde_json::from_str(&t).ok())
 }
 

@@ -81,6 +81,8 @@ pub enum Write {
         body: Box<RawValue>,
         /// v1.2: the message's mentions from now on (`None` keeps them).
         mentions: Option<Vec<String>>,
+        /// v1.2: the message's files from now on (`None` keeps them, `Some([])` removes them).
+        files: Option<Vec<String>>,
     },
     /// A `delete` event of message `target`, which erases the target's body
     /// and the bodies of its edits. Same rules as `Edit`.
@@ -133,6 +135,20 @@ pub enum Write {
         done: bool,
         limit: usize,
     },
+    // v1.2: files.
+    /// A new file's row: `user` uploads it for the chat. A client must be a member and not muted.
+    /// Stores no event.
+    Upload {
+        key: ChatKey,
+        user: Arc<str>,
+        actor: Actor,
+        file: super::NewFile,
+    },
+    /// Forgets file `id` of the chat, whose bytes the sweeper deleted. Stores no event.
+    ForgetFile {
+        key: ChatKey,
+        id: String,
+    },
 }
 
 /// v1.2: what a `message` says about its place in the chat, beside its body.
@@ -146,6 +162,8 @@ pub struct Conversation {
     pub mentions: Option<Vec<String>>,
     /// Sent with `"stream": true`: its text grows by appends until the stream ends.
     pub stream: bool,
+    /// The ids of the files it carries.
+    pub files: Option<Vec<String>>,
 }
 
 impl Write {
@@ -163,7 +181,9 @@ impl Write {
             | Write::Mute { key, .. }
             | Write::Profile { key, .. }
             | Write::Pin { key, .. }
-            | Write::StreamText { key, .. } => key,
+            | Write::StreamText { key, .. }
+            | Write::Upload { key, .. }
+            | Write::ForgetFile { key, .. } => key,
         }
     }
 }

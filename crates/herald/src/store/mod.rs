@@ -19,6 +19,7 @@
 //! | webhook positions | [`WebhookPositions`] | `webhook.rs` | `sqlite/webhook.rs` | `postgres/webhook.rs` |
 //! | lifecycle: ready, close, shards | [`Lifecycle`] | `lifecycle.rs` | `sqlite/mod.rs` | `postgres/mod.rs` |
 //! | v1.2 conversations: profiles, chat and member lists, threads, pins, reactions, streams | [`Conversations`] | `conversations.rs` | `sqlite/conversations.rs` | `postgres/conversations.rs` |
+//! | v1.2 files: uploads' metadata (the bytes live outside the database) | [`Files`] | `files.rs` | `sqlite/files.rs` | `postgres/files.rs` |
 //!
 //! [`sharded`] routes every capability over PostgreSQL shards (by chat, or
 //! to every shard and merged), behind each shard's bulkhead and breaker.
@@ -57,6 +58,7 @@ mod apply;
 pub(crate) use apply::now_ms;
 mod columns;
 mod conversations;
+mod files;
 mod lifecycle;
 mod log;
 mod members;
@@ -72,6 +74,7 @@ pub mod sqlite;
 mod webhook;
 
 pub use conversations::{Conversations, ThreadCursor, id_cursor, id_from_cursor, thread_order};
+pub use files::{Files, NewFile, StoredFile};
 pub use lifecycle::{Lifecycle, ShardStatus};
 pub use log::{Actor, Conversation, EventLog, Fetched, Write, Written};
 pub use members::{InboxCursor, Member, Membership, inbox_order, unread};
@@ -133,12 +136,20 @@ pub enum StoreError {
 /// caller can hold one `Arc<dyn Store>` and call any of them. Implemented
 /// for every type that has every capability; nothing implements it by hand.
 pub trait Store:
-    EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations
+    EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations + Files
 {
 }
 
 impl<T> Store for T where
-    T: EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations + ?Sized
+    T: EventLog
+        + Membership
+        + Moderation
+        + RevocationList
+        + WebhookPositions
+        + Lifecycle
+        + Conversations
+        + Files
+        + ?Sized
 {
 }
 
@@ -335,6 +346,24 @@ macro_rules! not_kept {
                 _: u32,
             ) -> $crate::store::BoxFuture<'_, Result<Vec<($crate::model::ChatKey, u64)>, $crate::store::StoreError>> {
                 $crate::store::not_kept!(@answer "streams")
+            }
+        }
+    };
+    (@ $ty:ty, Files) => {
+        impl $crate::store::Files for $ty {
+            fn files<'a>(
+                &'a self,
+                _: &'a $crate::model::ChatKey,
+                _: &'a [String],
+            ) -> $crate::store::BoxFuture<'a, Result<Vec<$crate::store::StoredFile>, $crate::store::StoreError>> {
+                $crate::store::not_kept!(@answer "files")
+            }
+            fn sweepable(
+                &self,
+                _: i64,
+                _: u32,
+            ) -> $crate::store::BoxFuture<'_, Result<Vec<$crate::files::FileKey>, $crate::store::StoreError>> {
+                $crate::store::not_kept!(@answer "files")
             }
         }
     };

@@ -26,10 +26,11 @@ use std::collections::BTreeMap;
 use herald_protocol::reply::{ChatView, InboxEntry, MemberEntry, PinEntry, Profile, ThreadEntry};
 
 use super::{
-    BoxFuture, Conversations, EventLog, Fetched, InboxCursor, Lifecycle, Member, Membership, Moderation,
-    RevocationList, Revoked, ShardName, ShardStatus, Store, StoreError, ThreadCursor, Undelivered, WebhookAck,
-    WebhookPositions, Write, Written,
+    BoxFuture, Conversations, EventLog, Fetched, Files, InboxCursor, Lifecycle, Member, Membership, Moderation,
+    RevocationList, Revoked, ShardName, ShardStatus, Store, StoreError, StoredFile, ThreadCursor, Undelivered,
+    WebhookAck, WebhookPositions, Write, Written,
 };
+use crate::files::FileKey;
 use crate::guard::{Breaker, BreakerConfig, BreakerState, Bulkhead};
 use crate::hashing::rendezvous;
 use crate::model::{ChatInfo, ChatKey};
@@ -360,6 +361,25 @@ impl Conversations for Sharded {
         Box::pin(async move {
             let parts = futures_util::future::join_all(
                 self.shards.iter().map(|s| s.guarded(s.store.idle_streams(idle_before_ms, limit))),
+            )
+            .await;
+            Ok(parts.into_iter().flat_map(|p| p.unwrap_or_default()).collect())
+        })
+    }
+}
+
+/// v1.2: a file lives in its chat's shard; the sweeper asks every shard (one that fails is asked
+/// again at the next sweep).
+impl Files for Sharded {
+    fn files<'a>(&'a self, key: &'a ChatKey, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<StoredFile>, StoreError>> {
+        let shard = self.shard(key);
+        Box::pin(shard.guarded(shard.store.files(key, ids)))
+    }
+
+    fn sweepable<'a>(&'a self, orphan_before_ms: i64, limit: u32) -> BoxFuture<'a, Result<Vec<FileKey>, StoreError>> {
+        Box::pin(async move {
+            let parts = futures_util::future::join_all(
+                self.shards.iter().map(|s| s.guarded(s.store.sweepable(orphan_before_ms, limit))),
             )
             .await;
             Ok(parts.into_iter().flat_map(|p| p.unwrap_or_default()).collect())

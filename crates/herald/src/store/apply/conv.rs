@@ -46,8 +46,16 @@ impl Batch {
                 return Ok(Err(StoreError::NotFound(format!("no message {q} in {}", key.chat))));
             }
         }
+        let files = match conv.files.as_deref().filter(|ids| !ids.is_empty()) {
+            None => None,
+            Some(ids) => match self.claim_files(tx, key, row, user, ids, None).await? {
+                Ok(refs) => Some(refs),
+                Err(refused) => return Ok(Err(refused)),
+            },
+        };
         let x = Extras {
             client_id,
+            files: files.clone(),
             thread: root.as_ref().map(|(r, m)| (*r, m.replies_total + 1)),
             quote: conv.quote,
             mentions: conv.mentions.as_deref(),
@@ -55,6 +63,9 @@ impl Batch {
             ..Extras::default()
         };
         let event = self.append(tx, key, EventType::Message, user, body.to_owned(), x).await?;
+        if let Some(files) = &files {
+            self.attach_files(tx, event.seq, files).await?;
+        }
         let mentioned = others(conv.mentions.as_deref().unwrap_or_default(), user);
         if !mentioned.is_empty() {
             tx.set_mentions(row.id, event.seq, &mentioned).await?;

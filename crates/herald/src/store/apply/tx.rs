@@ -6,9 +6,12 @@ use std::collections::HashMap;
 use herald_protocol::Event;
 use serde_json::value::RawValue;
 
+use herald_protocol::FileRef;
+
 use super::{ChatRow, EventMeta, MessageRow, Stored};
 use crate::model::ChatKey;
 use crate::store::Write;
+use crate::store::{NewFile, StoredFile};
 
 /// The primitive operations of one write transaction.
 pub(crate) trait Tx {
@@ -77,6 +80,18 @@ pub(crate) trait Tx {
     /// Erases message `target`'s body and the new bodies in its `edit` events, and marks it deleted.
     async fn erase_message(&mut self, chat: i64, target: u64) -> Result<(), Self::Error>;
     /// Writes back a row's seq, member count and open flag.
+    // v1.2: files.
+    async fn insert_file(&mut self, chat: i64, user: &str, file: &NewFile, now_ms: i64) -> Result<(), Self::Error>;
+    /// A file's row by id, with the id of the chat it was uploaded for.
+    async fn load_file(&mut self, id: &str) -> Result<Option<(i64, StoredFile)>, Self::Error>;
+    /// Attaches file `id` to message `seq` of its chat.
+    async fn attach_file(&mut self, id: &str, seq: u64) -> Result<(), Self::Error>;
+    /// Marks message `seq`'s files gone, except those in `keep`.
+    async fn drop_files(&mut self, chat: i64, seq: u64, keep: &[String], now_ms: i64) -> Result<(), Self::Error>;
+    /// Forgets file `id` of the chat.
+    async fn forget_file(&mut self, chat: i64, id: &str) -> Result<(), Self::Error>;
+    /// Sets message `seq`'s files as its stored view shows them (none when empty).
+    async fn set_message_files(&mut self, chat: i64, seq: u64, files: &[FileRef]) -> Result<(), Self::Error>;
     async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error>;
     /// Reads ahead, in few round trips, what the batch's writes on the chats
     /// in `rows` will ask; for backends where a round trip costs more than a lookup.

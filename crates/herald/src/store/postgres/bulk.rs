@@ -21,6 +21,7 @@ pub(super) struct PendingEvent {
     pub(super) quote: Option<i64>,
     pub(super) mentions: Option<String>,
     pub(super) stream: Option<i64>,
+    pub(super) files: Option<String>,
 }
 
 impl PgTx<'_, '_> {
@@ -59,7 +60,9 @@ impl PgTx<'_, '_> {
             (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
         let (mut tords, mut tuser_ords, mut streams, mut stream_ms) =
             (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let mut files = Vec::with_capacity(n);
         for e in self.new_events.drain(..) {
+            files.push(e.files);
             threads.push(e.thread);
             quotes.push(e.quote);
             mentions.push(e.mentions);
@@ -80,11 +83,11 @@ impl PgTx<'_, '_> {
         }
         self.exec(
             r#"INSERT INTO events (chat_id, seq, type, "user", ts, body, client_id, ord, user_ord, target,
-                                  thread, quote, mentions, tord, tuser_ord, stream, stream_ms)
+                                  thread, quote, mentions, tord, tuser_ord, stream, stream_ms, files)
                SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[],
                                     $7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
                                     $12::bigint[], $13::text[], $14::bigint[], $15::bigint[], $16::bigint[],
-                                    $17::bigint[])"#,
+                                    $17::bigint[], $18::text[])"#,
             &[
                 &chats,
                 &seqs,
@@ -103,6 +106,7 @@ impl PgTx<'_, '_> {
                 &tuser_ords,
                 &streams,
                 &stream_ms,
+                &files,
             ],
         )
         .await

@@ -13,7 +13,7 @@ use super::members::read_position;
 use super::{PgShard, pg_unavailable};
 use crate::model::{ChatInfo, ChatKey};
 use crate::store::apply::{ChatRow, MessageRow};
-use crate::store::columns::{event_columns, parse_counts, parse_list, replies, stream_state};
+use crate::store::columns::{event_columns, parse_counts, parse_files, parse_list, replies, stream_state};
 use crate::store::{BoxFuture, EventLog, Fetched, StoreError, Write, Written, sql_seq};
 
 impl EventLog for PgShard {
@@ -139,6 +139,7 @@ pub(super) fn event_from_row_at(r: &tokio_postgres::Row, at: usize) -> Result<Ev
         pinned: r.get(at + 13),
         reactions: Some(parse_counts(r.get(at + 14))).filter(|c| !c.is_empty()),
         stream: stream_state(r.get(at + 15)),
+        files: parse_files(r.get(at + 16)),
         ..Event::new(
             r.get::<_, i64>(at) as u64,
             EventType::parse(&kind).unwrap_or(EventType::System),

@@ -20,6 +20,7 @@
 
 mod bulk;
 mod conversations;
+mod files;
 mod log;
 mod members;
 mod moderation;

@@ -213,3 +213,23 @@ BEGIN
 END $$;
 
 INSERT INTO herald_schema (version) VALUES (5) ON CONFLICT DO NOTHING;
+
+-- Version 6 (protocol v1.2): files. A message's files (and an edit's) as the stored view shows
+-- them, and each uploaded file's metadata (the bytes live outside the database).
+ALTER TABLE events ADD COLUMN IF NOT EXISTS files text;   -- messages: files now; edits: as given (JSON array)
+CREATE TABLE IF NOT EXISTS files (
+    id         text   PRIMARY KEY,
+    chat_id    bigint NOT NULL,
+    "user"     text   NOT NULL,
+    name       text   NOT NULL,
+    type       text   NOT NULL,
+    size       bigint NOT NULL,
+    created_ms bigint NOT NULL,
+    seq        bigint,          -- the message that attached it
+    gone_ms    bigint           -- when its message stopped naming it: its bytes are to be deleted
+);
+CREATE INDEX IF NOT EXISTS files_message ON files (chat_id, seq) WHERE seq IS NOT NULL AND gone_ms IS NULL;
+CREATE INDEX IF NOT EXISTS files_gone ON files (gone_ms) WHERE gone_ms IS NOT NULL;
+CREATE INDEX IF NOT EXISTS files_unattached ON files (created_ms) WHERE seq IS NULL AND gone_ms IS NULL;
+
+INSERT INTO herald_schema (version) VALUES (6) ON CONFLICT DO NOTHING;

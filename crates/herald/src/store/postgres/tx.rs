@@ -7,15 +7,15 @@
 use std::collections::HashMap;
 
 use deadpool_postgres::Transaction;
-use herald_protocol::Event;
+use herald_protocol::{Event, FileRef};
 use serde_json::value::RawValue;
 
 use super::bulk::PendingEvent;
 use super::log::{MESSAGE_COLUMNS, chat_row, message_row};
 use crate::model::ChatKey;
 use crate::store::apply::{self, ChatRow, EventMeta, MessageRow, Stored, Tx};
-use crate::store::columns::{json_list, reaction_counts, stream_code};
-use crate::store::{Write, sql_seq};
+use crate::store::columns::{json_files, json_list, reaction_counts, stream_code};
+use crate::store::{NewFile, StoredFile, Write, sql_seq};
 
 /// One PostgreSQL write transaction. A round trip to the server costs more
 /// than the work of most writes, so a batch's reads are made ahead in two
@@ -195,8 +195,49 @@ impl Tx for PgTx<'_, '_> {
             quote: e.quote.map(sql_seq),
             mentions: e.mentions.as_deref().map(json_list),
             stream: e.stream.map(stream_code),
+            files: json_files(e.files.as_deref()),
         });
         Ok(())
+    }
+
+    async fn insert_file(&mut self, chat: i64, user: &str, f: &NewFile, now_ms: i64) -> Result<(), Self::Error> {
+        self.exec(
+            r#"INSERT INTO files (id, chat_id, "user", name, type, size, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)"#,
+            &[&f.id, &chat, &user, &f.name, &f.mime, &(f.size as i64), &now_ms],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn load_file(&mut self, id: &str) -> Result<Option<(i64, StoredFile)>, Self::Error> {
+        let sql = format!("SELECT chat_id, {} FROM files WHERE id = $1", super::files::FILE_COLUMNS);
+        let rows = self.query(&sql, &[&id]).await?;
+        Ok(rows.first().map(|r| (r.get(0), super::files::file_at(r, 1))))
+    }
+
+    async fn attach_file(&mut self, id: &str, seq: u64) -> Result<(), Self::Error> {
+        self.exec("UPDATE files SET seq = $2 WHERE id = $1", &[&id, &sql_seq(seq)]).await.map(|_| ())
+    }
+
+    async fn drop_files(&mut self, chat: i64, seq: u64, keep: &[String], now_ms: i64) -> Result<(), Self::Error> {
+        self.exec(
+            "UPDATE files SET gone_ms = $3 WHERE chat_id = $1 AND seq = $2 AND gone_ms IS NULL AND NOT (id = ANY($4))",
+            &[&chat, &sql_seq(seq), &now_ms, &keep],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn forget_file(&mut self, chat: i64, id: &str) -> Result<(), Self::Error> {
+        self.exec("DELETE FROM files WHERE id = $1 AND chat_id = $2", &[&id, &chat]).await.map(|_| ())
+    }
+
+    async fn set_message_files(&mut self, chat: i64, seq: u64, files: &[FileRef]) -> Result<(), Self::Error> {
+        self.flush_events().await?;
+        let files = json_files(Some(files).filter(|f| !f.is_empty()));
+        self.exec("UPDATE events SET files = $3 WHERE chat_id = $1 AND seq = $2", &[&chat, &sql_seq(seq), &files])
+            .await
+            .map(|_| ())
     }
 
     async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error> {
@@ -432,13 +473,13 @@ impl Tx for PgTx<'_, '_> {
     async fn erase_message(&mut self, chat: i64, target: u64) -> Result<(), Self::Error> {
         self.flush_events().await?;
         self.exec(
-            "UPDATE events SET body = 'null', deleted = true WHERE chat_id = $1 AND seq = $2",
+            "UPDATE events SET body = 'null', deleted = true, files = NULL WHERE chat_id = $1 AND seq = $2",
             &[&chat, &sql_seq(target)],
         )
         .await?;
         let erased_edit = apply::edit_body(target, &RawValue::from_string("null".into()).expect("null is JSON"));
         self.exec(
-            "UPDATE events SET body = $3, mentions = NULL WHERE chat_id = $1 AND target = $2 AND type = 'edit'",
+            "UPDATE events SET body = $3, mentions = NULL, files = NULL WHERE chat_id = $1 AND target = $2 AND type = 'edit'",
             &[&chat, &sql_seq(target), &erased_edit.get()],
         )
         .await
@@ -459,7 +500,8 @@ impl Tx for PgTx<'_, '_> {
                 | Write::Edit { user: Some(user), .. }
                 | Write::Delete { user: Some(user), .. }
                 | Write::Profile { user: Some(user), .. }
-                | Write::StreamText { user: Some(user), .. } => Some(user),
+                | Write::StreamText { user: Some(user), .. }
+                | Write::Upload { user, .. } => Some(user),
                 Write::Append { user: Some(user), client_id, .. } => {
                     if let Some(cid) = client_id
                         && self.client_ids.insert((row.id, user.to_string(), cid.clone()), None).is_none()
@@ -477,7 +519,8 @@ impl Tx for PgTx<'_, '_> {
                 | Write::Ban { .. }
                 | Write::Mute { .. }
                 | Write::Profile { user: None, .. }
-                | Write::StreamText { user: None, .. } => None,
+                | Write::StreamText { user: None, .. }
+                | Write::ForgetFile { .. } => None,
             };
             if let Some(user) = user
                 && self.members.insert((row.id, user.to_string()), None).is_none()

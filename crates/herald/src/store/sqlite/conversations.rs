@@ -250,7 +250,7 @@ fn thread_entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadEntry>
         read: r.get::<_, i64>(1)? as u64,
         unread: r.get::<_, i64>(2)?.max(0) as u64,
         root: event_from_row_at(r, 3)?,
-        last: event_from_row_at(r, 3 + 16)?,
+        last: event_from_row_at(r, 3 + crate::store::columns::EVENT_COLUMNS.len())?,
     })
 }
 

@@ -15,7 +15,7 @@ use super::writer::Job;
 use super::{SqliteStore, unavailable};
 use crate::model::{ChatInfo, ChatKey};
 use crate::store::apply::{ChatRow, MessageRow};
-use crate::store::columns::{event_columns, parse_counts, parse_list, replies, stream_state};
+use crate::store::columns::{event_columns, parse_counts, parse_files, parse_list, replies, stream_state};
 pub(super) use crate::store::columns::{json_list, reaction_counts, stream_code};
 use crate::store::{BoxFuture, EventLog, Fetched, StoreError, Write, Written, sql_seq};
 
@@ -144,6 +144,7 @@ pub(super) fn event_from_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::R
         pinned: r.get(at + 13)?,
         reactions: Some(parse_counts(r.get(at + 14)?)).filter(|c| !c.is_empty()),
         stream: stream_state(r.get(at + 15)?),
+        files: parse_files(r.get(at + 16)?),
         ..Event::new(
             r.get::<_, i64>(at)? as u64,
             EventType::parse(&kind).unwrap_or(EventType::System),

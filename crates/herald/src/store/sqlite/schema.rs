@@ -14,8 +14,8 @@ use rusqlite::Connection;
 /// added the message lifecycle, mutes, bans and the inbox's counts
 /// ([`SCHEMA_V2`]); a version 1 file is migrated at start. Version 3 added
 /// the hooks' tables ([`SCHEMA_V3`]); version 4 (protocol v1.2) conversations ([`MIGRATE_V4`],
-/// [`SCHEMA_V4`]).
-const SCHEMA_VERSION: i64 = 4;
+/// [`SCHEMA_V4`]); version 5 files ([`MIGRATE_V5`], [`SCHEMA_V5`]).
+const SCHEMA_VERSION: i64 = 5;
 
 /// The schema. `events` is clustered by (chat, seq) so a fetch is one range scan.
 const SCHEMA: &str = "
@@ -192,6 +192,29 @@ pub(super) fn version(conn: &Connection, path: &Path) -> anyhow::Result<i64> {
 
 /// Brings the database from `version` to [`SCHEMA_VERSION`] in one
 /// transaction: creates what is missing, migrates a version 1 file.
+/// Version 5, from version 4: a message's files (and an edit's), as the stored view shows them.
+const MIGRATE_V5: &str = "
+ALTER TABLE events ADD COLUMN files TEXT;   -- messages: files now; edits: as given (JSON array)
+";
+
+/// Version 5's tables and indexes: uploaded files' metadata (the bytes live outside the database).
+const SCHEMA_V5: &str = "
+CREATE TABLE IF NOT EXISTS files (
+    id         TEXT PRIMARY KEY,
+    chat_id    INTEGER NOT NULL,
+    user       TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    type       TEXT NOT NULL,
+    size       INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL,
+    seq        INTEGER,          -- the message that attached it
+    gone_ms    INTEGER           -- when its message stopped naming it: its bytes are to be deleted
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS files_message ON files (chat_id, seq) WHERE seq IS NOT NULL AND gone_ms IS NULL;
+CREATE INDEX IF NOT EXISTS files_gone ON files (gone_ms) WHERE gone_ms IS NOT NULL;
+CREATE INDEX IF NOT EXISTS files_unattached ON files (created_ms) WHERE seq IS NULL AND gone_ms IS NULL;
+";
+
 pub(super) fn migrate(conn: &Connection, path: &Path, version: i64) -> anyhow::Result<()> {
     let tx = conn.unchecked_transaction()?;
     tx.execute_batch(SCHEMA)?;
@@ -207,6 +230,10 @@ pub(super) fn migrate(conn: &Connection, path: &Path, version: i64) -> anyhow::R
         tx.execute_batch(MIGRATE_V4)?;
     }
     tx.execute_batch(SCHEMA_V4)?;
+    if version < 5 {
+        tx.execute_batch(MIGRATE_V5)?;
+    }
+    tx.execute_batch(SCHEMA_V5)?;
     if (1..4).contains(&version) {
         // Reactions stored before: the latest of each (target, emoji, user) says whether it is on.
         tx.execute_batch(

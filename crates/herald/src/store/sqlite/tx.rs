@@ -5,7 +5,7 @@
 //! Not here: the rules themselves ([`apply`]), beginning and committing the
 //! transaction (`writer.rs`), or reads outside a batch (one file per capability).
 
-use herald_protocol::Event;
+use herald_protocol::{Event, FileRef};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::value::RawValue;
 
@@ -14,7 +14,10 @@ use super::members::{mute_of, read_position};
 use super::webhook::UPSERT_POSITION;
 use crate::model::ChatKey;
 use crate::store::apply::{self, ChatRow, EventMeta, MessageRow, Stored, Tx};
-use crate::store::sql_seq;
+use crate::store::columns::json_files;
+use crate::store::{NewFile, StoredFile, sql_seq};
+
+use super::files::{FILE_COLUMNS, file_at};
 
 /// One SQLite write transaction. The single writer needs no row locks.
 /// The flag: whether the transaction keeps the webhook's positions.
@@ -88,8 +91,8 @@ impl Tx for SqliteTx<'_> {
         self.0
             .prepare_cached(
                 "INSERT INTO events (chat_id, seq, type, user, ts, body, client_id, ord, user_ord, target,
-                                     thread, quote, mentions, tord, tuser_ord, stream, stream_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                                     thread, quote, mentions, tord, tuser_ord, stream, stream_ms, files)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
             )?
             .execute(params![
                 chat,
@@ -109,7 +112,57 @@ impl Tx for SqliteTx<'_> {
                 meta.tuser_ord.map(sql_seq),
                 e.stream.map(stream_code),
                 e.stream.map(|_| e.ts),
+                json_files(e.files.as_deref()),
             ])?;
+        Ok(())
+    }
+
+    async fn insert_file(&mut self, chat: i64, user: &str, f: &NewFile, now_ms: i64) -> rusqlite::Result<()> {
+        self.0
+            .prepare_cached(
+                "INSERT INTO files (id, chat_id, user, name, type, size, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![f.id, chat, user, f.name, f.mime, f.size as i64, now_ms])?;
+        Ok(())
+    }
+
+    async fn load_file(&mut self, id: &str) -> rusqlite::Result<Option<(i64, StoredFile)>> {
+        self.0
+            .prepare_cached(&format!("SELECT chat_id, {FILE_COLUMNS} FROM files WHERE id = ?1"))?
+            .query_row(params![id], |r| Ok((r.get(0)?, file_at(r, 1)?)))
+            .optional()
+    }
+
+    async fn attach_file(&mut self, id: &str, seq: u64) -> rusqlite::Result<()> {
+        self.0.prepare_cached("UPDATE files SET seq = ?2 WHERE id = ?1")?.execute(params![id, sql_seq(seq)])?;
+        Ok(())
+    }
+
+    async fn drop_files(&mut self, chat: i64, seq: u64, keep: &[String], now_ms: i64) -> rusqlite::Result<()> {
+        let ids: Vec<String> = self
+            .0
+            .prepare_cached("SELECT id FROM files WHERE chat_id = ?1 AND seq = ?2 AND gone_ms IS NULL")?
+            .query_map(params![chat, sql_seq(seq)], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut gone = self.0.prepare_cached("UPDATE files SET gone_ms = ?2 WHERE id = ?1")?;
+        for id in ids.iter().filter(|id| !keep.contains(id)) {
+            gone.execute(params![id, now_ms])?;
+        }
+        Ok(())
+    }
+
+    async fn forget_file(&mut self, chat: i64, id: &str) -> rusqlite::Result<()> {
+        self.0.prepare_cached("DELETE FROM files WHERE id = ?1 AND chat_id = ?2")?.execute(params![id, chat])?;
+        Ok(())
+    }
+
+    async fn set_message_files(&mut self, chat: i64, seq: u64, files: &[FileRef]) -> rusqlite::Result<()> {
+        let files = json_files(Some(files).filter(|f| !f.is_empty()));
+        self.0.prepare_cached("UPDATE events SET files = ?3 WHERE chat_id = ?1 AND seq = ?2")?.execute(params![
+            chat,
+            sql_seq(seq),
+            files
+        ])?;
         Ok(())
     }
 
@@ -343,12 +396,15 @@ impl Tx for SqliteTx<'_> {
 
     async fn erase_message(&mut self, chat: i64, target: u64) -> rusqlite::Result<()> {
         self.0
-            .prepare_cached("UPDATE events SET body = 'null', deleted = 1 WHERE chat_id = ?1 AND seq = ?2")?
+            .prepare_cached(
+                "UPDATE events SET body = 'null', deleted = 1, files = NULL WHERE chat_id = ?1 AND seq = ?2",
+            )?
             .execute(params![chat, sql_seq(target)])?;
         let erased_edit = apply::edit_body(target, &RawValue::from_string("null".into()).expect("null is JSON"));
         self.0
             .prepare_cached(
-                "UPDATE events SET body = ?3, mentions = NULL WHERE chat_id = ?1 AND target = ?2 AND type = 'edit'",
+                "UPDATE events SET body = ?3, mentions = NULL, files = NULL
+                  WHERE chat_id = ?1 AND target = ?2 AND type = 'edit'",
             )?
             .execute(params![chat, sql_seq(target), erased_edit.get()])?;
         Ok(())

@@ -180,8 +180,10 @@ impl Writer {
         let writes: Vec<&Write> = batch.iter().map(|(w, _)| w).collect();
         match self.apply(&writes) {
             Ok(outcomes) => {
-                let erased =
-                    batch.iter().zip(&outcomes).any(|((w, _), o)| matches!(w, Write::Delete { .. }) && o.is_ok());
+                let erased = batch
+                    .iter()
+                    .zip(&outcomes)
+                    .any(|((w, _), o)| matches!(w, Write::Delete { .. } | Write::ForgetFile { .. }) && o.is_ok());
                 self.checkpoint_due |= erased;
                 apply::answer_committed(batch, outcomes, started)
             }
