@@ -187,11 +187,11 @@ const OKS: { [O in Op]: Spec<RequestOk[O]> } = {
 };
 
 /**
- * Declared for 1.2's files and search (docs/protocol.md, "Files" and "Search"), written by the SDK
- * before their fixtures exist: a fixture that has them is checked like any other, and until one does,
- * their absence is not a failure. Empty this once the protocol crate has fixtures for them.
+ * Declared for 1.2's search (docs/protocol.md, "Search"), written by the SDK before its fixtures exist:
+ * a fixture that has them is checked like any other, and until one does, their absence is not a
+ * failure. Empty this once the protocol crate has fixtures for them.
  */
-const AWAITING_FIXTURES = new Set(['files', 'upload', 'search']);
+const AWAITING_FIXTURES = new Set(['search']);
 
 /** Each push by its `ev`. */
 const PUSHES: {
@@ -399,6 +399,17 @@ class FixtureSocket implements WebSocketLike {
   }
 }
 
+/** What the storage behind an upload URL received, request by request. */
+const storage: Array<{ url: string; method: string | undefined; headers: Record<string, string>; bytes: number }> = [];
+/** The storage: takes any upload. */
+const storageFetch = (async (url: string, init: RequestInit = {}) => {
+  const headers: Record<string, string> = {};
+  for (const [k, v] of Object.entries((init.headers ?? {}) as Record<string, string>)) headers[k] = v;
+  const bytes = (await new Response(init.body as BodyInit).arrayBuffer()).byteLength;
+  storage.push({ url, method: init.method, headers, bytes });
+  return new Response(null, { status: 200 });
+}) as unknown as typeof fetch;
+
 const okReply = (name: string): Json => replies.find((r) => r.name === name)!.value;
 const request = (name: string): Json => {
   const { id: _id, ...rest } = requests.find((r) => r.name === name)!.value;
@@ -421,6 +432,7 @@ async function connectedClient(): Promise<{ client: HeraldClient; socket: Fixtur
     token: helloToken,
     WebSocket: FixtureSocket as unknown as WebSocketConstructor,
     random: () => 0.5,
+    fetch: storageFetch,
   });
   const p = client.connect();
   await tick();
@@ -486,13 +498,21 @@ describe('the SDK writes and reads the protocol fixtures', () => {
       unpin: [() => general.pin(41, false), ok('pin')],
       pins: [() => general.pins(), ok('pins')],
       reactions: [() => general.reactions(41), ok('reactions')],
+      upload: [
+        () => general.upload(new Uint8Array(48213), { name: 'cat 猫.png', type: 'image/png' }),
+        { id: 'f3kQ9xZ2mB7vL1pR8tY4wNc', name: 'cat 猫.png', type: 'image/png', size: 48213, upload: ok('upload') },
+      ],
+      'send with files': [() => general.send({ text: 'look' }, { files: ['f3kQ9xZ2mB7vL1pR8tY4wNc'] }), ok('send')],
+      'edit removing files': [() => general.edit(66, { text: 'never mind' }, { files: [] }), ok('edit')],
     };
     /**
      * The SDK writes a `client_id` on every send (the outbox retries with it, so a send is stored once),
      * which the stream fixture leaves out: that one frame is matched with a generated key added.
      */
     const written = (name: string): Json =>
-      name === 'send a stream' ? { ...request(name), client_id: expect.stringMatching(/^c-[0-9a-f]{32}$/) } : request(name);
+      name === 'send a stream' || name === 'send with files'
+        ? { ...request(name), client_id: expect.stringMatching(/^c-[0-9a-f]{32}$/) }
+        : request(name);
     for (const f of requests) {
       const op = f.value.op as string;
       if (op === 'hello' || op === 'ping') continue;
@@ -501,6 +521,9 @@ describe('the SDK writes and reads the protocol fixtures', () => {
       await expect(call![0](), f.name).resolves.toEqual(call![1]);
       expect(socket.lastOf(op), f.name).toEqual(written(f.name));
     }
+    // The upload's bytes went with the answer's method, URL and headers.
+    const upload = ok('upload') as { url: string; method: string; headers: Record<string, string> };
+    expect(storage.at(-1)).toMatchObject({ url: upload.url, method: upload.method, headers: upload.headers, bytes: 48213 });
     // The inbox entries are the reply's, as the SDK's items.
     const page = okReply('inbox, a page with more').ok as { chats: Json[] };
     expect(client.inbox.get('general')).toMatchObject(page.chats[0]!);
@@ -519,6 +542,7 @@ describe('the SDK writes and reads the protocol fixtures', () => {
         fetch: () => general.fetch(40, 100),
         edit: () => general.edit(99, { text: 'x' }),
         append: () => general.append(57, '', { done: true }),
+        upload: () => general.upload(new Uint8Array(1), { name: 'big.bin' }),
       };
       const call = calls[f.op]!;
       expect(Object.keys(calls), `a call for "${f.name}"`).toContain(f.op);
@@ -606,6 +630,10 @@ describe('the SDK writes and reads the protocol fixtures', () => {
     seen.add('append');
     expect(appended).toEqual([fixture('append')]);
     expect(list.get(57)?.body).toEqual({ text: 'Hello wor' });
+
+    await pushEvent('event with files');
+    seen.add('event with files');
+    expect(list.get(66)?.files).toEqual(fixture('event with files').files);
 
     socket.push(fixture('inbox, with threads and mentions'));
     await tick();
