@@ -106,9 +106,9 @@ enum Arg {
     Token(&'static str, &'static str),
 }
 
-const OPS: [&str; 15] = [
+const OPS: [&str; 16] = [
     "hello", "join", "leave", "watch", "unwatch", "send", "react", "read", "fetch", "ping", "typing", "presence",
-    "edit", "delete", "inbox",
+    "edit", "delete", "inbox", "upload",
 ];
 
 impl Script {
@@ -336,6 +336,36 @@ fn request(u: &mut Unstructured) -> AResult<Vec<(String, Arg)>> {
     let half = u.ratio(1, 2)?;
     if maybe(u, want("inbox") && half)? {
         put(&mut fields, "live", (*u.choose(&["true", "false", "1"])?).into());
+    }
+    // v1.2 files: an upload's declaration, and files named by a send or edit.
+    if maybe(u, want("upload"))? {
+        let n = match u.int_in_range(0..=5u8)? {
+            0..=3 => json_string(*u.choose(&["a.png", "猫.jpg", "x"])?),
+            4 => json_string(&"n".repeat(*u.choose(&[0, 255, 256])?)),
+            _ => num(u)?,
+        };
+        put(&mut fields, "name", n);
+    }
+    if maybe(u, want("upload"))? {
+        let t = match u.int_in_range(0..=4u8)? {
+            0..=2 => json_string(*u.choose(&["image/png", "text/html", "application/pdf; x=1"])?),
+            3 => json_string(*u.choose(&["png", "a b/c", "text/html\r\nX: y", ""])?),
+            _ => num(u)?,
+        };
+        put(&mut fields, "type", t);
+    }
+    if maybe(u, want("upload"))? {
+        put(&mut fields, "size", num(u)?);
+    }
+    let half = u.ratio(1, 4)?;
+    if maybe(u, (want("send") || want("edit")) && half)? {
+        let f = match u.int_in_range(0..=3u8)? {
+            0 => "[]".to_string(),
+            1 => r#"["fNoSuchFile0000000000000"]"#.to_string(),
+            2 => r#"["a","a"]"#.to_string(),
+            _ => num(u)?,
+        };
+        put(&mut fields, "files", f);
     }
     if want("hello") || u.ratio(1, 64)? {
         fields.push(("token".into(), token(u)?));

@@ -30,7 +30,7 @@ impl FrameHarness {
     pub async fn new(dir: &Path, secret: &str) -> anyhow::Result<FrameHarness> {
         let config = Config::for_tests(dir.to_path_buf(), secret, "harness-api-key-0123456789abcdef0123456789");
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir)?);
-        let core = Core::new(&config, store.clone(), Arc::new(MemoryBroker::new()), "http://127.0.0.1:1")?;
+        let core = Core::new(&config, store.clone(), Arc::new(MemoryBroker::new()), "http://127.0.0.1:1", false)?;
         Ok(FrameHarness { conn: FrameConn::open(core.gateway)?, tokens: core.tokens, store })
     }
 

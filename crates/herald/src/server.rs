@@ -80,12 +80,13 @@ pub(crate) struct Core {
 
 impl Core {
     /// Builds hub, chats and gateway over `store` and `broker`; the embedded files backend's URLs
-    /// start with `files_base` (`http://host:port`).
+    /// start with `files_base` (`http://host:port`). `clustered`: the node is one of a cell.
     pub(crate) fn new(
         config: &Config,
         store: Arc<dyn Store>,
         broker: Arc<dyn Broker>,
         files_base: &str,
+        clustered: bool,
     ) -> anyhow::Result<Core> {
         // A watch's start fits the outbound queue: its replay in half of it
         // (the chat layer's bound), the live events meanwhile in a quarter
@@ -98,7 +99,7 @@ impl Core {
             _ => None,
         };
         let revocations = Revocations::new(store.clone());
-        let files = open_files(config, &store, files_base)?;
+        let files = open_files(config, &store, files_base, clustered)?;
         let chats = Arc::new(Chats::new(store, broker, hub, limits).with_send_hook(send_hook).with_files(files));
         chats.spawn_stream_timeouts();
         let cells = Arc::new(Cells::new(&config.server.cell, &config.server.cells)?);
@@ -124,12 +125,13 @@ fn open_files(
     config: &Config,
     store: &Arc<dyn Store>,
     base: &str,
+    clustered: bool,
 ) -> anyhow::Result<Option<Arc<crate::chat::FileService>>> {
     use crate::files::{Blobs, FileUrls, local::LocalBlobs, serve::Served};
     let s = &config.files;
     let (blobs, served): (Arc<dyn Blobs>, Option<Served>) = match &s.files_s3 {
         Some(_url) => anyhow::bail!("--files-s3 is not supported by this build"),
-        None if !config.broker.brokers.is_empty() => {
+        None if clustered => {
             tracing::warn!(
                 "this node is part of a cell (--broker) without --files-s3: it keeps no files, and `upload` \
                  is refused; give every node of the cell the same --files-s3 bucket to keep files"
@@ -239,7 +241,9 @@ async fn serve(
 ) -> anyhow::Result<()> {
     let Links { store, broker, bus, closes_store } = links;
     let base = files_base(&config, &listener);
-    let Core { chats, tokens, cells, gateway, revocations } = Core::new(&config, store.clone(), broker, &base)?;
+    let clustered = bus.is_some();
+    let Core { chats, tokens, cells, gateway, revocations } =
+        Core::new(&config, store.clone(), broker, &base, clustered)?;
     revocations.follow(bus.clone()).await;
     let public_url = config
         .server
@@ -268,7 +272,12 @@ async fn serve(
     let online = Online::new(gateway.clone(), cluster.clone(), bus.clone());
     let webhook = match (&config.hooks.webhook, &config.hooks.secret) {
         (Some(settings), Some(secret)) => {
-            Some(Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), online, bus.is_some()))
+            let webhook =
+                Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), online, bus.is_some());
+            if let Some(urls) = chats.file_urls() {
+                webhook.set_file_urls(urls.clone());
+            }
+            Some(webhook)
         }
         _ => None,
     };

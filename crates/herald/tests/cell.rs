@@ -218,3 +218,19 @@ async fn the_webhooks_offline_list_counts_users_connected_to_any_node() {
     offline.sort();
     assert_eq!(offline, ["bob", "carol"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_without_a_bucket_keeps_no_files_and_says_why() {
+    let cell = LocalCell::start(2).await;
+    let mut alice = cell.nodes[0].client("w", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    let e = alice
+        .err(json!({"op": "upload", "chat": "g", "name": "a.png", "type": "image/png", "size": 3}), "unavailable")
+        .await;
+    assert!(e["message"].as_str().unwrap().contains("--files-s3"), "{e}");
+    // Messages without files are not affected.
+    alice.ok(json!({"op": "send", "chat": "g", "body": {"text": "hi"}})).await;
+    alice
+        .err(json!({"op": "send", "chat": "g", "body": {}, "files": ["fNoSuchFile0000000000000"]}), "unavailable")
+        .await;
+}

@@ -396,7 +396,7 @@ mod tests {
         let config = ServeArgs::parse_from(["serve", "--data", data]).and_then(ServeArgs::resolve).unwrap();
         assert!(config.dev_mode);
         let store: Arc<dyn crate::store::Store> = Arc::new(SqliteStore::open(dir).unwrap());
-        let core = Core::new(&config, store, Arc::new(MemoryBroker::new()), "http://127.0.0.1:1").unwrap();
+        let core = Core::new(&config, store, Arc::new(MemoryBroker::new()), "http://127.0.0.1:1", false).unwrap();
         let state = AppState {
             chats: core.chats,
             tokens: core.tokens,

@@ -112,6 +112,9 @@ pub(super) struct OutEvent<'a> {
     pub quote: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mentions: Option<&'a [String]>,
+    /// v1.2: the files a message or edit carries, each with a URL good for an hour.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<herald_protocol::FileRef>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offline: Option<Vec<&'a str>>,
 }
