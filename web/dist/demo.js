@@ -2373,16 +2373,16 @@ function filesKey(files) {
   return (files ?? []).map((f) => `${f.id} ${f.url}`).join(`
 `);
 }
-function drawFiles(el2, files) {
-  let items = (files ?? []).filter((f) => safeUrl(f.url)).map(fileElement);
+function drawFiles(el2, files, loaded) {
+  let items = (files ?? []).filter((f) => safeUrl(f.url)).map((f) => fileElement(f, loaded));
   el2.replaceChildren(...items), el2.hidden = items.length === 0;
 }
-function fileElement(f) {
+function fileElement(f, loaded) {
   let a = document.createElement("a");
   if (a.href = f.url, a.dataset.fileId = f.id, a.title = `${f.name} (${sizeText(f.size)})`, INLINE_IMAGE_TYPES.has(f.type.split(";")[0].trim().toLowerCase())) {
     a.className = "file-image", a.target = "_blank", a.rel = "noopener";
     let img = document.createElement("img");
-    return img.src = f.url, img.alt = f.name, img.loading = "lazy", a.append(img), a;
+    return img.addEventListener("load", loaded, { once: !0 }), img.src = f.url, img.alt = f.name, a.append(img), a;
   }
   a.className = "file-link", a.download = f.name;
   let name = document.createElement("span");
@@ -2782,7 +2782,7 @@ var MessageRow = class {
     let editing = li.querySelector("form.edit-form") !== null;
     this.textEl.hidden = editing, message.deleted ? (li.dataset.deleted = "true", this.textEl.textContent = "message deleted") : drawText(this.textEl, messageText(message.body), message.mentions, ctx.me), message.edited !== void 0 && !message.deleted && message.stream === void 0 ? (li.dataset.edited = String(message.edited), this.textEl.dataset.mark = "edited") : (delete li.dataset.edited, delete this.textEl.dataset.mark);
     let files = message.deleted ? void 0 : message.files;
-    filesKey(files) !== this.filesShown && (this.filesShown = filesKey(files), drawFiles(this.filesEl, files)), message.stream !== void 0 && (li.dataset.stream = message.stream), this.writingEl.hidden = message.stream !== "open" || message.deleted;
+    filesKey(files) !== this.filesShown && (this.filesShown = filesKey(files), drawFiles(this.filesEl, files, () => ctx.imageLoaded?.())), message.stream !== void 0 && (li.dataset.stream = message.stream), this.writingEl.hidden = message.stream !== "open" || message.deleted;
     let quoted = message.quote === void 0 ? void 0 : ctx.lookup(message.quote);
     this.quoteEl.hidden = message.quote === void 0, message.quote !== void 0 && (this.quoteEl.dataset.quote = String(message.quote), this.quoteEl.textContent = quoted === void 0 ? "an earlier message" : `${quoted.user ?? "system"}: ${quoted.deleted ? "message deleted" : messageText(quoted.body)}`), message.pinned ? li.dataset.pinned = "true" : delete li.dataset.pinned, this.pinnedEl.hidden = !message.pinned, this.drawReactions(), this.drawThread();
     let canAct = message.type === "message" && !message.deleted;
@@ -2918,7 +2918,16 @@ var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
   constructor(els, me, actions, lookup) {
     this.els = els;
     this.me = me;
-    this.rowContext = { me, actions, inThread: !1, lookup, myReactions: (seq) => this.mine.get(seq) ?? /* @__PURE__ */ new Set() }, els.messages.replaceChildren(), els.pending.replaceChildren(), els.members.textContent = "-", els.readers.replaceChildren(), this.setTyping([]), this.setPresent(null);
+    this.rowContext = {
+      me,
+      actions,
+      inThread: !1,
+      lookup,
+      myReactions: (seq) => this.mine.get(seq) ?? /* @__PURE__ */ new Set(),
+      imageLoaded: () => this.scrollToEnd(this.following)
+    };
+    let box = els.messages.parentElement;
+    box !== null && (box.onscroll = () => this.following = this.atBottom()), els.messages.replaceChildren(), els.pending.replaceChildren(), els.members.textContent = "-", els.readers.replaceChildren(), this.setTyping([]), this.setPresent(null);
   }
   els;
   me;
@@ -2944,6 +2953,8 @@ var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
   run = null;
   /** What every row (here and in the thread panel) needs besides its message. */
   rowContext;
+  /** The chat was scrolled to its end when last scrolled (by the user or by following new rows). */
+  following = !0;
   /** The seq to report as read when the user has seen everything shown. */
   get readableSeq() {
     return this.latestReadable;

@@ -39,14 +39,17 @@ export function filesKey(files: readonly FileInfo[] | undefined): string {
   return (files ?? []).map((f) => `${f.id} ${f.url}`).join('\n');
 }
 
-/** Fills `el` with `files`: images inline, other files as links; empty (and hidden) when none. */
-export function drawFiles(el: HTMLElement, files: readonly FileInfo[] | undefined): void {
-  const items = (files ?? []).filter((f) => safeUrl(f.url)).map(fileElement);
+/**
+ * Fills `el` with `files`: images inline, other files as links; empty (and hidden) when none.
+ * `loaded` runs when an image has loaded, and so made its row taller.
+ */
+export function drawFiles(el: HTMLElement, files: readonly FileInfo[] | undefined, loaded: () => void): void {
+  const items = (files ?? []).filter((f) => safeUrl(f.url)).map((f) => fileElement(f, loaded));
   el.replaceChildren(...items);
   el.hidden = items.length === 0;
 }
 
-function fileElement(f: FileInfo): HTMLElement {
+function fileElement(f: FileInfo, loaded: () => void): HTMLElement {
   const a = document.createElement('a');
   a.href = f.url;
   a.dataset.fileId = f.id;
@@ -56,9 +59,10 @@ function fileElement(f: FileInfo): HTMLElement {
     a.target = '_blank';
     a.rel = 'noopener';
     const img = document.createElement('img');
+    // Not lazy: the chat is a scrolled box, where a lazy image loads only once scrolled to.
+    img.addEventListener('load', loaded, { once: true });
     img.src = f.url;
     img.alt = f.name;
-    img.loading = 'lazy';
     a.append(img);
     return a;
   }

@@ -52,6 +52,8 @@ export interface RowContext {
   lookup(seq: number): Message | undefined;
   /** The emoji this user has on `seq` now. */
   myReactions(seq: number): ReadonlySet<string>;
+  /** An image of a row finished loading (the row grew): the view keeps following the chat's end. */
+  imageLoaded?(): void;
 }
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, className: string, text = ''): HTMLElementTagNameMap[K] {
@@ -154,7 +156,7 @@ export class MessageRow {
     const files = message.deleted ? undefined : message.files;
     if (filesKey(files) !== this.filesShown) {
       this.filesShown = filesKey(files);
-      drawFiles(this.filesEl, files);
+      drawFiles(this.filesEl, files, () => ctx.imageLoaded?.());
     }
     if (message.stream !== undefined) li.dataset.stream = message.stream;
     this.writingEl.hidden = message.stream !== 'open' || message.deleted;
