@@ -534,9 +534,14 @@ for (const viewport of VIEWPORTS.filter((v) => (process.env.E2E_ONLY ?? v.label)
       assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
     });
 
-    test('the search box finds a message by a word inside a longer word, and opens its chat at it', { timeout: TEST_TIMEOUT_MS }, async () => {
+    test('the search box finds a message by a word inside a longer word, and opens its chat at it', { timeout: TEST_TIMEOUT_MS }, async (t) => {
       // bob writes in general while alice is in another chat; she searches part of a word.
       await joinChat(alice, 'random');
+      t.after(async () => {
+        // Whatever happened, the next test finds alice in general with no panel open.
+        await alice.page.keyboard.press('Escape');
+        if ((await alice.page.getAttribute(`#chats li[data-chat="${CHAT}"]`, 'aria-current').catch(() => null)) !== 'true') await openChat(alice, CHAT);
+      });
       await send(bob, '서버가 준비됐어요');
       const found = await seqWhenShown(bob, '서버가 준비됐어요');
       let results = [];
