@@ -3,10 +3,11 @@
 #
 #   scripts/test.sh
 #
-# Needs the Rust toolchain, python3 and Node 20 (present on our Debian
+# Needs the Rust toolchain, Go, python3 and Node 20 (present on our Debian
 # machines). Everything else it needs it installs itself, once: Debian
 # packages through apt-get when run as root, npm packages into sdk/ts,
-# the Autobahn runner (kosoku, from PyPI) into ~/.cache/herald.
+# the Autobahn runner (kosoku, from PyPI) and the S3-compatible server
+# (versitygw, built from the Go module proxy) into ~/.cache/herald.
 # Servers it starts listen on free loopback ports and are stopped by pid.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -47,6 +48,10 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 echo "ok"
 
+step "S3-compatible server for the files tests (versitygw: built once, about 2.5 to 4 min on 2 cores)"
+scripts/s3.sh install
+echo "ok"
+
 step "format and lints"
 if cargo fmt --version >/dev/null 2>&1; then cargo fmt --all -- --check; else echo "rustfmt not installed: skipped"; fi
 if cargo clippy --version >/dev/null 2>&1; then cargo clippy -q --workspace --all-targets -- -D warnings; else echo "clippy not installed: skipped"; fi
@@ -63,7 +68,7 @@ step "the core server's integration tests again, on two PostgreSQL shards"
 pg_dir=$(mktemp -d)/pg
 pg_dirs+=("$pg_dir")
 pg_url=$(scripts/pg.sh start "$pg_dir" "$(free_port)")
-HERALD_TEST_STORE=postgres HERALD_TEST_PG_URL=$pg_url cargo test -q -p herald --test protocol --test auth --test http_api --test lifecycle --test admin --test messages --test moderation --test inbox --test presence --test send_hook --test revoke --test webhook --test conversations --test streams --test files
+HERALD_TEST_STORE=postgres HERALD_TEST_PG_URL=$pg_url cargo test -q -p herald --test protocol --test auth --test http_api --test lifecycle --test admin --test messages --test moderation --test inbox --test presence --test send_hook --test revoke --test webhook --test conversations --test streams --test files --test export
 
 step "the HTTP API against its own OpenAPI document (Schemathesis: no 5xx, every answer as documented)"
 port=$(free_port)

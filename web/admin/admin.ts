@@ -1,11 +1,13 @@
 //! The admin page's script, served by herald at /admin.js: asks for the api key, then shows this node
-//! and its cell every two seconds, and drains the node on request.
+//! and its cell every two seconds, and drains the node on request; its support panels are support.ts.
 //!
 //! Owns: the key (in sessionStorage, so it ends with the tab), the refresh loop, drawing an answer, the
 //! drain button. Does not own: the answer's type or the rates (status.ts); what a drain does (the
 //! server's `POST /v1/admin/drain`, the same drain as SIGTERM's, without the exit).
 
+import { Refused, call } from './api.ts';
 import { type AdminStatus, type WebhookStatus, formatLag, formatRate, rates } from './status.ts';
+import { Support } from './support.ts';
 
 /** How often the page asks for the node's status. */
 const REFRESH_MS = 2000;
@@ -51,31 +53,6 @@ const ui = {
   drain: $<HTMLButtonElement>('drain'),
   drainResult: $('drain-result'),
 };
-
-/** A refusal of the key, told apart from every other failure: it sends the user back to the login. */
-class Refused extends Error {}
-
-/** Calls an admin route with the key; the parsed answer, or throws with the server's own message. */
-async function call<T>(key: string, method: 'GET' | 'POST', path: string, body?: unknown): Promise<T> {
-  const res = await fetch(path, {
-    method,
-    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-    cache: 'no-store',
-  });
-  if (res.status === 401) throw new Refused('the api key was refused');
-  if (!res.ok) {
-    let message = `${res.status} ${res.statusText}`;
-    try {
-      const err = (await res.json()) as { error?: { code?: string; message?: string } };
-      if (err.error?.message !== undefined) message = `${err.error.code}: ${err.error.message}`;
-    } catch {
-      // Not JSON (a proxy's page, say): the status line says enough.
-    }
-    throw new Error(message);
-  }
-  return (await res.json()) as T;
-}
 
 function show(el: HTMLElement, text: string | null): void {
   el.hidden = text === null;
@@ -161,7 +138,7 @@ class Session {
   private timer: ReturnType<typeof setTimeout> | null = null;
   private stopped = false;
 
-  constructor(private readonly key: string) {}
+  constructor(readonly key: string) {}
 
   start(): void {
     ui.login.hidden = true;
@@ -213,10 +190,15 @@ class Session {
 }
 
 let session: Session | null = null;
+const support = new Support(
+  () => session?.key ?? null,
+  (why) => signOut(why),
+);
 
 function signOut(why: string | null): void {
   session?.stop();
   session = null;
+  support.reset();
   sessionStorage.removeItem(KEY_STORAGE);
   ui.dash.hidden = true;
   ui.login.hidden = false;

@@ -15,7 +15,8 @@
 //!   local receiver), `slowloris` (sockets that never finish a request, with
 //!   real clients timed meanwhile); v1.2's `streams` (streamed messages and
 //!   their `append` pushes), `threads` (inbox's store with threads, in
-//!   `inbox/threads`) and `members` (one chat of 100,000 members, paged);
+//!   `inbox/threads`), `members` (one chat of 100,000 members, paged) and
+//!   `files` (uploads and downloads through a files backend's signed URLs);
 //! - shared modules: the clients (`client` for herald, `handshake`,
 //!   `pclient` for the peers, `conn` for either), the servers (`server` for
 //!   herald, `peer`, `target` for either), opening many (`fleet`, and
@@ -48,8 +49,8 @@ mod worker;
 
 use clap::{Parser, Subcommand};
 use scenarios::{
-    churn, fanout, hot, idle, inbox, inbox_live, joinflood, members, presence, sendhook, sends, slowloris, streams,
-    webhook,
+    churn, fanout, files, hot, idle, inbox, inbox_live, joinflood, members, presence, sendhook, sends, slowloris,
+    streams, webhook,
 };
 
 /// The server's allocator, only so that the clients' memory figures compare
@@ -99,6 +100,8 @@ pub(crate) enum Command {
     Members(members::MembersArgs),
     /// v1.2: N streamed messages at once, W watchers each, R appends/s each: append-to-push latency, CPU, exactness.
     Streams(streams::StreamsArgs),
+    /// v1.2: F files of S bytes uploaded at once and downloaded at once through signed URLs: MiB/s, signing µs.
+    Files(files::FilesArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
@@ -139,6 +142,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Smoke(args) => smoke::run(args).await.map(|_| Vec::new()),
         Command::Slowloris(args) => slowloris::run(args).await,
         Command::Streams(args) => streams::run(args).await,
+        Command::Files(args) => files::run(args).await,
         Command::Members(args) => members::run(args).await,
         Command::Threads(args) => inbox::threads::run(args).await,
         Command::Worker(_) | Command::SlowlorisAttacker(_) => anyhow::bail!("a worker runs on its own"),

@@ -10,7 +10,8 @@
 //! 2 s), sendhook (50 sends without and with a send hook) and webhook (4 senders at 200/s, 1 s with the
 //! receiver up, 1 s down), slowloris (400 attack sockets against a node of 256 files, 5 s), and
 //! v1.2's streams (4 streams, 3 watchers each, 25 appends/s for 1 s), threads (40 threads in 20
-//! chats of a 300-chat store, pages of 5) and members (a chat of 300, pages of 50). Fails
+//! chats of a 300-chat store, pages of 5), members (a chat of 300, pages of 50) and files (10 files
+//! of 64 KiB through an S3 bucket's signed URLs). Fails
 //! (non-zero exit) when a scenario errs or
 //! its own checks say something was lost. `--peers` adds the peers' idle,
 //! fanout, churn and joinflood at the same size (they must be installed).
@@ -85,6 +86,8 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<()> {
         ),
         // v1.2: a chat of 300 members, pages of 50.
         ("members".into(), words("members --members 300 --limit 50 --reads 2")),
+        // v1.2: 10 files of 64 KiB up and down through an S3 bucket's signed URLs (versitygw, scripts/s3.sh).
+        ("files".into(), words("files --files 10 --size-kib 64")),
     ];
     for p in &args.peers {
         if *p == Peer::Herald {

@@ -8,7 +8,9 @@
 
 mod conv;
 mod erase;
+mod export;
 mod files;
+mod find;
 mod live;
 mod screen;
 pub mod settings;
@@ -682,7 +684,7 @@ mod tests {
         }
     }
 
-    crate::store::not_kept!(GatedLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations, Files);
+    crate::store::not_kept!(GatedLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations, Files, Export);
 
     fn chats(latest: u64) -> (Arc<Chats>, Arc<GatedLog>, Arc<Hub>) {
         let log = Arc::new(GatedLog { latest, gate: tokio::sync::Semaphore::new(0) });

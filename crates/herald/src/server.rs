@@ -130,7 +130,7 @@ fn open_files(
     use crate::files::{Blobs, FileUrls, local::LocalBlobs, serve::Served};
     let s = &config.files;
     let (blobs, served): (Arc<dyn Blobs>, Option<Served>) = match &s.files_s3 {
-        Some(_url) => anyhow::bail!("--files-s3 is not supported by this build"),
+        Some(url) => (Arc::new(crate::files::s3::S3Blobs::from_url(url)?), None),
         None if clustered => {
             tracing::warn!(
                 "this node is part of a cell (--broker) without --files-s3: it keeps no files, and `upload` \
@@ -240,6 +240,10 @@ async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let Links { store, broker, bus, closes_store } = links;
+    if let Some(url) = &config.files.files_s3 {
+        // A bucket that is missing or refuses the keys stops the node now, with the reason.
+        crate::files::s3::S3Blobs::from_url(url)?.check().await.map_err(|e| anyhow::anyhow!("--files-s3: {e}"))?;
+    }
     let base = files_base(&config, &listener);
     let clustered = bus.is_some();
     let Core { chats, tokens, cells, gateway, revocations } =

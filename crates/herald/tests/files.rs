@@ -411,3 +411,18 @@ async fn browsers_may_upload_and_download_from_allowed_origins() {
         .unwrap();
     assert!(res.headers().get("access-control-allow-origin").is_none(), "another origin is not allowed");
 }
+
+#[tokio::test]
+async fn a_users_export_carries_their_files_with_urls() {
+    let s = TestServer::start().await;
+    let mut alice = s.client("acme", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    let (id, _) = upload(&mut alice, "g", "a.png", "image/png", PNG).await;
+    alice.ok(json!({"op": "send", "chat": "g", "body": {"text": "x"}, "files": [id]})).await;
+    let (code, text) = http_raw(s.addr, "GET", "/v1/workspaces/acme/users/alice/export", Some(API_KEY), None).await;
+    assert_eq!(code, 200, "{text}");
+    let message: Value =
+        text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|l| l["kind"] == "message").unwrap();
+    let url = message["event"]["files"][0]["url"].as_str().unwrap();
+    assert_eq!(get(url, None).await.2, PNG);
+}

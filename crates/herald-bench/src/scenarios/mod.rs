@@ -8,6 +8,7 @@
 
 pub mod churn;
 pub mod fanout;
+pub mod files;
 pub mod hot;
 pub mod idle;
 pub mod inbox;

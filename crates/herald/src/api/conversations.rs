@@ -30,6 +30,21 @@ pub(super) struct PageQuery {
     cursor: Option<String>,
 }
 
+/// The chat list's query: a page's, and a `prefix` that keeps the chats whose id starts with it.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct ChatsQuery {
+    /// At most this many (default 100, at most 1,000).
+    #[param(minimum = 1)]
+    limit: Option<u32>,
+    /// The `cursor` of the page before.
+    #[param(max_length = 2048)]
+    cursor: Option<String>,
+    /// Only the chats whose id starts with this (the admin page finds chats so).
+    #[param(pattern = r"^[A-Za-z0-9_.:-]{1,128}$")]
+    prefix: Option<String>,
+}
+
 fn page(query: Result<Query<PageQuery>, QueryRejection>) -> Result<PageQuery, ApiError> {
     let Query(q) = query.map_err(|e| bad(format!("bad query: {e}")))?;
     if q.limit == Some(0) {
@@ -38,14 +53,15 @@ fn page(query: Result<Query<PageQuery>, QueryRejection>) -> Result<PageQuery, Ap
     Ok(q)
 }
 
-/// The workspace's chats sorted by id, each as `GET` of a chat answers it.
+/// The workspace's chats sorted by id, each as `GET` of a chat answers it; with `prefix`, those
+/// whose id starts with it.
 #[utoipa::path(get, path = "/v1/workspaces/{ws}/chats", tag = "chats",
-    params(WsParam, PageQuery), responses((status = 200, body = ChatsOk), Refusals), security(("api_key" = [])))]
+    params(WsParam, ChatsQuery), responses((status = 200, body = ChatsOk), Refusals), security(("api_key" = [])))]
 pub(super) async fn chat_list(
     State(s): State<AppState>,
     headers: HeaderMap,
     p: Result<Path<String>, PathRejection>,
-    query: Result<Query<PageQuery>, QueryRejection>,
+    query: Result<Query<ChatsQuery>, QueryRejection>,
 ) -> ApiResult<ChatsOk> {
     authorize(&s, &headers)?;
     let ws = path(p)?;
@@ -55,8 +71,17 @@ pub(super) async fn chat_list(
     if let Some((cell, _)) = s.cells.elsewhere(&ws) {
         return Err(ApiError(Error::Forbidden(format!("workspace {ws} is served by cell {cell}"))));
     }
-    let q = page(query)?;
-    Ok(axum::Json(s.chats.chat_list(&ws, q.limit, q.cursor.as_deref()).await?))
+    let Query(q) = query.map_err(|e| bad(format!("bad query: {e}")))?;
+    if q.limit == Some(0) {
+        return Err(bad("limit must be at least 1"));
+    }
+    match q.prefix.as_deref() {
+        None => Ok(axum::Json(s.chats.chat_list(&ws, q.limit, q.cursor.as_deref()).await?)),
+        Some(prefix) if is_valid_id(prefix) => {
+            Ok(axum::Json(s.chats.find_chats(&ws, prefix, q.limit, q.cursor.as_deref()).await?))
+        }
+        Some(_) => Err(bad(invalid_id("prefix"))),
+    }
 }
 
 /// The chat's members sorted by user id, each with their read position, and the member count.

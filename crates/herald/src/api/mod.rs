@@ -52,6 +52,7 @@ const DEMO_JS: &str = include_str!("../../../../web/dist/demo.js");
 mod admin;
 mod chats;
 mod conversations;
+mod export;
 mod files;
 mod moderation;
 pub mod openapi;
@@ -115,6 +116,7 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
         .route("/v1/workspaces/{ws}/users/{user}/inbox", get(moderation::inbox))
         .route("/v1/workspaces/{ws}/users/{user}/revoke", post(users::revoke))
         .route("/v1/workspaces/{ws}/users/{user}", delete(users::erase))
+        .route("/v1/workspaces/{ws}/users/{user}/export", get(export::export))
         .route("/v1/tokens", post(issue_token))
         .route("/v1/gateway", get(gateway_for))
         .route("/v1/admin/status", get(admin::admin_status))

@@ -119,6 +119,7 @@ impl Modify for ApiKey {
         super::moderation::inbox,
         super::users::revoke,
         super::users::erase,
+        super::export::export,
         super::issue_token,
         super::gateway_for,
         super::admin::admin_status,
@@ -136,6 +137,7 @@ impl Modify for ApiKey {
         super::admin::StatusNode, super::admin::StatusShard, super::Ready, EditBody, MuteBody, EmptyOk, InboxOk,
         InboxEntry, super::users::ErasedOk, crate::hooks::webhook::WebhookStatus, ChatsOk, MembersOk,
         MemberEntry, PinsOk, PinEntry, Profile, Replies, StreamState, super::conversations::AppendBody, super::files::UploadBody, UploadOk, FileRef,
+        super::export::ExportLine, super::export::ExportKind,
     )),
     modifiers(&ApiKey),
 )]

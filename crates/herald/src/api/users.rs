@@ -15,10 +15,10 @@ use super::openapi::{Refusals, UserParam, WsParam};
 use super::{ApiError, ApiResult, AppState, authorize, bad};
 use crate::error::Error;
 
-type UserPath = Result<Path<(String, String)>, PathRejection>;
+pub(super) type UserPath = Result<Path<(String, String)>, PathRejection>;
 
 /// The workspace and user of a user route, both checked.
-fn user_route(s: &AppState, p: UserPath) -> Result<(String, String), ApiError> {
+pub(super) fn user_route(s: &AppState, p: UserPath) -> Result<(String, String), ApiError> {
     let (ws, user) = path(p)?;
     if !is_valid_id(&ws) {
         return Err(bad(invalid_id("workspace")));

@@ -80,6 +80,13 @@ impl Chats {
         }
         let Some(files) = &self.files else { return Err(not_kept()) };
         let rows = self.store.files(key, ids).await?;
+        // A file of another chat may live in another shard, where this chat's write cannot see it.
+        let missing: Vec<String> = ids.iter().filter(|id| !rows.iter().any(|r| &r.id == *id)).cloned().collect();
+        if !missing.is_empty()
+            && let Some((id, _)) = self.store.file_chats(&key.ws, &missing).await?.into_iter().next()
+        {
+            return Err(Error::Forbidden(format!("file {id} was uploaded for another chat")));
+        }
         for row in rows.iter().filter(|r| user.is_none_or(|u| r.user == u) && !r.gone && r.seq.is_none()) {
             let meta = FileMeta {
                 key: FileKey { ws: key.ws.to_string(), chat: key.chat.to_string(), id: row.id.clone() },

@@ -14,6 +14,7 @@
 //! deleted and never-attached files (`sweep.rs`).
 
 pub mod local;
+pub mod s3;
 pub mod serve;
 pub mod settings;
 pub mod sweep;

@@ -181,7 +181,7 @@ impl EventLog for ModelLog {
     }
 }
 
-crate::store::not_kept!(ModelLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations, Files);
+crate::store::not_kept!(ModelLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations, Files, Export);
 
 // ---- programs ------------------------------------------------------------------------------
 

@@ -144,7 +144,7 @@ impl Membership for Log {
     }
 }
 
-crate::store::not_kept!(Log: Lifecycle, Moderation, RevocationList, WebhookPositions, Conversations, Files);
+crate::store::not_kept!(Log: Lifecycle, Moderation, RevocationList, WebhookPositions, Conversations, Files, Export);
 
 pub(super) fn hub_over(log: &Arc<Log>, hot: u64) -> Arc<Hub> {
     let hub = Hub::new(Arc::new(MemoryBroker::new()), log.clone(), hot, 1 << 20);

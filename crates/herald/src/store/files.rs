@@ -41,6 +41,12 @@ pub struct NewFile {
 pub trait Files: Send + Sync + 'static {
     /// The files among `ids` that exist for chat `key` (a file of another chat is not returned).
     fn files<'a>(&'a self, key: &'a ChatKey, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<StoredFile>, StoreError>>;
+    /// Which chat of workspace `ws` each of `ids` was uploaded for, for those that exist (in any shard).
+    fn file_chats<'a>(
+        &'a self,
+        ws: &'a str,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>>;
     /// Up to `limit` files whose bytes are to be deleted: gone ones, and ones no message attached
     /// that were uploaded before `orphan_before_ms`.
     fn sweepable<'a>(&'a self, orphan_before_ms: i64, limit: u32) -> BoxFuture<'a, Result<Vec<FileKey>, StoreError>>;

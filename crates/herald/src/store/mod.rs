@@ -20,6 +20,7 @@
 //! | lifecycle: ready, close, shards | [`Lifecycle`] | `lifecycle.rs` | `sqlite/mod.rs` | `postgres/mod.rs` |
 //! | v1.2 conversations: profiles, chat and member lists, threads, pins, reactions, streams | [`Conversations`] | `conversations.rs` | `sqlite/conversations.rs` | `postgres/conversations.rs` |
 //! | v1.2 files: uploads' metadata (the bytes live outside the database) | [`Files`] | `files.rs` | `sqlite/files.rs` | `postgres/files.rs` |
+//! | v1.2 a user's data: their memberships and messages, paged per part | [`Export`] | `export.rs` | `sqlite/export.rs` | `postgres/export.rs` |
 //!
 //! [`sharded`] routes every capability over PostgreSQL shards (by chat, or
 //! to every shard and merged), behind each shard's bulkhead and breaker.
@@ -58,6 +59,7 @@ mod apply;
 pub(crate) use apply::now_ms;
 mod columns;
 mod conversations;
+mod export;
 mod files;
 mod lifecycle;
 mod log;
@@ -74,6 +76,7 @@ pub mod sqlite;
 mod webhook;
 
 pub use conversations::{Conversations, ThreadCursor, id_cursor, id_from_cursor, thread_order};
+pub use export::{Export, ExportCursor, Exported, export_order};
 pub use files::{Files, NewFile, StoredFile};
 pub use lifecycle::{Lifecycle, ShardStatus};
 pub use log::{Actor, Conversation, EventLog, Fetched, Write, Written};
@@ -136,7 +139,7 @@ pub enum StoreError {
 /// caller can hold one `Arc<dyn Store>` and call any of them. Implemented
 /// for every type that has every capability; nothing implements it by hand.
 pub trait Store:
-    EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations + Files
+    EventLog + Membership + Moderation + RevocationList + WebhookPositions + Lifecycle + Conversations + Files + Export
 {
 }
 
@@ -149,6 +152,7 @@ impl<T> Store for T where
         + Lifecycle
         + Conversations
         + Files
+        + Export
         + ?Sized
 {
 }
@@ -358,12 +362,46 @@ macro_rules! not_kept {
             ) -> $crate::store::BoxFuture<'a, Result<Vec<$crate::store::StoredFile>, $crate::store::StoreError>> {
                 $crate::store::not_kept!(@answer "files")
             }
+            fn file_chats<'a>(
+                &'a self,
+                _: &'a str,
+                _: &'a [String],
+            ) -> $crate::store::BoxFuture<'a, Result<Vec<(String, String)>, $crate::store::StoreError>> {
+                $crate::store::not_kept!(@answer "files")
+            }
             fn sweepable(
                 &self,
                 _: i64,
                 _: u32,
             ) -> $crate::store::BoxFuture<'_, Result<Vec<$crate::files::FileKey>, $crate::store::StoreError>> {
                 $crate::store::not_kept!(@answer "files")
+            }
+        }
+    };
+    (@ $ty:ty, Export) => {
+        impl $crate::store::Export for $ty {
+            fn export_parts(&self) -> usize {
+                1
+            }
+            fn export_members<'a>(
+                &'a self,
+                _: usize,
+                _: &'a str,
+                _: &'a str,
+                _: Option<&'a str>,
+                _: u32,
+            ) -> $crate::store::BoxFuture<'a, Result<Vec<(String, u64)>, $crate::store::StoreError>> {
+                $crate::store::not_kept!(@answer "exports")
+            }
+            fn export_messages<'a>(
+                &'a self,
+                _: usize,
+                _: &'a str,
+                _: &'a str,
+                _: Option<&'a $crate::store::ExportCursor>,
+                _: u32,
+            ) -> $crate::store::BoxFuture<'a, Result<Vec<$crate::store::Exported>, $crate::store::StoreError>> {
+                $crate::store::not_kept!(@answer "exports")
             }
         }
     };

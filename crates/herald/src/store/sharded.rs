@@ -13,8 +13,9 @@
 //! shard; an inbox page, a live inbox's chats and a user's messages to every
 //! shard, merged in one order ([`Sharded::merged`]); a revocation to every
 //! shard (read back as the union); webhook positions to the shard the
-//! webhook names. They sit side by side in one file so that the routing of
-//! each reads against the others.
+//! webhook names; a user's export to each shard as a part of its own. They
+//! sit side by side in one file so that the routing of each reads against
+//! the others.
 //!
 //! Not here: the shards' statements (`postgres`), the breaker and bulkhead (`guard.rs`).
 
@@ -26,9 +27,9 @@ use std::collections::BTreeMap;
 use herald_protocol::reply::{ChatView, InboxEntry, MemberEntry, PinEntry, Profile, ThreadEntry};
 
 use super::{
-    BoxFuture, Conversations, EventLog, Fetched, Files, InboxCursor, Lifecycle, Member, Membership, Moderation,
-    RevocationList, Revoked, ShardName, ShardStatus, Store, StoreError, StoredFile, ThreadCursor, Undelivered,
-    WebhookAck, WebhookPositions, Write, Written,
+    BoxFuture, Conversations, EventLog, Export, ExportCursor, Exported, Fetched, Files, InboxCursor, Lifecycle, Member,
+    Membership, Moderation, RevocationList, Revoked, ShardName, ShardStatus, Store, StoreError, StoredFile,
+    ThreadCursor, Undelivered, WebhookAck, WebhookPositions, Write, Written,
 };
 use crate::files::FileKey;
 use crate::guard::{Breaker, BreakerConfig, BreakerState, Bulkhead};
@@ -376,6 +377,23 @@ impl Files for Sharded {
         Box::pin(shard.guarded(shard.store.files(key, ids)))
     }
 
+    fn file_chats<'a>(
+        &'a self,
+        ws: &'a str,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>> {
+        Box::pin(async move {
+            let parts =
+                futures_util::future::join_all(self.shards.iter().map(|s| s.guarded(s.store.file_chats(ws, ids))))
+                    .await;
+            let mut found = Vec::new();
+            for part in parts {
+                found.extend(part?);
+            }
+            Ok(found)
+        })
+    }
+
     fn sweepable<'a>(&'a self, orphan_before_ms: i64, limit: u32) -> BoxFuture<'a, Result<Vec<FileKey>, StoreError>> {
         Box::pin(async move {
             let parts = futures_util::future::join_all(
@@ -400,6 +418,42 @@ impl Moderation for Sharded {
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
         Box::pin(self.merged(move |s| s.user_messages(ws, user, after, limit), Ord::cmp, limit as usize))
+    }
+}
+
+/// Each shard is a part of its own, paged with its own cursor: the export merges the shards'
+/// pages (`chat/export.rs`), so no shard is asked for rows another one's page then throws away.
+impl Export for Sharded {
+    fn export_parts(&self) -> usize {
+        self.shards.len()
+    }
+
+    fn export_members<'a>(
+        &'a self,
+        part: usize,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<&'a str>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
+        match self.shards.get(part) {
+            Some(s) => Box::pin(s.guarded(s.store.export_members(0, ws, user, after, limit))),
+            None => Box::pin(std::future::ready(Err(StoreError::Unavailable(format!("no shard #{part}"))))),
+        }
+    }
+
+    fn export_messages<'a>(
+        &'a self,
+        part: usize,
+        ws: &'a str,
+        user: &'a str,
+        after: Option<&'a ExportCursor>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Exported>, StoreError>> {
+        match self.shards.get(part) {
+            Some(s) => Box::pin(s.guarded(s.store.export_messages(0, ws, user, after, limit))),
+            None => Box::pin(std::future::ready(Err(StoreError::Unavailable(format!("no shard #{part}"))))),
+        }
     }
 }
 

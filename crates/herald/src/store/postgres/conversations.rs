@@ -18,7 +18,7 @@ use crate::store::{BoxFuture, Conversations, Fetched, StoreError, ThreadCursor, 
 
 impl PgShard {
     /// Runs `read` on a pooled connection; a database error fails it as the shard's unavailability.
-    async fn read_rows(
+    pub(super) async fn read_rows(
         &self,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],

@@ -40,6 +40,25 @@ impl Files for PgShard {
         })
     }
 
+    fn file_chats<'a>(
+        &'a self,
+        ws: &'a str,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
+            let stmt = conn
+                .prepare_cached(
+                    "SELECT f.id, c.chat FROM files f JOIN chats c ON c.id = f.chat_id WHERE f.id = ANY($1) AND c.ws = $2",
+                )
+                .await
+                .map_err(fail)?;
+            let rows = conn.query(&stmt, &[&ids, &ws]).await.map_err(fail)?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
     fn sweepable<'a>(&'a self, orphan_before_ms: i64, limit: u32) -> BoxFuture<'a, Result<Vec<FileKey>, StoreError>> {
         Box::pin(async move {
             let conn = self.conn().await?;

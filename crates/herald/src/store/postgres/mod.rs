@@ -20,6 +20,7 @@
 
 mod bulk;
 mod conversations;
+mod export;
 mod files;
 mod log;
 mod members;

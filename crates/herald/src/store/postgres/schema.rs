@@ -14,9 +14,10 @@ use crate::store::shard_identity::{self, IdentityError};
 /// [`shard_identity::check`]).
 /// Version 3 added the message lifecycle, mutes, bans and the inbox's counts
 /// (protocol v1.1), with the values of rows stored before. Version 4 added
-/// the hooks' tables; version 5 protocol v1.2's conversations; version 6 files.
+/// the hooks' tables; version 5 protocol v1.2's conversations; version 6 files. Version 8 indexes
+/// messages by sender, for a user's data export.
 const SCHEMA: &str = include_str!("schema.sql");
-const SCHEMA_VERSION: i32 = 6;
+const SCHEMA_VERSION: i32 = 8;
 
 /// Applies the schema and confirms the shard's identity, once per process
 /// and shard, under an advisory lock so that nodes starting together do not race.

@@ -233,3 +233,8 @@ CREATE INDEX IF NOT EXISTS files_gone ON files (gone_ms) WHERE gone_ms IS NOT NU
 CREATE INDEX IF NOT EXISTS files_unattached ON files (created_ms) WHERE seq IS NULL AND gone_ms IS NULL;
 
 INSERT INTO herald_schema (version) VALUES (6) ON CONFLICT DO NOTHING;
+-- Version 8: a user's messages oldest first (a user's data export), one index range per page
+-- whatever the size of the log. Partial, as the export reads it: `message` events only.
+CREATE INDEX IF NOT EXISTS events_sender ON events ("user", ts, chat_id, seq) WHERE type = 'message';
+
+INSERT INTO herald_schema (version) VALUES (8) ON CONFLICT DO NOTHING;

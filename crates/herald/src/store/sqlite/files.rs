@@ -44,6 +44,27 @@ impl Files for SqliteStore {
         }))
     }
 
+    fn file_chats<'a>(
+        &'a self,
+        ws: &'a str,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>> {
+        let (ws, ids) = (ws.to_owned(), ids.to_vec());
+        Box::pin(self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT f.id, c.chat FROM files f JOIN chats c ON c.id = f.chat_id WHERE f.id = ?1 AND c.ws = ?2",
+            )?;
+            let mut found = Vec::new();
+            for id in &ids {
+                let mut rows = stmt.query(params![id, ws])?;
+                if let Some(r) = rows.next()? {
+                    found.push((r.get(0)?, r.get(1)?));
+                }
+            }
+            Ok(found)
+        }))
+    }
+
     fn sweepable<'a>(&'a self, orphan_before_ms: i64, limit: u32) -> BoxFuture<'a, Result<Vec<FileKey>, StoreError>> {
         Box::pin(self.read(move |conn| {
             let mut keys = Vec::new();

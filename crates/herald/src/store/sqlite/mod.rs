@@ -18,6 +18,7 @@
 //! Not here: sharding, breakers (PostgreSQL's concern), or any cache of events.
 
 mod conversations;
+mod export;
 mod files;
 mod log;
 mod members;

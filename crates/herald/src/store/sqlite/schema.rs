@@ -14,8 +14,9 @@ use rusqlite::Connection;
 /// added the message lifecycle, mutes, bans and the inbox's counts
 /// ([`SCHEMA_V2`]); a version 1 file is migrated at start. Version 3 added
 /// the hooks' tables ([`SCHEMA_V3`]); version 4 (protocol v1.2) conversations ([`MIGRATE_V4`],
-/// [`SCHEMA_V4`]); version 5 files ([`MIGRATE_V5`], [`SCHEMA_V5`]).
-const SCHEMA_VERSION: i64 = 5;
+/// [`SCHEMA_V4`]); version 5 files ([`MIGRATE_V5`], [`SCHEMA_V5`]). Version 7 (protocol v1.2, a user's
+/// data) indexes messages by sender ([`SCHEMA_V7`]).
+const SCHEMA_VERSION: i64 = 7;
 
 /// The schema. `events` is clustered by (chat, seq) so a fetch is one range scan.
 const SCHEMA: &str = "
@@ -181,6 +182,12 @@ CREATE INDEX IF NOT EXISTS events_pinned ON events (chat_id, pin_seq) WHERE pinn
 CREATE INDEX IF NOT EXISTS events_open_streams ON events (stream_ms) WHERE stream = 1;
 ";
 
+/// Version 7: a user's messages oldest first (`export.rs`), one index range per page whatever
+/// the size of the log. Partial, as the export reads it: `message` events only.
+const SCHEMA_V7: &str = "
+CREATE INDEX IF NOT EXISTS events_sender ON events (user, ts, chat_id, seq) WHERE type = 'message';
+";
+
 /// The file's schema version; refuses a file of a newer herald.
 pub(super) fn version(conn: &Connection, path: &Path) -> anyhow::Result<i64> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -254,6 +261,9 @@ pub(super) fn migrate(conn: &Connection, path: &Path, version: i64) -> anyhow::R
                  SELECT 1 FROM reactions r WHERE r.chat_id = events.chat_id AND r.target = events.seq);",
         )?;
         tracing::info!(path = %path.display(), from = version, "sqlite store migrated to schema 4");
+    }
+    if version < 7 {
+        tx.execute_batch(SCHEMA_V7)?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
