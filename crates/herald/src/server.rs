@@ -141,7 +141,8 @@ fn open_files(
         None => {
             let local = Arc::new(LocalBlobs::open(&config.store.data.join("files"), base)?);
             let origins: Arc<[String]> = config.gateway.limits.allowed_origins.clone().into();
-            (local.clone(), Some(Served { store: store.clone(), blobs: local, origins }))
+            let writing = Arc::new(tokio::sync::Semaphore::new(crate::files::serve::UPLOADS_AT_ONCE));
+            (local.clone(), Some(Served { store: store.clone(), blobs: local, origins, writing }))
         }
     };
     tracing::info!(backend = blobs.kind(), max_file_bytes = s.max_file_bytes, "files");

@@ -42,6 +42,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 pub enum BackendKind {
     /// An S3-compatible bucket: versitygw started through scripts/s3.sh, or `--s3-url`.
     S3,
+    /// The embedded default: a herald started for the run keeps and serves the files itself.
+    Local,
 }
 
 /// `herald-bench files`.
@@ -74,6 +76,9 @@ const COLUMNS: &[Column] = &[
     col("complete_p50_ms", "complete p50 ms"),
     col("download_mib_s", "download MiB/s"),
     col("download_p99_ms", "download p99 ms"),
+    col("upload_cpu_ms", "herald CPU ms/upload"),
+    col("download_cpu_ms", "herald CPU ms/download"),
+    col("rss_peak_mib", "herald RSS peak MiB"),
     col("failed", "failed"),
 ];
 
@@ -85,6 +90,9 @@ pub async fn run(args: FilesArgs) -> anyhow::Result<Vec<Value>> {
 }
 
 async fn run_once(args: &FilesArgs, run: u32) -> anyhow::Result<Value> {
+    if args.backend == BackendKind::Local {
+        return super::files_local::run_once(args, run).await;
+    }
     let backend = Backend::open(args).await?;
     let blobs = backend.blobs.as_ref();
     let size = args.size_kib * 1024;
@@ -148,6 +156,7 @@ pub struct Backend {
 impl Backend {
     async fn open(args: &FilesArgs) -> anyhow::Result<Backend> {
         match args.backend {
+            BackendKind::Local => anyhow::bail!("the embedded backend is measured through a herald of its own"),
             BackendKind::S3 => {
                 let (url, server) = match &args.s3_url {
                     Some(url) => (url.clone(), None),
@@ -291,7 +300,7 @@ fn meta(chat: &str, i: usize, size: u64) -> FileMeta {
     }
 }
 
-fn bytes(size: u64) -> bytes::Bytes {
+pub(super) fn bytes(size: u64) -> bytes::Bytes {
     (0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>().into()
 }
 
@@ -306,7 +315,7 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
-fn round1(v: f64) -> f64 {
+pub(super) fn round1(v: f64) -> f64 {
     (v * 10.0).round() / 10.0
 }
 

@@ -9,6 +9,7 @@
 pub mod churn;
 pub mod fanout;
 pub mod files;
+mod files_local;
 pub mod hot;
 pub mod idle;
 pub mod inbox;

@@ -34,7 +34,13 @@ pub struct Served {
     pub blobs: Arc<LocalBlobs>,
     /// Origins a browser may upload and download from (`--allowed-origins`; empty: any).
     pub origins: Arc<[String]>,
+    /// Uploads whose bytes are being written at once: each holds a write buffer, so the node's
+    /// memory for uploads is bounded whatever the number of uploaders (the others wait, unread).
+    pub writing: Arc<tokio::sync::Semaphore>,
 }
+
+/// Uploads written at once per node (see [`Served::writing`]).
+pub const UPLOADS_AT_ONCE: usize = 64;
 
 /// The routes of the embedded backend's URLs.
 pub fn routes(served: Served) -> Router {
@@ -147,6 +153,9 @@ async fn upload(
         let text = format!("the upload must be exactly {} bytes, as declared", file.size);
         return refused(StatusCode::BAD_REQUEST, "size", &text);
     }
+    let Ok(_writing) = s.writing.acquire().await else {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping");
+    };
     let part = s.blobs.part_path(&key);
     match receive(body, &part, file.size).await {
         Ok(()) => {}

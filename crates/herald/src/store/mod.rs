@@ -28,23 +28,15 @@
 //! backend's transaction (`sqlite/tx.rs`, `postgres/tx.rs`); a
 //! backend's schema is in `sqlite/schema.rs` and `postgres/schema.sql`.
 //!
-//! # Where protocol v1.2 goes
+//! # Adding a capability
 //!
-//! Threads, pins, files and search are each a capability of their own: a
-//! trait in a seam file here, one file per backend beside the others, one
-//! more `impl` block in [`sharded`], and one more bound on [`Store`] (so a
-//! backend that lacks one does not compile). What they store changes the
-//! schema: a new version in `sqlite/schema.rs` and `postgres/schema.sql`.
-//! Their writes are new [`Write`] variants whose rules go in [`apply`], so
-//! they commit in the log's batches and take the log's seqs.
-//!
-//! - threads: `threads.rs` (a thread's replies and its summary), `sqlite/threads.rs`,
-//!   `postgres/threads.rs`; a thread lives in its chat's shard;
-//! - pins: `pins.rs` (a chat's pinned messages), `sqlite/pins.rs`, `postgres/pins.rs`; by chat too;
-//! - files: `files.rs` (uploads' metadata; the bytes live outside the database), `sqlite/files.rs`,
-//!   `postgres/files.rs`; a file belongs to the chat it was sent in;
-//! - search: `search.rs` (a workspace's messages by words), `sqlite/search.rs`, `postgres/search.rs`;
-//!   `sharded` asks every shard and merges, as it does the inbox.
+//! A capability is a trait in a seam file here, one file per backend beside
+//! the others, one more `impl` block in [`sharded`], and one more bound on
+//! [`Store`] (so a backend that lacks one does not compile). What it stores
+//! changes the schema: a new version in `sqlite/schema.rs` and
+//! `postgres/schema.sql`. Its writes are [`Write`] variants whose rules go
+//! in [`apply`], so they commit in the log's batches (v1.2's files: a file's
+//! row, and attaching it, commit with the message that names it).
 //!
 //! # The contract every backend keeps
 //!
