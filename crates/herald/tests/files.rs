@@ -426,3 +426,41 @@ async fn a_users_export_carries_their_files_with_urls() {
     let url = message["event"]["files"][0]["url"].as_str().unwrap();
     assert_eq!(get(url, None).await.2, PNG);
 }
+
+#[tokio::test]
+async fn webhook_events_carry_files_with_urls() {
+    let got: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+    let keep = got.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |body: axum::body::Bytes| async move {
+            let v: Value = serde_json::from_slice(&body).unwrap_or_default();
+            keep.lock().unwrap().extend(v["events"].as_array().cloned().unwrap_or_default());
+            "ok"
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let s = TestServer::start_with(move |c| {
+        c.hooks.secret = Some("hook-secret-0123456789abcdef0123456789abcdef".into());
+        c.hooks.webhook = Some(herald::hooks::WebhookSettings {
+            url,
+            events: Some(vec!["message".into()]),
+            offline_max: herald::hooks::DEFAULT_WEBHOOK_OFFLINE_MAX,
+            timeout: Duration::from_millis(300),
+            retry_first: Duration::from_millis(40),
+            retry_max: Duration::from_millis(400),
+        });
+    })
+    .await;
+    let mut alice = s.client("acme", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    let (id, _) = upload(&mut alice, "g", "a.png", "image/png", PNG).await;
+    alice.ok(json!({"op": "send", "chat": "g", "body": {"text": "x"}, "files": [id]})).await;
+    let delivered = eventually(WAIT, async || got.lock().unwrap().iter().any(|e| e["files"].is_array())).await;
+    assert!(delivered, "the message reached the webhook with its files: {:?}", got.lock().unwrap());
+    let event = got.lock().unwrap().iter().find(|e| e["files"].is_array()).cloned().unwrap();
+    assert_eq!(event["files"][0]["id"], id.as_str());
+    assert_eq!(get(event["files"][0]["url"].as_str().unwrap(), None).await.2, PNG);
+}

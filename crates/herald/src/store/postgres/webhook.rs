@@ -33,11 +33,10 @@ impl WebhookPositions for PgShard {
                 .map_err(fail)?;
             let pending = conn.query(&stmt, &[&i64::from(chats)]).await.map_err(fail)?;
             let events_stmt = conn
-                .prepare_cached(
-                    r#"SELECT seq, type, "user", ts, body, client_id, edited, deleted, thread, quote, mentions, replies,
-                              last_reply, pinned, reactions, stream FROM events
-                       WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"#,
-                )
+                .prepare_cached(&format!(
+                    "SELECT {} FROM events WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                    crate::store::columns::event_columns("", true)
+                ))
                 .await
                 .map_err(fail)?;
             let members_stmt =

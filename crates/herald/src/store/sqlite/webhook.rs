@@ -59,11 +59,10 @@ impl WebhookPositions for SqliteStore {
             let mut out = Vec::with_capacity(pending.len());
             for (chat_id, ws, chat, delivered, since_ms, members, head) in pending {
                 let events = tx
-                    .prepare_cached(
-                        "SELECT seq, type, user, ts, body, client_id, edited, deleted, thread, quote, mentions, replies,
-                                last_reply, pinned, reactions, stream FROM events
-                          WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-                    )?
+                    .prepare_cached(&format!(
+                        "SELECT {} FROM events WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                        crate::store::columns::event_columns("", false)
+                    ))?
                     .query_map(params![chat_id, sql_seq(delivered), i64::from(events)], event_from_row)?
                     .collect::<rusqlite::Result<Vec<Event>>>()?;
                 let members = if members <= members_max {
