@@ -102,6 +102,136 @@ function pageArgs(opts) {
   return opts.limit !== void 0 && (out.limit = opts.limit), opts.cursor !== void 0 && (out.cursor = opts.cursor), out;
 }
 
+// ../sdk/ts/src/file-path.ts
+var NODE_FS = "node:fs";
+function baseName(path) {
+  let parts = path.split(/[\\/]/);
+  return parts[parts.length - 1] ?? path;
+}
+async function openPath(path) {
+  let fs;
+  try {
+    fs = await import(
+      /* @vite-ignore */
+      /* webpackIgnore: true */
+      NODE_FS
+    );
+  } catch (err) {
+    throw new TypeError(`herald: uploadPath needs Node's fs (in a browser, upload a File): ${String(err)}`);
+  }
+  let st = await fs.promises.stat(path);
+  if (!st.isFile()) throw new TypeError(`herald: uploadPath: ${path} is not a file`);
+  return { stream: st.size === 0 ? empty() : fs.createReadStream(path, { start: 0, end: st.size - 1 }), size: st.size, name: baseName(path) };
+}
+async function* empty() {
+}
+
+// ../sdk/ts/src/files.ts
+var DEFAULT_FILE_TYPE = "application/octet-stream", UploadError = class extends HeraldError {
+  /** The HTTP status of the storage's answer, or 0 when there was none. */
+  status;
+  /** The start of the answer's body, for logs (storage errors say why there, S3's as XML). */
+  body;
+  constructor(status, message, body = "", cause) {
+    super("upload_failed", message, { op: "upload", cause }), this.name = "UploadError", this.status = status, this.body = body;
+  }
+}, ERROR_BODY_CHARS = 500;
+function describeUpload(source, opts) {
+  let name = opts.name, type = opts.type, size;
+  if (isBlob(source)) {
+    let own = source.name;
+    name ??= typeof own == "string" ? own : void 0, type ??= source.type === "" ? void 0 : source.type, size = source.size;
+  } else if (source instanceof ArrayBuffer)
+    size = source.byteLength;
+  else if (ArrayBuffer.isView(source))
+    size = source.byteLength;
+  else if (isStream(source)) {
+    if (size = opts.size, size === void 0) throw new TypeError("herald: upload of a stream needs `size`: exactly the bytes it yields");
+  } else
+    throw new TypeError("herald: upload takes a Blob or File, bytes (Uint8Array, ArrayBuffer) or a stream with `size`");
+  if (opts.size !== void 0 && opts.size !== size) throw new TypeError(`herald: upload's \`size\` ${opts.size} is not the source's ${size} bytes`);
+  if (name === void 0 || name === "") throw new TypeError("herald: upload needs a `name` (a File has its own)");
+  if (!Number.isSafeInteger(size) || size < 0) throw new TypeError("herald: upload `size` must be a whole number of bytes");
+  return { name, type: type ?? DEFAULT_FILE_TYPE, size };
+}
+async function putFile(grant, source, opts) {
+  let doFetch = opts.fetch ?? globalThis.fetch;
+  if (typeof doFetch != "function") throw new TypeError("herald: upload needs fetch (browsers and Node 20 have it)");
+  let headers = { ...grant.headers }, init = { method: grant.method, headers };
+  opts.signal !== void 0 && (init.signal = opts.signal);
+  let { size } = opts;
+  opts.type !== void 0 && !hasHeader(headers, "content-type") && (headers["content-type"] = opts.type);
+  let whole = !isStream(source);
+  whole ? init.body = source : (hasHeader(headers, "content-length") || (headers["content-length"] = String(size)), init.body = readable(counted(source, size, opts.onProgress)), init.duplex = "half");
+  let res;
+  try {
+    res = await doFetch(grant.url, init);
+  } catch (err) {
+    throw new UploadError(0, `herald: upload to ${origin(grant.url)} failed: ${String(err?.message ?? err)}`, "", err);
+  }
+  if (res.status < 200 || res.status > 299) {
+    let body = await res.text().catch(() => "");
+    throw new UploadError(res.status, `herald: upload to ${origin(grant.url)} answered ${res.status}`, body.slice(0, ERROR_BODY_CHARS));
+  }
+  await res.arrayBuffer().catch(() => {
+  }), whole && opts.onProgress?.(size, size);
+}
+function origin(url) {
+  try {
+    return new URL(url).origin;
+  } catch {
+    return "the upload URL";
+  }
+}
+function hasHeader(headers, name) {
+  return Object.keys(headers).some((k) => k.toLowerCase() === name);
+}
+function isBlob(v) {
+  return typeof Blob < "u" && v instanceof Blob;
+}
+function isStream(v) {
+  return typeof v != "object" || v === null ? !1 : typeof v.getReader == "function" || typeof v[Symbol.asyncIterator] == "function";
+}
+async function* counted(source, size, onProgress) {
+  let sent = 0;
+  for await (let chunk of chunks(source)) {
+    let bytes = chunk instanceof Uint8Array ? chunk : new Uint8Array(chunk);
+    if (sent += bytes.byteLength, sent > size) throw new TypeError(`herald: the upload stream yielded more than the ${size} bytes announced`);
+    yield bytes, onProgress?.(sent, size);
+  }
+}
+function readable(gen) {
+  return new ReadableStream({
+    async pull(controller) {
+      try {
+        let { done, value } = await gen.next();
+        done ? controller.close() : controller.enqueue(value);
+      } catch (err) {
+        controller.error(err);
+      }
+    },
+    async cancel(reason) {
+      await gen.return(void 0);
+    }
+  });
+}
+async function* chunks(source) {
+  if (typeof source[Symbol.asyncIterator] == "function") {
+    yield* source;
+    return;
+  }
+  let reader = source.getReader();
+  try {
+    for (; ; ) {
+      let { done, value } = await reader.read();
+      if (done) return;
+      yield value;
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}
+
 // ../sdk/ts/src/message.ts
 function isSeq(v) {
   return typeof v == "number" && Number.isInteger(v) && v > 0;
@@ -112,6 +242,12 @@ function isObject(v) {
 function strings(v) {
   return Array.isArray(v) && v.every((x) => typeof x == "string") ? [...v] : void 0;
 }
+function fileList(v) {
+  if (Array.isArray(v))
+    return v.filter(
+      (f) => isObject(f) && typeof f.id == "string" && typeof f.name == "string" && typeof f.type == "string" && typeof f.size == "number" && typeof f.url == "string"
+    );
+}
 function counts(v) {
   if (!isObject(v)) return;
   let out = {};
@@ -119,7 +255,7 @@ function counts(v) {
   return Object.keys(out).length > 0 ? out : void 0;
 }
 function fromEvent(ev) {
-  let r = ev.replies, replies = isObject(r) && isSeq(r.count) && isSeq(r.last) ? { count: r.count, last: r.last } : void 0, mentions = strings(ev.mentions), reactions = ev.deleted === !0 ? void 0 : counts(ev.reactions);
+  let r = ev.replies, replies = isObject(r) && isSeq(r.count) && isSeq(r.last) ? { count: r.count, last: r.last } : void 0, mentions = strings(ev.mentions), reactions = ev.deleted === !0 ? void 0 : counts(ev.reactions), files = ev.deleted === !0 ? void 0 : fileList(ev.files);
   return {
     seq: ev.seq,
     type: ev.type,
@@ -135,17 +271,21 @@ function fromEvent(ev) {
     ...replies !== void 0 ? { replies } : {},
     pinned: ev.pinned === !0 && ev.deleted !== !0,
     ...reactions !== void 0 ? { reactions } : {},
-    ...ev.stream === "open" || ev.stream === "done" ? { stream: ev.stream } : {}
+    ...ev.stream === "open" || ev.stream === "done" ? { stream: ev.stream } : {},
+    ...files !== void 0 && files.length > 0 ? { files } : {}
   };
 }
 function withChange(m, c) {
   if (m.deleted) return m;
   if (c.deleted) {
-    let { reactions: _r, ...rest } = m;
-    return { ...rest, body: null, deleted: !0, pinned: !1, ...m.stream === "open" ? { stream: "done" } : {} };
+    let { reactions: _r, files: _f, ...rest2 } = m;
+    return { ...rest2, body: null, deleted: !0, pinned: !1, ...m.stream === "open" ? { stream: "done" } : {} };
   }
-  return m.edited !== void 0 && m.edited >= c.seq ? m : {
-    ...m,
+  if (m.edited !== void 0 && m.edited >= c.seq) return m;
+  let { files: held, ...rest } = m, files = c.files ?? held;
+  return {
+    ...rest,
+    ...files !== void 0 && files.length > 0 ? { files } : {},
     body: c.body,
     edited: c.seq,
     ...c.mentions !== void 0 ? { mentions: c.mentions } : {},
@@ -265,8 +405,14 @@ var MessageList = class extends Emitter {
         return;
       case "edit": {
         if (!isSeq2(body.target)) return;
-        let mentions = Array.isArray(ev.mentions) ? ev.mentions.filter((m) => typeof m == "string") : void 0;
-        this.change(body.target, { seq: ev.seq, deleted: !1, body: body.body, ...mentions !== void 0 ? { mentions } : {} });
+        let mentions = Array.isArray(ev.mentions) ? ev.mentions.filter((m) => typeof m == "string") : void 0, files = fileList(ev.files);
+        this.change(body.target, {
+          seq: ev.seq,
+          deleted: !1,
+          body: body.body,
+          ...mentions !== void 0 ? { mentions } : {},
+          ...files !== void 0 ? { files } : {}
+        });
         return;
       }
       case "delete":
@@ -351,7 +497,7 @@ var MessageList = class extends Emitter {
       let was = streamText(held) ?? "", now = streamText(view);
       now !== void 0 && now.length >= was.length && now !== was && (m = { ...m, body: view.body }, kind = "appended");
     }
-    if (asOf >= h.version) {
+    if (kind === null && !held.deleted && view.edited === held.edited && view.files !== void 0 && !sameUrls(held.files, view.files) && (m = { ...m, files: view.files }, kind = "updated"), asOf >= h.version) {
       let derived = withDerived(m, view);
       sameDerived(derived, m) || (kind ??= "updated"), m = derived, this.held.set(held.seq, { asOf, version: asOf });
     }
@@ -442,6 +588,9 @@ var MessageList = class extends Emitter {
     seqs.splice(lo, 0, seq);
   }
 };
+function sameUrls(a, b) {
+  return a !== void 0 && a.length === b.length && a.every((f, i) => f.id === b[i].id && f.url === b[i].url);
+}
 
 // ../sdk/ts/src/presence.ts
 var PRESENCE_LIST_MAX = 100, Presence = class {
@@ -556,6 +705,30 @@ var PRESENCE_LIST_MAX = 100, Presence = class {
     this.cancelRetry?.(), this.cancelRetry = null;
   }
 };
+
+// ../sdk/ts/src/search.ts
+var MAX_QUERY_CHARS = 200;
+function searchArgs(query, opts) {
+  let chars = [...query].length;
+  if (query.trim() === "" || chars > MAX_QUERY_CHARS)
+    throw new TypeError(`herald: a search query is 1 to ${MAX_QUERY_CHARS} characters with at least one word`);
+  let args = { query };
+  return opts.chat !== void 0 && (args.chat = opts.chat), opts.limit !== void 0 && (args.limit = opts.limit), opts.cursor !== void 0 && (args.cursor = opts.cursor), args;
+}
+async function* searchPages(request, query, opts = {}) {
+  let max = opts.max ?? Number.POSITIVE_INFINITY, cursor = opts.cursor, yielded = 0;
+  for (; ; ) {
+    let page = await request(searchArgs(query, { ...opts, ...cursor !== void 0 ? { cursor } : {} }));
+    for (let r of page.results) {
+      if (yielded >= max) return;
+      yielded++, yield r;
+    }
+    if (!page.more || yielded >= max) return;
+    if (page.cursor === void 0 || page.cursor === cursor)
+      throw new HeraldError("protocol", "herald: search said more but gave no new cursor", { op: "search" });
+    cursor = page.cursor;
+  }
+}
 
 // ../sdk/ts/src/typing.ts
 var Typing = class {
@@ -725,7 +898,41 @@ var WATCH_TRANSITIONS = {
   send(body, opts = {}) {
     this.typists.stopTrailing();
     let extra = {};
-    return opts.thread !== void 0 && (extra.thread = opts.thread), opts.quote !== void 0 && (extra.quote = opts.quote), opts.mentions !== void 0 && (extra.mentions = opts.mentions), opts.stream === !0 && (extra.stream = !0), this.host.send(this.id, body, opts.clientId, extra);
+    return opts.thread !== void 0 && (extra.thread = opts.thread), opts.quote !== void 0 && (extra.quote = opts.quote), opts.mentions !== void 0 && (extra.mentions = opts.mentions), opts.stream === !0 && (extra.stream = !0), opts.files !== void 0 && (extra.files = opts.files), this.host.send(this.id, body, opts.clientId, extra);
+  }
+  /**
+   * 1.2: uploads a file for a message of this chat: asks herald where (`upload`), sends exactly its
+   * bytes there with `fetch`, and resolves with the file id to pass in `send`'s or `edit`'s `files`,
+   * with the `upload` answer. A browser `File` names itself; bytes need `name`, a stream `name` and
+   * `size`. Rejects with the `upload` request's `HeraldError` (`forbidden` for a muted member,
+   * `too_large` past the server's file limit, ...), or with an `UploadError` (code `upload_failed`, its
+   * `status` the storage's answer, 0 for none) when the bytes were not taken. Nothing is retried: call
+   * again for a new file.
+   *
+   *     const { id } = await chat.upload(input.files[0]);
+   *     await chat.send({ text: 'the plan' }, { files: [id] });
+   */
+  async upload(source, opts = {}) {
+    let file = describeUpload(source, opts), grant = await this.host.request("upload", { chat: this.id, ...file });
+    return await putFile(grant, source, {
+      size: file.size,
+      type: file.type,
+      ...opts.onProgress !== void 0 ? { onProgress: opts.onProgress } : {},
+      ...opts.signal !== void 0 ? { signal: opts.signal } : {},
+      ...this.host.fetch !== void 0 ? { fetch: this.host.fetch } : {}
+    }), { id: typeof grant.file == "string" ? grant.file : String(grant.file?.id ?? ""), ...file, upload: grant };
+  }
+  /**
+   * 1.2, Node: uploads the file at `path`, streamed from disk (named by its base name unless `name` is
+   * given; `type` defaults to `application/octet-stream`). As `upload` otherwise.
+   */
+  async uploadPath(path, opts = {}) {
+    let file = await openPath(path);
+    return this.upload(file.stream, { ...opts, name: opts.name ?? file.name, size: file.size });
+  }
+  /** 1.2: one page of `client.search` within this chat (newest first). */
+  search(query, opts = {}) {
+    return this.host.request("search", searchArgs(query, { ...opts, chat: this.id }));
   }
   /**
    * 1.2: adds `text` to the end of this user's open stream `target` (a message sent with
@@ -789,14 +996,15 @@ var WATCH_TRANSITIONS = {
     return this.host.request("reactions", { chat: this.id, target });
   }
   /**
-   * Replaces the body of this user's message `target`; resolves with the `edit` event's seq. `not_found`
+   * Replaces the body of this user's message `target` (with `mentions` or `files` (1.2), those too; left
+   * out, they are kept); resolves with the `edit` event's seq. `not_found`
    * when `target` is not a message of this chat or is deleted, `forbidden` for another's message or
    * while muted; the body has `send`'s size limit. Not retried across a link drop: a `disconnected`
    * rejection means the outcome is unknown (the watch shows whether it was stored).
    */
   edit(target, body, opts = {}) {
     let args = { chat: this.id, target, body };
-    return opts.mentions !== void 0 && (args.mentions = opts.mentions), this.host.request("edit", args);
+    return opts.mentions !== void 0 && (args.mentions = opts.mentions), opts.files !== void 0 && (args.files = opts.files), this.host.request("edit", args);
   }
   /**
    * Deletes this user's message `target`: the server erases its body for good. Resolves with the
@@ -1305,7 +1513,8 @@ function resolveOptions(opts) {
     maxFrameBytes: positive("maxFrameBytes", opts.maxFrameBytes, DEFAULT_FRAME_BYTES),
     fetchPageSize: Math.min(positive("fetchPageSize", opts.fetchPageSize, MAX_FETCH_LIMIT), MAX_FETCH_LIMIT),
     maxBufferedEvents: positive("maxBufferedEvents", opts.maxBufferedEvents, 1e3),
-    random: opts.random ?? Math.random
+    random: opts.random ?? Math.random,
+    fetch: opts.fetch
   };
   if (s.backoff.capMs < s.backoff.baseMs) throw new TypeError("herald: `backoff.capMs` must be >= `backoff.baseMs`");
   return s;
@@ -1837,7 +2046,8 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
       maxBufferedEvents: this.s.maxBufferedEvents,
       get user() {
         return self.helloOk?.user ?? null;
-      }
+      },
+      fetch: this.s.fetch
     }, this.inboxState = new Inbox({
       get connected() {
         return self.isConnected;
@@ -1876,6 +2086,25 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
    */
   threads(args = {}) {
     return this.request("threads", args);
+  }
+  /**
+   * 1.2: one page of the messages matching `query`, newest first, each a `message` event as `fetch`
+   * shows it with its `chat`: in every chat this user is a member of now, or in `chat` alone. Each
+   * whitespace-separated term must occur somewhere in a word of the message's text, case folded (`서버`
+   * finds `서버가`). `limit` defaults to 20, at most 100; pass the reply's `cursor` while `more`.
+   * Throws `TypeError` for an empty query or one over 200 characters.
+   */
+  search(query, opts = {}) {
+    return this.request("search", searchArgs(query, opts));
+  }
+  /**
+   * 1.2: every result of `query`, newest first, fetched page by page as the loop asks (`limit` per
+   * page), up to `max` results. A failed page ends the loop with its `HeraldError`.
+   *
+   *     for await (const hit of client.searchAll('invoice', { max: 200 })) show(hit.chat, hit);
+   */
+  searchAll(query, opts = {}) {
+    return searchPages((args) => this.request("search", args), query, opts);
   }
   /** Sends not yet acknowledged (waiting, written or sleeping before a retry). */
   get unacknowledgedSends() {
@@ -2127,6 +2356,128 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   }
 };
 
+// src/files.ts
+var INLINE_IMAGE_TYPES = /* @__PURE__ */ new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
+function sizeText(size) {
+  return size < 1024 ? `${size} B` : size < 1024 * 1024 ? `${(size / 1024).toFixed(1)} KB` : `${(size / (1024 * 1024)).toFixed(1)} MB`;
+}
+function safeUrl(url) {
+  try {
+    let u = new URL(url, location.href);
+    return u.protocol === "http:" || u.protocol === "https:";
+  } catch {
+    return !1;
+  }
+}
+function filesKey(files) {
+  return (files ?? []).map((f) => `${f.id} ${f.url}`).join(`
+`);
+}
+function drawFiles(el2, files, loaded) {
+  let items = (files ?? []).filter((f) => safeUrl(f.url)).map((f) => fileElement(f, loaded));
+  el2.replaceChildren(...items), el2.hidden = items.length === 0;
+}
+function fileElement(f, loaded) {
+  let a = document.createElement("a");
+  if (a.href = f.url, a.dataset.fileId = f.id, a.title = `${f.name} (${sizeText(f.size)})`, INLINE_IMAGE_TYPES.has(f.type.split(";")[0].trim().toLowerCase())) {
+    a.className = "file-image", a.target = "_blank", a.rel = "noopener";
+    let img = document.createElement("img");
+    return img.addEventListener("load", loaded, { once: !0 }), img.src = f.url, img.alt = f.name, a.append(img), a;
+  }
+  a.className = "file-link", a.download = f.name;
+  let name = document.createElement("span");
+  name.className = "file-name", name.textContent = f.name;
+  let size = document.createElement("span");
+  return size.className = "file-size", size.textContent = sizeText(f.size), a.append(name, size), a;
+}
+
+// src/attachments.ts
+var MAX_FILES = 10, Attachments = class {
+  constructor(els, upload, notice2) {
+    this.els = els;
+    this.upload = upload;
+    this.notice = notice2;
+    els.list.replaceChildren(), els.list.hidden = !0, els.button.disabled = !1, els.button.onclick = () => els.input.click(), els.input.value = "", els.input.onchange = () => {
+      this.add([...els.input.files ?? []]), els.input.value = "";
+    };
+    let zone = els.dropZone;
+    zone.ondragover = (e) => {
+      e.dataTransfer?.types.includes("Files") && (e.preventDefault(), e.dataTransfer.dropEffect = "copy", zone.classList.add("dropping"));
+    }, zone.ondragleave = (e) => {
+      (e.relatedTarget === null || !zone.contains(e.relatedTarget)) && zone.classList.remove("dropping");
+    }, zone.ondrop = (e) => {
+      zone.classList.remove("dropping");
+      let files = [...e.dataTransfer?.files ?? []];
+      files.length !== 0 && (e.preventDefault(), this.add(files));
+    };
+  }
+  els;
+  upload;
+  notice;
+  items = [];
+  /** How many files will go with the next message (uploading or ready). */
+  get count() {
+    return this.items.length;
+  }
+  /** Starts uploading `files`, each as a chip; beyond MAX_FILES for one message, says so. */
+  add(files) {
+    let room = MAX_FILES - this.items.length;
+    files.length > room && this.notice(`a message carries at most ${MAX_FILES} files`);
+    for (let file of files.slice(0, Math.max(0, room))) this.items.push(this.start(file));
+    this.els.list.hidden = this.items.length === 0;
+  }
+  /**
+   * The chips' files for a send: waits for their uploads, empties the list, and resolves with the ids
+   * of those uploaded (a failed one was already told in the notice).
+   */
+  async take() {
+    let items = this.items;
+    this.items = [], this.els.list.hidden = !0;
+    for (let item of items) item.li.remove();
+    return (await Promise.all(items.map((i) => i.removed ? null : i.done))).filter((id) => id !== null);
+  }
+  start(file) {
+    let li = document.createElement("li");
+    li.dataset.name = file.name, li.dataset.state = "uploading";
+    let name = document.createElement("span");
+    name.className = "name", name.textContent = file.name;
+    let status = document.createElement("span");
+    status.className = "status", status.textContent = "uploading…";
+    let remove = document.createElement("button");
+    remove.type = "button", remove.className = "link", remove.textContent = "✕", remove.setAttribute("aria-label", `remove ${file.name}`), li.append(name, status, remove), this.els.list.append(li);
+    let item = { li, removed: !1, done: Promise.resolve(null) };
+    return remove.onclick = () => {
+      item.removed = !0, this.items = this.items.filter((i) => i !== item), li.remove(), this.els.list.hidden = this.items.length === 0;
+    }, item.done = this.upload(file, (sent, total) => {
+      total > 0 && sent < total && (status.textContent = `uploading… ${Math.floor(sent / total * 100)}%`);
+    }).then(
+      ({ id }) => (li.dataset.state = "ready", status.textContent = sizeText(file.size), id),
+      (e) => (li.dataset.state = "failed", status.textContent = "failed", this.notice(`upload of ${file.name} failed: ${e instanceof Error ? e.message : String(e)}`), null)
+    ), item;
+  }
+};
+
+// src/dev.ts
+async function devToken(workspace, user) {
+  let res = await fetch("/v1/dev/token", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ workspace, user })
+  });
+  if (!res.ok) throw new Error(`dev token refused: HTTP ${res.status} ${await res.text()}`);
+  let { token } = await res.json();
+  if (typeof token != "string") throw new Error("dev token: the answer has no token");
+  return token;
+}
+function wsUrl() {
+  return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/ws`;
+}
+function newClientId2() {
+  if (typeof crypto.randomUUID == "function") return `demo-${crypto.randomUUID()}`;
+  let bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `demo-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
 // src/chats.ts
 var ChatList = class {
   constructor(el2, open) {
@@ -2300,6 +2651,81 @@ var MembersPanel = class {
   }
 };
 
+// src/search.ts
+var SNIPPET_LEAD = 30, SNIPPET_CHARS = 140, SearchPanel = class {
+  constructor(els, calls) {
+    this.els = els;
+    this.calls = calls;
+    els.more.onclick = () => {
+      this.load(this.generation);
+    };
+  }
+  els;
+  calls;
+  query = "";
+  cursor;
+  shown = 0;
+  /** Bumped by every new search, so a late page of an older one is dropped. */
+  generation = 0;
+  /** Searches `query` afresh and opens the panel (hiding the others). */
+  run(query) {
+    this.query = query, this.cursor = void 0, this.shown = 0, this.generation++;
+    for (let p of document.querySelectorAll(".panel")) p.hidden = !0;
+    this.els.panel.hidden = !1, this.els.list.replaceChildren(), this.els.more.hidden = !0, this.els.status.textContent = "searching…", this.load(this.generation);
+  }
+  close() {
+    this.els.panel.hidden = !0;
+  }
+  async load(generation) {
+    let page;
+    try {
+      page = await this.calls.search(this.query, this.cursor);
+    } catch (e) {
+      generation === this.generation && (this.els.status.textContent = `search failed: ${e instanceof Error ? e.message : String(e)}`);
+      return;
+    }
+    generation === this.generation && (this.els.list.append(...page.results.map((r) => this.item(r))), this.shown += page.results.length, this.cursor = page.more ? page.cursor : void 0, this.els.more.hidden = this.cursor === void 0, this.els.status.textContent = this.shown === 0 ? "no messages" : `${this.shown}${this.cursor !== void 0 ? "+" : ""} message${this.shown === 1 ? "" : "s"}`);
+  }
+  item(r) {
+    let li = document.createElement("li");
+    li.dataset.chat = r.chat, li.dataset.seq = String(r.seq), li.tabIndex = 0;
+    let head = document.createElement("div");
+    head.className = "head";
+    let chat = span("chat", this.calls.nameOf(r.chat)), who = span("who", r.user ?? "system"), time = document.createElement("time");
+    time.dateTime = new Date(r.ts).toISOString(), time.textContent = new Date(r.ts).toLocaleString(), head.append(chat, who, time);
+    let snippet = span("snippet", "");
+    drawSnippet(snippet, messageText(r.body), this.query.split(/\s+/).filter((t) => t !== "")), li.append(head, snippet);
+    let open = () => this.calls.open(r);
+    return li.addEventListener("click", open), li.addEventListener("keydown", (e) => {
+      e.key === "Enter" && open();
+    }), li;
+  }
+};
+function drawSnippet(el2, text, terms) {
+  let lower = text.toLowerCase(), wanted = terms.map((t) => t.toLowerCase()).filter((t) => t !== ""), first = Math.min(...wanted.map((t) => lower.indexOf(t)).filter((i) => i >= 0), text.length), start = first > SNIPPET_LEAD ? first - SNIPPET_LEAD : 0, end = Math.min(text.length, start + SNIPPET_CHARS), parts = [];
+  start > 0 && parts.push(document.createTextNode("…"));
+  let at = start;
+  for (; at < end; ) {
+    let hit = -1, len = 0;
+    for (let t of wanted) {
+      let i = lower.indexOf(t, at);
+      i >= 0 && i < end && (hit < 0 || i < hit || i === hit && t.length > len) && (hit = i, len = t.length);
+    }
+    if (hit < 0) {
+      parts.push(document.createTextNode(text.slice(at, end)));
+      break;
+    }
+    hit > at && parts.push(document.createTextNode(text.slice(at, hit)));
+    let mark = document.createElement("mark");
+    mark.textContent = text.slice(hit, Math.min(hit + len, end)), parts.push(mark), at = hit + len;
+  }
+  end < text.length && parts.push(document.createTextNode("…")), el2.replaceChildren(...parts);
+}
+function span(className, text) {
+  let s = document.createElement("span");
+  return s.className = className, s.textContent = text, s;
+}
+
 // src/row.ts
 var REACTIONS = [
   // Plain symbols rather than emoji pictures, so they draw with the fonts every system has.
@@ -2322,9 +2748,9 @@ var MessageRow = class {
     let user = message.user ?? "system", li = el("li", message.type === "system" ? "msg system" : user === ctx.me ? "msg mine" : "msg");
     li.dataset.seq = String(message.seq), li.dataset.user = user, message.client_id !== void 0 && (li.dataset.clientId = message.client_id);
     let head = el("div", "head"), time = el("time", "");
-    time.dateTime = new Date(message.ts).toISOString(), time.textContent = new Date(message.ts).toLocaleTimeString(), this.pinnedEl = el("span", "pinned-mark", "Pinned"), head.append(el("span", "who", user), time, this.pinnedEl, el("span", "seq detail", `#${message.seq}`)), this.quoteEl = el("span", "quote"), this.textEl = el("span", "text"), this.writingEl = el("span", "writing", "writing…");
+    time.dateTime = new Date(message.ts).toISOString(), time.textContent = new Date(message.ts).toLocaleTimeString(), this.pinnedEl = el("span", "pinned-mark", "Pinned"), head.append(el("span", "who", user), time, this.pinnedEl, el("span", "seq detail", `#${message.seq}`)), this.quoteEl = el("span", "quote"), this.textEl = el("span", "text"), this.writingEl = el("span", "writing", "writing…"), this.filesEl = el("div", "files");
     let foot = el("div", "foot");
-    this.reactionsEl = el("span", "reactions"), this.threadEl = el("span", "thread-links"), this.pinEl = el("span", "pin-links"), this.readsEl = el("span", "reads"), this.ownEl = el("span", "own"), foot.append(this.reactionsEl, this.threadEl, this.pinEl, this.readsEl, this.ownEl), li.append(head, this.quoteEl, this.textEl, this.writingEl, foot), this.el = li, this.draw(message, "added");
+    this.reactionsEl = el("span", "reactions"), this.threadEl = el("span", "thread-links"), this.pinEl = el("span", "pin-links"), this.readsEl = el("span", "reads"), this.ownEl = el("span", "own"), foot.append(this.reactionsEl, this.threadEl, this.pinEl, this.readsEl, this.ownEl), li.append(head, this.quoteEl, this.textEl, this.filesEl, this.writingEl, foot), this.el = li, this.draw(message, "added");
   }
   ctx;
   el;
@@ -2334,6 +2760,9 @@ var MessageRow = class {
   quoteEl;
   textEl;
   writingEl;
+  filesEl;
+  /** What `filesEl` shows, so that a redraw for a reaction does not reload the images. */
+  filesShown = null;
   reactionsEl;
   threadEl;
   pinEl;
@@ -2351,7 +2780,9 @@ var MessageRow = class {
     let { el: li, ctx } = this;
     (kind === "edited" || kind === "deleted") && li.querySelector("form.edit-form")?.remove();
     let editing = li.querySelector("form.edit-form") !== null;
-    this.textEl.hidden = editing, message.deleted ? (li.dataset.deleted = "true", this.textEl.textContent = "message deleted") : drawText(this.textEl, messageText(message.body), message.mentions, ctx.me), message.edited !== void 0 && !message.deleted && message.stream === void 0 ? (li.dataset.edited = String(message.edited), this.textEl.dataset.mark = "edited") : (delete li.dataset.edited, delete this.textEl.dataset.mark), message.stream !== void 0 && (li.dataset.stream = message.stream), this.writingEl.hidden = message.stream !== "open" || message.deleted;
+    this.textEl.hidden = editing, message.deleted ? (li.dataset.deleted = "true", this.textEl.textContent = "message deleted") : drawText(this.textEl, messageText(message.body), message.mentions, ctx.me), message.edited !== void 0 && !message.deleted && message.stream === void 0 ? (li.dataset.edited = String(message.edited), this.textEl.dataset.mark = "edited") : (delete li.dataset.edited, delete this.textEl.dataset.mark);
+    let files = message.deleted ? void 0 : message.files;
+    filesKey(files) !== this.filesShown && (this.filesShown = filesKey(files), drawFiles(this.filesEl, files, () => ctx.imageLoaded?.())), message.stream !== void 0 && (li.dataset.stream = message.stream), this.writingEl.hidden = message.stream !== "open" || message.deleted;
     let quoted = message.quote === void 0 ? void 0 : ctx.lookup(message.quote);
     this.quoteEl.hidden = message.quote === void 0, message.quote !== void 0 && (this.quoteEl.dataset.quote = String(message.quote), this.quoteEl.textContent = quoted === void 0 ? "an earlier message" : `${quoted.user ?? "system"}: ${quoted.deleted ? "message deleted" : messageText(quoted.body)}`), message.pinned ? li.dataset.pinned = "true" : delete li.dataset.pinned, this.pinnedEl.hidden = !message.pinned, this.drawReactions(), this.drawThread();
     let canAct = message.type === "message" && !message.deleted;
@@ -2487,7 +2918,16 @@ var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
   constructor(els, me, actions, lookup) {
     this.els = els;
     this.me = me;
-    this.rowContext = { me, actions, inThread: !1, lookup, myReactions: (seq) => this.mine.get(seq) ?? /* @__PURE__ */ new Set() }, els.messages.replaceChildren(), els.pending.replaceChildren(), els.members.textContent = "-", els.readers.replaceChildren(), this.setTyping([]), this.setPresent(null);
+    this.rowContext = {
+      me,
+      actions,
+      inThread: !1,
+      lookup,
+      myReactions: (seq) => this.mine.get(seq) ?? /* @__PURE__ */ new Set(),
+      imageLoaded: () => this.scrollToEnd(this.following)
+    };
+    let box = els.messages.parentElement;
+    box !== null && (box.onscroll = () => this.following = this.atBottom()), els.messages.replaceChildren(), els.pending.replaceChildren(), els.members.textContent = "-", els.readers.replaceChildren(), this.setTyping([]), this.setPresent(null);
   }
   els;
   me;
@@ -2513,6 +2953,8 @@ var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
   run = null;
   /** What every row (here and in the thread panel) needs besides its message. */
   rowContext;
+  /** The chat was scrolled to its end when last scrolled (by the user or by following new rows). */
+  following = !0;
   /** The seq to report as read when the user has seen everything shown. */
   get readableSeq() {
     return this.latestReadable;
@@ -2571,15 +3013,15 @@ var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
     }
     el2.dataset.count = String(state.count);
     let chips = state.users.map((user) => {
-      let chip = span("person", user);
+      let chip = span2("person", user);
       return chip.dataset.user = user, chip;
     }), rest = state.count - state.users.length;
-    el2.replaceChildren(...chips, ...rest > 0 ? [span("label", `+${rest}`)] : []);
+    el2.replaceChildren(...chips, ...rest > 0 ? [span2("label", `+${rest}`)] : []);
   }
   /** Shows a send that is queued or in flight. */
   addPending(clientId, text) {
     let li = document.createElement("li");
-    li.dataset.clientId = clientId, li.append(span("who", this.me), span("text", text), span("status", "sending…")), this.pendingRows.set(clientId, li), this.els.pending.append(li), this.scrollToEnd(!0);
+    li.dataset.clientId = clientId, li.append(span2("who", this.me), span2("text", text), span2("status", "sending…")), this.pendingRows.set(clientId, li), this.els.pending.append(li), this.scrollToEnd(!0);
   }
   /** The send was stored as `seq`; its row goes once the event itself is shown. */
   sent(clientId, seq) {
@@ -2650,7 +3092,7 @@ var MAX_NAMED_READERS = 3, STICKY_SCROLL_PX = 40, ChatView = class {
   /** Each member's read position, as chips in the details. */
   drawReaders() {
     let chips = [...this.readPos].sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0).map(([user, pos]) => {
-      let chip = span("reader", `${user} #${pos}`);
+      let chip = span2("reader", `${user} #${pos}`);
       return chip.dataset.user = user, chip.dataset.seq = String(pos), chip;
     });
     this.els.readers.replaceChildren(...chips);
@@ -2670,13 +3112,13 @@ function profileNote(user, name) {
   let change = typeof name == "string" ? `renamed the chat to "${name}"` : name === null ? "took the chat's name away" : "changed the chat";
   return `${user ?? "The app"} ${change}`;
 }
-function span(className, text) {
+function span2(className, text) {
   let s = document.createElement("span");
   return s.className = className, s.textContent = text, s;
 }
 
 // src/demo.ts
-var ID_PATTERN2 = /^[A-Za-z0-9_.:-]{1,128}$/, HISTORY_EVENTS = 500, READ_DEBOUNCE_MS = 250, params = new URLSearchParams(location.search), WORKSPACE = params.get("ws") ?? "demo";
+var ID_PATTERN2 = /^[A-Za-z0-9_.:-]{1,128}$/, HISTORY_EVENTS = 500, READ_DEBOUNCE_MS = 250, REVEAL_WAIT_MS = 5e3, params = new URLSearchParams(location.search), WORKSPACE = params.get("ws") ?? "demo";
 function $(id) {
   let el2 = document.getElementById(id);
   if (el2 === null) throw new Error(`demo.html lacks #${id}`);
@@ -2718,6 +3160,18 @@ var ui = {
   quotingText: $("quoting-text"),
   quotingCancel: $("quoting-cancel"),
   send: $("send"),
+  chatPane: $("chat-pane"),
+  attach: $("attach"),
+  fileInput: $("file-input"),
+  attachments: $("attachments"),
+  searchForm: $("search-form"),
+  searchText: $("search-text"),
+  searchGo: $("search-go"),
+  searchPanel: $("search-panel"),
+  searchResults: $("search-results"),
+  searchStatus: $("search-status"),
+  searchMore: $("search-more"),
+  searchClose: $("search-close"),
   threadPanel: $("thread-panel"),
   threadRoot: $("thread-root"),
   threadMessages: $("thread-messages"),
@@ -2731,25 +3185,6 @@ var ui = {
   disconnected: "offline",
   closed: "offline"
 };
-async function devToken(workspace, user) {
-  let res = await fetch("/v1/dev/token", {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ workspace, user })
-  });
-  if (!res.ok) throw new Error(`dev token refused: HTTP ${res.status} ${await res.text()}`);
-  let { token } = await res.json();
-  if (typeof token != "string") throw new Error("dev token: the answer has no token");
-  return token;
-}
-function wsUrl() {
-  return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/ws`;
-}
-function newClientId2() {
-  if (typeof crypto.randomUUID == "function") return `demo-${crypto.randomUUID()}`;
-  let bytes = crypto.getRandomValues(new Uint8Array(16));
-  return `demo-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-}
 function errorText(e) {
   return e instanceof HeraldError ? `${e.code}: ${e.message}` : String(e);
 }
@@ -2801,6 +3236,10 @@ var Session = class {
         this.view.reveal(seq) || notice("that message is older than what the page shows");
       },
       failed("pinned messages")
+    ), this.attachments = new Attachments(
+      { list: ui.attachments, input: ui.fileInput, button: ui.attach, dropZone: ui.chatPane },
+      (file, onProgress) => this.chat.upload(file, { onProgress }),
+      notice
     ), ui.membersButton.onclick = () => this.members.toggle(), ui.pinsButton.onclick = () => this.pins.toggle(), showTitle(chatId, null), closeRename(), this.quote(null), this.list.on("change", (change) => {
       this.view.showMessage(change), this.thread.showMessage(change);
     }), this.list.on("profile", (profile) => {
@@ -2826,6 +3265,7 @@ var Session = class {
   thread;
   members;
   pins;
+  attachments;
   /** The message the next send quotes, if the user picked one. */
   quoting = null;
   ended = !1;
@@ -2837,8 +3277,8 @@ var Session = class {
     let joined = await this.chat.join();
     if (!this.ended) {
       this.view.setMembers(joined.members, joined.seq);
-      for (let b of [ui.rename, ui.membersButton, ui.pinsButton]) b.disabled = !1;
-      this.client.inbox.start().catch((e) => notice(`chat list: ${errorText(e)}`)), await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS), presence: !0 }), this.pins.refresh();
+      for (let b of [ui.rename, ui.membersButton, ui.pinsButton, ui.searchGo]) b.disabled = !1;
+      ui.searchText.disabled = !1, this.client.inbox.start().catch((e) => notice(`chat list: ${errorText(e)}`)), await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS), presence: !0 }), this.pins.refresh();
     }
   }
   /** The user typed in the message box; the SDK sends at most one `typing` every 2 s. */
@@ -2851,10 +3291,40 @@ var Session = class {
    */
   send(text) {
     let clientId = newClientId2(), quote = this.quoting ?? void 0;
-    this.quote(null), this.view.addPending(clientId, text), this.chat.send({ text }, { clientId, mentions: mentionsIn(text), ...quote !== void 0 ? { quote } : {} }).then(
+    this.quote(null);
+    let withFiles = this.attachments.count, filesNote = withFiles === 0 ? "" : `(+${withFiles} file${withFiles === 1 ? "" : "s"})`;
+    this.view.addPending(clientId, [text, filesNote].filter((part) => part !== "").join(" ")), (withFiles === 0 ? Promise.resolve([]) : this.attachments.take()).then((ids) => {
+      if (withFiles > 0 && ids.length === 0 && text === "") throw new Error("no file uploaded");
+      return this.chat.send(
+        { text },
+        { clientId, mentions: mentionsIn(text), ...quote !== void 0 ? { quote } : {}, ...ids.length > 0 ? { files: ids } : {} }
+      );
+    }).then(
       ({ seq }) => this.view.sent(clientId, seq),
       (e) => this.view.failPending(clientId, e instanceof HeraldError ? e.code : String(e))
     );
+  }
+  /** True when a send now would carry something: text, or files picked. */
+  canSend(text) {
+    return text !== "" || this.attachments.count > 0;
+  }
+  /**
+   * Shows a search result of this chat: its message scrolled to and outlined, or for a thread reply its
+   * thread opened; waits for the watch to deliver it when the chat was just opened.
+   */
+  show(result) {
+    let target = result.thread ?? result.seq, reveal = () => {
+      result.thread !== void 0 ? this.thread.open(result.thread) : this.view.reveal(result.seq) || notice("that message is older than what the page shows");
+    };
+    if (this.list.get(target) !== void 0) {
+      reveal();
+      return;
+    }
+    let off = this.list.on("change", ({ message }) => {
+      message.seq === target && (off(), clearTimeout(timer), reveal());
+    }), timer = setTimeout(() => {
+      off(), this.ended || notice("that message is older than what the page shows");
+    }, REVEAL_WAIT_MS);
   }
   /** Quotes `target` in the next message sent from the message box (null: none), shown above the box. */
   quote(target) {
@@ -2908,9 +3378,22 @@ function showTitle(chatId, name) {
 function closeRename() {
   ui.renameForm.hidden = !0, ui.rename.hidden = !1;
 }
-var session = null, chatList = new ChatList(ui.chats, (chat) => {
+var session = null, revealAfterJoin = null, chatList = new ChatList(ui.chats, (chat) => {
   ui.chat.value = chat, ui.joinForm.requestSubmit();
-});
+}), search = new SearchPanel(
+  { panel: ui.searchPanel, list: ui.searchResults, status: ui.searchStatus, more: ui.searchMore },
+  {
+    search: (query, cursor) => session === null ? Promise.reject(new Error("join a chat first")) : session.client.search(query, cursor !== void 0 ? { cursor } : {}),
+    nameOf: (chat) => chatList.nameOf(chat),
+    open: (result) => {
+      if (search.close(), session !== null && session.chatId === result.chat) {
+        session.show(result);
+        return;
+      }
+      revealAfterJoin = result, ui.chat.value = result.chat, ui.joinForm.requestSubmit();
+    }
+  }
+);
 ui.name.value = params.get("name") ?? `user${Math.floor(Math.random() * 1e4)}`;
 ui.chat.value = params.get("chat") ?? "general";
 showConnection("disconnected", "");
@@ -2926,10 +3409,16 @@ ui.quotingCancel.addEventListener("click", () => session?.quote(null));
 document.addEventListener("keydown", (e) => {
   if (!(e.key !== "Escape" || e.defaultPrevented)) {
     ui.threadPanel.hidden || session?.thread.close();
-    for (let panel of [ui.membersPanel, ui.pinsPanel]) panel.hidden = !0;
+    for (let panel of [ui.membersPanel, ui.pinsPanel, ui.searchPanel]) panel.hidden = !0;
   }
 });
 ui.membersClose.addEventListener("click", () => ui.membersPanel.hidden = !0);
+ui.searchClose.addEventListener("click", () => search.close());
+ui.searchForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  let query = ui.searchText.value.trim();
+  session === null || query === "" || search.run(query);
+});
 ui.pinsClose.addEventListener("click", () => ui.pinsPanel.hidden = !0);
 ui.threadClose.addEventListener("click", () => session?.thread.close());
 ui.joinForm.addEventListener("submit", (e) => {
@@ -2941,14 +3430,21 @@ ui.joinForm.addEventListener("submit", (e) => {
   }
   notice(""), session?.end();
   let s = new Session(name, chatId);
-  session = s, document.title = `${name} in ${chatId} - herald`, ui.send.disabled = !1, s.start().catch((err) => {
-    session === s && notice(`could not enter the chat: ${err instanceof HeraldError ? `${err.code}: ${err.message}` : String(err)}`);
-  });
+  session = s, document.title = `${name} in ${chatId} - herald`, ui.send.disabled = !1;
+  let reveal = revealAfterJoin?.chat === chatId ? revealAfterJoin : null;
+  revealAfterJoin = null, s.start().then(
+    () => {
+      reveal !== null && session === s && s.show(reveal);
+    },
+    (err) => {
+      session === s && notice(`could not enter the chat: ${err instanceof HeraldError ? `${err.code}: ${err.message}` : String(err)}`);
+    }
+  );
 });
 ui.sendForm.addEventListener("submit", (e) => {
   e.preventDefault();
   let text = ui.text.value.trim();
-  session === null || text === "" || (session.send(text), ui.text.value = "");
+  session === null || !session.canSend(text) || (session.send(text), ui.text.value = "");
 });
 ui.text.addEventListener("input", () => {
   ui.text.value !== "" && session?.typed();

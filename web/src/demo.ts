@@ -2,18 +2,23 @@
 //! then chat through `@herald/client`.
 //!
 //! Owns: the page's controls, one session per Join (a `HeraldClient` with a dev token, the chat's join,
-//! watch with presence, sends with mentions, thread replies, edits, deletes, reactions, pins, the chat's
-//! name, typing and read position, and the user's inbox), the connection state shown in words, and the
-//! details toggle (protocol words: seqs, the watch state, why a link closed). Does not own: drawing the
-//! chat (view.ts, row.ts), a thread (thread.ts), the members and pins panels (panels.ts) or the chat
-//! list (chats.ts), or anything about the protocol: reconnects, resuming, gap repair, idempotent sends,
+//! watch with presence, sends with mentions and files, thread replies, edits, deletes, reactions, pins,
+//! the chat's name, typing and read position, and the user's inbox), the search box (a result opens its
+//! chat at its message), the connection state shown in words, and the details toggle (protocol words:
+//! seqs, the watch state, why a link closed). Does not own: drawing the chat (view.ts, row.ts, files.ts),
+//! a thread (thread.ts), the members and pins panels (panels.ts), the chat list (chats.ts), the files
+//! picked for the next message (attachments.ts) or the search results (search.ts), or anything about the
+//! protocol: uploads, reconnects, resuming, gap repair, idempotent sends,
 //! applying edits, streamed text, reply and reaction counts, expiring typing and resyncing presence and
 //! the inbox are the SDK's, which is the point of the page.
 
-import { HeraldClient, HeraldError, type Chat, type ClientState, type MessageList } from '../../sdk/ts/src/index.ts';
+import { HeraldClient, HeraldError, type Chat, type ClientState, type MessageList, type SearchResult } from '../../sdk/ts/src/index.ts';
+import { Attachments } from './attachments.ts';
+import { devToken, newClientId, wsUrl } from './dev.ts';
 import { ChatList } from './chats.ts';
 import { MEMBERS_PAGE, MembersPanel, PinsPanel } from './panels.ts';
 import { mentionsIn, messageText } from './text.ts';
+import { SearchPanel } from './search.ts';
 import { ThreadView } from './thread.ts';
 import { ChatView } from './view.ts';
 
@@ -31,6 +36,12 @@ const HISTORY_EVENTS = 500;
  * a burst of incoming messages should cost one read, not one each.
  */
 const READ_DEBOUNCE_MS = 250;
+
+/**
+ * How long a search result's message may take to arrive in a chat just opened (the watch replays the
+ * chat's recent history after its reply); past it, the message is older than what the page loads.
+ */
+const REVEAL_WAIT_MS = 5_000;
 
 const params = new URLSearchParams(location.search);
 /** `?ws=` picks the workspace; dev tokens are issued for any. */
@@ -78,6 +89,18 @@ const ui = {
   quotingText: $('quoting-text'),
   quotingCancel: $<HTMLButtonElement>('quoting-cancel'),
   send: $<HTMLButtonElement>('send'),
+  chatPane: $('chat-pane'),
+  attach: $<HTMLButtonElement>('attach'),
+  fileInput: $<HTMLInputElement>('file-input'),
+  attachments: $('attachments'),
+  searchForm: $<HTMLFormElement>('search-form'),
+  searchText: $<HTMLInputElement>('search-text'),
+  searchGo: $<HTMLButtonElement>('search-go'),
+  searchPanel: $('search-panel'),
+  searchResults: $('search-results'),
+  searchStatus: $('search-status'),
+  searchMore: $<HTMLButtonElement>('search-more'),
+  searchClose: $<HTMLButtonElement>('search-close'),
   threadPanel: $('thread-panel'),
   threadRoot: $('thread-root'),
   threadMessages: $<HTMLOListElement>('thread-messages'),
@@ -94,31 +117,6 @@ const CONNECTION_WORDS: Record<ClientState, string> = {
   disconnected: 'offline',
   closed: 'offline',
 };
-
-/** Asks herald for a development token; only loopback clients of a server without secrets get one. */
-async function devToken(workspace: string, user: string): Promise<string> {
-  const res = await fetch('/v1/dev/token', {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ workspace, user }),
-  });
-  if (!res.ok) throw new Error(`dev token refused: HTTP ${res.status} ${await res.text()}`);
-  const { token } = (await res.json()) as { token?: unknown };
-  if (typeof token !== 'string') throw new Error('dev token: the answer has no token');
-  return token;
-}
-
-/** The WebSocket endpoint on the host that served this page. */
-function wsUrl(): string {
-  return `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/v1/ws`;
-}
-
-/** A client_id for a send; `crypto.randomUUID` exists only in secure contexts (loopback is one). */
-function newClientId(): string {
-  if (typeof crypto.randomUUID === 'function') return `demo-${crypto.randomUUID()}`;
-  const bytes = crypto.getRandomValues(new Uint8Array(16));
-  return `demo-${Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')}`;
-}
 
 function errorText(e: unknown): string {
   return e instanceof HeraldError ? `${e.code}: ${e.message}` : String(e);
@@ -144,6 +142,7 @@ class Session {
   readonly thread: ThreadView;
   readonly members: MembersPanel;
   readonly pins: PinsPanel;
+  readonly attachments: Attachments;
   /** The message the next send quotes, if the user picked one. */
   private quoting: number | null = null;
   private ended = false;
@@ -198,6 +197,11 @@ class Session {
       },
       failed('pinned messages'),
     );
+    this.attachments = new Attachments(
+      { list: ui.attachments, input: ui.fileInput, button: ui.attach, dropZone: ui.chatPane },
+      (file, onProgress) => this.chat.upload(file, { onProgress }),
+      notice,
+    );
     ui.membersButton.onclick = () => this.members.toggle();
     ui.pinsButton.onclick = () => this.pins.toggle();
     showTitle(chatId, null);
@@ -247,7 +251,8 @@ class Session {
     const joined = await this.chat.join();
     if (this.ended) return;
     this.view.setMembers(joined.members, joined.seq);
-    for (const b of [ui.rename, ui.membersButton, ui.pinsButton]) b.disabled = false;
+    for (const b of [ui.rename, ui.membersButton, ui.pinsButton, ui.searchGo]) b.disabled = false;
+    ui.searchText.disabled = false;
     // After the join, so the list has the chat just entered.
     this.client.inbox.start().catch((e: unknown) => notice(`chat list: ${errorText(e)}`));
     await this.chat.watch({ after: Math.max(0, joined.seq - HISTORY_EVENTS), presence: true });
@@ -267,11 +272,55 @@ class Session {
     const clientId = newClientId();
     const quote = this.quoting ?? undefined;
     this.quote(null);
-    this.view.addPending(clientId, text);
-    this.chat.send({ text }, { clientId, mentions: mentionsIn(text), ...(quote !== undefined ? { quote } : {}) }).then(
-      ({ seq }) => this.view.sent(clientId, seq),
-      (e: unknown) => this.view.failPending(clientId, e instanceof HeraldError ? e.code : String(e)),
-    );
+    const withFiles = this.attachments.count;
+    const filesNote = withFiles === 0 ? '' : `(+${withFiles} file${withFiles === 1 ? '' : 's'})`;
+    this.view.addPending(clientId, [text, filesNote].filter((part) => part !== '').join(' '));
+    // The files picked go with this message once uploaded; a message of files alone has empty text.
+    const files = withFiles === 0 ? Promise.resolve([]) : this.attachments.take();
+    files
+      .then((ids) => {
+        if (withFiles > 0 && ids.length === 0 && text === '') throw new Error('no file uploaded');
+        return this.chat.send(
+          { text },
+          { clientId, mentions: mentionsIn(text), ...(quote !== undefined ? { quote } : {}), ...(ids.length > 0 ? { files: ids } : {}) },
+        );
+      })
+      .then(
+        ({ seq }) => this.view.sent(clientId, seq),
+        (e: unknown) => this.view.failPending(clientId, e instanceof HeraldError ? e.code : String(e)),
+      );
+  }
+
+  /** True when a send now would carry something: text, or files picked. */
+  canSend(text: string): boolean {
+    return text !== '' || this.attachments.count > 0;
+  }
+
+  /**
+   * Shows a search result of this chat: its message scrolled to and outlined, or for a thread reply its
+   * thread opened; waits for the watch to deliver it when the chat was just opened.
+   */
+  show(result: SearchResult): void {
+    const target = result.thread ?? result.seq;
+    const reveal = () => {
+      if (result.thread !== undefined) this.thread.open(result.thread);
+      else if (!this.view.reveal(result.seq)) notice('that message is older than what the page shows');
+    };
+    if (this.list.get(target) !== undefined) {
+      reveal();
+      return;
+    }
+    // The view draws each message in its own 'change' listener, registered first: it runs before this.
+    const off = this.list.on('change', ({ message }) => {
+      if (message.seq !== target) return;
+      off();
+      clearTimeout(timer);
+      reveal();
+    });
+    const timer = setTimeout(() => {
+      off();
+      if (!this.ended) notice('that message is older than what the page shows');
+    }, REVEAL_WAIT_MS);
   }
 
   /** Quotes `target` in the next message sent from the message box (null: none), shown above the box. */
@@ -353,11 +402,35 @@ function closeRename(): void {
 
 let session: Session | null = null;
 
+/** A search result picked in another chat: shown once the Join that opens its chat has started. */
+let revealAfterJoin: SearchResult | null = null;
+
 /** Opening a chat from the list is a Join with that chat, under the same name. */
 const chatList = new ChatList(ui.chats, (chat) => {
   ui.chat.value = chat;
   ui.joinForm.requestSubmit();
 });
+
+const search = new SearchPanel(
+  { panel: ui.searchPanel, list: ui.searchResults, status: ui.searchStatus, more: ui.searchMore },
+  {
+    search: (query, cursor) => {
+      if (session === null) return Promise.reject(new Error('join a chat first'));
+      return session.client.search(query, cursor !== undefined ? { cursor } : {});
+    },
+    nameOf: (chat) => chatList.nameOf(chat),
+    open: (result) => {
+      search.close();
+      if (session !== null && session.chatId === result.chat) {
+        session.show(result);
+        return;
+      }
+      revealAfterJoin = result;
+      ui.chat.value = result.chat;
+      ui.joinForm.requestSubmit();
+    },
+  },
+);
 
 ui.name.value = params.get('name') ?? `user${Math.floor(Math.random() * 10_000)}`;
 ui.chat.value = params.get('chat') ?? 'general';
@@ -379,13 +452,20 @@ ui.renameForm.addEventListener('submit', (e) => {
   session?.rename(ui.renameText.value.trim());
 });
 ui.quotingCancel.addEventListener('click', () => session?.quote(null));
-// Escape closes whatever panel is open (the thread, the members, the pins).
+// Escape closes whatever panel is open (the thread, the members, the pins, the search results).
 document.addEventListener('keydown', (e) => {
   if (e.key !== 'Escape' || e.defaultPrevented) return;
   if (!ui.threadPanel.hidden) session?.thread.close();
-  for (const panel of [ui.membersPanel, ui.pinsPanel]) panel.hidden = true;
+  for (const panel of [ui.membersPanel, ui.pinsPanel, ui.searchPanel]) panel.hidden = true;
 });
 ui.membersClose.addEventListener('click', () => (ui.membersPanel.hidden = true));
+ui.searchClose.addEventListener('click', () => search.close());
+ui.searchForm.addEventListener('submit', (e) => {
+  e.preventDefault();
+  const query = ui.searchText.value.trim();
+  if (session === null || query === '') return;
+  search.run(query);
+});
 ui.pinsClose.addEventListener('click', () => (ui.pinsPanel.hidden = true));
 ui.threadClose.addEventListener('click', () => session?.thread.close());
 
@@ -403,15 +483,22 @@ ui.joinForm.addEventListener('submit', (e) => {
   session = s;
   document.title = `${name} in ${chatId} - herald`;
   ui.send.disabled = false;
-  s.start().catch((err: unknown) => {
-    if (session === s) notice(`could not enter the chat: ${err instanceof HeraldError ? `${err.code}: ${err.message}` : String(err)}`);
-  });
+  const reveal = revealAfterJoin?.chat === chatId ? revealAfterJoin : null;
+  revealAfterJoin = null;
+  s.start().then(
+    () => {
+      if (reveal !== null && session === s) s.show(reveal);
+    },
+    (err: unknown) => {
+      if (session === s) notice(`could not enter the chat: ${err instanceof HeraldError ? `${err.code}: ${err.message}` : String(err)}`);
+    },
+  );
 });
 
 ui.sendForm.addEventListener('submit', (e) => {
   e.preventDefault();
   const text = ui.text.value.trim();
-  if (session === null || text === '') return;
+  if (session === null || !session.canSend(text)) return;
   session.send(text);
   ui.text.value = '';
 });

@@ -1,5 +1,6 @@
 //! One message as drawn, in the chat or in a thread: who and when, a pinned mark, what it quotes, its
-//! text with mentions highlighted (growing while its sender streams it), reaction counts, the thread's
+//! text with mentions highlighted (growing while its sender streams it), its files (images inline,
+//! others as download links: files.ts), reaction counts, the thread's
 //! reply count and a Reply button (in the chat), Pin and Unpin, Quote, and Edit and Delete on one's own.
 //!
 //! Owns: building one row and redrawing it from the SDK's `Message` (its latest state: edits, deletes,
@@ -10,6 +11,7 @@
 //! Element hooks (the end-to-end test relies on them):
 //!   li.msg[data-seq][data-user]            data-edited, data-deleted, data-pinned, data-stream (open, done)
 //!   .text (mark.mention[data-user] inside)  .quote[data-quote] what it quotes; .writing while streaming
+//!   .files                                 the message's files (hooks in files.ts)
 //!   button.react[data-emoji]               data-count (the list's count), aria-pressed (mine)
 //!   button.replies[data-replies]           "N replies": opens the thread; button.reply starts one
 //!   button.pin[aria-pressed]               pins and unpins; .pinned-mark shows while pinned
@@ -17,6 +19,7 @@
 //!   button.edit, button.delete             on one's own messages; form.edit-form > input.edit-text
 
 import type { Message } from '../../sdk/ts/src/index.ts';
+import { drawFiles, filesKey } from './files.ts';
 import { drawText, messageText } from './text.ts';
 
 /** The reactions offered on every message: the wire value and how it is drawn. */
@@ -49,6 +52,8 @@ export interface RowContext {
   lookup(seq: number): Message | undefined;
   /** The emoji this user has on `seq` now. */
   myReactions(seq: number): ReadonlySet<string>;
+  /** An image of a row finished loading (the row grew): the view keeps following the chat's end. */
+  imageLoaded?(): void;
 }
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, className: string, text = ''): HTMLElementTagNameMap[K] {
@@ -74,6 +79,9 @@ export class MessageRow {
   private readonly quoteEl: HTMLElement;
   private readonly textEl: HTMLElement;
   private readonly writingEl: HTMLElement;
+  private readonly filesEl: HTMLElement;
+  /** What `filesEl` shows, so that a redraw for a reaction does not reload the images. */
+  private filesShown: string | null = null;
   private readonly reactionsEl: HTMLElement;
   private readonly threadEl: HTMLElement;
   private readonly pinEl: HTMLElement;
@@ -102,6 +110,7 @@ export class MessageRow {
     this.quoteEl = el('span', 'quote');
     this.textEl = el('span', 'text');
     this.writingEl = el('span', 'writing', 'writing…');
+    this.filesEl = el('div', 'files');
     const foot = el('div', 'foot');
     this.reactionsEl = el('span', 'reactions');
     this.threadEl = el('span', 'thread-links');
@@ -109,7 +118,7 @@ export class MessageRow {
     this.readsEl = el('span', 'reads');
     this.ownEl = el('span', 'own');
     foot.append(this.reactionsEl, this.threadEl, this.pinEl, this.readsEl, this.ownEl);
-    li.append(head, this.quoteEl, this.textEl, this.writingEl, foot);
+    li.append(head, this.quoteEl, this.textEl, this.filesEl, this.writingEl, foot);
     this.el = li;
     this.draw(message, 'added');
   }
@@ -143,6 +152,11 @@ export class MessageRow {
       // A deleted message was perhaps edited first; a finished stream's end is an edit, not a correction.
       delete li.dataset.edited;
       delete this.textEl.dataset.mark;
+    }
+    const files = message.deleted ? undefined : message.files;
+    if (filesKey(files) !== this.filesShown) {
+      this.filesShown = filesKey(files);
+      drawFiles(this.filesEl, files, () => ctx.imageLoaded?.());
     }
     if (message.stream !== undefined) li.dataset.stream = message.stream;
     this.writingEl.hidden = message.stream !== 'open' || message.deleted;

@@ -62,6 +62,8 @@ export class ChatView {
   private run: { type: string; head: HTMLLIElement; last: HTMLLIElement; users: string[] } | null = null;
   /** What every row (here and in the thread panel) needs besides its message. */
   readonly rowContext: RowContext;
+  /** The chat was scrolled to its end when last scrolled (by the user or by following new rows). */
+  private following = true;
 
   constructor(
     private readonly els: ViewElements,
@@ -69,7 +71,18 @@ export class ChatView {
     actions: RowActions,
     lookup: (seq: number) => Message | undefined,
   ) {
-    this.rowContext = { me, actions, inThread: false, lookup, myReactions: (seq) => this.mine.get(seq) ?? new Set() };
+    this.rowContext = {
+      me,
+      actions,
+      inThread: false,
+      lookup,
+      myReactions: (seq) => this.mine.get(seq) ?? new Set(),
+      imageLoaded: () => this.scrollToEnd(this.following),
+    };
+    // Whether the user is at the end of the chat, kept as they scroll: an image that loads after its row
+    // was drawn makes the chat taller without a scroll, and the chat should still show its end then.
+    const box = els.messages.parentElement;
+    if (box !== null) box.onscroll = () => (this.following = this.atBottom());
     els.messages.replaceChildren();
     els.pending.replaceChildren();
     els.members.textContent = '-';

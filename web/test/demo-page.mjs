@@ -1,12 +1,14 @@
 //! What the demo page's test does with a page: open it as someone at a window size, read what it shows
-//! (messages, badges, who is here), act as a person would (type and send, open a chat), take the
-//! side-by-side screenshot, and start the stream bot of examples/stream-bot as herald's webhook receiver.
+//! (messages, badges, who is here), act as a person would (type and send, open a chat, pick a file,
+//! search), take the side-by-side screenshot, and start the stream bot of examples/stream-bot as
+//! herald's webhook receiver; and a small PNG made on the spot for the upload.
 //!
 //! Owns: the page's element hooks as the test reads them (see web/src/*.ts for the list). Does not own:
 //! starting herald or Chromium (support.mjs) or what is asserted (e2e.test.mjs).
 
 import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
+import { deflateSync } from 'node:zlib';
 import { until, webDir, within } from './support.mjs';
 
 // Bounds on every wait, so a broken build fails in minutes with a message, never hangs.
@@ -164,4 +166,79 @@ export async function startBot({ port, herald, apiKey, hookSecret, user }) {
     }
   };
   return { log, stop };
+}
+
+/** CRC-32 (ISO-HDLC, PNG's), bit by bit: a few chunks of a tiny image need nothing faster. */
+function crc32(bytes) {
+  let c = 0xffffffff;
+  for (const b of bytes) {
+    c ^= b;
+    for (let k = 0; k < 8; k++) c = c & 1 ? (c >>> 1) ^ 0xedb88320 : c >>> 1;
+  }
+  return (c ^ 0xffffffff) >>> 0;
+}
+
+/** One PNG chunk: length, type, data, CRC over type and data. */
+function pngChunk(type, data) {
+  const head = Buffer.alloc(8);
+  head.writeUInt32BE(data.length, 0);
+  head.write(type, 4, 'latin1');
+  const crc = Buffer.alloc(4);
+  crc.writeUInt32BE(crc32(Buffer.concat([head.subarray(4), data])), 0);
+  return Buffer.concat([head, data, crc]);
+}
+
+/**
+ * A `width` x `height` RGB PNG in stripes of colour, made here so that the test needs no image file:
+ * a browser that shows it inline reports its `naturalWidth`, which only real, decodable bytes give.
+ */
+export function tinyPng(width, height) {
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(width, 0);
+  ihdr.writeUInt32BE(height, 4);
+  ihdr.set([8, 2, 0, 0, 0], 8); // 8 bits per sample, RGB, deflate, no filter method, not interlaced
+  const rows = [];
+  for (let y = 0; y < height; y++) {
+    const row = Buffer.alloc(1 + width * 3); // filter byte 0 (none), then the pixels
+    for (let x = 0; x < width; x++) row.set(y % 2 === 0 ? [47, 111, 222] : [250, 200, 40], 1 + x * 3);
+    rows.push(row);
+  }
+  const signature = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+  return Buffer.concat([signature, pngChunk('IHDR', ihdr), pngChunk('IDAT', deflateSync(Buffer.concat(rows))), pngChunk('IEND', Buffer.alloc(0))]);
+}
+
+/** Picks `files` (`{ name, mimeType, buffer }`) with the Attach button's file input, as a person's picker does. */
+export async function attach(who, files) {
+  await who.page.setInputFiles('#file-input', files);
+}
+
+/** The images `who`'s page shows in messages that have loaded: alt and natural size, by message seq. */
+export function shownImages(who) {
+  return who.page.$$eval('#messages li.msg .files img', (imgs) =>
+    imgs.map((img) => ({
+      seq: Number(img.closest('li.msg').dataset.seq),
+      alt: img.alt,
+      loaded: img.complete && img.naturalWidth > 0,
+      width: img.naturalWidth,
+      height: img.naturalHeight,
+    })),
+  );
+}
+
+/** Searches `query` in `who`'s search box; resolves with the results shown (chat, seq, sender, snippet). */
+export async function search(who, query) {
+  await who.page.fill('#search-text', query);
+  await who.page.press('#search-text', 'Enter');
+  await who.page.waitForSelector('#search-panel:not([hidden])');
+  await who.page.waitForFunction(() => document.getElementById('search-status')?.textContent !== 'searching…');
+  return who.page.$$eval('#search-results > li', (els) =>
+    els.map((el) => ({
+      chat: el.dataset.chat,
+      seq: Number(el.dataset.seq),
+      who: el.querySelector('.who')?.textContent,
+      chatName: el.querySelector('.chat')?.textContent,
+      snippet: el.querySelector('.snippet')?.textContent,
+      marked: [...el.querySelectorAll('.snippet mark')].map((m) => m.textContent),
+    })),
+  );
 }

@@ -9,8 +9,10 @@
 //! then (protocol 1.2) the chat's name and its renaming, the members panel page by page, a thread reply
 //! seen by the other with the root's reply count, a quote, a mention badge and the mention highlighted,
 //! a badge for new replies in a followed thread, a pin, reaction counts, and a bot's reply streamed word
-//! by word; and that the page fits the window and shows a person's words, the protocol's only in the
-//! details. Leaves in web/test-artifacts, also when it fails: e2e-<size>.png (both pages side by side;
+//! by word; then (1.2's files and search) an image picked by one person shown inline on the other's page
+//! (its bytes decoded) and a text file as a download link, and a search that finds a word inside a longer
+//! word and opens the chat at that message; and that the page fits the window and shows a person's
+//! words, the protocol's only in the details. Leaves in web/test-artifacts, also when it fails: e2e-<size>.png (both pages side by side;
 //! -thread with a thread open, -mention with a mention badge, -stream mid-stream), herald-<size>.log,
 //! bot-<size>.log and console-<size>.log.
 //!
@@ -27,6 +29,7 @@ import assert from 'node:assert/strict';
 import { ARTIFACTS, freePort, startChromium, startHerald, until } from './support.mjs';
 import {
   UI_TIMEOUT_MS,
+  attach,
   badge,
   chatIds,
   connState,
@@ -37,9 +40,12 @@ import {
   present,
   rowSeqs,
   screenshotAll,
+  search,
   send,
   seqWhenShown,
+  shownImages,
   startBot,
+  tinyPng,
   waitForTexts,
 } from './demo-page.mjs';
 
@@ -492,6 +498,65 @@ for (const viewport of VIEWPORTS.filter((v) => (process.env.E2E_ONLY ?? v.label)
       }
       assert.equal(await reply(bob).locator('.writing').isHidden(), true, 'no "writing…" once done');
       await until(UI_TIMEOUT_MS, 'alice sees the same reply', async () => (await reply(alice).locator('.text').textContent()) === final);
+      assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
+    });
+
+    // ---- protocol 1.2: files and search ---------------------------------------------------------
+
+    test('a picked image shows inline on the other page (its bytes load), a text file as a download link', { timeout: TEST_TIMEOUT_MS }, async () => {
+      const png = tinyPng(4, 3);
+      await attach(alice, [
+        { name: 'stripes.png', mimeType: 'image/png', buffer: png },
+        { name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('hello, files\n') },
+      ]);
+      await until(UI_TIMEOUT_MS, "alice's two files are uploaded", async () =>
+        (await alice.page.$$eval('#attachments li[data-state="ready"]', (els) => els.length)) === 2,
+      );
+      await send(alice, 'a picture and notes');
+      const seq = await seqWhenShown(bob, 'a picture and notes');
+      // The bytes really load: a browser gives an <img> a natural size only for an image it decoded.
+      await until(UI_TIMEOUT_MS, 'bob sees the image, loaded', async () =>
+        (await shownImages(bob)).some((i) => i.seq === seq && i.loaded),
+      );
+      const [img] = (await shownImages(bob)).filter((i) => i.seq === seq);
+      assert.deepEqual(img, { seq, alt: 'stripes.png', loaded: true, width: 4, height: 3 });
+      const link = bob.page.locator(`#messages li[data-seq="${seq}"] .files a.file-link`);
+      assert.equal(await link.locator('.file-name').textContent(), 'notes.txt');
+      assert.equal(await link.locator('.file-size').textContent(), '13 B');
+      const href = await link.getAttribute('href');
+      const res = await fetch(href);
+      assert.equal(res.status, 200);
+      assert.equal(await res.text(), 'hello, files\n');
+      assert.match(res.headers.get('content-disposition') ?? '', /^attachment/, 'a text file downloads, never runs as a page');
+      await until(UI_TIMEOUT_MS, 'alice sees her image too', async () => (await shownImages(alice)).some((i) => i.seq === seq && i.loaded));
+      assert.equal(await alice.page.isHidden('#attachments'), true, 'the files went with the message');
+      await shot('-files');
+      assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
+    });
+
+    test('the search box finds a message by a word inside a longer word, and opens its chat at it', { timeout: TEST_TIMEOUT_MS }, async (t) => {
+      // bob writes in general while alice is in another chat; she searches part of a word.
+      await joinChat(alice, 'random');
+      t.after(async () => {
+        // Whatever happened, the next test finds alice in general with no panel open.
+        await alice.page.keyboard.press('Escape');
+        if ((await alice.page.getAttribute(`#chats li[data-chat="${CHAT}"]`, 'aria-current').catch(() => null)) !== 'true') await openChat(alice, CHAT);
+      });
+      await send(bob, '서버가 준비됐어요');
+      const found = await seqWhenShown(bob, '서버가 준비됐어요');
+      let results = [];
+      await until(UI_TIMEOUT_MS, 'alice finds it by "서버"', async () => {
+        results = await search(alice, '서버');
+        return results.length > 0;
+      });
+      assert.deepEqual(results, [{ chat: CHAT, seq: found, who: 'bob', chatName: 'Team room', snippet: '서버가 준비됐어요', marked: ['서버'] }]);
+      await shot('-search');
+      await alice.page.click(`#search-results > li[data-seq="${found}"]`);
+      await alice.page.waitForSelector(`#chats li[data-chat="${CHAT}"][aria-current="true"]`);
+      await until(UI_TIMEOUT_MS, 'alice sees the message she picked, outlined', async () =>
+        alice.page.locator(`#messages li[data-seq="${found}"].flash`).isVisible(),
+      );
+      assert.equal(await alice.page.isHidden('#search-panel'), true);
       assert.deepEqual(pageErrors, [], 'uncaught errors in the pages');
     });
 

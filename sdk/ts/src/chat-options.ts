@@ -1,5 +1,6 @@
 //! The options and arguments of a chat's calls (`Chat.send`, `edit`, `fetch`, `read`, `append`,
-//! `profile`, `members`, `threads`, `watch`, `history`).
+//! `profile`, `members`, `threads`, `watch`, `history`; uploads and searches have theirs in files.ts and
+//! search.ts).
 //!
 //! Owns: their shapes and defaults as documented here, and turning paging options into request
 //! arguments. Does not own: the calls (chat.ts) or the wire shapes (types.ts).
@@ -19,12 +20,19 @@ export interface SendOptions {
    * `chat.append(seq, text)` and end it with `{ done: true }`.
    */
   stream?: boolean;
+  /**
+   * 1.2: file ids to attach (up to 10), each uploaded completely by this user for this chat
+   * (`chat.upload`); a file belongs to the first message that attaches it.
+   */
+  files?: string[];
 }
 
 /** Options of `Chat.edit`. */
 export interface EditOptions {
   /** 1.2: replaces the message's mentions (`[]` clears them); left out, they are kept. */
   mentions?: string[];
+  /** 1.2: replaces the message's files (`[]` removes them, and the server deletes those); left out, they are kept. */
+  files?: string[];
 }
 
 /** Options of `Chat.fetch` and `Chat.read`. */

@@ -1,10 +1,10 @@
 //! `Chat`: the handle for one chat, and the state machine of watching it.
 //!
 //! Owns: the chat's requests (join, leave, send, react, read, edit, delete, typing, presence, fetch,
-//! paged history; from 1.2 profile, members, threads, pin, pins, reactions, append), and for a watched
-//! chat the last delivered seq, the buffer of out-of-order pushes, gap repair by paged `fetch`, and
-//! resuming with `watch after=` on a new link, so that the application sees
-//! every event once, in seq order; then feeding what it delivers to the chat's message list (with the seq
+//! paged history; from 1.2 profile, members, threads, pin, pins, reactions, append, upload (the bytes
+//! go through files.ts), search), and for a watched chat the last delivered seq, the buffer of
+//! out-of-order pushes, gap repair by paged `fetch`, and resuming with `watch after=` on a new link, so
+//! that the application sees every event once, in seq order; then feeding what it delivers to the chat's message list (with the seq
 //! each stored view was read at), and routing typing, presence and 1.2's `append` pushes, with a presence
 //! resync after every watch reply.
 //! Does not own: the link, request ids, the outbox or the page size (client.ts, outbox.ts, page-size.ts,
@@ -39,10 +39,13 @@ import {
   type ThreadOption,
   type WatchOptions,
 } from './chat-options.js';
+import { openPath } from './file-path.js';
+import { describeUpload, putFile, type UploadOptions, type UploadSource, type Uploaded } from './files.js';
 import { MessageList, type MessageListOptions, type StoredView } from './messages.js';
 import type { SendExtras } from './outbox.js';
 import type { PageSize } from './page-size.js';
 import { PresenceTracker, type PresenceState } from './presence.js';
+import { searchArgs, type SearchOptions } from './search.js';
 import { Typing } from './typing.js';
 import type {
   AppendPush,
@@ -60,6 +63,7 @@ import type {
   ReactionsOk,
   RequestArgs,
   RequestOk,
+  SearchOk,
   SeqOk,
   ThreadsOk,
   WatchOk,
@@ -144,6 +148,8 @@ export interface ChatHost {
   readonly maxBufferedEvents: number;
   /** The user of the current connection, or null; one's own typing is never shown. */
   readonly user: string | null;
+  /** The `fetch` uploads send their bytes with; undefined: the global one. */
+  readonly fetch: typeof fetch | undefined;
 }
 
 /** Codes after which watching or fetching may work later, on this link or the next. */
@@ -309,7 +315,48 @@ export class Chat extends Emitter<ChatEvents> {
     if (opts.quote !== undefined) extra.quote = opts.quote;
     if (opts.mentions !== undefined) extra.mentions = opts.mentions;
     if (opts.stream === true) extra.stream = true;
+    if (opts.files !== undefined) extra.files = opts.files;
     return this.host.send(this.id, body, opts.clientId, extra);
+  }
+
+  /**
+   * 1.2: uploads a file for a message of this chat: asks herald where (`upload`), sends exactly its
+   * bytes there with `fetch`, and resolves with the file id to pass in `send`'s or `edit`'s `files`,
+   * with the `upload` answer. A browser `File` names itself; bytes need `name`, a stream `name` and
+   * `size`. Rejects with the `upload` request's `HeraldError` (`forbidden` for a muted member,
+   * `too_large` past the server's file limit, ...), or with an `UploadError` (code `upload_failed`, its
+   * `status` the storage's answer, 0 for none) when the bytes were not taken. Nothing is retried: call
+   * again for a new file.
+   *
+   *     const { id } = await chat.upload(input.files[0]);
+   *     await chat.send({ text: 'the plan' }, { files: [id] });
+   */
+  async upload(source: UploadSource, opts: UploadOptions = {}): Promise<Uploaded> {
+    const file = describeUpload(source, opts);
+    const grant = await this.host.request('upload', { chat: this.id, ...file });
+    await putFile(grant, source, {
+      size: file.size,
+      type: file.type,
+      ...(opts.onProgress !== undefined ? { onProgress: opts.onProgress } : {}),
+      ...(opts.signal !== undefined ? { signal: opts.signal } : {}),
+      ...(this.host.fetch !== undefined ? { fetch: this.host.fetch } : {}),
+    });
+    const id = typeof grant.file === 'string' ? grant.file : String((grant.file as { id?: unknown } | null)?.id ?? '');
+    return { id, ...file, upload: grant };
+  }
+
+  /**
+   * 1.2, Node: uploads the file at `path`, streamed from disk (named by its base name unless `name` is
+   * given; `type` defaults to `application/octet-stream`). As `upload` otherwise.
+   */
+  async uploadPath(path: string, opts: Omit<UploadOptions, 'size'> = {}): Promise<Uploaded> {
+    const file = await openPath(path);
+    return this.upload(file.stream, { ...opts, name: opts.name ?? file.name, size: file.size });
+  }
+
+  /** 1.2: one page of `client.search` within this chat (newest first). */
+  search(query: string, opts: Omit<SearchOptions, 'chat'> = {}): Promise<SearchOk> {
+    return this.host.request('search', searchArgs(query, { ...opts, chat: this.id }));
   }
 
   /**
@@ -388,7 +435,8 @@ export class Chat extends Emitter<ChatEvents> {
   }
 
   /**
-   * Replaces the body of this user's message `target`; resolves with the `edit` event's seq. `not_found`
+   * Replaces the body of this user's message `target` (with `mentions` or `files` (1.2), those too; left
+   * out, they are kept); resolves with the `edit` event's seq. `not_found`
    * when `target` is not a message of this chat or is deleted, `forbidden` for another's message or
    * while muted; the body has `send`'s size limit. Not retried across a link drop: a `disconnected`
    * rejection means the outcome is unknown (the watch shows whether it was stored).
@@ -396,6 +444,7 @@ export class Chat extends Emitter<ChatEvents> {
   edit(target: number, body: unknown, opts: EditOptions = {}): Promise<SeqOk> {
     const args: RequestArgs['edit'] = { chat: this.id, target, body };
     if (opts.mentions !== undefined) args.mentions = opts.mentions;
+    if (opts.files !== undefined) args.files = opts.files;
     return this.host.request('edit', args);
   }
 

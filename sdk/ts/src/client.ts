@@ -27,9 +27,23 @@ import { resolveOptions, type ClientOptions, type Settings } from './options.js'
 import { newClientId, Outbox, type SendArgs } from './outbox.js';
 import { PageSize } from './page-size.js';
 import { Requests } from './requests.js';
+import { searchArgs, searchPages, type SearchOptions } from './search.js';
 import { TokenSource } from './token.js';
 import { ABNORMAL_CLOSURE, endpointUrl, HERALD_WS_PATH, Link, resolveWebSocket, type WebSocketConstructor } from './transport.js';
-import type { ChatEvent, HelloOk, InboxOk, Op, PushFrame, ReplyFrame, RequestArgs, RequestOk, SeqOk, ThreadsOk } from './types.js';
+import type {
+  ChatEvent,
+  HelloOk,
+  InboxOk,
+  Op,
+  PushFrame,
+  ReplyFrame,
+  RequestArgs,
+  RequestOk,
+  SearchOk,
+  SearchResult,
+  SeqOk,
+  ThreadsOk,
+} from './types.js';
 
 /** Where the client stands. */
 export type ClientState = 'disconnected' | 'connecting' | 'connected' | 'closed';
@@ -203,6 +217,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
       get user() {
         return self.helloOk?.user ?? null;
       },
+      fetch: this.s.fetch,
     };
     this.inboxState = new Inbox({
       get connected() {
@@ -247,6 +262,27 @@ export class HeraldClient extends Emitter<ClientEvents> {
    */
   threads(args: RequestArgs['threads'] = {}): Promise<ThreadsOk> {
     return this.request('threads', args);
+  }
+
+  /**
+   * 1.2: one page of the messages matching `query`, newest first, each a `message` event as `fetch`
+   * shows it with its `chat`: in every chat this user is a member of now, or in `chat` alone. Each
+   * whitespace-separated term must occur somewhere in a word of the message's text, case folded (`서버`
+   * finds `서버가`). `limit` defaults to 20, at most 100; pass the reply's `cursor` while `more`.
+   * Throws `TypeError` for an empty query or one over 200 characters.
+   */
+  search(query: string, opts: SearchOptions = {}): Promise<SearchOk> {
+    return this.request('search', searchArgs(query, opts));
+  }
+
+  /**
+   * 1.2: every result of `query`, newest first, fetched page by page as the loop asks (`limit` per
+   * page), up to `max` results. A failed page ends the loop with its `HeraldError`.
+   *
+   *     for await (const hit of client.searchAll('invoice', { max: 200 })) show(hit.chat, hit);
+   */
+  searchAll(query: string, opts: SearchOptions & { max?: number } = {}): AsyncGenerator<SearchResult, void, undefined> {
+    return searchPages((args) => this.request('search', args), query, opts);
   }
 
   /** Sends not yet acknowledged (waiting, written or sleeping before a retry). */

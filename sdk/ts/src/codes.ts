@@ -42,8 +42,9 @@ export type ServerErrorCode =
  * - `protocol`: the server sent a frame this client cannot read.
  * - `unreachable`: several attempts in a row failed before a WebSocket opened (a wrong `url`, or the
  *   server is down); only in `error` events, since the client goes on trying.
+ * - `upload_failed`: (1.2) the storage did not take a file's bytes; an `UploadError` with the HTTP status.
  */
-export type ClientErrorCode = 'timeout' | 'disconnected' | 'closed' | 'queue_full' | 'token' | 'protocol' | 'unreachable';
+export type ClientErrorCode = 'timeout' | 'disconnected' | 'closed' | 'queue_full' | 'token' | 'protocol' | 'unreachable' | 'upload_failed';
 
 /** Every code a `HeraldError` may carry. Unknown server codes pass through as plain strings. */
 export type ErrorCode = ServerErrorCode | ClientErrorCode | (string & {});

@@ -20,6 +20,10 @@ export type {
   WatchState,
   WatchStateChange,
 } from './chat.js';
+export { DEFAULT_FILE_TYPE, putFile, UploadError } from './files.js';
+export type { PutOptions, Uploaded, UploadOptions, UploadSource } from './files.js';
+export { MAX_QUERY_CHARS } from './search.js';
+export type { SearchOptions } from './search.js';
 export { Inbox } from './inbox.js';
 export type { InboxEvents, InboxItem, InboxOptions } from './inbox.js';
 export { MessageList } from './messages.js';
@@ -42,6 +46,7 @@ export type {
   ChatProfile,
   EventType,
   FetchOk,
+  FileInfo,
   HeraldEvent,
   HelloOk,
   InboxEntry,
@@ -55,9 +60,12 @@ export type {
   PresenceOk,
   ReactionsOk,
   Replies,
+  SearchOk,
+  SearchResult,
   SeqOk,
   StreamState,
   ThreadEntry,
   ThreadsOk,
+  UploadOk,
   WatchOk,
 } from './types.js';

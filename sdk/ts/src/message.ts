@@ -1,12 +1,13 @@
 //! `Message`: one message as a user should see it, and the pure steps that move it from one state to the
-//! next (an edit, a delete, a reaction, a pin, a reply counted or taken away, streamed text).
+//! next (an edit, a delete, a reaction, a pin, a reply counted or taken away, streamed text, files
+//! replaced or removed by an edit).
 //!
 //! Owns: the shape of a list's message and each transition's rule, as functions that return a new
 //! `Message` (or the same one when nothing changes), so that a list can hand out messages that never
 //! change under the application's feet. Does not own: which message an event targets, ordering, threads
 //! or memory bounds (messages.ts).
 
-import type { HeraldEvent, Replies, StreamState } from './types.js';
+import type { FileInfo, HeraldEvent, Replies, StreamState } from './types.js';
 
 /** One message of a list, in its latest known state. */
 export interface Message {
@@ -40,6 +41,8 @@ export interface Message {
   readonly reactions?: Readonly<Record<string, number>>;
   /** 1.2: `open` while its sender streams text into it, `done` after; absent for a plain message. */
   readonly stream?: StreamState;
+  /** 1.2: the files attached (as sent, or as the latest edit that gave files set them); absent when none. */
+  readonly files?: readonly FileInfo[];
 }
 
 /** An edit (`deleted` false, with its body and maybe mentions) or a delete, applied by seq. */
@@ -49,6 +52,8 @@ export interface Change {
   body: unknown;
   /** The edit's mentions: replaces the message's; undefined keeps them. */
   mentions?: readonly string[];
+  /** The edit's files: replaces the message's (`[]` removes them); undefined keeps them. */
+  files?: readonly FileInfo[];
 }
 
 function isSeq(v: unknown): v is number {
@@ -61,6 +66,15 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 function strings(v: unknown): string[] | undefined {
   return Array.isArray(v) && v.every((x) => typeof x === 'string') ? [...(v as string[])] : undefined;
+}
+
+/** The well-formed entries of an event's `files`, or undefined when it has no such field. */
+export function fileList(v: unknown): FileInfo[] | undefined {
+  if (!Array.isArray(v)) return undefined;
+  return v.filter(
+    (f): f is FileInfo =>
+      isObject(f) && typeof f.id === 'string' && typeof f.name === 'string' && typeof f.type === 'string' && typeof f.size === 'number' && typeof f.url === 'string',
+  );
 }
 
 function counts(v: unknown): Record<string, number> | undefined {
@@ -76,6 +90,7 @@ export function fromEvent(ev: HeraldEvent): Message {
   const replies = isObject(r) && isSeq(r.count) && isSeq(r.last) ? { count: r.count, last: r.last } : undefined;
   const mentions = strings(ev.mentions);
   const reactions = ev.deleted === true ? undefined : counts(ev.reactions);
+  const files = ev.deleted === true ? undefined : fileList(ev.files);
   return {
     seq: ev.seq,
     type: ev.type,
@@ -92,6 +107,7 @@ export function fromEvent(ev: HeraldEvent): Message {
     pinned: ev.pinned === true && ev.deleted !== true,
     ...(reactions !== undefined ? { reactions } : {}),
     ...(ev.stream === 'open' || ev.stream === 'done' ? { stream: ev.stream } : {}),
+    ...(files !== undefined && files.length > 0 ? { files } : {}),
   };
 }
 
@@ -102,12 +118,16 @@ export function fromEvent(ev: HeraldEvent): Message {
 export function withChange(m: Message, c: Change): Message {
   if (m.deleted) return m; // a delete is final: later edits of it carry no body anyway
   if (c.deleted) {
-    const { reactions: _r, ...rest } = m;
+    // A deleted message's files are deleted too.
+    const { reactions: _r, files: _f, ...rest } = m;
     return { ...rest, body: null, deleted: true, pinned: false, ...(m.stream === 'open' ? { stream: 'done' as const } : {}) };
   }
   if (m.edited !== undefined && m.edited >= c.seq) return m;
+  const { files: held, ...rest } = m;
+  const files = c.files ?? held;
   return {
-    ...m,
+    ...rest,
+    ...(files !== undefined && files.length > 0 ? { files } : {}),
     body: c.body,
     edited: c.seq,
     ...(c.mentions !== undefined ? { mentions: c.mentions } : {}),

@@ -4,7 +4,7 @@
 //! `edit` and `delete` events to their targets, and merging the stored view of fetched history (whose
 //! messages carry `edited` and `deleted` already) without ever going back to an older version. From 1.2:
 //! thread replies kept apart from the main list (a thread view per root) and counted in their root's
-//! `replies`; reaction counts; pins; mentions replaced by edits; streamed text from `append` pushes, with a
+//! `replies`; reaction counts; pins; mentions and files replaced by edits; streamed text from `append` pushes, with a
 //! refetch when a chunk does not fit; the chat's profile.
 //! Does not own: where events come from (a chat feeds its list every event it delivers, pushes and gap
 //! repair, in seq order; `load` takes pages of history, in any order relative to live events), nor the
@@ -24,6 +24,7 @@
 import { Emitter } from './emitter.js';
 import {
   bodyChange,
+  fileList,
   fromEvent,
   sameDerived,
   streamText,
@@ -35,7 +36,7 @@ import {
   type Change,
   type Message,
 } from './message.js';
-import type { AppendPush, ChatProfile, HeraldEvent } from './types.js';
+import type { AppendPush, ChatProfile, FileInfo, HeraldEvent } from './types.js';
 
 export type { Message } from './message.js';
 
@@ -202,7 +203,14 @@ export class MessageList extends Emitter<MessageListEvents> {
       case 'edit': {
         if (!isSeq(body.target)) return;
         const mentions = Array.isArray(ev.mentions) ? ev.mentions.filter((m): m is string => typeof m === 'string') : undefined;
-        this.change(body.target, { seq: ev.seq, deleted: false, body: body.body, ...(mentions !== undefined ? { mentions } : {}) });
+        const files = fileList(ev.files);
+        this.change(body.target, {
+          seq: ev.seq,
+          deleted: false,
+          body: body.body,
+          ...(mentions !== undefined ? { mentions } : {}),
+          ...(files !== undefined ? { files } : {}),
+        });
         return;
       }
       case 'delete':
@@ -319,6 +327,11 @@ export class MessageList extends Emitter<MessageListEvents> {
         m = { ...m, body: view.body };
         kind = 'appended';
       }
+    }
+    if (kind === null && !held.deleted && view.edited === held.edited && view.files !== undefined && !sameUrls(held.files, view.files)) {
+      // The same files read again come with fresh URLs (the old ones expire): take those.
+      m = { ...m, files: view.files };
+      kind = 'updated';
     }
     if (asOf >= h.version) {
       const derived = withDerived(m, view);
@@ -473,4 +486,9 @@ export class MessageList extends Emitter<MessageListEvents> {
     }
     seqs.splice(lo, 0, seq);
   }
+}
+
+/** True when `a` and `b` list the same files at the same URLs. */
+function sameUrls(a: readonly FileInfo[] | undefined, b: readonly FileInfo[]): boolean {
+  return a !== undefined && a.length === b.length && a.every((f, i) => f.id === b[i]!.id && f.url === b[i]!.url);
 }

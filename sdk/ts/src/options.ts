@@ -53,6 +53,8 @@ export interface ClientOptions {
   maxBufferedEvents?: number;
   /** Random source in [0, 1) for jitter and client ids' fallback; tests inject a fixed one. */
   random?: () => number;
+  /** The `fetch` that uploads send their bytes with (1.2 files). Default: the global one. */
+  fetch?: typeof fetch;
 }
 
 /** `ClientOptions` with every default filled in. */
@@ -73,6 +75,7 @@ export interface Settings {
   fetchPageSize: number;
   maxBufferedEvents: number;
   random: () => number;
+  fetch: typeof fetch | undefined;
 }
 
 /** The protocol's largest `fetch` limit. */
@@ -111,6 +114,7 @@ export function resolveOptions(opts: ClientOptions): Settings {
     fetchPageSize: Math.min(positive('fetchPageSize', opts.fetchPageSize, MAX_FETCH_LIMIT), MAX_FETCH_LIMIT),
     maxBufferedEvents: positive('maxBufferedEvents', opts.maxBufferedEvents, 1000),
     random: opts.random ?? Math.random,
+    fetch: opts.fetch,
   };
   if (s.backoff.capMs < s.backoff.baseMs) throw new TypeError('herald: `backoff.capMs` must be >= `backoff.baseMs`');
   return s;

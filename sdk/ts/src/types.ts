@@ -1,7 +1,8 @@
 //! Wire shapes of herald protocol version 1.2, as the server sends and receives them.
 //!
 //! Owns: the TypeScript spelling of docs/protocol.md's frames (requests, replies, pushes, events), up to
-//! 1.2's conversations (profiles, members, threads, quotes, mentions, pins, reaction counts, streams).
+//! 1.2's conversations (profiles, members, threads, quotes, mentions, pins, reaction counts, streams),
+//! files (`upload`, `files` on events, sends and edits) and search.
 //! Every 1.2 field is optional where a 1.1 server leaves it out.
 //! From 1.1 on, a client ignores `ev` values, event types and fields it does not know, so every shape
 //! here is what this version reads, not a promise that nothing else arrives.
@@ -75,6 +76,60 @@ export interface HeraldEvent {
   reactions?: Record<string, number>;
   /** 1.2, on a `message` sent with `stream: true`: `open` until its stream ends, then `done`. */
   stream?: StreamState;
+  /**
+   * 1.2, on a `message` (and on an `edit` that gave `files`): the files attached. In the stored view, a
+   * message's current files; each `url` works for at least an hour after the frame that carried it, and
+   * a fresh `fetch` gives fresh ones.
+   */
+  files?: FileInfo[];
+}
+
+/**
+ * 1.2: a file attached to a message. `url` answers a plain GET, with no credentials, with the uploaded
+ * bytes and `Content-Type: type`; only raster images, audio and video are served for showing inline,
+ * every other type as an attachment.
+ */
+export interface FileInfo {
+  /** The file id that `send` and `edit` name in `files`. */
+  id: string;
+  /** The file's name as uploaded, 1 to 255 characters. */
+  name: string;
+  /** Its MIME type as uploaded. */
+  type: string;
+  /** Its size in bytes. */
+  size: number;
+  /** Where to download it (absolute; herald's own or a presigned bucket URL). */
+  url: string;
+}
+
+/**
+ * 1.2, `ok` of `upload`: send exactly the announced size in bytes with `method` to `url`, with
+ * `headers`, before `expires_ms`; then name `file` in a send's or edit's `files`.
+ */
+export interface UploadOk {
+  /** The new file's id. */
+  file: string;
+  /** Where to send the bytes (absolute). */
+  url: string;
+  /** The HTTP method to send them with (`PUT`, or what the storage asks for). */
+  method: string;
+  /** Headers to send with them, exactly. */
+  headers: Record<string, string>;
+  /** When the URL stops accepting the upload (ms since the Unix epoch), at least 10 minutes ahead. */
+  expires_ms: number;
+}
+
+/** 1.2: one result of `search`: a `message` event as `fetch` shows it, with its chat. */
+export interface SearchResult extends HeraldEvent {
+  /** The chat the message belongs to. */
+  chat: string;
+}
+
+/** 1.2, `ok` of `search`: newest first (by `ts`, then chat and seq); `cursor` fetches the next page when `more`. */
+export interface SearchOk {
+  results: SearchResult[];
+  more: boolean;
+  cursor?: string;
 }
 
 /** 1.2: a thread root's replies in the stored view. */
@@ -327,12 +382,21 @@ export interface RequestArgs {
   leave: { chat: string };
   watch: { chat: string; after?: number };
   unwatch: { chat: string };
-  send: { chat: string; body: unknown; client_id?: string; thread?: number; quote?: number; mentions?: string[]; stream?: boolean };
+  send: {
+    chat: string;
+    body: unknown;
+    client_id?: string;
+    thread?: number;
+    quote?: number;
+    mentions?: string[];
+    stream?: boolean;
+    files?: string[];
+  };
   react: { chat: string; target: number; emoji: string; on?: boolean };
   read: { chat: string; seq: number; thread?: number };
   fetch: { chat: string; after: number; limit?: number; thread?: number };
   ping: Record<string, never>;
-  edit: { chat: string; target: number; body: unknown; mentions?: string[] };
+  edit: { chat: string; target: number; body: unknown; mentions?: string[]; files?: string[] };
   delete: { chat: string; target: number };
   typing: { chat: string };
   presence: { chat: string };
@@ -344,6 +408,8 @@ export interface RequestArgs {
   pins: { chat: string };
   reactions: { chat: string; target: number };
   append: { chat: string; target: number; text: string; done?: boolean };
+  upload: { chat: string; name: string; type: string; size: number };
+  search: { query: string; chat?: string; limit?: number; cursor?: string };
 }
 
 /** The `ok` shape of each operation. */
@@ -370,6 +436,8 @@ export interface RequestOk {
   pins: PinsOk;
   reactions: ReactionsOk;
   append: Record<string, never>;
+  upload: UploadOk;
+  search: SearchOk;
 }
 
 /** The name of a request operation. */

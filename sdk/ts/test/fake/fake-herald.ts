@@ -4,13 +4,14 @@
 //! dedupe, react, read, fetch paging bounded in count and bytes, ping; from 1.1 edit and delete with the
 //! stored view, typing with its 2 s window, presence with per-user pushes, inbox with live pushes; from
 //! 1.2 profiles, members, threads and quotes, mentions, pins, reaction counts and streams with `append`
-//! pushes, each in the stored view and the inbox counts) to
+//! pushes, each in the stored view and the inbox counts, files (with fake-files.ts's storage) and search) to
 //! drive the client, plus knobs a real server does not have: refuse connects, stop answering pings, hold
 //! pushes back, intercept any request, cut a link with any close code, close with 4008 when one frame
 //! overflows the outbound queue. Each connection acts as the user `userFor(token)` names.
 //! Does not own: timing. Everything is delivered on microtasks, so tests drive time with fake timers.
 
 import type { ChatProfile, HeraldEvent } from '../../src/types.js';
+import { FakeFiles, FileRuleError } from './fake-files.js';
 import type { WebSocketConstructor, WebSocketLike } from '../../src/transport.js';
 
 /** A request frame as the fake server received it. */
@@ -202,6 +203,8 @@ export class FakeHerald {
   slowConsumerCloses = 0;
   /** When false, `append` requests are stored but not pushed (tests push appends by hand). */
   pushAppends = true;
+  /** 1.2: the file storage; `files.fetch` is what a client's `fetch` option gets. */
+  readonly files = new FakeFiles();
   private ts = 1_700_000_000_000;
 
   /** The WebSocket class bound to this server. */
@@ -418,7 +421,13 @@ export class FakeHerald {
           if (b === null || typeof b !== 'object' || typeof b.text !== 'string') return err('bad_request', 'a stream needs a text');
           extra.stream = 'open';
         }
+        if (frame.files !== undefined) {
+          const files = this.fileRule(() => this.files.check(frame.files, chatId, user, null), err);
+          if (files === null) return;
+          if (files.length > 0) extra.files = files;
+        }
         const ev = this.store(chatId, 'message', frame.body, user, cid, extra);
+        if (frame.files !== undefined) this.files.attach(ev.seq, frame.files as string[]);
         if (cid !== undefined) c.clientIds.set(key, ev.seq);
         if (ev.thread !== undefined) this.recountReplies(chatId, ev.thread);
         ok({ seq: ev.seq });
@@ -477,6 +486,14 @@ export class FakeHerald {
           if (target.stream === 'open') return err('bad_request', 'an open stream is edited by append');
           const extra: Partial<HeraldEvent> = {};
           if (frame.mentions !== undefined) extra.mentions = [...new Set(frame.mentions as string[])];
+          if (frame.files !== undefined) {
+            const files = this.fileRule(() => this.files.check(frame.files, chatId, user, target.seq), err);
+            if (files === null) return;
+            extra.files = files;
+            this.files.attach(target.seq, frame.files as string[]);
+            if (files.length > 0) target.files = files;
+            else delete target.files;
+          }
           // Before the event is stored, so that its inbox pushes count the new mentions.
           if (extra.mentions !== undefined) {
             if (extra.mentions.length > 0) target.mentions = extra.mentions;
@@ -491,6 +508,8 @@ export class FakeHerald {
           delete target.reactions;
           c.pins.delete(target.seq);
           if (target.stream === 'open') target.stream = 'done';
+          this.files.drop(target.seq);
+          delete target.files;
           // Erased before the delete event is stored, so that its inbox pushes count without it.
           target.body = null;
           target.deleted = true;
@@ -586,6 +605,22 @@ export class FakeHerald {
         ok({});
         return;
       }
+      case 'upload': {
+        if (!this.chat(chatId).members.has(user)) return err('forbidden', 'not a member');
+        const answer = this.fileRule(() => this.files.upload(chatId, user, frame), err);
+        if (answer !== null) ok(answer);
+        return;
+      }
+      case 'search': {
+        const results = this.search(user, frame);
+        if (typeof results === 'string') return err(results, `search: ${results}`);
+        const limit = Math.min(typeof frame.limit === 'number' ? frame.limit : 20, 100);
+        const from = typeof frame.cursor === 'string' ? Number(frame.cursor) : 0;
+        const more = from + limit < results.length;
+        const page = results.slice(from, from + limit);
+        ok(more ? { results: page, more, cursor: String(from + limit) } : { results: page, more });
+        return;
+      }
       case 'typing': {
         const c = this.chat(chatId);
         const now = Date.now();
@@ -630,6 +665,40 @@ export class FakeHerald {
       default:
         conn.serverSend({ id: frame.id, err: { code: 'bad_request', message: `unknown op ${frame.op}` } });
     }
+  }
+
+  /** Runs a file rule; answers its error and returns null when it fails. */
+  private fileRule<T>(rule: () => T, err: (code: string, message: string) => void): T | null {
+    try {
+      return rule();
+    } catch (e) {
+      if (!(e instanceof FileRuleError)) throw e;
+      err(e.code, e.message);
+      return null;
+    }
+  }
+
+  /**
+   * 1.2: `user`'s messages matching the `search` frame, newest first, each with its chat; or the error
+   * code. Case folding is approximated by `toLowerCase`, enough for the tests' words.
+   */
+  private search(user: string, frame: Frame): Array<HeraldEvent & { chat: string }> | string {
+    const query = typeof frame.query === 'string' ? frame.query : '';
+    const terms = query.toLowerCase().split(/\s+/).filter((t) => t !== '');
+    if (terms.length === 0 || [...query].length > 200) return 'bad_request';
+    const chats = typeof frame.chat === 'string' ? [frame.chat] : [...this.chats.keys()];
+    if (typeof frame.chat === 'string' && !this.chat(frame.chat).members.has(user)) return 'forbidden';
+    const out: Array<HeraldEvent & { chat: string }> = [];
+    for (const id of chats) {
+      const c = this.chat(id);
+      if (!c.members.has(user)) continue;
+      for (const e of c.events) {
+        if (e.type !== 'message' || e.deleted === true) continue;
+        const text = strings(e.body).join(' ').toLowerCase();
+        if (terms.every((t) => text.includes(t))) out.push({ chat: id, ...e });
+      }
+    }
+    return out.sort((a, b) => b.ts - a.ts || (a.chat < b.chat ? -1 : a.chat > b.chat ? 1 : b.seq - a.seq));
   }
 
   /** `conn` started or stopped watching `chat`: push its user's presence change to the chat's watchers. */
@@ -691,6 +760,14 @@ export class FakeHerald {
     }
     return c;
   }
+}
+
+/** Every string value in `v`, depth first (a message's text, as search reads it). */
+function strings(v: unknown): string[] {
+  if (typeof v === 'string') return [v];
+  if (Array.isArray(v)) return v.flatMap(strings);
+  if (typeof v === 'object' && v !== null) return Object.values(v).flatMap(strings);
+  return [];
 }
 
 /** A JWT-shaped token with the given `exp` (seconds); unsigned, which the client never checks anyway. */
