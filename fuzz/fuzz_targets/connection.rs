@@ -106,9 +106,9 @@ enum Arg {
     Token(&'static str, &'static str),
 }
 
-const OPS: [&str; 16] = [
+const OPS: [&str; 17] = [
     "hello", "join", "leave", "watch", "unwatch", "send", "react", "read", "fetch", "ping", "typing", "presence",
-    "edit", "delete", "inbox", "upload",
+    "edit", "delete", "inbox", "upload", "search",
 ];
 
 impl Script {
@@ -356,6 +356,14 @@ fn request(u: &mut Unstructured) -> AResult<Vec<(String, Arg)>> {
     }
     if maybe(u, want("upload"))? {
         put(&mut fields, "size", num(u)?);
+    }
+    if maybe(u, want("search"))? {
+        let q = match u.int_in_range(0..=4u8)? {
+            0..=2 => json_string(*u.choose(&["a", "서버", "B c", " ", ""])?),
+            3 => json_string(&"q".repeat(*u.choose(&[200, 201])?)),
+            _ => num(u)?,
+        };
+        put(&mut fields, "query", q);
     }
     let half = u.ratio(1, 4)?;
     if maybe(u, (want("send") || want("edit")) && half)? {
@@ -834,6 +842,20 @@ impl Model {
                 let typed = v.pointer("/headers/Content-Type").and_then(Value::as_str);
                 ctx.ensure(typed == Some(file.mime.as_str()), "upload ok without the declared Content-Type");
                 ctx.ensure(v.get("expires_ms").and_then(Value::as_i64).is_some(), "upload ok without expires_ms");
+            }
+            Op::Search { chat, limit, .. } => {
+                if let Some(c) = chat {
+                    ctx.ensure(self.joined.contains(c), "search ok in a chat this user is not a member of");
+                }
+                let results =
+                    v.get("results").and_then(Value::as_array).unwrap_or_else(|| ctx.fail("search ok without results"));
+                ctx.ensure(results.len() <= limit.unwrap_or(20).min(100) as usize, "search returned over its limit");
+                ctx.ensure(v.get("more").is_some_and(Value::is_boolean), "search ok without a boolean more");
+                for r in results {
+                    let c = r.get("chat").and_then(Value::as_str).unwrap_or_default();
+                    ctx.ensure(self.joined.contains(c), "search found a message of a chat this user is not in");
+                    ctx.ensure(r.get("type").and_then(Value::as_str) == Some("message"), "search found a non-message");
+                }
             }
         }
     }

@@ -213,6 +213,18 @@ fn encode(req: &Request) -> String {
             put("type", json!(file.mime));
             put("size", json!(file.size));
         }
+        Op::Search { query, chat, limit, cursor } => {
+            put("query", json!(query));
+            if let Some(c) = chat {
+                put("chat", json!(c));
+            }
+            if let Some(l) = limit {
+                put("limit", json!(l));
+            }
+            if let Some(c) = cursor {
+                put("cursor", json!(c));
+            }
+        }
         Op::Append { chat, target, text, done } => {
             put("chat", json!(chat));
             put("target", json!(target));
@@ -280,6 +292,7 @@ struct Norm {
     profile: Option<serde_json::Value>,
     files: Option<Vec<String>>,
     upload: Option<(String, String, u64)>,
+    query: Option<String>,
 }
 
 impl Norm {
@@ -307,6 +320,7 @@ impl Norm {
             profile: None,
             files: None,
             upload: None,
+            query: None,
         };
         match &r.op {
             Op::Hello { token } => n.token = Some(token.clone()),
@@ -364,6 +378,11 @@ impl Norm {
             }
             Op::Pins { .. } => {}
             Op::Upload { file, .. } => n.upload = Some((file.name.clone(), file.mime.clone(), file.size)),
+            Op::Search { query, limit, cursor, .. } => {
+                n.query = Some(query.clone());
+                n.limit = *limit;
+                n.cursor = cursor.clone();
+            }
             Op::Inbox { limit, cursor, live } => {
                 n.limit = *limit;
                 n.cursor = cursor.clone();
