@@ -804,7 +804,10 @@ impl Model {
                 ctx.ensure(self.joined.contains(chat), "members ok for a chat this user is not a member of");
                 let members =
                     v.get("members").and_then(Value::as_array).unwrap_or_else(|| ctx.fail("members without members"));
-                ctx.ensure(members.len() <= limit.unwrap_or(100).clamp(1, 1000) as usize, "members page above its limit");
+                ctx.ensure(
+                    members.len() <= limit.unwrap_or(100).clamp(1, 1000) as usize,
+                    "members page above its limit",
+                );
                 ctx.ensure(v.get("count").is_some_and(Value::is_u64), "members without a count");
                 let more = v.get("more").and_then(Value::as_bool).unwrap_or_else(|| ctx.fail("members without more"));
                 ctx.ensure(!more || v.get("cursor").is_some_and(Value::is_string), "members more without a cursor");
