@@ -234,3 +234,26 @@ async fn a_cell_without_a_bucket_keeps_no_files_and_says_why() {
         .err(json!({"op": "send", "chat": "g", "body": {}, "files": ["fNoSuchFile0000000000000"]}), "unavailable")
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_on_one_node_is_found_from_another() {
+    let cell = LocalCell::start(2).await;
+    let mut alice = cell.nodes[0].client("w", "alice").await;
+    let mut bob = cell.nodes[1].client("w", "bob").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    bob.ok(json!({"op": "join", "chat": "g"})).await;
+    alice.ok(json!({"op": "send", "chat": "g", "body": {"text": "서버가 준비됐어요"}})).await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let r = bob.ok(json!({"op": "search", "query": "서버"})).await;
+        if let Some(hit) = r["results"].as_array().and_then(|a| a.first()) {
+            assert_eq!((hit["chat"].as_str(), hit["user"].as_str()), (Some("g"), Some("alice")), "{r}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not found from the other node within 2 s of the send's answer");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, r) = cell.nodes[1].http("GET", "/v1/workspaces/w/search?q=%EC%84%9C%EB%B2%84&user=bob", None).await;
+    assert_eq!(code, 200, "{r}");
+    assert_eq!(r["results"].as_array().map(Vec::len), Some(1), "{r}");
+}
