@@ -35,6 +35,9 @@ pub const SEARCH_FILE: &str = "search.db";
 const EVENTS_PER_TX: i64 = 512;
 /// With nothing marked, a pass over every chat this often (writes of another process).
 const IDLE_PASS: Duration = Duration::from_secs(60);
+/// How long the indexer lets writes gather after the first one wakes it (well inside the
+/// contract's 2 s from a send's answer to the message being found).
+const GATHER: Duration = Duration::from_millis(100);
 
 /// The index's tables. `search_grams` is ordered by gram, then newest first, so that a query
 /// reads a gram's postings from the newest and stops once it has a page.
@@ -115,7 +118,21 @@ fn open(dir: &Path, log: &Path) -> rusqlite::Result<Connection> {
 
 fn run(mut conn: Connection, pending: &Pending) {
     loop {
-        let work = pending.wait(IDLE_PASS);
+        let mut work = pending.wait(IDLE_PASS);
+        if let Work::Chats(keys) = &mut work {
+            // Let a burst of writes gather, so one transaction indexes many messages: the index's
+            // pages are then written once per pass, not once per message.
+            std::thread::sleep(GATHER);
+            match pending.take() {
+                Some(Work::Chats(more)) => {
+                    keys.extend(more);
+                    keys.sort();
+                    keys.dedup();
+                }
+                Some(other) => work = other,
+                None => {}
+            }
+        }
         let kind = if work == Work::All { "all" } else { "chats" };
         let chats = match work {
             Work::Close => return,
@@ -132,18 +149,18 @@ fn run(mut conn: Connection, pending: &Pending) {
             }
         };
         let mut removed = false;
-        let mut behind = chats.len();
-        for chat_id in chats {
+        let mut queue: std::collections::VecDeque<i64> = chats.into();
+        while !queue.is_empty() {
             if pending.closing() {
                 return;
             }
-            pending.report_lag(behind);
-            behind -= 1;
-            match index_chat(&mut conn, chat_id) {
+            pending.report_lag(queue.len());
+            match index_some(&mut conn, &mut queue) {
                 Ok(r) => removed |= r,
                 Err(e) => {
                     failed(&e);
                     pending.mark_all();
+                    break;
                 }
             }
         }
@@ -196,12 +213,33 @@ fn keys_behind(conn: &Connection, keys: &[crate::model::ChatKey]) -> rusqlite::R
     Ok(out)
 }
 
-/// Brings one chat's index up to its log, a transaction per [`EVENTS_PER_TX`] events. Answers
-/// whether text was removed.
-fn index_chat(conn: &mut Connection, chat_id: i64) -> rusqlite::Result<bool> {
+/// Indexes the chats at the front of `queue`, in one transaction of at most [`EVENTS_PER_TX`]
+/// events, popping each chat brought up to its log. Answers whether text was removed.
+fn index_some(conn: &mut Connection, queue: &mut std::collections::VecDeque<i64>) -> rusqlite::Result<bool> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let (mut removed, mut budget) = (false, EVENTS_PER_TX);
+    while let Some(&chat_id) = queue.front() {
+        if budget <= 0 {
+            break;
+        }
+        let asked = budget;
+        let (read, r) = index_chat(&tx, chat_id, asked)?;
+        removed |= r;
+        budget -= read;
+        if read < asked {
+            // Fewer than asked: the chat is up to its log.
+            queue.pop_front();
+        }
+    }
+    tx.commit()?;
+    Ok(removed)
+}
+
+/// Brings chat `chat_id`'s index up to at most `limit` more events of its log, in `tx`. Answers
+/// how many events it read and whether text was removed.
+fn index_chat(tx: &rusqlite::Transaction<'_>, chat_id: i64, limit: i64) -> rusqlite::Result<(i64, bool)> {
     let mut removed = false;
-    loop {
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    {
         let from: i64 = tx
             .query_row("SELECT seq FROM search_positions WHERE chat_id = ?1", [chat_id], |r| r.get(0))
             .optional()?
@@ -210,10 +248,10 @@ fn index_chat(conn: &mut Connection, chat_id: i64) -> rusqlite::Result<bool> {
             .prepare_cached(
                 "SELECT seq, type, target FROM log.events WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
             )?
-            .query_map(params![chat_id, from, EVENTS_PER_TX], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .query_map(params![chat_id, from, limit], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
             .collect::<rusqlite::Result<_>>()?;
         let Some(last) = rows.last().map(|r| r.0) else {
-            return Ok(removed);
+            return Ok((0, removed));
         };
         let touched: BTreeSet<i64> = rows
             .iter()
@@ -224,18 +262,15 @@ fn index_chat(conn: &mut Connection, chat_id: i64) -> rusqlite::Result<bool> {
             })
             .collect();
         for seq in touched {
-            removed |= reindex(&tx, chat_id, seq)?;
+            removed |= reindex(tx, chat_id, seq)?;
         }
         tx.execute(
             "INSERT INTO search_positions (chat_id, seq) VALUES (?1, ?2)
              ON CONFLICT (chat_id) DO UPDATE SET seq = excluded.seq",
             params![chat_id, last],
         )?;
-        tx.commit()?;
         metrics::counter!("herald_search_indexed_events_total").increment(rows.len() as u64);
-        if (rows.len() as i64) < EVENTS_PER_TX {
-            return Ok(removed);
-        }
+        Ok((rows.len() as i64, removed))
     }
 }
 
