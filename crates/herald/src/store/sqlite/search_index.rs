@@ -122,7 +122,10 @@ fn run(mut conn: Connection, pending: &Pending) {
         if let Work::Chats(keys) = &mut work {
             // Let a burst of writes gather, so one transaction indexes many messages: the index's
             // pages are then written once per pass, not once per message.
-            std::thread::sleep(GATHER);
+            let until = std::time::Instant::now() + GATHER;
+            while std::time::Instant::now() < until && !pending.closing() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             match pending.take() {
                 Some(Work::Chats(more)) => {
                     keys.extend(more);
