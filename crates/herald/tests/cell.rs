@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::cell::LocalCell;
@@ -137,26 +137,6 @@ async fn a_revocation_closes_the_users_connections_on_every_node() {
 
 const HOOK_SECRET: &str = "hook-secret-0123456789abcdef0123456789abcdef";
 
-/// A webhook receiver that keeps the events of every request and answers 200.
-async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let got: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let keep = got.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |body: axum::body::Bytes| async move {
-            let v: Value = serde_json::from_slice(&body).unwrap_or_default();
-            keep.lock().unwrap().extend(v["events"].as_array().cloned().unwrap_or_default());
-            "ok"
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, got)
-}
-
 /// The message event of `chat` with body `body`, once delivered.
 async fn delivered(got: &Mutex<Vec<Value>>, chat: &str, body: &str) -> Value {
     let deadline = Instant::now() + WAIT;
@@ -172,7 +152,7 @@ async fn delivered(got: &Mutex<Vec<Value>>, chat: &str, body: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhooks_offline_list_counts_users_connected_to_any_node() {
-    let (url, got) = receiver().await;
+    let (url, got) = webhook_receiver().await;
     // node-0 delivers (the shared store is a SQLite store: each node with a
     // webhook would deliver it all), node-1 only answers its asks.
     let cell = LocalCell::start_with(2, |i, c| {

@@ -429,19 +429,7 @@ async fn a_users_export_carries_their_files_with_urls() {
 
 #[tokio::test]
 async fn webhook_events_carry_files_with_urls() {
-    let got: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
-    let keep = got.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |body: axum::body::Bytes| async move {
-            let v: Value = serde_json::from_slice(&body).unwrap_or_default();
-            keep.lock().unwrap().extend(v["events"].as_array().cloned().unwrap_or_default());
-            "ok"
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (url, got) = webhook_receiver().await;
     let s = TestServer::start_with(move |c| {
         c.hooks.secret = Some("hook-secret-0123456789abcdef0123456789abcdef".into());
         c.hooks.webhook = Some(herald::hooks::WebhookSettings {

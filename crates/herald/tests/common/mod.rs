@@ -585,3 +585,24 @@ pub fn dev_mode(c: &herald::Config) -> herald::Config {
     let args = [std::ffi::OsString::from("serve"), "--listen".into(), listen.into(), "--data".into(), data.into()];
     herald::config::ServeArgs::parse_from(args).and_then(|a| a.resolve()).expect("development mode resolves")
 }
+
+/// A webhook receiver on a free loopback port that keeps the events of every request and answers
+/// 200: its URL and what it got.
+pub async fn webhook_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    let got: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+    let keep = got.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |body: axum::body::Bytes| async move {
+            let v: Value = serde_json::from_slice(&body).unwrap_or_default();
+            keep.lock().unwrap().extend(v["events"].as_array().cloned().unwrap_or_default());
+            "ok"
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, got)
+}
