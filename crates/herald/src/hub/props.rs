@@ -32,23 +32,21 @@
 //!   connection unwatched it, or its user left after the watch began (or was
 //!   no member then).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use herald_protocol::EventType;
 use herald_protocol::frame::{EventPush, ok_reply};
 use herald_protocol::limits::FETCH_MAX;
 use herald_protocol::reply::WatchOk;
-use herald_protocol::{Event, EventType};
 use proptest::prelude::*;
-use serde_json::value::RawValue;
 
 use super::{GAP_WAIT, HOT_NOTIFY_EVERY, Hub, Replay, TAIL_EVERY};
 use crate::broker::Sink;
 use crate::broker::memory::MemoryBroker;
-use crate::model::{ChatInfo, ChatKey, Published};
+use crate::model::{ChatKey, Published};
 use crate::outbox::{Frame, Outbox};
-use crate::store::{BoxFuture, EventLog, Fetched, Store, StoreError, Write, Written};
+use crate::store::{Store, StoreError};
 
 /// Connections in a program; connection `c` is user `c % USERS`.
 const CONNS: u8 = 3;
@@ -59,279 +57,12 @@ fn user_of(conn: u8) -> String {
     format!("u{}", conn % USERS)
 }
 
-// ---- the model log -------------------------------------------------------------------------
+mod cases;
+mod model;
+mod program;
 
-/// One chat's log: events 1..=N, and who is a member now. Reads by the chat
-/// layer (with a member) check membership as the real stores do; reads by
-/// the hub (no member) take `delay` of (paused) time, so that the program
-/// goes on while a repair's read is in flight.
-struct ModelLog {
-    state: Mutex<LogState>,
-    delay: Duration,
-}
-
-struct LogState {
-    events: Vec<Event>,
-    members: HashSet<String>,
-}
-
-impl ModelLog {
-    fn new(delay: Duration) -> Arc<ModelLog> {
-        let members = (0..USERS).map(|u| format!("u{u}")).collect();
-        Arc::new(ModelLog { state: Mutex::new(LogState { events: Vec::new(), members }), delay })
-    }
-
-    fn latest(&self) -> u64 {
-        self.state.lock().unwrap().events.len() as u64
-    }
-
-    fn event(&self, seq: u64) -> Event {
-        self.state.lock().unwrap().events[seq as usize - 1].clone()
-    }
-
-    fn is_member(&self, user: &str) -> bool {
-        self.state.lock().unwrap().members.contains(user)
-    }
-
-    /// Commits an event of `kind` by `user`; returns its seq.
-    fn commit(&self, kind: EventType, user: &str) -> u64 {
-        let mut s = self.state.lock().unwrap();
-        match kind {
-            EventType::Join => {
-                s.members.insert(user.to_string());
-            }
-            EventType::Leave => {
-                s.members.remove(user);
-            }
-            _ => {}
-        }
-        let seq = s.events.len() as u64 + 1;
-        let body = RawValue::from_string(format!("{{\"n\":{seq}}}")).unwrap();
-        s.events.push(Event::new(seq, kind, Some(user.to_string()), 0, body));
-        seq
-    }
-
-    /// Seqs of the leaves of `user`.
-    fn leaves_of(&self, user: &str) -> Vec<u64> {
-        let s = self.state.lock().unwrap();
-        s.events
-            .iter()
-            .filter(|e| e.kind == EventType::Leave && e.user.as_deref() == Some(user))
-            .map(|e| e.seq)
-            .collect()
-    }
-
-    fn info(s: &LogState) -> ChatInfo {
-        ChatInfo { seq: s.events.len() as u64, members: s.members.len() as u64, open: true, profiled: false }
-    }
-}
-
-impl EventLog for ModelLog {
-    fn write(&self, _write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
-        Box::pin(std::future::ready(Err(StoreError::Unavailable("the test commits itself".into()))))
-    }
-
-    fn chat(&self, _key: &ChatKey) -> BoxFuture<'_, Result<Option<ChatInfo>, StoreError>> {
-        let info = ModelLog::info(&self.state.lock().unwrap());
-        Box::pin(std::future::ready(Ok(Some(info))))
-    }
-
-    fn fetch<'a>(
-        &'a self,
-        _key: &'a ChatKey,
-        member: Option<&'a str>,
-        after: u64,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Fetched, StoreError>> {
-        Box::pin(async move {
-            if member.is_none() && !self.delay.is_zero() {
-                tokio::time::sleep(self.delay).await;
-            }
-            let s = self.state.lock().unwrap();
-            if let Some(user) = member
-                && !s.members.contains(user)
-            {
-                return Err(StoreError::Forbidden(format!("{user} is not a member")));
-            }
-            let info = ModelLog::info(&s);
-            let last = info.seq.min(after.saturating_add(u64::from(limit)));
-            let events = if after >= last { Vec::new() } else { s.events[after as usize..last as usize].to_vec() };
-            Ok(Fetched { events, info, more: last < info.seq })
-        })
-    }
-
-    fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {
-        Box::pin(async move {
-            if !self.delay.is_zero() {
-                tokio::time::sleep(self.delay).await;
-            }
-            let latest = self.latest();
-            Ok(keys.iter().map(|_| Some(latest)).collect())
-        })
-    }
-
-    /// The fake stores no `client_id`s.
-    fn client_id_seq<'a>(
-        &'a self,
-        _key: &'a ChatKey,
-        _user: &'a str,
-        _client_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
-        Box::pin(std::future::ready(Ok(None)))
-    }
-}
-
-crate::store::not_kept!(ModelLog: Lifecycle, Membership, Moderation, RevocationList, WebhookPositions, Conversations, Files, Export, Search);
-
-// ---- programs ------------------------------------------------------------------------------
-
-/// The hub's and the chat layer's settings for one program.
-#[derive(Debug, Clone)]
-struct Settings {
-    /// `Hub::new`'s `hot_deliveries` (0: chats never turn hot).
-    hot: u64,
-    /// `Hub::new`'s `sync_bytes`.
-    sync_bytes: usize,
-    /// The chat layer's `replay_events` and `replay_bytes`.
-    replay_events: usize,
-    replay_bytes: usize,
-    /// How long the hub's reads of the log take.
-    store_delay: Duration,
-    /// The kinds of step this program leaves out.
-    swarm: Swarm,
-}
-
-/// Kinds of step a program leaves out (swarm testing: a program without,
-/// say, deliveries or checkpoints explores what a mix of all rarely does).
-#[derive(Clone, Copy)]
-struct Swarm(u16);
-
-impl Swarm {
-    const KINDS: [&'static str; 10] =
-        ["Deliver", "Redeliver", "Unwatch", "Leave", "Join", "Advance", "Yield", "Tail", "Backfill", "Checkpoint"];
-
-    fn kind(op: &Op) -> Option<usize> {
-        Some(match op {
-            Op::Deliver(_) => 0,
-            Op::Redeliver(_) => 1,
-            Op::Unwatch(_) => 2,
-            Op::Leave { .. } => 3,
-            Op::Join(_) => 4,
-            Op::Advance(_) => 5,
-            Op::Yield => 6,
-            Op::Tail => 7,
-            Op::Backfill => 8,
-            Op::Checkpoint => 9,
-            Op::Commit | Op::Watch { .. } => return None,
-        })
-    }
-
-    fn allows(self, op: &Op) -> bool {
-        Swarm::kind(op).is_none_or(|k| self.0 & (1 << k) == 0)
-    }
-}
-
-impl std::fmt::Debug for Swarm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let off: Vec<&str> =
-            Swarm::KINDS.iter().enumerate().filter(|(k, _)| self.0 & (1 << k) != 0).map(|(_, n)| *n).collect();
-        write!(f, "without {off:?}")
-    }
-}
-
-fn swarm() -> impl Strategy<Value = Swarm> {
-    any::<u16>().prop_map(|m| Swarm(m & ((1 << Swarm::KINDS.len()) - 1)))
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    /// Commits a message (its hint is delivered by `Deliver`, or never).
-    Commit,
-    /// Hands the hub the `n`th (mod how many) committed event not handed yet.
-    Deliver(u8),
-    /// Hands the hub a committed event again (mod the log's length).
-    Redeliver(u8),
-    /// A watch request of `conn`, with `after` the log's latest seq plus this
-    /// offset (floored at 0): `begin_watch` now, the chat layer's read of the
-    /// log after `read_in` more steps, `finish_watch` `finish_in` steps after that.
-    Watch { conn: u8, after: Option<i8>, read_in: u8, finish_in: u8 },
-    /// `conn` unwatches (whether its watch is live, still starting, or none).
-    Unwatch(u8),
-    /// `conn`'s user leaves (a committed `leave`, delivered like any event);
-    /// with `unwatch`, from `conn` itself, whose watch the chat layer ends.
-    Leave { conn: u8, unwatch: bool },
-    /// User `n` joins again (a committed `join`).
-    Join(u8),
-    /// Time passes (ms).
-    Advance(u16),
-    /// The hub's spawned tasks get to run a step.
-    Yield,
-    /// One tail check (`hub.check_tails()`, as the broker's `may_lose` would schedule).
-    Tail,
-    /// The broker asks for a catch-up (its subscription confirmed).
-    Backfill,
-    /// Time passes until every repair is done; then every live watch must hold every event it is owed.
-    Checkpoint,
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        4 => Just(Op::Commit),
-        4 => any::<u8>().prop_map(Op::Deliver),
-        1 => any::<u8>().prop_map(Op::Redeliver),
-        6 => (0..CONNS, proptest::option::of(-4i8..=2), 0u8..12, 0u8..12)
-            .prop_map(|(conn, after, read_in, finish_in)| Op::Watch { conn, after, read_in, finish_in }),
-        2 => (0..CONNS).prop_map(Op::Unwatch),
-        1 => (0..CONNS, any::<bool>()).prop_map(|(conn, unwatch)| Op::Leave { conn, unwatch }),
-        1 => (0..USERS).prop_map(Op::Join),
-        1 => (0u16..1000).prop_map(Op::Advance),
-        1 => Just(Op::Yield),
-        1 => Just(Op::Tail),
-        1 => Just(Op::Backfill),
-        2 => Just(Op::Checkpoint),
-    ]
-}
-
-fn program() -> impl Strategy<Value = Vec<Op>> {
-    // Mostly short programs (a quiet chat right after a race is where a
-    // watcher left behind shows), some long ones.
-    prop_oneof![2 => proptest::collection::vec(op(), 1..24), 1 => proptest::collection::vec(op(), 24..80)]
-}
-
-/// Hot chats off (the server's default), a sync buffer that never overflows,
-/// replays of any length.
-fn plain_settings() -> impl Strategy<Value = Settings> {
-    (prop_oneof![Just(100_000usize), 1usize..4], prop_oneof![Just(0u64), Just(1), Just(5)], swarm()).prop_map(
-        |(replay_events, delay_ms, swarm)| Settings {
-            hot: 0,
-            sync_bytes: 1 << 20,
-            replay_events,
-            replay_bytes: 1 << 20,
-            store_delay: Duration::from_millis(delay_ms),
-            swarm,
-        },
-    )
-}
-
-/// Hot chats, a sync buffer that overflows, replays cut short by bytes.
-fn stressed_settings() -> impl Strategy<Value = Settings> {
-    (
-        prop_oneof![Just(0u64), 2u64..6],
-        prop_oneof![Just(1usize << 20), 100usize..300],
-        prop_oneof![Just(100_000usize), 1usize..4],
-        prop_oneof![Just(1usize << 20), 100usize..300],
-        prop_oneof![Just(0u64), Just(1), Just(5)],
-        swarm(),
-    )
-        .prop_map(|(hot, sync_bytes, replay_events, replay_bytes, delay_ms, swarm)| Settings {
-            hot,
-            sync_bytes,
-            replay_events,
-            replay_bytes,
-            store_delay: Duration::from_millis(delay_ms),
-            swarm,
-        })
-}
+use model::ModelLog;
+use program::{Op, Settings, Swarm, plain_settings, program, stressed_settings};
 
 // ---- the harness ---------------------------------------------------------------------------
 
@@ -827,64 +558,4 @@ proptest! {
         let violations = run(settings, &ops);
         prop_assert!(violations.is_empty(), "{:#?}", violations);
     }
-}
-
-// ---- minimal cases the properties found ------------------------------------------------------
-
-fn plain() -> Settings {
-    Settings {
-        hot: 0,
-        sync_bytes: 1 << 20,
-        replay_events: 100_000,
-        replay_bytes: 1 << 20,
-        store_delay: Duration::ZERO,
-        swarm: Swarm(0),
-    }
-}
-
-fn watch(conn: u8, read_in: u8, finish_in: u8) -> Op {
-    Op::Watch { conn, after: None, read_in, finish_in }
-}
-
-/// The first watch of a chat reads the log; its user's `leave` is committed
-/// and reaches the hub (held: the sequencer has no start yet) before
-/// `finish_watch`, which starts the sequencer, releases the `leave`, which
-/// ends the watch being finished; `finish_watch` then panics on it.
-#[test]
-fn a_leave_released_by_the_first_finish_watch_ends_that_watch_without_a_panic() {
-    let ops = [watch(1, 0, 2), Op::Leave { conn: 1, unwatch: false }, Op::Deliver(0)];
-    assert_eq!(run(plain(), &ops), Vec::<String>::new());
-}
-
-/// Two first watches of a chat: A reads the log (latest 0), event 1 is
-/// committed, B reads (latest 1) and finishes first, starting the sequencer
-/// at 2 (1's hint is dropped as old); A finishes with nothing telling it of 1.
-#[test]
-fn a_watch_that_read_the_log_before_another_finished_first_misses_nothing() {
-    let ops = [watch(0, 0, 4), watch(1, 1, 0), Op::Commit, Op::Deliver(0), Op::Yield];
-    assert_eq!(run(plain(), &ops), Vec::<String>::new());
-}
-
-/// As above, with the event between the two reads a `leave` of A's user: A
-/// never sees it end its watch, and is pushed the chat's later events.
-#[test]
-fn a_leave_after_a_watch_read_the_log_ends_it_even_if_another_watch_finished_first() {
-    let ops = [watch(2, 2, 0), watch(1, 0, 1), Op::Leave { conn: 1, unwatch: false }, Op::Commit];
-    assert_eq!(run(plain(), &ops), Vec::<String>::new());
-}
-
-/// u1 leaves (seq 1) and joins again (seq 2); then conn 1 (u1) watches, live
-/// from seq 3. The hub, behind on the log (hints lost), catches up 1..=3:
-/// the old `leave` ends the new watch, which gets nothing more.
-#[test]
-fn a_leave_from_before_a_rejoin_does_not_end_a_later_watch() {
-    let ops = [watch(0, 0, 0), Op::Leave { conn: 1, unwatch: false }, Op::Join(1), watch(1, 0, 0), Op::Commit];
-    assert_eq!(run(plain(), &ops), Vec::<String>::new());
-}
-
-/// As above, the old `leave` arriving while the new watch starts: it is refused.
-#[test]
-fn a_leave_from_before_a_rejoin_does_not_refuse_a_later_watch() {
-    let ops = [watch(0, 0, 0), Op::Leave { conn: 1, unwatch: false }, Op::Join(1), watch(1, 0, 1), Op::Deliver(0)];
-    assert_eq!(run(plain(), &ops), Vec::<String>::new());
 }
