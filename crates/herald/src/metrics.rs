@@ -105,6 +105,22 @@ fn describe() {
     describe_histogram!("herald_store_read_seconds", "Time of one store read");
     describe_histogram!("herald_store_batch_writes", "Writes per committed batch");
     describe_counter!("herald_store_errors_total", "Store failures, by kind");
+    describe_counter!(
+        "herald_store_pg_primary_changes_total",
+        "Times a multi-host PostgreSQL shard's primary was found on another host (a failover), by shard"
+    );
+    describe_counter!(
+        "herald_store_pg_host_timeouts_total",
+        "PostgreSQL connection attempts given up because a host did not answer in time (a hung host), by shard"
+    );
+    describe_counter!(
+        "herald_store_pg_fence_total",
+        "Times a shard's pooled connections were retired after a failure, by shard and reason (write, slow)"
+    );
+    describe_counter!(
+        "herald_store_seq_rewinds_total",
+        "Chats found behind a seq this node saw stored (a standby promoted without every commit), moved past it, by shard"
+    );
     describe_gauge!("herald_watches", "Watches of chats by local connections");
     describe_gauge!("herald_hub_chats", "Chats with local watchers");
     describe_counter!(

@@ -16,7 +16,10 @@ pub struct StoreSettings {
     /// shard. Chats are routed by NAME (1-64 of A-Z a-z 0-9 _ . -), or by
     /// `host:port/db` without one; every node must name a shard alike.
     /// `?sslmode=require&sslrootcert=PATH`: TLS, certificate verified.
-    /// With none, the embedded SQLite store in `--data` is used.
-    #[arg(long = "store", env = "HERALD_STORE", value_delimiter = ',')]
+    /// A shard with standbys lists its hosts, `postgres://u@h1:5432,h2:5432/db`:
+    /// herald writes to whichever is the primary. Entries may also be given
+    /// comma-separated in one value. With none, the embedded SQLite store in
+    /// `--data` is used.
+    #[arg(long = "store", env = "HERALD_STORE")]
     pub stores: Vec<String>,
 }

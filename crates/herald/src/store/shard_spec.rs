@@ -101,6 +101,10 @@ pub struct ShardSpec {
     pub roots: Roots,
     /// The URL without its password, for operators' messages.
     pub shown: String,
+    /// One connection setting per host of a multi-host URL (`h1:5432,h2:5432`),
+    /// in the URL's order, without `target_session_attrs` (herald finds the
+    /// primary itself, see `postgres::connect`); empty for a one-host URL.
+    pub hosts: Vec<tokio_postgres::Config>,
 }
 
 impl ShardSpec {
@@ -124,20 +128,32 @@ impl ShardSpec {
             )));
         }
         let (url, tls, roots) = take_tls_params(url).map_err(|e| SpecError(format!("{shown}: {e}")))?;
-        let mut pg: tokio_postgres::Config = url.parse().map_err(|e| SpecError(format!("{shown}: {}", chain(&e))))?;
-        if tls == TlsMode::Off {
-            // tokio-postgres's default is `prefer`; with no TLS client that is plain TCP. Say so.
-            pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
-        }
+        let parse = |url: &str| -> Result<tokio_postgres::Config, SpecError> {
+            let mut pg: tokio_postgres::Config = url.parse().map_err(|e| SpecError(format!("{shown}: {}", chain(&e))))?;
+            if tls == TlsMode::Off {
+                // tokio-postgres's default is `prefer`; with no TLS client that is plain TCP. Say so.
+                pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
+            }
+            Ok(pg)
+        };
+        let pg = parse(&url)?;
+        let hosts = match one_url_per_host(&url) {
+            Some(urls) => urls.iter().map(|u| parse(u)).collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
+        };
         let name = match name {
             Some(n) => ShardName { name: n.to_string(), explicit: true },
             None => ShardName { name: derived_name(&pg), explicit: false },
         };
-        Ok(ShardSpec { name, pg, tls, roots, shown })
+        Ok(ShardSpec { name, pg, tls, roots, shown, hosts })
     }
 
     /// Parses a node's whole `--store` list; refuses a name given twice.
+    /// One item may hold several entries separated by commas (`HERALD_STORE`),
+    /// and an entry's own hosts are separated by commas too: a comma starts a
+    /// new entry only where `postgres://` or `NAME=postgres://` follows it.
     pub fn parse_all(entries: &[String]) -> Result<Vec<ShardSpec>, SpecError> {
+        let entries: Vec<&str> = entries.iter().flat_map(|e| split_entries(e)).collect();
         let mut specs: Vec<ShardSpec> = Vec::with_capacity(entries.len());
         for entry in entries {
             let spec = ShardSpec::parse(entry)?;
@@ -159,6 +175,46 @@ fn is_url(s: &str) -> bool {
     s.starts_with("postgres://") || s.starts_with("postgresql://")
 }
 
+/// Splits `a=postgres://h1,h2/d,postgres://h3/e` into its two entries: a
+/// comma ends an entry only before `postgres://` or `NAME=postgres://`.
+fn split_entries(list: &str) -> Vec<&str> {
+    let starts_entry = |rest: &str| is_url(rest) || rest.split_once('=').is_some_and(|(n, url)| valid_name(n) && is_url(url));
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, _) in list.match_indices(',') {
+        if starts_entry(&list[i + 1..]) {
+            out.push(&list[start..i]);
+            start = i + 1;
+        }
+    }
+    out.push(&list[start..]);
+    out
+}
+
+/// A multi-host URL's hosts (`scheme://user@h1:p1,h2:p2/db?query`) as one
+/// URL each, `target_session_attrs` taken out; `None` for a one-host URL.
+fn one_url_per_host(url: &str) -> Option<Vec<String>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (user, hosts) = match authority.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), authority),
+    };
+    if !hosts.contains(',') {
+        return None;
+    }
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let kept: Vec<&str> =
+                query.split('&').filter(|p| !p.is_empty() && !p.starts_with("target_session_attrs=")).collect();
+            if kept.is_empty() { path.to_string() } else { format!("{path}?{}", kept.join("&")) }
+        }
+        None => tail.to_string(),
+    };
+    Some(hosts.split(',').map(|h| format!("{scheme}://{user}{h}{tail}")).collect())
+}
+
 fn valid_name(name: &str) -> bool {
     (1..=MAX_NAME).contains(&name.len())
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
@@ -166,14 +222,23 @@ fn valid_name(name: &str) -> bool {
 
 /// The name herald gave shards before names could be given, kept as is:
 /// changing it would re-route every chat of a deployment with bare URLs.
+/// A multi-host URL's hosts are sorted, so that nodes listing them in
+/// another order route alike: `a:5432,b:5432/db`.
 fn derived_name(pg: &tokio_postgres::Config) -> String {
-    let host = match pg.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
-        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
-        None => "localhost".into(),
+    let host = |h: &tokio_postgres::config::Host| match h {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
     };
-    let port = pg.get_ports().first().copied().unwrap_or(5432);
-    format!("{host}:{port}/{}", pg.get_dbname().unwrap_or("postgres"))
+    let ports = pg.get_ports();
+    // One port for all hosts, or one per host (as libpq reads them).
+    let port = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+    let mut hosts: Vec<String> = pg.get_hosts().iter().enumerate().map(|(i, h)| format!("{}:{}", host(h), port(i))).collect();
+    if hosts.is_empty() {
+        hosts.push(format!("localhost:{}", port(0)));
+    }
+    hosts.sort();
+    hosts.dedup();
+    format!("{}/{}", hosts.join(","), pg.get_dbname().unwrap_or("postgres"))
 }
 
 /// Takes `sslmode` and `sslrootcert` out of the URL's query: tokio-postgres
@@ -337,6 +402,26 @@ mod tests {
         assert!(e.contains("\"a\" twice") && e.contains("postgres://u@h/d2") && !e.contains("pw"), "{e}");
         let e = ShardSpec::parse_all(&list(&["postgres://h/d", "postgres://h:5432/d"])).unwrap_err().to_string();
         assert!(e.contains("\"h:5432/d\" twice"), "{e}");
+    }
+
+    #[test]
+    fn a_shard_of_several_hosts_is_one_entry_named_alike_in_any_order() {
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let one = "a=postgres://herald:pw@h1:5432,h2:5433/chats?target_session_attrs=read-write";
+        let specs = ShardSpec::parse_all(&list(&[&format!("{one},b=postgres://h3/d,postgres://h4,h5/e")])).unwrap();
+        assert_eq!(specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a", "b", "h4:5432,h5:5432/e"]);
+        let hosts = &specs[0].hosts;
+        assert_eq!(hosts.len(), 2);
+        assert_eq!(hosts[1].get_hosts(), [tokio_postgres::config::Host::Tcp("h2".into())]);
+        assert_eq!(hosts[1].get_ports(), [5433]);
+        assert_eq!(hosts[1].get_password(), Some(&b"pw"[..]));
+        assert_eq!(hosts[1].get_dbname(), Some("chats"));
+        assert_eq!(hosts[0].get_target_session_attrs(), tokio_postgres::config::TargetSessionAttrs::Any);
+        assert!(specs[1].hosts.is_empty());
+        assert_eq!(specs[0].shown, "postgres://herald@h1:5432,h2:5433/chats?target_session_attrs=read-write");
+        let a = ShardSpec::parse("postgres://x@b:5433,a:5432/db").unwrap();
+        let b = ShardSpec::parse("postgres://x@a:5432,b:5433/db").unwrap();
+        assert_eq!((a.name.as_str(), b.name.as_str()), ("a:5432,b:5433/db", "a:5432,b:5433/db"));
     }
 
     #[test]

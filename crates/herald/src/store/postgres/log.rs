@@ -9,6 +9,7 @@ use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
+use super::heads::chat_hash;
 use super::members::read_position;
 use super::{PgShard, pg_unavailable};
 use crate::model::{ChatInfo, ChatKey};
@@ -75,6 +76,7 @@ impl EventLog for PgShard {
             let mut info = row.info();
             let last = events.last().map(|e| e.seq);
             info.seq = info.seq.max(last.unwrap_or(0));
+            self.heads.saw(chat_hash(key), info.seq);
             Ok(Fetched { more: last.unwrap_or(after) < info.seq, events, info })
         })
     }
@@ -95,8 +97,12 @@ impl EventLog for PgShard {
             let mut heads = vec![None; keys.len()];
             for row in conn.query(&stmt, &[&ws, &chats]).await.map_err(fail)? {
                 let i = row.get::<_, i64>(0) as usize;
-                if let Some(slot) = i.checked_sub(1).and_then(|i| heads.get_mut(i)) {
-                    *slot = Some(row.get::<_, i64>(1) as u64);
+                if let Some(i) = i.checked_sub(1)
+                    && let Some(slot) = heads.get_mut(i)
+                {
+                    let seq = row.get::<_, i64>(1) as u64;
+                    self.heads.saw(chat_hash(&keys[i]), seq);
+                    *slot = Some(seq);
                 }
             }
             Ok(heads)

@@ -19,9 +19,12 @@
 //! parsing `--store` entries (`shard_spec`); the TLS client (`pg_tls`).
 
 mod bulk;
+mod connect;
 mod conversations;
 mod export;
 mod files;
+mod heads;
+mod lease;
 mod log;
 mod members;
 mod moderation;
@@ -36,7 +39,7 @@ mod writer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime};
+use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use tokio::sync::{OnceCell, mpsc};
 use tokio_postgres::NoTls;
 
@@ -45,6 +48,8 @@ use super::pg_tls;
 use super::shard_identity::{Claims, IdentityError};
 use super::shard_spec::{ShardName, ShardSpec, TlsMode, chain};
 use super::{Alive, BoxFuture, Lifecycle, ShardStatus, StoreError, Write};
+use connect::{HOST_TIMEOUT, PrimaryConnect};
+use lease::{Fence, Lease};
 use schema::ensure_schema;
 use writer::Writer;
 
@@ -54,10 +59,15 @@ const MAX_BATCH: usize = 512;
 const WRITE_QUEUE: usize = 16 * 1024;
 /// Pooled connections for reads.
 const READ_POOL: usize = 8;
-/// A connection attempt to a shard that is down fails within this.
+/// A TCP connect to a host that is down fails within this.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
-/// A batch that takes longer is abandoned (its connection dropped, which rolls it back).
-const BATCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// A new pooled connection is made within this: the host that was the
+/// primary, then the others at once (see `connect.rs`).
+const CREATE_TIMEOUT: Duration = Duration::from_millis(2 * HOST_TIMEOUT.as_millis() as u64 + 100);
+/// A batch that takes longer is abandoned (its connection dropped, which
+/// rolls it back if it had not committed): a primary that hangs holds the
+/// shard's writes this long at most before herald looks for another.
+const BATCH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A PostgreSQL shard.
 pub struct PgShard {
@@ -70,6 +80,10 @@ pub struct PgShard {
     webhook: Arc<std::sync::atomic::AtomicBool>,
     /// v1.2 search: the chats this node wrote since its indexer last looked (`search_index.rs`).
     search: Arc<crate::store::search_pending::Pending>,
+    /// Retires pooled connections after a failure (`lease.rs`).
+    fence: Arc<Fence>,
+    /// The highest seq this node has seen per chat (`heads.rs`).
+    heads: Arc<heads::SeenHeads>,
 }
 
 /// Who a shard is, shared by its reads and its writer, and whether this
@@ -105,11 +119,20 @@ impl PgShard {
     pub fn open(spec: &ShardSpec, claims: &Claims) -> anyhow::Result<PgShard> {
         let mut pg = spec.pg.clone();
         pg.connect_timeout(CONNECT_TIMEOUT);
+        let mut hosts = spec.hosts.clone();
+        for h in &mut hosts {
+            h.connect_timeout(CONNECT_TIMEOUT);
+        }
         let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+        let name = spec.name.clone();
         let mgr = match spec.tls {
-            TlsMode::Off => Manager::from_config(pg, NoTls, recycling),
-            TlsMode::Prefer | TlsMode::Require => Manager::from_config(pg, pg_tls::client(&spec.roots)?, recycling),
+            TlsMode::Off => Manager::from_connect(pg.clone(), PrimaryConnect::new(pg, hosts, NoTls, name), recycling),
+            TlsMode::Prefer | TlsMode::Require => {
+                let tls = pg_tls::client(&spec.roots)?;
+                Manager::from_connect(pg.clone(), PrimaryConnect::new(pg, hosts, tls, name), recycling)
+            }
         };
+        let fence = Arc::new(Fence::new(spec.name.clone()));
         let shard = Arc::new(Checked {
             name: spec.name.clone(),
             shown: spec.shown.clone(),
@@ -121,14 +144,23 @@ impl PgShard {
             // The writer's connection, and the search indexer's.
             .max_size(READ_POOL + 2)
             .runtime(Runtime::Tokio1)
-            .create_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CREATE_TIMEOUT))
             .wait_timeout(Some(Duration::from_secs(2)))
             .post_create(same_shard(shard.clone()))
+            .pre_recycle(lease::recycle_check(fence.clone()))
             .build()?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let writer_alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let webhook = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let writer = Writer { shard: shard.clone(), pool: pool.clone(), conn: None, webhook: webhook.clone() };
+        let heads = Arc::new(heads::SeenHeads::default());
+        let writer = Writer {
+            shard: shard.clone(),
+            pool: pool.clone(),
+            conn: None,
+            webhook: webhook.clone(),
+            fence: fence.clone(),
+            heads: heads.clone(),
+        };
         let alive = Alive(writer_alive.clone(), "postgres");
         tokio::spawn(async move {
             let _alive = alive;
@@ -138,7 +170,7 @@ impl PgShard {
         if crate::store::search_pending::indexing_on() {
             tokio::spawn(search_index::run(shard.clone(), pool.clone(), search.clone()));
         }
-        Ok(PgShard { shard, writer_alive, jobs: tx, pool, webhook, search })
+        Ok(PgShard { shard, writer_alive, jobs: tx, pool, webhook, search, fence, heads })
     }
 
     /// The shard's name: the one given with `NAME=`, else `host:port/database`.
@@ -164,8 +196,12 @@ impl PgShard {
         }
     }
 
-    async fn conn(&self) -> Result<Object, StoreError> {
-        let conn = self.pool.get().await.map_err(|e| pg_unavailable(&self.shard.name, &e))?;
+    /// A pooled connection to the shard's primary, for one read (see `lease.rs`).
+    async fn conn(&self) -> Result<Lease, StoreError> {
+        let conn = Lease::new(
+            self.pool.get().await.map_err(|e| pg_unavailable(&self.shard.name, &e))?,
+            self.fence.clone(),
+        );
         ensure_schema(&self.shard, &conn).await.map_err(|e| self.shard.not_confirmed(&e))?;
         Ok(conn)
     }

@@ -3,7 +3,6 @@
 //!
 //! Not here: what the identity check compares (`shard_identity`).
 
-use deadpool_postgres::Object;
 
 use super::Checked;
 use crate::store::shard_identity::{self, IdentityError};
@@ -21,7 +20,7 @@ const SCHEMA_VERSION: i32 = 8;
 
 /// Applies the schema and confirms the shard's identity, once per process
 /// and shard, under an advisory lock so that nodes starting together do not race.
-pub(super) async fn ensure_schema(shard: &Checked, conn: &Object) -> Result<(), IdentityError> {
+pub(super) async fn ensure_schema(shard: &Checked, conn: &deadpool_postgres::ClientWrapper) -> Result<(), IdentityError> {
     shard
         .done
         .get_or_try_init(|| async {

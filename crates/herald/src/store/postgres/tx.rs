@@ -11,6 +11,7 @@ use herald_protocol::{Event, FileRef};
 use serde_json::value::RawValue;
 
 use super::bulk::PendingEvent;
+use super::heads::{SeenHeads, chat_hash};
 use super::log::{MESSAGE_COLUMNS, chat_row, message_row};
 use crate::model::ChatKey;
 use crate::store::apply::{self, ChatRow, EventMeta, MessageRow, Stored, Tx};
@@ -38,12 +39,23 @@ pub(super) struct PgTx<'a, 'b> {
     own: HashMap<(i64, String), u64>,
     /// webhook: whether this transaction keeps the webhook's positions.
     pub(super) webhook: bool,
+    /// The highest seqs this node has seen (`heads.rs`), and the shard's name for its log lines.
+    heads: &'a SeenHeads,
+    shard: &'a str,
+    /// Chats read in this batch, by row id: their keys' hashes.
+    hashes: HashMap<i64, u64>,
+    /// The chats' heads as this batch saves them: what the node has seen once it commits.
+    pub(super) saved: Vec<(u64, u64)>,
 }
 
 impl<'a, 'b> PgTx<'a, 'b> {
-    pub(super) fn new(tx: &'a Transaction<'b>) -> Self {
+    pub(super) fn new(tx: &'a Transaction<'b>, heads: &'a SeenHeads, shard: &'a str) -> Self {
         PgTx {
             tx,
+            heads,
+            shard,
+            hashes: HashMap::new(),
+            saved: Vec::new(),
             members: HashMap::new(),
             client_ids: HashMap::new(),
             new_members: Vec::new(),
@@ -72,6 +84,28 @@ impl<'a, 'b> PgTx<'a, 'b> {
         let stmt = self.tx.prepare_cached(sql).await?;
         self.tx.query(&stmt, params).await
     }
+
+    /// Moves a chat found behind a seq this node has seen up to that seq
+    /// (see `heads.rs`): the next event comes after every seq already handed out.
+    fn not_behind(&mut self, key: &ChatKey, row: &mut ChatRow) {
+        let hash = chat_hash(key);
+        self.hashes.insert(row.id, hash);
+        if let Some(seen) = self.heads.seen(hash)
+            && seen > row.seq
+        {
+            tracing::error!(
+                shard = self.shard,
+                chat = %key,
+                stored = row.seq,
+                seen,
+                "the shard holds less of this chat than this node saw stored (a standby promoted without every \
+                 commit?): events after seq {} are lost; new events go on after seq {seen}, never reusing a seq",
+                row.seq
+            );
+            metrics::counter!("herald_store_seq_rewinds_total", "shard" => self.shard.to_string()).increment(1);
+            row.seq = seen;
+        }
+    }
 }
 
 impl Tx for PgTx<'_, '_> {
@@ -86,7 +120,11 @@ impl Tx for PgTx<'_, '_> {
             )
             .await?;
         let row = self.tx.query_opt(&stmt, &[&&*key.ws, &&*key.chat]).await?;
-        Ok(row.as_ref().map(chat_row))
+        let mut row = row.as_ref().map(chat_row);
+        if let Some(row) = &mut row {
+            self.not_behind(key, row);
+        }
+        Ok(row)
     }
 
     async fn create_chat(&mut self, key: &ChatKey, open: bool, now_ms: i64) -> Result<ChatRow, Self::Error> {
@@ -98,7 +136,7 @@ impl Tx for PgTx<'_, '_> {
             )
             .await?;
         if let Some(r) = self.tx.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &open, &now_ms]).await? {
-            return Ok(ChatRow {
+            let mut row = ChatRow {
                 id: r.get(0),
                 seq: 0,
                 members: 0,
@@ -108,7 +146,10 @@ impl Tx for PgTx<'_, '_> {
                 last_message: 0,
                 pins: 0,
                 profile_seq: 0,
-            });
+            };
+            // A chat a lost commit had created: new, but its seqs were handed out.
+            self.not_behind(key, &mut row);
+            return Ok(row);
         }
         // Another node created it a moment ago: take its row (and its lock).
         Ok(self.load_chat(key).await?.expect("the conflicting row exists"))
@@ -241,6 +282,9 @@ impl Tx for PgTx<'_, '_> {
     }
 
     async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error> {
+        if let Some(&hash) = self.hashes.get(&row.id) {
+            self.saved.push((hash, row.seq));
+        }
         self.exec(
             "UPDATE chats SET seq = $2, members = $3, open = $4, messages = $5, last_ts = $6, last_message = $7,
                               pins = $8, profile_seq = $9

@@ -25,6 +25,10 @@ pub(super) struct Writer {
     pub(super) conn: Option<Object>,
     /// webhook: whether batches keep the webhook's positions.
     pub(super) webhook: Arc<std::sync::atomic::AtomicBool>,
+    /// The highest seqs this node has seen (`heads.rs`).
+    pub(super) heads: Arc<super::heads::SeenHeads>,
+    /// Raised after a failed batch: the pool's older connections may reach the host that failed.
+    pub(super) fence: Arc<super::lease::Fence>,
 }
 
 impl Writer {
@@ -47,8 +51,15 @@ impl Writer {
             match result {
                 Ok(outcomes) => apply::answer_committed(&mut batch, outcomes, started),
                 Err(e) => {
-                    // The connection may be broken or mid-transaction: start over with a fresh one.
-                    self.conn = None;
+                    // The connection may be broken, hung or mid-transaction, and its host no longer the
+                    // primary: it leaves the pool, the older pooled ones are retired, and the next batch
+                    // finds the primary afresh. Whether a batch cut off in its commit was stored is not
+                    // known: its writers hear `unavailable`, and a send resent with its `client_id` is
+                    // either found (its seq answered again) or stored once.
+                    if let Some(conn) = self.conn.take() {
+                        super::lease::discard(conn);
+                    }
+                    self.fence.raise("write");
                     let err = shard_failed(&self.shard.name, &e);
                     for (_, reply) in batch.drain(..) {
                         let _ = reply.send(Err(err.clone()));
@@ -66,10 +77,15 @@ impl Writer {
         }
         let conn = self.conn.as_mut().expect("connected above");
         let tx = conn.transaction().await.map_err(|e| chain(&e))?;
-        let mut pg_tx = PgTx::new(&tx);
+        let mut pg_tx = PgTx::new(&tx, &self.heads, self.shard.name.as_str());
         pg_tx.webhook = self.webhook.load(std::sync::atomic::Ordering::Relaxed);
         let outcomes = apply::apply(&mut pg_tx, writes).await.map_err(|e| chain(&e))?;
+        let saved = std::mem::take(&mut pg_tx.saved);
+        drop(pg_tx);
         tx.commit().await.map_err(|e| chain(&e))?;
+        for (hash, seq) in saved {
+            self.heads.saw(hash, seq);
+        }
         Ok(outcomes)
     }
 }

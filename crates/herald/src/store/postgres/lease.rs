@@ -1,0 +1,108 @@
+//! Connections that went bad leave the pool. A pooled connection to a
+//! primary that hung (stopped, its disk stalled) looks open: the pool's
+//! cheap check asks only whether the socket is closed, and every request
+//! handed that connection would wait as long as the hang lasts. So:
+//!
+//! - a read's connection is lent as a [`Lease`]; one held longer than
+//!   [`SUSPECT_AFTER`] (its request was cut off by the shard's time limit, or
+//!   was merely that slow) is taken out of the pool when dropped, never reused;
+//! - that, and a failed write batch, raise the shard's [`Fence`]: every
+//!   pooled connection made before it is closed instead of reused, since the
+//!   host they reach may be the one that failed (a primary gone, hung or
+//!   demoted). New connections then find the primary (`connect.rs`).
+//!
+//! A slow but healthy shard costs reconnects only, each a fraction of the
+//! time that made it suspect.
+//!
+//! Not here: finding the primary (`connect.rs`), the time limits of shard calls (`sharded`).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::{ClientWrapper, Hook, HookError, Object};
+
+use crate::store::shard_spec::ShardName;
+
+/// A read that holds its connection this long is taken as hung. Below the
+/// shard calls' one-second limit, so that every call cut off by it counts.
+pub(super) const SUSPECT_AFTER: Duration = Duration::from_millis(900);
+
+/// Pooled connections made before this instant are not reused.
+pub(super) struct Fence {
+    since: Mutex<Option<Instant>>,
+    shard: ShardName,
+}
+
+impl Fence {
+    pub(super) fn new(shard: ShardName) -> Fence {
+        Fence { since: Mutex::new(None), shard }
+    }
+
+    /// Retires every connection made so far; `why` is counted by its label.
+    pub(super) fn raise(&self, why: &'static str) {
+        *self.since.lock().expect("fence lock poisoned") = Some(Instant::now());
+        metrics::counter!("herald_store_pg_fence_total", "shard" => self.shard.to_string(), "reason" => why)
+            .increment(1);
+    }
+
+    fn retires(&self, created: Instant) -> bool {
+        self.since.lock().expect("fence lock poisoned").is_some_and(|since| created <= since)
+    }
+}
+
+/// The pool's check before it hands out a pooled connection again.
+pub(super) fn recycle_check(fence: std::sync::Arc<Fence>) -> Hook {
+    Hook::sync_fn(move |_, metrics| {
+        if fence.retires(metrics.created) {
+            return Err(HookError::message("made before the shard's last failure"));
+        }
+        Ok(())
+    })
+}
+
+/// A pooled connection lent to one read. See the module documentation.
+pub(crate) struct Lease {
+    conn: Option<Object>,
+    since: Instant,
+    fence: std::sync::Arc<Fence>,
+}
+
+impl Lease {
+    pub(super) fn new(conn: Object, fence: std::sync::Arc<Fence>) -> Lease {
+        Lease { conn: Some(conn), since: Instant::now(), fence }
+    }
+
+    /// The pooled object itself, for calls that need it.
+    pub(super) fn object(&self) -> &Object {
+        self.conn.as_ref().expect("a lease holds its connection until dropped")
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = ClientWrapper;
+
+    fn deref(&self) -> &ClientWrapper {
+        self.object()
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.since.elapsed() >= SUSPECT_AFTER
+            && let Some(conn) = self.conn.take()
+        {
+            tracing::warn!(
+                shard = %self.fence.shard,
+                held_ms = self.since.elapsed().as_millis() as u64,
+                "a postgres connection was held too long: closed, and the shard's older connections retired"
+            );
+            drop(Object::take(conn));
+            self.fence.raise("slow");
+        }
+    }
+}
+
+/// Takes a connection that failed out of the pool for good.
+pub(super) fn discard(conn: Object) {
+    drop(Object::take(conn));
+}
