@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::pg::{PgPair, pids_in};
+use common::pg_pair::{PgPair, pids_in};
 use tokio_postgres::{Client, NoTls};
 
 /// Runs `f` on the pair in a blocking thread (its methods wait on processes).

@@ -8,6 +8,7 @@ pub mod chaos;
 pub mod nats;
 pub mod nginx;
 pub mod pg;
+pub mod pg_pair;
 pub mod s3;
 pub mod stories;
 pub mod tls;
