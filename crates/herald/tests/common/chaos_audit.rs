@@ -258,15 +258,18 @@ fn audit_chat(
     }
 }
 
-/// How long clients were still refused after a shard was started again: for each
-/// outage, the last `unavailable` for a chat of that shard before its next outage.
-fn shard_recovery(run: &Run) -> String {
-    let outages = run.shard_outages.lock().unwrap();
+/// How long clients were still refused after a shard was back: for each
+/// outage of `what` (stops, or failovers), the last `unavailable` for a chat
+/// of that shard after it was back (started again, or its standby promoted)
+/// and before the shard's next fault of any kind.
+fn shard_recovery(run: &Run, what: &[(usize, Instant, Instant)], back_as: &str) -> String {
+    let all: Vec<(usize, Instant, Instant)> =
+        run.shard_outages.lock().unwrap().iter().chain(run.failovers.lock().unwrap().iter()).copied().collect();
     let refused = run.unavailable.lock().unwrap();
-    let mut recoveries: Vec<Duration> = outages
+    let mut recoveries: Vec<Duration> = what
         .iter()
         .map(|&(shard, _, back)| {
-            let next = outages.iter().filter(|o| o.0 == shard && o.1 > back).map(|o| o.1).min();
+            let next = all.iter().filter(|o| o.0 == shard && o.1 > back).map(|o| o.1).min();
             refused
                 .iter()
                 .filter(|(k, t)| run.chats[*k].shard == shard && *t > back && next.is_none_or(|n| *t < n))
@@ -277,9 +280,9 @@ fn shard_recovery(run: &Run) -> String {
         .collect();
     recoveries.sort();
     match recoveries.last() {
-        None => "no shard outage".to_string(),
+        None => "none".to_string(),
         Some(slowest) => format!(
-            "{} outages; refusals after the shard was back: median {} ms, slowest {} ms",
+            "{}; refusals after {back_as}: median {} ms, slowest {} ms",
             recoveries.len(),
             recoveries[recoveries.len() / 2].as_millis(),
             slowest.as_millis()
@@ -311,6 +314,10 @@ pub fn report(
     let quiet = load.quiet_lags.lock().unwrap().clone();
     let mut faults: Vec<_> = faults.into_iter().collect();
     faults.sort();
+    // Each list is copied out first: shard_recovery reads both under their locks.
+    let (stopped, failed_over) = (run.shard_outages.lock().unwrap().clone(), run.failovers.lock().unwrap().clone());
+    let stops = shard_recovery(run, &stopped, "the shard was back");
+    let failovers = shard_recovery(run, &failed_over, "the promotion");
     let slowest = converged.slowest.as_ref().map_or("none".into(), |(d, who)| format!("{} ms ({who})", d.as_millis()));
     let (seed, secs, l) = (settings.seed, settings.secs, ledger);
     format!(
@@ -323,7 +330,8 @@ pub fn report(
          \x20 watchers: {} pushes, {} fetches ({} for gaps), {} notifies, {} reconnects, {} refusals\n\
          \x20 slowest convergence after the load stopped: {slowest}\n\
          \x20 quiet-chat bursts {}, slowest {} ms\n\
-         \x20 shard recovery: {}\n\
+         \x20 shard stops: {}\n\
+         \x20 failovers: {}\n\
          \x20 failures: {}",
         l.acked.len(),
         l.abandoned.len(),
@@ -348,7 +356,8 @@ pub fn report(
         w.refusals,
         quiet.len(),
         quiet.iter().max().map_or(0, |d| d.as_millis()),
-        shard_recovery(run),
+        stops,
+        failovers,
         run.failure_count(),
     )
 }

@@ -1,8 +1,9 @@
 //! The cell the chaos test deals its faults to: three nats-servers, two
-//! PostgreSQL shards (each a cluster of its own, so that one can be stopped
-//! while the other runs), and three `herald` binaries on fixed ports, each of
-//! which can be killed with SIGKILL and started again on the same port with
-//! the same flags. Every process is stopped when the cell is dropped.
+//! PostgreSQL shards (each a primary with a synchronous standby of its own,
+//! so that one can be stopped or failed over while the other runs), and
+//! three `herald` binaries on fixed ports, each of which can be killed with
+//! SIGKILL and started again on the same port with the same flags. Every
+//! process is stopped when the cell is dropped.
 //!
 //! Not here: which fault comes when (`chaos_faults.rs`), the clients
 //! (`chaos_client.rs` and the files of the load) and the audit (`chaos_audit.rs`).
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::nats::NatsCluster;
-use crate::common::pg::{PgCluster, create_database};
+use crate::common::pg_pair::PgPair;
 use crate::common::{API_KEY, SECRET, free_port, try_http};
 
 /// Drain and rebalance windows of the nodes: a client asked to move waits at
@@ -98,10 +99,10 @@ impl Drop for Node {
 /// NATS, two shards and three nodes.
 pub struct Cell {
     pub nats: tokio::sync::Mutex<NatsCluster>,
-    pub shards: Vec<Arc<PgCluster>>,
-    /// The shards' database URLs, as the nodes get them.
+    pub shards: Vec<Arc<PgPair>>,
+    /// The shards as the nodes get them: `NAME=` and both hosts' URL.
     pub stores: Vec<String>,
-    /// The shards' names as herald routes chats over them (`host:port/database`).
+    /// The shards' names as herald routes chats over them.
     pub shard_names: Vec<String>,
     pub nodes: Vec<Mutex<Node>>,
     /// The nodes' addresses: fixed for the life of the cell.
@@ -116,15 +117,19 @@ impl Cell {
         let dir = tempfile::Builder::new().prefix("herald-chaos-").tempdir().expect("tempdir").keep();
         let (nats, shards) = tokio::join!(
             NatsCluster::start(),
-            tokio::task::spawn_blocking(|| (Arc::new(PgCluster::start()), Arc::new(PgCluster::start())))
+            tokio::task::spawn_blocking(|| {
+                let shards = [0, 1].map(|_| std::thread::spawn(|| Arc::new(PgPair::start(true))));
+                shards.map(|s| s.join().expect("a PostgreSQL pair starts"))
+            })
         );
-        let (a, b) = shards.expect("PostgreSQL clusters start");
-        let shards = vec![a, b];
+        let shards: Vec<Arc<PgPair>> = shards.expect("PostgreSQL pairs start").into();
+        let shard_names: Vec<String> = (0..shards.len()).map(|i| format!("s{i}")).collect();
         let mut stores = Vec::new();
-        for s in &shards {
-            stores.push(create_database(&s.admin_url).await);
+        for (i, name) in shard_names.iter().enumerate() {
+            let pair = shards[i].clone();
+            let db = tokio::task::spawn_blocking(move || pair.create_database()).await.expect("create a database");
+            stores.push(format!("{name}={}", shards[i].hosts_url(&db)));
         }
-        let shard_names = stores.iter().map(|u| u.trim_start_matches("postgres://herald@").to_string()).collect();
         let brokers = nats.urls();
         let mut list = Vec::new();
         let mut addrs = Vec::new();
@@ -219,13 +224,18 @@ impl Cell {
         self.nats.lock().await.formed_within(within).await
     }
 
-    /// Stops shard `i` (fast shutdown: its connections are cut). The signal
-    /// goes to the postmaster at once, so the stop lands when the caller
-    /// aimed it; then `pg.sh stop` waits until the server is down.
+    /// Stops shard `i`'s primary (fast shutdown: its connections are cut).
+    /// The signal goes to the postmaster at once, so the stop lands when the
+    /// caller aimed it; then `pg.sh stop` waits until the server is down.
     pub async fn stop_shard(&self, i: usize) {
         self.signal_shard_stop(i);
+        self.on_shard(i, |s| s.stop_primary()).await;
+    }
+
+    /// Runs a blocking step of shard `i`'s pair (kill, freeze, promote, rebuild) off the async workers.
+    pub async fn on_shard<T: Send + 'static>(&self, i: usize, step: impl FnOnce(&PgPair) -> T + Send + 'static) -> T {
         let shard = self.shards[i].clone();
-        tokio::task::spawn_blocking(move || shard.stop()).await.expect("pg.sh stop");
+        tokio::task::spawn_blocking(move || step(&shard)).await.expect("a PostgreSQL step")
     }
 
     /// The NATS server node `i` is connected to now, if it is: found by the
@@ -256,17 +266,16 @@ impl Cell {
         None
     }
 
-    /// Asks shard `i`'s postmaster for a fast shutdown (SIGINT) and returns at once.
+    /// Asks shard `i`'s primary's postmaster for a fast shutdown (SIGINT) and returns at once.
     pub fn signal_shard_stop(&self, i: usize) {
-        if let Some(pid) = self.shards[i].postmaster_pid() {
+        if let Some(pid) = self.shards[i].primary_pid() {
             let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
         }
     }
 
-    /// Starts shard `i` again on its port and data.
+    /// Starts shard `i`'s primary again on its port and data.
     pub async fn start_shard(&self, i: usize) {
-        let shard = self.shards[i].clone();
-        tokio::task::spawn_blocking(move || shard.restart()).await.expect("pg.sh start");
+        self.on_shard(i, |s| s.start_primary()).await;
     }
 
     /// The last `lines` lines of each node's log, for a failure message.

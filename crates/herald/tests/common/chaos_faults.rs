@@ -1,8 +1,10 @@
 //! The bouncer: deals the chaos run's faults, one every 1 to 3 s while the
 //! load runs: a node killed with SIGKILL, a NATS server killed, a PostgreSQL
-//! shard stopped; each for an outage of its own, then mended. Never two of
-//! one kind at once, so one node, one NATS server and one shard at most are
-//! down. Most faults are aimed at a quiet chat's burst: they land in its last
+//! shard's primary stopped, killed (a machine gone) or frozen (a machine
+//! hung) and then failed over to its synchronous standby; each for an outage
+//! of its own, then mended (a failed-over shard's old primary is rebuilt as
+//! the new one's standby). Never two of one kind at once, so one node, one
+//! NATS server and one shard at most are down. Most faults are aimed at a quiet chat's burst: they land in its last
 //! send's round trip, on what that send goes through, or as the fault is
 //! mended. Every choice comes from the seeded generator it is given.
 //!
@@ -26,11 +28,32 @@ pub enum Fault {
     KillNode,
     /// Kill a nats-server; it is started again on its ports after the outage.
     RestartNats,
-    /// Stop a PostgreSQL shard (fast shutdown); it is started again after the outage.
+    /// Stop a PostgreSQL shard's primary (fast shutdown); it is started again after the outage.
     StopShard,
+    /// SIGKILL a shard's primary and every process of it (its machine gone); after the outage (a
+    /// failover manager noticing) its standby is promoted, then the old primary is rebuilt as the
+    /// new one's synchronous standby.
+    FailShard,
+    /// SIGSTOP a shard's primary (its machine hung: TCP still accepts); then as [`Fault::FailShard`].
+    FreezeShard,
 }
 
-const FAULTS: [Fault; 3] = [Fault::KillNode, Fault::RestartNats, Fault::StopShard];
+/// The kinds of fault, each down once at most: nodes, NATS servers, shards.
+const KINDS: usize = 3;
+/// The shard faults, one drawn when the kind is a shard's.
+const SHARD_FAULTS: [Fault; 3] = [Fault::StopShard, Fault::FailShard, Fault::FreezeShard];
+
+fn kind_of(f: Fault) -> usize {
+    match f {
+        Fault::KillNode => 0,
+        Fault::RestartNats => 1,
+        Fault::StopShard | Fault::FailShard | Fault::FreezeShard => 2,
+    }
+}
+
+fn on_shard(f: Fault) -> bool {
+    kind_of(f) == 2
+}
 
 /// Deals a fault every 1 to 3 s until the load stops, never two of one kind
 /// at once (so one node, one NATS server, one shard at most is down), and
@@ -38,7 +61,7 @@ const FAULTS: [Fault; 3] = [Fault::KillNode, Fault::RestartNats, Fault::StopShar
 /// chat: its burst starts just before the fault (a send in flight on the
 /// killed node or the stopped shard) or right as the fault is mended.
 pub async fn bouncer(run: Arc<Run>, quiet: Vec<Arc<QuietCtl>>, mut rng: StdRng) -> HashMap<&'static str, u64> {
-    let down: Arc<[AtomicBool; 3]> = Arc::new(Default::default());
+    let down: Arc<[AtomicBool; KINDS]> = Arc::new(Default::default());
     let mut dealt: HashMap<&'static str, u64> = HashMap::new();
     let mut tasks = Vec::new();
     loop {
@@ -48,24 +71,29 @@ pub async fn bouncer(run: Arc<Run>, quiet: Vec<Arc<QuietCtl>>, mut rng: StdRng) 
         }
         tokio::time::sleep(pause).await;
         // Every choice is drawn whether it is used or not, so a seed replays the same choices.
-        let kind_pick: usize = rng.random_range(0..FAULTS.len());
+        let kind_pick: usize = rng.random_range(0..KINDS);
+        let shard_how: usize = rng.random_range(0..SHARD_FAULTS.len());
         let node = rng.random_range(0..NODES);
         let nats = rng.random_range(0..3);
         let shard = rng.random_range(0..2);
         let outage = [rng.random_range(500..2_000), rng.random_range(200..2_000), rng.random_range(500..3_000)];
         let (aim, aim_at_mend, lead, quiet_pick) =
             (rng.random_bool(0.7), rng.random_bool(0.3), rng.random::<f64>(), rng.random::<u64>() as usize);
-        let free: Vec<usize> = (0..FAULTS.len()).filter(|&i| !down[i].load(Ordering::SeqCst)).collect();
+        let free: Vec<usize> = (0..KINDS).filter(|&i| !down[i].load(Ordering::SeqCst)).collect();
         if free.is_empty() {
             run.note("bouncer: one of each kind is down already; skipped".into());
             continue;
         }
         let kind = free[kind_pick % free.len()];
-        let fault = FAULTS[kind];
-        let target = match fault {
-            Fault::KillNode => node,
-            Fault::RestartNats => nats,
-            Fault::StopShard => shard,
+        let fault = match kind {
+            0 => Fault::KillNode,
+            1 => Fault::RestartNats,
+            _ => SHARD_FAULTS[shard_how],
+        };
+        let target = match kind {
+            0 => node,
+            1 => nats,
+            _ => shard,
         };
         // The quiet chat to aim at: one whose sender is on the node, or whose chat is on the shard, if any waits.
         let mut target_chat = None;
@@ -76,8 +104,8 @@ pub async fn bouncer(run: Arc<Run>, quiet: Vec<Arc<QuietCtl>>, mut rng: StdRng) 
                 .copied()
                 .filter(|q| match fault {
                     Fault::KillNode => q.node.load(Ordering::SeqCst) == target,
-                    Fault::StopShard => q.shard == target,
-                    Fault::RestartNats => true,
+                    f if on_shard(f) => q.shard == target,
+                    _ => true,
                 })
                 .collect();
             let pool = if fits.is_empty() { idle } else { fits };
@@ -100,7 +128,7 @@ pub async fn bouncer(run: Arc<Run>, quiet: Vec<Arc<QuietCtl>>, mut rng: StdRng) 
                         target = server;
                     }
                 }
-                Fault::StopShard => target = q.shard,
+                f if on_shard(f) => target = q.shard,
                 _ => {}
             }
         }
@@ -154,6 +182,8 @@ pub fn fault_name(f: Fault) -> &'static str {
         Fault::KillNode => "node SIGKILL",
         Fault::RestartNats => "NATS server restart",
         Fault::StopShard => "PostgreSQL shard stop",
+        Fault::FailShard => "PostgreSQL failover after a primary SIGKILL",
+        Fault::FreezeShard => "PostgreSQL failover after a primary SIGSTOP",
     }
 }
 
@@ -175,6 +205,14 @@ async fn strike(run: &Run, fault: Fault, i: usize, outage: Duration) {
         Fault::StopShard => {
             cell.signal_shard_stop(i);
             run.note(format!("FAULT stop PostgreSQL shard {i} for {ms} ms"));
+        }
+        Fault::FailShard => {
+            cell.on_shard(i, |s| s.kill9_primary()).await;
+            run.note(format!("FAULT kill -9 shard {i}'s primary; its standby promoted {ms} ms later"));
+        }
+        Fault::FreezeShard => {
+            cell.on_shard(i, |s| s.freeze_primary()).await;
+            run.note(format!("FAULT SIGSTOP shard {i}'s primary; its standby promoted {ms} ms later"));
         }
     }
 }
@@ -219,6 +257,20 @@ async fn mend(run: &Run, fault: Fault, i: usize, struck: Instant, outage: Durati
             mended();
             run.shard_outages.lock().unwrap().push((i, struck, Instant::now()));
             run.note(format!("MENDED shard {i} started again"));
+        }
+        Fault::FailShard | Fault::FreezeShard => {
+            tokio::time::sleep(outage).await;
+            let started = Instant::now();
+            cell.on_shard(i, |s| s.promote_standby()).await;
+            mended();
+            run.failovers.lock().unwrap().push((i, struck, Instant::now()));
+            run.note(format!("MENDED shard {i} failed over: standby promoted in {} ms", started.elapsed().as_millis()));
+            let started = Instant::now();
+            cell.on_shard(i, |s| s.rebuild_old_primary()).await;
+            run.note(format!(
+                "shard {i}'s old primary rebuilt as the synchronous standby in {} ms",
+                started.elapsed().as_millis()
+            ));
         }
     }
 }

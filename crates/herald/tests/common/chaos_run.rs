@@ -85,6 +85,8 @@ pub struct Run {
     pub unavailable: Mutex<Vec<(usize, Instant)>>,
     /// Every shard outage: (shard, stopped, started again).
     pub shard_outages: Mutex<Vec<(usize, Instant, Instant)>>,
+    /// Every failover: (shard, its primary killed or frozen, its standby promoted).
+    pub failovers: Mutex<Vec<(usize, Instant, Instant)>>,
     failures: Mutex<Vec<String>>,
 }
 
@@ -109,6 +111,7 @@ impl Run {
             timeline: Mutex::new(Vec::new()),
             unavailable: Mutex::new(Vec::new()),
             shard_outages: Mutex::new(Vec::new()),
+            failovers: Mutex::new(Vec::new()),
             failures: Mutex::new(Vec::new()),
         };
         let tokens = set_up_chats(&run, settings.secs).await;
