@@ -129,7 +129,8 @@ impl ShardSpec {
         }
         let (url, tls, roots) = take_tls_params(url).map_err(|e| SpecError(format!("{shown}: {e}")))?;
         let parse = |url: &str| -> Result<tokio_postgres::Config, SpecError> {
-            let mut pg: tokio_postgres::Config = url.parse().map_err(|e| SpecError(format!("{shown}: {}", chain(&e))))?;
+            let mut pg: tokio_postgres::Config =
+                url.parse().map_err(|e| SpecError(format!("{shown}: {}", chain(&e))))?;
             if tls == TlsMode::Off {
                 // tokio-postgres's default is `prefer`; with no TLS client that is plain TCP. Say so.
                 pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
@@ -178,7 +179,8 @@ fn is_url(s: &str) -> bool {
 /// Splits `a=postgres://h1,h2/d,postgres://h3/e` into its two entries: a
 /// comma ends an entry only before `postgres://` or `NAME=postgres://`.
 fn split_entries(list: &str) -> Vec<&str> {
-    let starts_entry = |rest: &str| is_url(rest) || rest.split_once('=').is_some_and(|(n, url)| valid_name(n) && is_url(url));
+    let starts_entry =
+        |rest: &str| is_url(rest) || rest.split_once('=').is_some_and(|(n, url)| valid_name(n) && is_url(url));
     let mut out = Vec::new();
     let mut start = 0;
     for (i, _) in list.match_indices(',') {
@@ -232,7 +234,8 @@ fn derived_name(pg: &tokio_postgres::Config) -> String {
     let ports = pg.get_ports();
     // One port for all hosts, or one per host (as libpq reads them).
     let port = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
-    let mut hosts: Vec<String> = pg.get_hosts().iter().enumerate().map(|(i, h)| format!("{}:{}", host(h), port(i))).collect();
+    let mut hosts: Vec<String> =
+        pg.get_hosts().iter().enumerate().map(|(i, h)| format!("{}:{}", host(h), port(i))).collect();
     if hosts.is_empty() {
         hosts.push(format!("localhost:{}", port(0)));
     }

@@ -207,6 +207,13 @@ impl PgPair {
     /// commits would wait for the standby forever.
     pub fn pause_replication(&self) {
         assert!(!self.sync, "pause_replication on a synchronous pair: every commit would hang");
+        self.cut_replication();
+    }
+
+    /// The standby stops receiving WAL, as [`Self::pause_replication`], on
+    /// any pair: a synchronous primary's commits then wait for it (commit
+    /// locally, visible, unacknowledged), as when its standby is unreachable.
+    pub fn cut_replication(&self) {
         self.query_standby("ALTER SYSTEM SET primary_conninfo = ''");
         self.query_standby("SELECT pg_reload_conf()");
         let (port, primary) = (self.standby_port(), self.primary_port());

@@ -15,9 +15,18 @@
 //! every seq any client may hold from this node. Each time is logged as an
 //! error and counted (`herald_store_seq_rewinds_total`).
 //!
+//! A read can see a commit that is not on a synchronous standby yet (its
+//! writer is still waiting for the standby); a primary lost right then takes
+//! it along, unacknowledged, and a rewind past it would leave a needless gap.
+//! So what reads find is held apart and counts as seen only once one of this
+//! node's own commits, begun after the read, has been acknowledged (which,
+//! with a synchronous standby, means the standby has everything the read
+//! saw); a failed batch forgets it.
+//!
 //! The memory is a node's own: a chat no running node wrote or read since
 //! its last event was lost is not protected (a node restarted after the
-//! loss forgets). Synchronous standbys lose nothing and never trigger it.
+//! loss forgets). Synchronous standbys lose nothing acknowledged and do not
+//! trigger it.
 //!
 //! Not here: where batches read chats (`tx.rs`).
 
@@ -34,6 +43,8 @@ const GENERATION: usize = 100_000;
 #[derive(Default)]
 pub(super) struct SeenHeads {
     gens: Mutex<(HashMap<u64, u64>, HashMap<u64, u64>)>,
+    /// Heads reads found, not yet confirmed by a commit.
+    read: Mutex<HashMap<u64, u64>>,
 }
 
 /// A chat's key as [`SeenHeads`] keeps it.
@@ -60,6 +71,26 @@ impl SeenHeads {
         }
     }
 
+    /// Notes that a read found the chat `hash` at `seq` (held apart until [`Self::take_read`]).
+    pub(super) fn read(&self, hash: u64, seq: u64) {
+        let mut read = self.read.lock().expect("heads lock poisoned");
+        if read.len() >= GENERATION {
+            read.clear();
+        }
+        let known = read.entry(hash).or_insert(0);
+        *known = (*known).max(seq);
+    }
+
+    /// What reads found so far, for a commit about to be written to confirm.
+    pub(super) fn take_read(&self) -> HashMap<u64, u64> {
+        std::mem::take(&mut *self.read.lock().expect("heads lock poisoned"))
+    }
+
+    /// Forgets what reads found (their host may have failed since).
+    pub(super) fn forget_read(&self) {
+        self.read.lock().expect("heads lock poisoned").clear();
+    }
+
     /// The highest seq seen of the chat `hash`, if it is remembered.
     pub(super) fn seen(&self, hash: u64) -> Option<u64> {
         let g = self.gens.lock().expect("heads lock poisoned");
@@ -79,6 +110,12 @@ mod tests {
         heads.saw(a, 7);
         heads.saw(a, 3);
         assert_eq!(heads.seen(a), Some(7));
+        heads.read(a, 9);
+        assert_eq!(heads.seen(a), Some(7), "a read counts once a commit confirms it");
+        for (hash, seq) in heads.take_read() {
+            heads.saw(hash, seq);
+        }
+        assert_eq!(heads.seen(a), Some(9));
         for i in 0..(2 * GENERATION as u64 + 5) {
             heads.saw(i.wrapping_mul(0x9e37_79b9_7f4a_7c15), 1);
         }

@@ -17,6 +17,17 @@ use crate::store::apply::{ChatRow, MessageRow};
 use crate::store::columns::{event_columns, parse_counts, parse_files, parse_list, replies, stream_state};
 use crate::store::{BoxFuture, EventLog, Fetched, StoreError, Write, Written, sql_seq};
 
+/// A commit waiting for a synchronous standby becomes visible on the primary
+/// when its wait is cancelled (`pg_cancel_backend`, a `statement_timeout`):
+/// committed there, not on the standby. A resend answered from such a row
+/// must not be acknowledged before the row is on the standby, or a failover
+/// right then loses an acknowledged event. A transaction that writes WAL
+/// waits, as it commits, until the standby has the WAL up to its commit,
+/// which covers every row committed before it. A write batch always does (it
+/// locks its chats' rows); a read does not, so a read that answers a resend
+/// then takes this lock, which writes WAL and so waits.
+const REPLICATED: &str = "SELECT 1 FROM chats WHERE ws = $1 AND chat = $2 FOR KEY SHARE";
+
 impl EventLog for PgShard {
     fn write(&self, write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
         Box::pin(async move {
@@ -76,7 +87,7 @@ impl EventLog for PgShard {
             let mut info = row.info();
             let last = events.last().map(|e| e.seq);
             info.seq = info.seq.max(last.unwrap_or(0));
-            self.heads.saw(chat_hash(key), info.seq);
+            self.heads.read(chat_hash(key), info.seq);
             Ok(Fetched { more: last.unwrap_or(after) < info.seq, events, info })
         })
     }
@@ -101,7 +112,7 @@ impl EventLog for PgShard {
                     && let Some(slot) = heads.get_mut(i)
                 {
                     let seq = row.get::<_, i64>(1) as u64;
-                    self.heads.saw(chat_hash(&keys[i]), seq);
+                    self.heads.read(chat_hash(&keys[i]), seq);
                     *slot = Some(seq);
                 }
             }
@@ -126,6 +137,11 @@ impl EventLog for PgShard {
                 .await
                 .map_err(fail)?;
             let row = conn.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &user, &client_id]).await.map_err(fail)?;
+            if row.is_some() {
+                // The answer acknowledges a send: not before the row is on a synchronous standby.
+                let stmt = conn.prepare_cached(REPLICATED).await.map_err(fail)?;
+                conn.execute(&stmt, &[&&*key.ws, &&*key.chat]).await.map_err(fail)?;
+            }
             Ok(row.map(|r| r.get::<_, i64>(0) as u64))
         })
     }

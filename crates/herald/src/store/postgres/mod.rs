@@ -198,10 +198,8 @@ impl PgShard {
 
     /// A pooled connection to the shard's primary, for one read (see `lease.rs`).
     async fn conn(&self) -> Result<Lease, StoreError> {
-        let conn = Lease::new(
-            self.pool.get().await.map_err(|e| pg_unavailable(&self.shard.name, &e))?,
-            self.fence.clone(),
-        );
+        let conn =
+            Lease::new(self.pool.get().await.map_err(|e| pg_unavailable(&self.shard.name, &e))?, self.fence.clone());
         ensure_schema(&self.shard, &conn).await.map_err(|e| self.shard.not_confirmed(&e))?;
         Ok(conn)
     }

@@ -3,7 +3,6 @@
 //!
 //! Not here: what the identity check compares (`shard_identity`).
 
-
 use super::Checked;
 use crate::store::shard_identity::{self, IdentityError};
 
@@ -20,7 +19,10 @@ const SCHEMA_VERSION: i32 = 8;
 
 /// Applies the schema and confirms the shard's identity, once per process
 /// and shard, under an advisory lock so that nodes starting together do not race.
-pub(super) async fn ensure_schema(shard: &Checked, conn: &deadpool_postgres::ClientWrapper) -> Result<(), IdentityError> {
+pub(super) async fn ensure_schema(
+    shard: &Checked,
+    conn: &deadpool_postgres::ClientWrapper,
+) -> Result<(), IdentityError> {
     shard
         .done
         .get_or_try_init(|| async {

@@ -60,6 +60,8 @@ impl Writer {
                         super::lease::discard(conn);
                     }
                     self.fence.raise("write");
+                    // What reads found lately may be what the failed host never passed on.
+                    self.heads.forget_read();
                     let err = shard_failed(&self.shard.name, &e);
                     for (_, reply) in batch.drain(..) {
                         let _ = reply.send(Err(err.clone()));
@@ -81,9 +83,14 @@ impl Writer {
         pg_tx.webhook = self.webhook.load(std::sync::atomic::Ordering::Relaxed);
         let outcomes = apply::apply(&mut pg_tx, writes).await.map_err(|e| chain(&e))?;
         let saved = std::mem::take(&mut pg_tx.saved);
+        // Heads reads found before this commit record was written: once it is
+        // acknowledged (on the standby, with one), so are they (`heads.rs`). A
+        // transaction that wrote nothing has no commit record to wait for.
+        let wrote = !saved.is_empty();
+        let read_before = if wrote { self.heads.take_read() } else { Default::default() };
         drop(pg_tx);
         tx.commit().await.map_err(|e| chain(&e))?;
-        for (hash, seq) in saved {
+        for (hash, seq) in saved.into_iter().chain(read_before) {
             self.heads.saw(hash, seq);
         }
         Ok(outcomes)
