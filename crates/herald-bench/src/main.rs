@@ -22,7 +22,8 @@
 //!   `pclient` for the peers, `conn` for either), the servers (`server` for
 //!   herald, `peer`, `target` for either), opening many (`fleet`, and
 //!   `worker`, the client process `idle` starts), what several scenarios
-//!   measure with (`pubsub`, `join_tally`, `quiet`, `latency`), and the
+//!   measure with (`pubsub`, `join_tally`, `quiet`, `latency`, `send_load`:
+//!   the send workload of `sends` and `replication`), and the
 //!   report (`report`, `machine`), plus `token`, `http` and `preload` (a
 //!   store built through herald's API before its server starts).
 
@@ -42,6 +43,7 @@ mod pubsub;
 mod quiet;
 mod report;
 mod scenarios;
+mod send_load;
 mod server;
 mod smoke;
 mod target;
