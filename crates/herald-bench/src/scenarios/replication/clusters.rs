@@ -97,8 +97,8 @@ pub struct Setups {
     script: PathBuf,
     /// Every data dir a server may have been started in, stopped in reverse order.
     started: Vec<PathBuf>,
-    /// Declared last: removed only after every server in it has stopped.
-    _dir: tempfile::TempDir,
+    /// Holds every data dir; removed after `drop` has stopped their servers.
+    dir: tempfile::TempDir,
 }
 
 impl Setups {
@@ -106,7 +106,7 @@ impl Setups {
     pub async fn start(script: &Path, setups: &[Setup]) -> anyhow::Result<Setups> {
         let script = script.canonicalize().with_context(|| format!("no {}", script.display()))?;
         let dir = tempfile::TempDir::with_prefix("herald-bench-replication-")?;
-        let mut out = Setups { list: Vec::new(), script, started: Vec::new(), _dir: dir };
+        let mut out = Setups { list: Vec::new(), script, started: Vec::new(), dir };
         for &setup in setups {
             let cluster = out.start_one(setup).await.with_context(|| format!("starting the {} setup", setup.name()))?;
             out.list.push(cluster);
@@ -115,7 +115,7 @@ impl Setups {
     }
 
     async fn start_one(&mut self, setup: Setup) -> anyhow::Result<Cluster> {
-        let primary = self._dir.path().join(format!("{}-primary", setup.name()));
+        let primary = self.dir.path().join(format!("{}-primary", setup.name()));
         self.started.push(primary.clone());
         let port = free_port()?;
         let admin_url = self.pg(&["start", path_str(&primary)?, &port.to_string()]).await?;
@@ -123,7 +123,7 @@ impl Setups {
         if setup.standby_state().is_none() {
             return Ok(cluster);
         }
-        let standby = self._dir.path().join(format!("{}-standby", setup.name()));
+        let standby = self.dir.path().join(format!("{}-standby", setup.name()));
         self.started.push(standby.clone());
         cluster.dirs.push(standby.clone());
         let name = cluster.standby_name();
