@@ -18,11 +18,14 @@
 //!   `inbox/threads`), `members` (one chat of 100,000 members, paged) and
 //!   `files` (uploads and downloads through a files backend's signed URLs);
 //!   `search` (a user's searches in a store of 10,000,000 messages);
+//!   `replication` (sends on PostgreSQL alone and with a synchronous or an
+//!   asynchronous standby, started with `scripts/pg.sh`);
 //! - shared modules: the clients (`client` for herald, `handshake`,
 //!   `pclient` for the peers, `conn` for either), the servers (`server` for
 //!   herald, `peer`, `target` for either), opening many (`fleet`, and
 //!   `worker`, the client process `idle` starts), what several scenarios
-//!   measure with (`pubsub`, `join_tally`, `quiet`, `latency`), and the
+//!   measure with (`pubsub`, `join_tally`, `quiet`, `latency`, `send_load`:
+//!   the send workload of `sends` and `replication`), and the
 //!   report (`report`, `machine`), plus `token`, `http` and `preload` (a
 //!   store built through herald's API before its server starts).
 
@@ -42,6 +45,7 @@ mod pubsub;
 mod quiet;
 mod report;
 mod scenarios;
+mod send_load;
 mod server;
 mod smoke;
 mod target;
@@ -50,8 +54,8 @@ mod worker;
 
 use clap::{Parser, Subcommand};
 use scenarios::{
-    churn, fanout, files, hot, idle, inbox, inbox_live, joinflood, members, presence, search, sendhook, sends,
-    slowloris, streams, webhook,
+    churn, fanout, files, hot, idle, inbox, inbox_live, joinflood, members, presence, replication, search, sendhook,
+    sends, slowloris, streams, webhook,
 };
 
 /// The server's allocator, only so that the clients' memory figures compare
@@ -106,6 +110,9 @@ pub(crate) enum Command {
     Streams(streams::StreamsArgs),
     /// v1.2: F files of S bytes uploaded at once and downloaded at once through signed URLs: MiB/s, signing µs.
     Files(files::FilesArgs),
+    /// The cost of a synchronous standby: sends against PostgreSQL alone, with a synchronous and an
+    /// asynchronous standby (started with scripts/pg.sh), runs alternating; medians and ratios.
+    Replication(replication::ReplicationArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
@@ -149,6 +156,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Files(args) => files::run(args).await,
         Command::Members(args) => members::run(args).await,
         Command::Search(args) => search::run(args).await,
+        Command::Replication(args) => replication::run(args).await,
         Command::Threads(args) => inbox::threads::run(args).await,
         Command::Worker(_) | Command::SlowlorisAttacker(_) => anyhow::bail!("a worker runs on its own"),
     }

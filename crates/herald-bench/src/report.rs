@@ -126,7 +126,8 @@ pub fn cell(v: Option<&Value>) -> String {
     }
 }
 
-fn print_rows(rows: &[Vec<String>]) {
+/// Prints `rows` (the first the header) as right-aligned columns.
+pub fn print_rows(rows: &[Vec<String>]) {
     let cols = rows.first().map_or(0, |r| r.len());
     let widths: Vec<usize> = (0..cols).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
     for row in rows {

@@ -17,6 +17,7 @@ pub mod inbox_live;
 pub mod joinflood;
 pub mod members;
 pub mod presence;
+pub mod replication;
 pub mod search;
 pub mod sendhook;
 pub mod sends;
