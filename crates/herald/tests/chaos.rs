@@ -1,6 +1,8 @@
-//! Chaos, with real servers: three nats-servers, two PostgreSQL shards and
-//! three herald binaries, while a seeded bouncer kills a node with SIGKILL,
-//! restarts a NATS server or stops a PostgreSQL shard every 1 to 3 seconds,
+//! Chaos, with real servers: three nats-servers, two PostgreSQL shards (each
+//! a primary with a synchronous standby) and three herald binaries, while a
+//! seeded bouncer kills a node with SIGKILL, restarts a NATS server, stops a
+//! shard's primary, or kills (SIGKILL) or freezes (SIGSTOP) it and fails the
+//! shard over to its standby, every 1 to 3 seconds,
 //! and clients behave as the protocol says: patient on `throttled` and
 //! `unavailable`, reconnecting and resuming each chat with `watch` `after`
 //! the last seq held, fetching on a gap and on `notify`, and resending with
