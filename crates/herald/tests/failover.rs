@@ -145,6 +145,25 @@ fn resumed(logs: &[Vec<Sent>], since: Instant) -> Option<Duration> {
         .min()
 }
 
+/// Runs a blocking step of `pair` (kill, freeze, promote, rebuild) off the async workers.
+async fn on_pair<T: Send + 'static>(pair: &Arc<PgPair>, step: impl FnOnce(&PgPair) -> T + Send + 'static) -> T {
+    let pair = pair.clone();
+    tokio::task::spawn_blocking(move || step(&pair)).await.expect("a PostgreSQL step")
+}
+
+/// Sends `req` until it is acknowledged (within [`WAIT`]); its seq.
+async fn send_until_acknowledged(c: &mut Client, req: &Value, what: &str) -> u64 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let r = c.request(req.clone()).await;
+        if let Some(ok) = r.get("ok") {
+            return ok["seq"].as_u64().unwrap();
+        }
+        assert!(Instant::now() < deadline, "{what}: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn metrics_text(s: &TestServer) -> String {
     let (_, v) = s.http("GET", "/metrics", None).await;
     v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())
@@ -200,19 +219,14 @@ async fn a_shard_fails_over_to_its_synchronous_standby_with_nothing_acknowledged
     for fault in ["kill", "freeze"] {
         let (old, new) = (pair.primary_port(), pair.standby_port());
         let struck = Instant::now();
-        let p = pair.clone();
-        tokio::task::spawn_blocking(move || if fault == "kill" { p.kill9_primary() } else { p.freeze_primary() })
-            .await
-            .unwrap();
+        on_pair(&pair, move |p| if fault == "kill" { p.kill9_primary() } else { p.freeze_primary() }).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let p = pair.clone();
-        let took = tokio::task::spawn_blocking(move || {
+        let took = on_pair(&pair, |p| {
             let t = Instant::now();
             p.promote_standby();
             t.elapsed()
         })
-        .await
-        .unwrap();
+        .await;
         let promoted = Instant::now();
         eprintln!("{fault}: standby promoted in {took:?}");
         if fault == "freeze" {
@@ -229,8 +243,7 @@ async fn a_shard_fails_over_to_its_synchronous_standby_with_nothing_acknowledged
         tokio::time::sleep(Duration::from_secs(4)).await;
         windows.push((fault, struck, Instant::now()));
         promotions.push((fault, promoted));
-        let p = pair.clone();
-        tokio::task::spawn_blocking(move || p.rebuild_old_primary()).await.unwrap();
+        on_pair(&pair, |p| p.rebuild_old_primary()).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     stop.store(true, Ordering::Relaxed);
@@ -337,21 +350,18 @@ async fn an_asynchronous_standby_loses_acknowledged_events_and_their_seqs_are_no
     }
     tokio::task::block_in_place(|| pair.wait_replayed());
     // The standby stops receiving; the primary goes on acknowledging; then it dies and the standby is promoted.
-    let p = pair.clone();
-    tokio::task::spawn_blocking(move || p.pause_replication()).await.unwrap();
+    on_pair(&pair, |p| p.pause_replication()).await;
     for i in 5..8 {
         acked.push(alice.ok(json!({"op": "send", "chat": "g", "body": i})).await["seq"].as_u64().unwrap());
     }
     let seen = *acked.last().unwrap();
     let pushed: Vec<u64> = bob.events("g", acked.len()).await.iter().map(|p| p["seq"].as_u64().unwrap()).collect();
     assert_eq!(pushed.last(), Some(&seen), "bob was pushed every acknowledged event");
-    let p = pair.clone();
-    tokio::task::spawn_blocking(move || {
+    on_pair(&pair, |p| {
         p.kill9_primary();
         p.promote_standby();
     })
-    .await
-    .unwrap();
+    .await;
 
     // The loss: acknowledged events missing from the promoted shard.
     let deadline = Instant::now() + WAIT;
@@ -369,15 +379,8 @@ async fn an_asynchronous_standby_loses_acknowledged_events_and_their_seqs_are_no
     assert!(!lost.is_empty(), "an asynchronous standby promoted without the last commits loses them");
 
     // herald's answer: the next event comes after every seq it handed out, never at a lost one.
-    let deadline = Instant::now() + WAIT;
-    let next = loop {
-        let r = alice.request(json!({"op": "send", "chat": "g", "body": "after", "client_id": "after"})).await;
-        if let Some(ok) = r.get("ok") {
-            break ok["seq"].as_u64().unwrap();
-        }
-        assert!(Instant::now() < deadline, "writes resume on the promoted standby: {r}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let after = json!({"op": "send", "chat": "g", "body": "after", "client_id": "after"});
+    let next = send_until_acknowledged(&mut alice, &after, "writes resume on the promoted standby").await;
     assert_eq!(next, seen + 1, "the first event after the loss comes after seq {seen}, never reusing a lost seq");
     let pushed = bob.events("g", 1).await;
     assert_eq!(pushed[0]["seq"], next, "the watcher, who holds the lost events, is pushed the new one");
@@ -428,14 +431,12 @@ async fn a_resend_is_not_acknowledged_from_a_commit_the_synchronous_standby_lack
     alice.ok(json!({"op": "join", "chat": "g"})).await;
     alice.ok(json!({"op": "send", "chat": "g", "body": 1, "client_id": "first"})).await;
     // The standby is cut off: the primary commits the next send locally and waits for it.
-    let p = pair.clone();
-    tokio::task::spawn_blocking(move || p.cut_replication()).await.unwrap();
+    on_pair(&pair, |p| p.cut_replication()).await;
     let send = json!({"op": "send", "chat": "g", "body": 2, "client_id": "waits"});
     let r = alice.request(send.clone()).await;
     assert_eq!(r["err"]["code"], "unavailable", "a send waiting for the standby is not acknowledged: {r}");
     // Its wait is cancelled: the row is visible on the primary, and on the primary only.
-    let p = pair.clone();
-    tokio::task::spawn_blocking(move || {
+    on_pair(&pair, |p| {
         let cancel = "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity WHERE wait_event = 'SyncRep'";
         let deadline = Instant::now() + WAIT;
         while p.query_primary(cancel) == "0" {
@@ -443,30 +444,19 @@ async fn a_resend_is_not_acknowledged_from_a_commit_the_synchronous_standby_lack
             std::thread::sleep(Duration::from_millis(50));
         }
     })
-    .await
-    .unwrap();
+    .await;
     for attempt in 0..4 {
         let r = alice.request(send.clone()).await;
         assert_eq!(r["err"]["code"], "unavailable", "attempt {attempt} is not acknowledged: {r}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // The primary dies; the standby, which never got that commit, is promoted.
-    let p = pair.clone();
-    tokio::task::spawn_blocking(move || {
+    on_pair(&pair, |p| {
         p.kill9_primary();
         p.promote_standby();
     })
-    .await
-    .unwrap();
-    let deadline = Instant::now() + WAIT;
-    let seq = loop {
-        let r = alice.request(send.clone()).await;
-        if let Some(ok) = r.get("ok") {
-            break ok["seq"].as_u64().unwrap();
-        }
-        assert!(Instant::now() < deadline, "the resend is stored on the promoted standby: {r}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    .await;
+    let seq = send_until_acknowledged(&mut alice, &send, "the resend is stored on the promoted standby").await;
     let events = stored(&s, "g").await;
     let waits: Vec<u64> =
         events.iter().filter(|e| e["client_id"] == "waits").map(|e| e["seq"].as_u64().unwrap()).collect();
