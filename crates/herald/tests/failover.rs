@@ -463,6 +463,35 @@ async fn a_resend_is_not_acknowledged_from_a_commit_the_synchronous_standby_lack
     assert_eq!(waits, vec![seq], "acknowledged once, and stored where it was acknowledged");
 }
 
+// A primary that stops taking writes while it runs (made read-only, as a demoted or fenced primary
+// answers): the write batch that meets SQLSTATE 25006 drops its connection and the pool's, and writes
+// go to whichever host takes them once there is one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
+async fn a_primary_that_turns_read_only_is_left_for_the_one_that_takes_writes() {
+    let pair = Arc::new(tokio::task::spawn_blocking(|| PgPair::start(true)).await.expect("start PostgreSQL"));
+    let db = tokio::task::block_in_place(|| pair.create_database());
+    let url = format!("readonly={}", pair.hosts_url(&db));
+    let s = TestServer::start_with(|c| c.store.stores = vec![url.clone()]).await;
+    let mut alice = s.client("w", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    alice.ok(json!({"op": "send", "chat": "g", "body": 1})).await;
+    on_pair(&pair, |p| {
+        p.query_primary("ALTER SYSTEM SET default_transaction_read_only = on");
+        p.query_primary("SELECT pg_reload_conf()");
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = alice.request(json!({"op": "send", "chat": "g", "body": 2, "client_id": "ro"})).await;
+    assert_eq!(r["err"]["code"], "unavailable", "a read-only primary takes no write: {r}");
+    on_pair(&pair, |p| p.promote_standby()).await;
+    let send = json!({"op": "send", "chat": "g", "body": 2, "client_id": "ro"});
+    let seq = send_until_acknowledged(&mut alice, &send, "writes go to the promoted standby").await;
+    assert_eq!(seq, 3);
+    let text = metrics_text(&s).await;
+    assert!(metric(&text, "herald_store_pg_fence_total{shard=\"readonly\",reason=\"write\"}") >= 1.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
 async fn a_host_of_another_database_is_refused_not_written_to() {

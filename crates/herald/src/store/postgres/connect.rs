@@ -7,7 +7,8 @@
 //! A one-host URL is tried as it is. A multi-host URL's hosts are tried the
 //! way a failover needs: first the host that was the primary last time,
 //! then every other host at once, and the first that answers as a primary
-//! (not in recovery) wins and is remembered. A standby answers, but is not
+//! (not in recovery, and not read-only, as libpq's `read-write` means) wins
+//! and is remembered. A standby answers, but is not
 //! written to: after a promotion herald follows the new primary by itself,
 //! whatever order the URL lists the hosts in.
 //!
@@ -30,11 +31,13 @@ use crate::store::shard_spec::{ShardName, chain};
 /// The most one host may take to connect, authenticate and say it is the primary.
 pub(super) const HOST_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Refuses a host in recovery with a server error of its own (SQLSTATE
-/// 25006, read-only), which the pool reports like any failed connection.
-const PRIMARY_CHECK: &str = "DO $$ BEGIN IF pg_is_in_recovery() THEN \
-    RAISE EXCEPTION 'herald: this host is a standby (in recovery), not the primary' USING ERRCODE = '25006'; \
-    END IF; END $$";
+/// Refuses a host in recovery, or one whose sessions are read-only (an
+/// operator's `default_transaction_read_only`), with a server error of its
+/// own (SQLSTATE 25006, read-only), which the pool reports like any failed connection.
+const PRIMARY_CHECK: &str = "DO $$ BEGIN \
+    IF pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on' THEN \
+    RAISE EXCEPTION 'herald: this host is a standby or read-only, not a primary taking writes' \
+    USING ERRCODE = '25006'; END IF; END $$";
 
 /// Connects a shard's pool to its primary. See the module documentation.
 pub(super) struct PrimaryConnect<T> {
