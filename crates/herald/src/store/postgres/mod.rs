@@ -8,8 +8,11 @@
 //! This file opens a shard, keeps its read pool and its lifecycle; the rest
 //! is one file per idea: `schema.rs` (applying `schema.sql` and confirming
 //! the shard's identity), `writer.rs` (the batching writer and its `Tx`),
-//! and one file per capability's reads: `log.rs`, `members.rs`,
-//! `moderation.rs`, `revocations.rs`, `webhook.rs`.
+//! `connect.rs` (finding the primary among a shard's hosts, each within a
+//! bound), `lease.rs` (taking connections that went bad out of the pool),
+//! `heads.rs` (never handing a seq out twice after a standby promoted
+//! without every commit), and one file per capability's reads: `log.rs`,
+//! `members.rs`, `moderation.rs`, `revocations.rs`, `webhook.rs`.
 //!
 //! On its first connection a node applies the schema and confirms the
 //! shard's identity (`shard_identity`); later connections must reach the
