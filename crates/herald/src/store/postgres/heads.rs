@@ -57,28 +57,29 @@ pub(super) fn chat_hash(key: &ChatKey) -> u64 {
 }
 
 impl SeenHeads {
-    /// Notes that the chat `hash` had `seq` stored.
-    pub(super) fn saw(&self, hash: u64, seq: u64) {
-        if seq == 0 {
-            return;
-        }
+    /// Notes chats' stored heads, `(hash, seq)`, under one lock.
+    pub(super) fn saw(&self, heads: impl IntoIterator<Item = (u64, u64)>) {
         let mut g = self.gens.lock().expect("heads lock poisoned");
         let (now, old) = &mut *g;
-        let known = now.entry(hash).or_insert(0);
-        *known = (*known).max(seq);
-        if now.len() >= GENERATION {
-            *old = std::mem::take(now);
+        for (hash, seq) in heads.into_iter().filter(|&(_, seq)| seq > 0) {
+            let known = now.entry(hash).or_insert(0);
+            *known = (*known).max(seq);
+            if now.len() >= GENERATION {
+                *old = std::mem::take(now);
+            }
         }
     }
 
-    /// Notes that a read found the chat `hash` at `seq` (held apart until [`Self::take_read`]).
-    pub(super) fn read(&self, hash: u64, seq: u64) {
+    /// Notes heads a read found, `(hash, seq)`, held apart until [`Self::take_read`].
+    pub(super) fn read(&self, heads: impl IntoIterator<Item = (u64, u64)>) {
         let mut read = self.read.lock().expect("heads lock poisoned");
-        if read.len() >= GENERATION {
-            read.clear();
+        for (hash, seq) in heads {
+            if read.len() >= GENERATION {
+                read.clear();
+            }
+            let known = read.entry(hash).or_insert(0);
+            *known = (*known).max(seq);
         }
-        let known = read.entry(hash).or_insert(0);
-        *known = (*known).max(seq);
     }
 
     /// What reads found so far, for a commit about to be written to confirm.
@@ -107,18 +108,13 @@ mod tests {
         let heads = SeenHeads::default();
         let a = chat_hash(&ChatKey::new("w", "a"));
         assert_ne!(a, chat_hash(&ChatKey::new("wa", "")));
-        heads.saw(a, 7);
-        heads.saw(a, 3);
+        heads.saw([(a, 7), (a, 3)]);
         assert_eq!(heads.seen(a), Some(7));
-        heads.read(a, 9);
+        heads.read([(a, 9)]);
         assert_eq!(heads.seen(a), Some(7), "a read counts once a commit confirms it");
-        for (hash, seq) in heads.take_read() {
-            heads.saw(hash, seq);
-        }
+        heads.saw(heads.take_read());
         assert_eq!(heads.seen(a), Some(9));
-        for i in 0..(2 * GENERATION as u64 + 5) {
-            heads.saw(i.wrapping_mul(0x9e37_79b9_7f4a_7c15), 1);
-        }
+        heads.saw((0..(2 * GENERATION as u64 + 5)).map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15), 1)));
         let g = heads.gens.lock().unwrap();
         assert!(g.0.len() + g.1.len() <= 2 * GENERATION);
     }

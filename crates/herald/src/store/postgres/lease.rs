@@ -71,18 +71,13 @@ impl Lease {
     pub(super) fn new(conn: Object, fence: std::sync::Arc<Fence>) -> Lease {
         Lease { conn: Some(conn), since: Instant::now(), fence }
     }
-
-    /// The pooled object itself, for calls that need it.
-    pub(super) fn object(&self) -> &Object {
-        self.conn.as_ref().expect("a lease holds its connection until dropped")
-    }
 }
 
 impl std::ops::Deref for Lease {
     type Target = ClientWrapper;
 
     fn deref(&self) -> &ClientWrapper {
-        self.object()
+        self.conn.as_ref().expect("a lease holds its connection until dropped")
     }
 }
 

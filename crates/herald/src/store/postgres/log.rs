@@ -87,7 +87,7 @@ impl EventLog for PgShard {
             let mut info = row.info();
             let last = events.last().map(|e| e.seq);
             info.seq = info.seq.max(last.unwrap_or(0));
-            self.heads.read(chat_hash(key), info.seq);
+            self.heads.read([(chat_hash(key), info.seq)]);
             Ok(Fetched { more: last.unwrap_or(after) < info.seq, events, info })
         })
     }
@@ -111,11 +111,10 @@ impl EventLog for PgShard {
                 if let Some(i) = i.checked_sub(1)
                     && let Some(slot) = heads.get_mut(i)
                 {
-                    let seq = row.get::<_, i64>(1) as u64;
-                    self.heads.read(chat_hash(&keys[i]), seq);
-                    *slot = Some(seq);
+                    *slot = Some(row.get::<_, i64>(1) as u64);
                 }
             }
+            self.heads.read(keys.iter().zip(&heads).filter_map(|(k, h)| Some((chat_hash(k), (*h)?))));
             Ok(heads)
         })
     }

@@ -90,9 +90,7 @@ impl Writer {
         let read_before = if wrote { self.heads.take_read() } else { Default::default() };
         drop(pg_tx);
         tx.commit().await.map_err(|e| chain(&e))?;
-        for (hash, seq) in saved.into_iter().chain(read_before) {
-            self.heads.saw(hash, seq);
-        }
+        self.heads.saw(saved.into_iter().chain(read_before));
         Ok(outcomes)
     }
 }
