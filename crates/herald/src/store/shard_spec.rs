@@ -193,16 +193,34 @@ fn split_entries(list: &str) -> Vec<&str> {
     out
 }
 
+/// A URL cut where herald reads it: `scheme://user@hosts` then the path and query.
+struct Parts<'a> {
+    scheme: &'a str,
+    /// `user` or `user:password`, without the `@`.
+    user: Option<&'a str>,
+    /// One host or several, comma-separated.
+    hosts: &'a str,
+    /// From the path on (`/db?query`), possibly empty.
+    tail: &'a str,
+}
+
+impl<'a> Parts<'a> {
+    fn of(url: &'a str) -> Option<Parts<'a>> {
+        let (scheme, rest) = url.split_once("://")?;
+        let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+        let (user, hosts) = match authority.rsplit_once('@') {
+            Some((user, hosts)) => (Some(user), hosts),
+            None => (None, authority),
+        };
+        Some(Parts { scheme, user, hosts, tail })
+    }
+}
+
 /// A multi-host URL's hosts (`scheme://user@h1:p1,h2:p2/db?query`) as one
 /// URL each, `target_session_attrs` taken out; `None` for a one-host URL.
 fn one_url_per_host(url: &str) -> Option<Vec<String>> {
-    let (scheme, rest) = url.split_once("://")?;
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let (user, hosts) = match authority.rsplit_once('@') {
-        Some((user, hosts)) => (format!("{user}@"), hosts),
-        None => (String::new(), authority),
-    };
+    let Parts { scheme, user, hosts, tail } = Parts::of(url)?;
+    let user = user.map_or(String::new(), |u| format!("{u}@"));
     if !hosts.contains(',') {
         return None;
     }
@@ -302,12 +320,10 @@ fn percent_decode(s: &str) -> Result<String, String> {
 
 /// The URL without its password (in the user part or a `password=` parameter).
 fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return String::new() };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let authority = match authority.rsplit_once('@') {
-        Some((user, hosts)) => format!("{}@{hosts}", user.split_once(':').map_or(user, |(u, _)| u)),
-        None => authority.to_string(),
+    let Some(Parts { scheme, user, hosts, tail }) = Parts::of(url) else { return String::new() };
+    let authority = match user {
+        Some(user) => format!("{}@{hosts}", user.split_once(':').map_or(user, |(u, _)| u)),
+        None => hosts.to_string(),
     };
     let tail = match tail.split_once('?') {
         Some((path, query)) => {
