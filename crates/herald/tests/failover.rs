@@ -164,6 +164,27 @@ async fn send_until_acknowledged(c: &mut Client, req: &Value, what: &str) -> u64
     }
 }
 
+/// A pair (synchronous with `sync`) holding one shard named `name`, and a
+/// server on it with `tweak` applied. A name of its own per test: the tests
+/// of this file share one process's metrics.
+async fn one_pair(
+    sync: bool,
+    name: &str,
+    tweak: impl FnOnce(&mut herald::Config),
+) -> (Arc<PgPair>, TestServer, Client) {
+    let pair = Arc::new(tokio::task::spawn_blocking(move || PgPair::start(sync)).await.expect("start PostgreSQL"));
+    let db = on_pair(&pair, |p| p.create_database()).await;
+    let url = format!("{name}={}", pair.hosts_url(&db));
+    let s = TestServer::start_with(|c| {
+        c.store.stores = vec![url];
+        tweak(c);
+    })
+    .await;
+    let mut alice = s.client("w", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    (pair, s, alice)
+}
+
 async fn metrics_text(s: &TestServer) -> String {
     let (_, v) = s.http("GET", "/metrics", None).await;
     v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())
@@ -334,13 +355,7 @@ async fn a_shard_fails_over_to_its_synchronous_standby_with_nothing_acknowledged
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
 async fn an_asynchronous_standby_loses_acknowledged_events_and_their_seqs_are_not_handed_out_again() {
-    let pair = Arc::new(tokio::task::spawn_blocking(|| PgPair::start(false)).await.expect("start PostgreSQL"));
-    let db = tokio::task::block_in_place(|| pair.create_database());
-    // A shard name of its own: the tests of this file share one process's metrics.
-    let url = format!("lossy={}", pair.hosts_url(&db));
-    let s = TestServer::start_with(|c| c.store.stores = vec![url.clone()]).await;
-    let mut alice = s.client("w", "alice").await;
-    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    let (pair, s, mut alice) = one_pair(false, "lossy", |_| {}).await;
     let mut bob = s.client("w", "bob").await;
     bob.ok(json!({"op": "join", "chat": "g"})).await;
     bob.ok(json!({"op": "watch", "chat": "g"})).await;
@@ -410,12 +425,8 @@ async fn accepting_send_hook() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
 async fn a_resend_is_not_acknowledged_from_a_commit_the_synchronous_standby_lacks() {
-    let pair = Arc::new(tokio::task::spawn_blocking(|| PgPair::start(true)).await.expect("start PostgreSQL"));
-    let db = tokio::task::block_in_place(|| pair.create_database());
-    let url = format!("unreplicated={}", pair.hosts_url(&db));
     let hook = accepting_send_hook().await;
-    let s = TestServer::start_with(|c| {
-        c.store.stores = vec![url.clone()];
+    let (pair, s, mut alice) = one_pair(true, "unreplicated", |c| {
         c.hooks = herald::hooks::HookSettings {
             secret: Some("a-send-hook-secret-of-at-least-32-bytes".into()),
             webhook: None,
@@ -427,8 +438,6 @@ async fn a_resend_is_not_acknowledged_from_a_commit_the_synchronous_standby_lack
         };
     })
     .await;
-    let mut alice = s.client("w", "alice").await;
-    alice.ok(json!({"op": "join", "chat": "g"})).await;
     alice.ok(json!({"op": "send", "chat": "g", "body": 1, "client_id": "first"})).await;
     // The standby is cut off: the primary commits the next send locally and waits for it.
     on_pair(&pair, |p| p.cut_replication()).await;
@@ -469,12 +478,7 @@ async fn a_resend_is_not_acknowledged_from_a_commit_the_synchronous_standby_lack
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
 async fn a_primary_that_turns_read_only_is_left_for_the_one_that_takes_writes() {
-    let pair = Arc::new(tokio::task::spawn_blocking(|| PgPair::start(true)).await.expect("start PostgreSQL"));
-    let db = tokio::task::block_in_place(|| pair.create_database());
-    let url = format!("readonly={}", pair.hosts_url(&db));
-    let s = TestServer::start_with(|c| c.store.stores = vec![url.clone()]).await;
-    let mut alice = s.client("w", "alice").await;
-    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    let (pair, s, mut alice) = one_pair(true, "readonly", |_| {}).await;
     alice.ok(json!({"op": "send", "chat": "g", "body": 1})).await;
     on_pair(&pair, |p| {
         p.query_primary("ALTER SYSTEM SET default_transaction_read_only = on");
