@@ -44,7 +44,19 @@ struct BackupArgs {
     to: PathBuf,
 }
 
-fn main() -> anyhow::Result<()> {
+/// Runs herald; a failure is one line on standard error (`herald: why: cause`),
+/// never a backtrace, and exit status 1.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("herald: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     // A `--config` file's values become `serve`'s defaults before parsing,
     // so flags and env still win over it (herald::config).
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();

@@ -20,6 +20,7 @@
 mod conversations;
 mod export;
 mod files;
+mod health;
 mod log;
 mod members;
 mod moderation;
@@ -59,6 +60,8 @@ pub struct SqliteStore {
     webhook: Arc<AtomicBool>,
     /// v1.2 search: the chats written since the indexer last looked (`search_index.rs`).
     search: Arc<search_index::SearchIndex>,
+    /// Whether commits succeed (`health.rs`).
+    health: Arc<health::Health>,
 }
 
 struct ReaderPool {
@@ -68,8 +71,22 @@ struct ReaderPool {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the store in directory `dir` and starts its writer thread.
+    /// Opens (creating if needed) the store in directory `dir` and starts its
+    /// writer thread. On a full disk it refuses with one line saying so.
     pub fn open(dir: &Path) -> anyhow::Result<SqliteStore> {
+        SqliteStore::open_in(dir).map_err(|e| match health::free_bytes(dir) {
+            Some(free) if health::is_full(free) || e.chain().any(|c| c.to_string().contains("disk is full")) => {
+                anyhow::anyhow!(
+                    "refusing to start: the disk of {} is full ({free} bytes free), so the store cannot write; \
+                     free some space and start herald again",
+                    dir.display()
+                )
+            }
+            _ => e,
+        })
+    }
+
+    fn open_in(dir: &Path) -> anyhow::Result<SqliteStore> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(DB_FILE);
         let conn = Connection::open(&path)?;
@@ -85,10 +102,12 @@ impl SqliteStore {
 
         let search = Arc::new(search_index::start(dir, &path));
         let webhook = Arc::new(AtomicBool::new(false));
-        let (jobs, writer_alive) = writer::spawn(conn, webhook.clone())?;
+        let health = Arc::new(health::Health::new(dir.to_path_buf()));
+        let (jobs, writer_alive) = writer::spawn(conn, webhook.clone(), health.clone())?;
         Ok(SqliteStore {
             jobs,
             writer_alive,
+            health,
             webhook,
             search,
             readers: Arc::new(ReaderPool { path, idle: Mutex::new(Vec::new()), permits: Semaphore::new(READERS) }),
@@ -147,6 +166,9 @@ impl Lifecycle for SqliteStore {
         Box::pin(async move {
             if !self.writer_alive.load(Ordering::SeqCst) {
                 return Err(unavailable("the store's writer stopped"));
+            }
+            if let Some(why) = self.health.cannot_commit() {
+                return Err(unavailable(&why));
             }
             self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(()))).await
         })

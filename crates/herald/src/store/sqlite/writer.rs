@@ -16,6 +16,7 @@ use std::time::Instant;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use super::health::{self, Health};
 use super::revocations::{self, RevokeJob};
 use super::tx::SqliteTx;
 use super::unavailable;
@@ -58,13 +59,17 @@ pub(super) enum Failure {
 
 /// Starts the writer thread on the read-write connection `conn`. Answers
 /// where to send it jobs, and a flag that turns false when the thread ends.
-pub(super) fn spawn(conn: Connection, webhook: Arc<AtomicBool>) -> std::io::Result<(SyncSender<Job>, Arc<AtomicBool>)> {
+pub(super) fn spawn(
+    conn: Connection,
+    webhook: Arc<AtomicBool>,
+    health: Arc<Health>,
+) -> std::io::Result<(SyncSender<Job>, Arc<AtomicBool>)> {
     let (tx, rx) = sync_channel(WRITE_QUEUE);
     let writer_alive = Arc::new(AtomicBool::new(true));
     let alive = Alive(writer_alive.clone(), "sqlite");
     std::thread::Builder::new()
         .name("herald-sqlite-writer".into())
-        .spawn(move || Writer { conn, checkpoint_due: false, webhook }.run(rx, alive))?;
+        .spawn(move || Writer { conn, checkpoint_due: false, webhook, health }.run(rx, alive))?;
     Ok((tx, writer_alive))
 }
 
@@ -76,6 +81,8 @@ struct Writer {
     checkpoint_due: bool,
     /// webhook: whether batches keep the webhook's positions.
     webhook: Arc<AtomicBool>,
+    /// Whether commits succeed (`health.rs`).
+    health: Arc<Health>,
 }
 
 impl Writer {
@@ -185,14 +192,16 @@ impl Writer {
                     .zip(&outcomes)
                     .any(|((w, _), o)| matches!(w, Write::Delete { .. } | Write::ForgetFile { .. }) && o.is_ok());
                 self.checkpoint_due |= erased;
+                self.health.committed();
                 apply::answer_committed(batch, outcomes, started)
             }
             Err(e) => {
-                metrics::counter!("herald_store_errors_total", "kind" => "commit").increment(1);
-                if batch.len() == 1 {
-                    tracing::error!(error = %e, key = %batch[0].0.key(), "store write failed");
-                    let (_, reply) = batch.pop().expect("one write");
-                    let _ = reply.send(Err(unavailable("storage write failed")));
+                self.health.failed(&e, batch.len());
+                // A full disk fails every write alike: no point retrying them one by one.
+                if batch.len() == 1 || health::kind_of(&e) == "disk_full" {
+                    for (_, reply) in batch.drain(..) {
+                        let _ = reply.send(Err(unavailable("storage write failed")));
+                    }
                     return;
                 }
                 tracing::warn!(error = %e, writes = batch.len(), "store batch failed; retrying its writes one by one");
