@@ -77,6 +77,7 @@ async fn a_full_disk_refuses_writes_leaves_rotation_and_comes_back_when_freed() 
     let mut acked = vec![alice.ok(json!({"op": "send", "chat": "g", "body": "before"})).await["seq"].as_u64().unwrap()];
 
     let filler = fs.fill();
+    let full_since = Instant::now();
     // Sends are refused, as many as come, and /readyz takes the node out of rotation.
     let body = "x".repeat(4000);
     let mut refused = 0;
@@ -95,6 +96,15 @@ async fn a_full_disk_refuses_writes_leaves_rotation_and_comes_back_when_freed() 
     let (_, text) = http_raw(addr, "GET", "/metrics", None, None).await;
     // (Sends behind a refused one are held back on their connection, not sent to the store.)
     assert!(metric(&text, "herald_store_errors_total{kind=\"disk_full\"}") >= 1.0, "counted by kind: {text}");
+
+    // Logged at most once a second, not once per refused send.
+    let lines = server.stderr_all().lines().filter(|l| l.contains("store commit failed")).count();
+    let most = full_since.elapsed().as_secs() as usize + 1;
+    assert!(
+        lines >= 1 && lines <= most,
+        "{lines} error lines for {refused} refused sends in {:?}",
+        full_since.elapsed()
+    );
 
     // Space comes back: the node returns to rotation and takes writes.
     std::fs::remove_file(&filler).unwrap();

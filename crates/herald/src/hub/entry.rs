@@ -368,6 +368,11 @@ impl Entry {
         self.lock().live.resync(live, &self.key);
     }
 
+    /// After this node was paused (see [`ChatLive::after_pause`]).
+    pub(super) fn presence_after_pause(&self, live: &Live, now: std::time::Instant) {
+        self.lock().live.after_pause(live, &self.key, now);
+    }
+
     /// Drops the users of nodes the cell no longer hears of.
     pub(super) fn sweep(self: &Arc<Self>, hub: &Hub, now: std::time::Instant) {
         let mut guard = self.lock();

@@ -34,7 +34,7 @@ use herald_protocol::frame::{presence_count_push, presence_user_push};
 use herald_protocol::reply::{PRESENCE_USERS_MAX, PresenceOk};
 
 use super::entry::Entry;
-use super::presence::{Change, Presence};
+use super::presence::{Change, FULL_CHECK_EVERY, Presence};
 use super::watchers::Watchers;
 use crate::broker::Broker;
 use crate::model::{ChatKey, Signal};
@@ -49,6 +49,11 @@ pub const COUNT_EVERY: Duration = Duration::from_secs(5);
 pub const BEAT_AFTER: Duration = Duration::from_millis(500);
 /// How often nodes the cell no longer hears of are looked for.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// Sweeps this far apart (twice the period) mean the node was paused or
+/// starved: it distrusts its expiry and asks the cell instead
+/// (`Hub::sweep`). A shorter pause cannot expire anyone: a node is expired
+/// only when its last announcement (one a second) is 3 s old.
+pub const PAUSED_AFTER: Duration = Duration::from_secs(2);
 /// How long `presence` waits for other nodes' answers when no watcher of the
 /// chat is on this node (every node with one answers within a NATS round trip).
 pub const GATHER_WAIT: Duration = Duration::from_millis(200);
@@ -91,6 +96,8 @@ pub(super) struct ChatLive {
     /// The count last pushed, and when.
     count_pushed: Option<(u64, Instant)>,
     count_timer: bool,
+    /// When the sweep next beats for the full check (with local users).
+    next_check: Instant,
 }
 
 /// Timers a presence change asks its entry to start.
@@ -128,12 +135,17 @@ impl Live {
 
     /// A new chat entry's presence, with its own epoch.
     pub(super) fn new_chat(&self) -> ChatLive {
+        let epoch = self.epochs.fetch_add(1, Ordering::Relaxed) + 1;
+        // Entries made together spread their full checks over the period.
+        let spread = FULL_CHECK_EVERY.as_millis() as u64;
+        let offset = Duration::from_millis(epoch.wrapping_mul(7_919) % spread);
         ChatLive {
             presence: Presence::default(),
-            epoch: self.epochs.fetch_add(1, Ordering::Relaxed) + 1,
+            epoch,
             beat_timer: false,
             count_pushed: None,
             count_timer: false,
+            next_check: Instant::now() + offset,
         }
     }
 
@@ -339,9 +351,29 @@ impl ChatLive {
         live.broker.signal(key, &beat);
     }
 
-    /// Drops the users of nodes the cell no longer hears of.
+    /// This node was paused (see [`Presence::distrust`]): asks every node it
+    /// knows of here by name, and anyone else, for their sets, and tells
+    /// them this node's latest delta number, instead of expiring them.
+    pub(super) fn after_pause(&mut self, live: &Live, key: &ChatKey, now: Instant) {
+        for of in self.presence.distrust(now) {
+            live.broker.signal(key, &Signal::Ask { of: Some(of) });
+        }
+        self.resync(live, key);
+    }
+
+    /// Drops the users of nodes the cell no longer hears of, asks again what
+    /// went unanswered, and beats once per [`FULL_CHECK_EVERY`] while users
+    /// are present here (the full check: a node whose set of this node's
+    /// users differs learns it from the number and asks).
     pub(super) fn sweep(&mut self, live: &Live, key: &ChatKey, watchers: &Watchers, now: Instant) -> Timers {
         let Some(cell) = live.cell.get() else { return Timers::default() };
+        if now >= self.next_check {
+            self.next_check = now + FULL_CHECK_EVERY;
+            if self.presence.has_local() {
+                let beat = Signal::Beat { from: live.me().into(), epoch: self.epoch, n: self.presence.sent() };
+                live.broker.signal(key, &beat);
+            }
+        }
         let (changes, again) = self.presence.expire(|from| (cell.live)(from), now);
         for of in again {
             live.broker.signal(key, &Signal::Ask { of: Some(of) });

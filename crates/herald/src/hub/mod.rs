@@ -387,12 +387,31 @@ impl Hub {
         });
     }
 
-    /// Drops the users of nodes the cell no longer hears of, from every chat.
-    fn sweep(&self) {
+    /// Drops the users of nodes the cell no longer hears of, from every
+    /// chat; `gap`: how long since the last sweep. A gap of [`live::PAUSED_AFTER`]
+    /// or more means this node was paused (SIGSTOP, a VM stopped) or starved:
+    /// what it heard before is stale, and the other nodes' silence is its
+    /// own, so instead of expiring them it asks the cell for every chat's
+    /// whole presence and checks every chat against the log.
+    fn sweep(&self, gap: Duration) {
         if !self.live.in_cell() {
             return;
         }
         let now = Instant::now();
+        if gap >= live::PAUSED_AFTER {
+            tracing::warn!(
+                paused_ms = gap.as_millis() as u64,
+                chats = self.chats(),
+                "this node was paused: asking the cell for presence instead of expiring the other nodes"
+            );
+            metrics::counter!("herald_node_pauses_total").increment(1);
+            self.repair.check_now();
+            self.feed.check_now();
+            for entry in self.entries() {
+                entry.presence_after_pause(&self.live, now);
+            }
+            return;
+        }
         for entry in self.entries() {
             entry.sweep(self, now);
         }
@@ -404,10 +423,15 @@ fn spawn_sweep(hub: Weak<Hub>) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(live::SWEEP_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        let mut last = Instant::now();
         loop {
             tick.tick().await;
             let Some(hub) = hub.upgrade() else { return };
-            hub.sweep();
+            // The monotonic clock runs on while a process is stopped.
+            let now = Instant::now();
+            hub.sweep(now.duration_since(last));
+            last = now;
         }
     });
 }

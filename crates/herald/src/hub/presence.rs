@@ -19,6 +19,13 @@ use crate::model::Signal;
 /// and how long an unanswered ask waits before it is asked again.
 pub const REMOTE_TTL: Duration = Duration::from_secs(3);
 const ASK_AGAIN: Duration = Duration::from_secs(1);
+/// How often a node with present users in a chat repeats its latest delta
+/// number there (a beat), so that any disagreement is found within it.
+pub const FULL_CHECK_EVERY: Duration = Duration::from_secs(10);
+/// A node this node holds present users of, but has not heard of in the
+/// chat for this long (it would have beaten if it still had them), is asked
+/// by name for its set.
+pub const QUIET_ASK: Duration = Duration::from_secs(12);
 /// Users per `State` part: keeps a part far below NATS's 1 MB payload limit
 /// even with 128-byte ids.
 pub const STATE_PART_USERS: usize = 2_000;
@@ -224,14 +231,19 @@ impl Presence {
         let mut dead: Vec<Arc<str>> = Vec::new();
         let mut again = Vec::new();
         for (from, r) in &mut self.remote {
-            let silent = now.duration_since(r.heard) >= REMOTE_TTL;
+            let quiet = now.duration_since(r.heard);
             let unanswered = r.asked.is_some_and(|(first, _)| now.duration_since(first) >= REMOTE_TTL);
-            if silent && (unanswered || !live(from)) {
+            if quiet >= REMOTE_TTL && (unanswered || !live(from)) {
                 dead.push(from.clone());
             } else if let Some((first, last)) = r.asked
                 && now.duration_since(last) >= ASK_AGAIN
             {
                 r.asked = Some((first, now));
+                again.push(from.to_string());
+            } else if r.asked.is_none() && !r.users.is_empty() && quiet >= QUIET_ASK {
+                // Alive, yet no beat for a full check's time: its set here may be stale.
+                r.asked = Some((now, now));
+                metrics::counter!("herald_presence_asks_total").increment(1);
                 again.push(from.to_string());
             }
         }
@@ -243,6 +255,21 @@ impl Presence {
             }
         }
         (changes, again)
+    }
+
+    /// This node was paused (or starved) long enough that what it heard is
+    /// stale, and its expiry would drop every other node at once. Instead,
+    /// every node it knows of here counts as heard now and is asked by name
+    /// for its whole set; one that does not answer within [`REMOTE_TTL`] is
+    /// dropped by [`Presence::expire`]. Answers the nodes to ask.
+    pub fn distrust(&mut self, now: Instant) -> Vec<String> {
+        let mut ask = Vec::with_capacity(self.remote.len());
+        for (from, r) in &mut self.remote {
+            (r.heard, r.asked, r.pending) = (now, Some((now, now)), None);
+            ask.push(from.to_string());
+        }
+        metrics::counter!("herald_presence_asks_total").increment(ask.len() as u64);
+        ask
     }
 
     fn remote_of(&mut self, from: &str, now: Instant) -> &mut Remote {
@@ -379,6 +406,44 @@ mod tests {
         assert_eq!((changes, again), (vec![], vec!["b@1".to_string()]), "asked again");
         let (changes, _) = p.expire(|_| true, now + REMOTE_TTL);
         assert_eq!(changes, vec![(u("ann"), false)], "alive, but with nothing here to answer about");
+    }
+
+    #[test]
+    fn after_a_pause_every_node_is_asked_not_expired_and_only_the_silent_one_goes() {
+        let mut p = Presence::default();
+        let t0 = Instant::now();
+        p.receive(&delta("a@1", 1, 1, "ann", true), t0);
+        p.receive(&delta("b@1", 1, 1, "bob", true), t0);
+        // Thirty seconds frozen: the cell's announcements are as stale as the deltas.
+        let woke = t0 + Duration::from_secs(30);
+        let mut asked = p.distrust(woke);
+        asked.sort();
+        assert_eq!(asked, vec!["a@1", "b@1"]);
+        let (changes, _) = p.expire(|_| false, woke);
+        assert!(changes.is_empty(), "nobody is expired on waking: {changes:?}");
+        // a@1 answers (ann still there); b@1 died meanwhile and never does.
+        let state = Signal::State { from: "a@1".into(), epoch: 1, n: 1, part: 0, parts: 1, users: vec!["ann".into()] };
+        assert!(p.receive(&state, woke + Duration::from_millis(5)).changes.is_empty());
+        let (changes, _) = p.expire(|_| false, woke + REMOTE_TTL);
+        assert_eq!(changes, vec![(u("bob"), false)]);
+        assert_eq!(p.users(10), vec!["ann"]);
+    }
+
+    #[test]
+    fn a_live_node_quiet_for_a_full_check_is_asked_and_its_answer_is_the_truth() {
+        let mut p = Presence::default();
+        let t0 = Instant::now();
+        p.receive(&delta("a@1", 1, 1, "ann", true), t0);
+        // Its removal of ann and the beat after it were both lost.
+        let (changes, again) = p.expire(|_| true, t0 + QUIET_ASK - Duration::from_millis(1));
+        assert!(changes.is_empty() && again.is_empty(), "not yet: it may still beat");
+        let (changes, again) = p.expire(|_| true, t0 + QUIET_ASK);
+        assert_eq!((changes, again), (vec![], vec!["a@1".to_string()]));
+        let empty = Signal::State { from: "a@1".into(), epoch: 1, n: 2, part: 0, parts: 1, users: vec![] };
+        assert_eq!(p.receive(&empty, t0 + QUIET_ASK).changes, vec![(u("ann"), false)]);
+        // A node holding nobody here is not asked, however quiet.
+        let (_, again) = p.expire(|_| true, t0 + QUIET_ASK * 5);
+        assert!(again.is_empty());
     }
 
     #[test]

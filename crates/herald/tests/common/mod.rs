@@ -403,7 +403,7 @@ impl Client {
 pub struct BinServer {
     pub child: std::process::Child,
     pub addr: SocketAddr,
-    /// Its standard error, shown when it does not become ready.
+    /// Its standard output and error, shown when it does not become ready.
     log: std::path::PathBuf,
 }
 
@@ -428,11 +428,14 @@ impl BinServer {
             .env("HERALD_JWT_SECRET", SECRET)
             .env("HERALD_API_KEY", API_KEY)
             .stdout(std::process::Stdio::null());
+        // Its log lines (standard output) and anything on standard error, in one file.
         let log = std::env::temp_dir().join(format!("herald-test-{}-{port}.log", std::process::id()));
-        match std::fs::File::create(&log) {
-            Ok(f) => cmd.stderr(f),
-            Err(_) => cmd.stderr(std::process::Stdio::null()),
-        };
+        if let Ok(f) = std::fs::File::create(&log) {
+            if let Ok(out) = f.try_clone() {
+                cmd.stdout(out);
+            }
+            cmd.stderr(f);
+        }
         for url in stores {
             cmd.arg("--store").arg(url);
         }
@@ -483,9 +486,14 @@ impl BinServer {
         stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).is_none_or(|state| state == "Z")
     }
 
-    /// The last lines herald wrote to standard error.
+    /// Everything herald has logged (standard output and error) so far.
+    pub fn stderr_all(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last lines herald wrote.
     fn stderr(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let text = self.stderr_all();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
@@ -500,7 +508,17 @@ impl Drop for BinServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
+        if std::thread::panicking() {
+            // A failing test keeps the node's log, and shows its end.
+            eprintln!(
+                "herald on {} (log kept at {}), its last lines:\n{}",
+                self.addr,
+                self.log.display(),
+                self.stderr()
+            );
+        } else {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }
 
