@@ -486,6 +486,106 @@ async fn the_users_of_a_killed_node_stop_being_present_within_10_s() {
     eprintln!("a killed node's users stopped being present after {took:?}");
 }
 
+/// The users present in `chat` as `addr`'s presence route answers, sorted.
+async fn present_at(addr: std::net::SocketAddr, chat: &str) -> Vec<String> {
+    let path = format!("/v1/workspaces/w/chats/{chat}/presence");
+    let (status, body) = http(addr, "GET", &path, Some(API_KEY), None).await;
+    assert_eq!(status, 200, "{body}");
+    let mut users: Vec<String> =
+        body["users"].as_array().unwrap().iter().map(|u| u.as_str().unwrap().to_string()).collect();
+    users.sort();
+    users
+}
+
+/// A node frozen (SIGSTOP) long enough for the others to drop its users,
+/// then woken: within 3 s every node, the woken one included, agrees on who
+/// is present again, and the woken node's watcher is not told that the
+/// others' users left (they never did). Before the fix the woken node
+/// trusted its stale view and expired every other node's users on waking
+/// (here the cell then repaired it; in the field it stayed wrong).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server and PostgreSQL (Debian packages); scripts/test.sh runs it"]
+async fn a_frozen_node_agrees_on_presence_again_soon_after_it_wakes() {
+    let cell = Cell::start(2).await;
+    let data = data_dir();
+    let env = [("HERALD_BROKER", cell.nats.urls().join(",")), ("HERALD_NODE", "frozen".to_string())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let frozen = BinServer::start(data.path(), &cell.stores, &env);
+    frozen.wait_ready().await;
+    cell.wait_members(3).await;
+    // The frozen node knows the others too, before it is frozen.
+    let started = Instant::now();
+    loop {
+        let (_, v) = http(frozen.addr, "GET", "/v1/admin/nodes", Some(API_KEY), None).await;
+        if v["nodes"].as_array().map_or(0, Vec::len) == 3 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the frozen node never saw the others: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let mut on_nodes = Vec::new();
+    for (i, user) in ["alice", "bob"].into_iter().enumerate() {
+        let mut c = cell.nodes[i].client("w", user).await;
+        c.ok(json!({"op": "join", "chat": "g"})).await;
+        c.ok(json!({"op": "watch", "chat": "g"})).await;
+        on_nodes.push(c);
+    }
+    let token = cell.nodes[0].token("w", "carol").await;
+    let mut carol = Client::connect(&format!("ws://{}/v1/ws?ws=w", frozen.addr)).await;
+    carol.ok(json!({"op": "hello", "token": token})).await;
+    carol.ok(json!({"op": "join", "chat": "g"})).await;
+    carol.ok(json!({"op": "watch", "chat": "g"})).await;
+    let everyone = ["alice", "bob", "carol"];
+    let started = Instant::now();
+    while present_at(frozen.addr, "g").await != everyone {
+        assert!(started.elapsed() < Duration::from_secs(5), "the frozen node never saw everyone");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // From now on carol's watch is told of every change.
+    let seen = carol.ok(json!({"op": "presence", "chat": "g"})).await;
+    assert_eq!(seen["users"], json!(everyone), "{seen}");
+
+    // Frozen long enough that the others drop carol, and that everything it heard is stale.
+    let pid = frozen.child.id() as i32;
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    for node in &cell.nodes {
+        presence_count_within(node, "g", 2, Duration::from_secs(10)).await;
+    }
+    let freeze =
+        Duration::from_secs(std::env::var("HERALD_FREEZE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(4));
+    tokio::time::sleep(freeze).await;
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let woke = Instant::now();
+
+    // Every node agrees again within 3 s: carol is back on the others, and the woken node still
+    // holds alice and bob (or has them back).
+    let bound = Duration::from_secs(3);
+    loop {
+        let mut views = vec![present_at(frozen.addr, "g").await];
+        for node in &cell.nodes {
+            views.push(present_at(node.addr, "g").await);
+        }
+        if views.iter().all(|v| v == &everyone) {
+            break;
+        }
+        assert!(woke.elapsed() < bound, "{:?} after waking the nodes say {views:?}", woke.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let agreed = woke.elapsed();
+    // Alice and bob never left: carol, on the woken node, is not told they did.
+    let mut told = Vec::new();
+    while let Some(p) = push_of(&mut carol, "presence", Duration::from_secs(1)).await {
+        told.push(p);
+    }
+    assert!(told.is_empty(), "carol was told of changes that did not happen: {told:?}");
+    let (_, text) = http_raw(frozen.addr, "GET", "/metrics", None, None).await;
+    assert!(metric(&text, "herald_node_pauses_total") >= 1.0, "the pause is counted");
+    eprintln!("every node agreed on presence {agreed:?} after the frozen node woke");
+}
+
 /// The admin page's view of a cell: every node with its connections (the
 /// others' as they announce them), each shard's breaker, and a node that
 /// drains shown as draining by itself and gone from the others' lists.
