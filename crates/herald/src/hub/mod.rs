@@ -69,6 +69,7 @@ use entry::Entry;
 pub use feed::{Counts, Feed, INBOX_FOLLOW_MAX, INBOX_PUSH_EVERY, INBOX_TAIL_EVERY, Listener};
 pub use heat::{HOT_MIN_EVENTS, HOT_NOTIFY_EVERY};
 pub use live::{COUNT_EVERY, TYPING_EVERY};
+use presence::FULL_CHECK_EVERY;
 pub use recent::{CachedPage, DEFAULT_RECENT_BYTES, DEFAULT_RECENT_CHAT_BYTES};
 pub use repair::TAIL_EVERY;
 pub use sequencer::GAP_WAIT;
@@ -391,30 +392,37 @@ impl Hub {
     /// chat; `gap`: how long since the last sweep. A gap of [`live::PAUSED_AFTER`]
     /// or more means this node was paused (SIGSTOP, a VM stopped) or starved:
     /// what it heard before is stale, and the other nodes' silence is its
-    /// own, so instead of expiring them it asks the cell for every chat's
-    /// whole presence and checks every chat against the log.
-    fn sweep(&self, gap: Duration) {
+    /// own, so it expires nobody. Instead (at most once per
+    /// [`FULL_CHECK_EVERY`], so a node that keeps stalling under load does
+    /// not add a storm of asks to it) it asks the cell for every chat's whole
+    /// presence and checks every chat against the log. Answers whether it did.
+    fn sweep(&self, gap: Duration, last_resync: Option<Instant>) -> bool {
         if !self.live.in_cell() {
-            return;
+            return false;
         }
         let now = Instant::now();
         if gap >= live::PAUSED_AFTER {
+            metrics::counter!("herald_node_pauses_total").increment(1);
+            if last_resync.is_some_and(|at| now.duration_since(at) < FULL_CHECK_EVERY) {
+                tracing::warn!(paused_ms = gap.as_millis() as u64, "this node stalled again: no expiry this round");
+                return false;
+            }
             tracing::warn!(
                 paused_ms = gap.as_millis() as u64,
                 chats = self.chats(),
                 "this node was paused: asking the cell for presence instead of expiring the other nodes"
             );
-            metrics::counter!("herald_node_pauses_total").increment(1);
             self.repair.check_now();
             self.feed.check_now();
             for entry in self.entries() {
                 entry.presence_after_pause(&self.live, now);
             }
-            return;
+            return true;
         }
         for entry in self.entries() {
             entry.sweep(self, now);
         }
+        false
     }
 }
 
@@ -424,13 +432,15 @@ fn spawn_sweep(hub: Weak<Hub>) {
         let mut tick = tokio::time::interval(live::SWEEP_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
-        let mut last = Instant::now();
+        let (mut last, mut last_resync) = (Instant::now(), None);
         loop {
             tick.tick().await;
             let Some(hub) = hub.upgrade() else { return };
             // The monotonic clock runs on while a process is stopped.
             let now = Instant::now();
-            hub.sweep(now.duration_since(last));
+            if hub.sweep(now.duration_since(last), last_resync) {
+                last_resync = Some(now);
+            }
             last = now;
         }
     });
