@@ -132,9 +132,9 @@ export function resolveOptions(opts: ClientOptions): Settings {
     // client pinged on the server's heartbeat), and no live server is taken for dead on a link that is
     // merely slow. A live herald writes pushes in order while a request runs, and reads one request at a
     // time, so a ping waits at most behind a request in progress; herald bounds a stalled store write by
-    // 3 s (its PostgreSQL batch timeout) before it moves on, well inside the 5 s. 10 s of total silence
-    // is also the request timeout: the client never calls a link lost sooner than it already calls a
-    // request failed. A ping every 5 s of quiet is one small frame each way.
+    // 3 s (its PostgreSQL batch timeout) before it moves on, inside the 5 s. The 10 s of silence that
+    // make a link lost are as long as a request may wait for its reply (requestTimeoutMs). A ping every
+    // 5 s of quiet is one small frame each way.
     pingIntervalMs: positive('pingIntervalMs', opts.pingIntervalMs, 5_000),
     pingTimeoutMs: positive('pingTimeoutMs', opts.pingTimeoutMs, 5_000),
     // TCP, TLS, the upgrade and `hello`: a few round trips, seconds on a poor mobile link, and a node
