@@ -445,6 +445,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
     const waiters = this.connectWaiters;
     this.connectWaiters = [];
     for (const w of waiters) w.resolve(ok);
+    if (link !== this.link) return; // a listener dropped the link meanwhile
     this.watchLiveness(link);
     // Resume in this order: watches first (so resumed history arrives early), then sends, then the rest.
     for (const chat of this.chats.values()) {
