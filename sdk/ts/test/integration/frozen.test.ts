@@ -24,7 +24,7 @@ const missing = HERALD_BIN === '' ? null : cellMissing();
 if (missing !== null) console.warn(`frozen.test.ts skipped: ${missing}`);
 
 describe.skipIf(HERALD_BIN === '' || missing !== null)('a frozen node of a cell', () => {
-  it('its client notices within the bound, resumes at the other node and gets every event once, in order', async () => {
+  it('its client notices within the bound, resumes at the other node and gets every event once, in order; a new client skips it after a connect timeout', async () => {
     const cell = await Cell.start(2);
     defer(() => cell.stop());
     const [a, b] = cell.nodes as [NonNullable<(typeof cell.nodes)[0]>, NonNullable<(typeof cell.nodes)[1]>];
@@ -73,6 +73,18 @@ describe.skipIf(HERALD_BIN === '' || missing !== null)('a frozen node of a cell'
     // Every event of the watch, once each and in seq order: no gap and no repeat across the move.
     const seqs = seen.map((e) => e.seq);
     expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => seqs[0]! + i));
+
+    // A new client that tries the frozen node first: a's kernel accepts the TCP connection and nothing
+    // answers the upgrade; the attempt times out, counts as failed, and the next URL serves.
+    const carol = await b.client(WS, 'carol', { url: [a.ws, b.ws], connectTimeoutMs: 2_000 });
+    defer(() => carol.close());
+    const carolDrops: DisconnectInfo[] = [];
+    carol.on('disconnected', (d) => carolDrops.push(d));
+    const started = Date.now();
+    await carol.connect();
+    console.log(`frozen node: a new client connected to ${carol.session?.node} ${Date.now() - started} ms after trying the frozen node first`);
+    expect(carolDrops).toMatchObject([{ reason: 'connect timeout', url: a.ws }]);
+    expect(carol.url).toBe(b.ws);
 
     a.thaw();
   });
