@@ -1,8 +1,9 @@
 //! `HeraldClient`: one logical connection to herald that survives link drops.
 //!
 //! Owns: the connection state machine (disconnected, connecting, connected, closed), the `hello`
-//! handshake and its connect timeout, wiring each link's liveness watcher (liveness.ts), carrying out the reconnect policy per close code (codes.ts) with
-//! full-jitter backoff (backoff.ts) and the page size of the SDK's own fetches (page-size.ts), and
+//! handshake and its connect timeout, wiring each link's liveness watcher (liveness.ts), carrying out
+//! the reconnect policy per close code (codes.ts) with full-jitter backoff (backoff.ts), moving to the
+//! next node URL after a loss (nodes.ts), the page size of the SDK's own fetches (page-size.ts), and
 //! routing frames: replies to requests.ts, pushes (events, notifies, typing, presence, 1.2's stream
 //! appends) to chat handles and inbox pushes to the inbox. Pushes, event types and
 //! fields it does not know are ignored (the rule from protocol 1.1 on).
