@@ -1,13 +1,15 @@
 //! `HeraldClient`: one logical connection to herald that survives link drops.
 //!
 //! Owns: the connection state machine (disconnected, connecting, connected, closed), the `hello`
-//! handshake, the ping watchdog, carrying out the reconnect policy per close code (codes.ts) with
-//! full-jitter backoff (backoff.ts) and the page size of the SDK's own fetches (page-size.ts), and
+//! handshake and its connect timeout, wiring each link's liveness watcher (liveness.ts), carrying out
+//! the reconnect policy per close code (codes.ts) with full-jitter backoff (backoff.ts), moving to the
+//! next node URL after a loss (nodes.ts), the page size of the SDK's own fetches (page-size.ts), and
 //! routing frames: replies to requests.ts, pushes (events, notifies, typing, presence, 1.2's stream
 //! appends) to chat handles and inbox pushes to the inbox. Pushes, event types and
 //! fields it does not know are ignored (the rule from protocol 1.1 on).
 //! Does not own: request ids and timeouts (requests.ts), per-chat ordering and gap repair (chat.ts),
-//! unsent messages (outbox.ts), socket details (transport.ts) or token caching (token.ts).
+//! unsent messages (outbox.ts), socket details (transport.ts), token caching (token.ts), when a link
+//! counts as lost for silence (liveness.ts) or which node URL an attempt uses (nodes.ts).
 //!
 //! States:
 //!
@@ -23,13 +25,15 @@ import { closePolicy, CloseCode } from './codes.js';
 import { Emitter } from './emitter.js';
 import { HeraldError } from './errors.js';
 import { Inbox } from './inbox.js';
+import { Liveness } from './liveness.js';
+import { Nodes } from './nodes.js';
 import { resolveOptions, type ClientOptions, type Settings } from './options.js';
 import { newClientId, Outbox, type SendArgs } from './outbox.js';
 import { PageSize } from './page-size.js';
 import { Requests } from './requests.js';
 import { searchArgs, searchPages, type SearchOptions } from './search.js';
 import { TokenSource } from './token.js';
-import { ABNORMAL_CLOSURE, endpointUrl, HERALD_WS_PATH, Link, resolveWebSocket, type WebSocketConstructor } from './transport.js';
+import { ABNORMAL_CLOSURE, Link, resolveWebSocket, type WebSocketConstructor } from './transport.js';
 import type {
   ChatEvent,
   HelloOk,
@@ -70,6 +74,8 @@ export interface DisconnectInfo {
   reason: string;
   /** Milliseconds until the next attempt, or null when the client stopped reconnecting. */
   reconnectInMs: number | null;
+  /** The URL (as given in the options) of the link that ended or the attempt that failed. */
+  url: string;
 }
 
 /** Events of a `HeraldClient`. */
@@ -85,12 +91,6 @@ export interface ClientEvents {
   /** An event of any watched chat, delivered once and in seq order per chat. */
   event: ChatEvent;
 }
-
-/** The heartbeat used when a `hello` reply carries none (the protocol's default server ping). */
-const DEFAULT_HEARTBEAT_MS = 25_000;
-
-/** The shortest ping interval accepted from a server, so a bad `heartbeat_ms` cannot make a busy loop. */
-const MIN_HEARTBEAT_MS = 1_000;
 
 /** The longest `after_ms` honoured from a `reconnect` push; past it, backoff takes over. */
 const MAX_RECONNECT_AFTER_MS = 5 * 60_000;
@@ -145,7 +145,8 @@ const ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
 export class HeraldClient extends Emitter<ClientEvents> {
   private readonly s: Settings;
   private readonly ctor: WebSocketConstructor;
-  private readonly endpoint: string;
+  /** The node URLs and which one the next attempt uses. */
+  private readonly nodes: Nodes;
   private readonly tokens: TokenSource;
   private readonly backoff: Backoff;
   /**
@@ -162,6 +163,8 @@ export class HeraldClient extends Emitter<ClientEvents> {
   /** The link of the current attempt or connection; null while waiting to reconnect or stopped. */
   private link: Link | null = null;
   private helloOk: HelloOk | null = null;
+  /** Whether the greeted link is still there; null while not connected. */
+  private liveness: Liveness | null = null;
   private connectedAt = 0;
   /** Request ids, replies, timeouts, and requests parked while connecting. */
   private readonly requests: Requests;
@@ -176,7 +179,6 @@ export class HeraldClient extends Emitter<ClientEvents> {
   private reconnectAt: number | null = null;
   private cancelReconnect: (() => void) | null = null;
   private cancelConnectTimeout: (() => void) | null = null;
-  private cancelPing: (() => void) | null = null;
   private cancelDrain: (() => void) | null = null;
 
   /** Validates the options; throws `TypeError` for unusable ones (no WebSocket, bad workspace, ...). */
@@ -184,11 +186,19 @@ export class HeraldClient extends Emitter<ClientEvents> {
     super();
     this.s = resolveOptions(options);
     this.ctor = resolveWebSocket(this.s.WebSocket);
-    this.endpoint = endpointUrl(this.s.url, this.s.workspace);
+    this.nodes = new Nodes(this.s.url, this.s.workspace);
     this.tokens = new TokenSource(this.s.token, this.s.tokenRefreshMarginMs);
     this.backoff = new Backoff(this.s.backoff, this.s.random);
     this.pageSize = new PageSize(this.s.fetchPageSize);
-    this.requests = new Requests(this.s.maxFrameBytes, (link) => this.lost(link, ABNORMAL_CLOSURE, 'write failed'));
+    this.requests = new Requests(
+      this.s.maxFrameBytes,
+      (link) => this.lost(link, ABNORMAL_CLOSURE, 'write failed'),
+      (link, op) => {
+        // A request with no reply in time is a sign the link may be gone: probe it (liveness.ts says why
+        // not drop it). The ping's own silence is the watcher's to judge; hello's, the connect timeout's.
+        if (link === this.link && op !== 'ping' && op !== 'hello') this.liveness?.probe();
+      },
+    );
     // Getters rather than copies: both hosts must see the connection as it is at each call.
     const self = this;
     this.outbox = new Outbox(
@@ -231,6 +241,14 @@ export class HeraldClient extends Emitter<ClientEvents> {
   /** The current state. */
   get state(): ClientState {
     return this.current;
+  }
+
+  /**
+   * The URL (as given in the options) of the current connection, or of the attempt in progress or next:
+   * with several URLs, which node the client is on. Changes after a lost link or a failed attempt.
+   */
+  get url(): string {
+    return this.nodes.url;
   }
 
   /** The `hello` reply of the current connection (user, node, session, heartbeat), or null. */
@@ -375,35 +393,38 @@ export class HeraldClient extends Emitter<ClientEvents> {
       if (gen !== this.generation || this.current !== 'connecting') return;
       const e = err instanceof HeraldError ? err : new HeraldError('token', String(err), { cause: err });
       this.emit('error', e);
-      this.retryLater(ABNORMAL_CLOSURE, 'token provider failed', this.backoff.next());
+      this.retryLater(ABNORMAL_CLOSURE, 'token provider failed', this.backoff.next(), this.nodes.url);
       return;
     }
     if (gen !== this.generation || this.current !== 'connecting') return;
     let link: Link;
+    const url = this.nodes.url;
     try {
-      link = new Link(this.ctor, this.endpoint, {
+      link = new Link(this.ctor, this.nodes.endpoint, {
         onOpen: () => this.onOpen(link, token),
         onFrame: (text) => this.onFrame(link, text),
         onClose: (code, reason) => this.lost(link, code, reason),
       });
     } catch (err) {
       this.emit('error', new HeraldError('internal', `herald: cannot open a WebSocket: ${String(err)}`, { cause: err }));
-      this.retryLater(ABNORMAL_CLOSURE, 'socket failed to open', this.backoff.next());
+      this.nodes.failed();
+      this.retryLater(ABNORMAL_CLOSURE, 'socket failed to open', this.backoff.next(), url);
       return;
     }
     this.link = link;
-    // One bound for open + hello: a socket stuck in CONNECTING must not hold the client forever.
+    // One bound for open + hello: a socket stuck in CONNECTING (a frozen node's kernel accepted the TCP
+    // connection; nothing answers the upgrade) must not hold the client: the attempt fails like any other.
     this.cancelConnectTimeout = schedule(() => {
       this.cancelConnectTimeout = null;
       this.lost(link, ABNORMAL_CLOSURE, 'connect timeout');
-    }, this.s.requestTimeoutMs);
+    }, this.s.connectTimeoutMs);
   }
 
   private onOpen(link: Link, token: string): void {
     if (link !== this.link) return;
     this.failedOpens = 0;
     // `hello` must be the first frame of a connection, so it bypasses the queue of waiting requests.
-    this.requests.call(link, 'hello', { token }, this.s.requestTimeoutMs).then(
+    this.requests.call(link, 'hello', { token }, this.s.connectTimeoutMs).then(
       (ok) => this.onHello(link, ok as HelloOk),
       (err: HeraldError) => {
         if (link !== this.link) return;
@@ -425,8 +446,8 @@ export class HeraldClient extends Emitter<ClientEvents> {
     const waiters = this.connectWaiters;
     this.connectWaiters = [];
     for (const w of waiters) w.resolve(ok);
-    const hb = typeof ok.heartbeat_ms === 'number' && ok.heartbeat_ms > 0 ? ok.heartbeat_ms : DEFAULT_HEARTBEAT_MS;
-    this.schedulePing(link, Math.max(MIN_HEARTBEAT_MS, hb));
+    if (link !== this.link) return; // a listener dropped the link meanwhile
+    this.watchLiveness(link);
     // Resume in this order: watches first (so resumed history arrives early), then sends, then the rest.
     for (const chat of this.chats.values()) {
       if (link !== this.link) return; // a listener dropped the link meanwhile
@@ -442,24 +463,23 @@ export class HeraldClient extends Emitter<ClientEvents> {
 
   /**
    * Browsers hide WebSocket-level pings, so a half-open TCP link (a laptop lid closed, a NAT that
-   * forgot us) looks healthy until the OS gives up, minutes later. A protocol `ping` every heartbeat
-   * with its own short timeout finds such a link within heartbeat + pingTimeout.
+   * forgot us) or a frozen server process looks healthy until the OS gives up, minutes later. The
+   * client pings on its own schedule when the link is quiet and drops a link that stays silent past a
+   * ping (liveness.ts): within `pingIntervalMs + pingTimeoutMs` of the server's last frame.
    */
-  private schedulePing(link: Link, heartbeatMs: number): void {
-    this.cancelPing = schedule(() => {
-      this.cancelPing = null;
-      if (link !== this.link) return;
-      this.requests.call(link, 'ping', {}, this.s.pingTimeoutMs).then(
-        () => {
-          if (link === this.link) this.schedulePing(link, heartbeatMs);
-        },
-        (err: HeraldError) => {
-          if (link !== this.link) return;
-          if (err.code === 'timeout') this.lost(link, ABNORMAL_CLOSURE, 'ping timeout');
-          else this.schedulePing(link, heartbeatMs); // an answer, even an error, proves the link alive
-        },
-      );
-    }, heartbeatMs);
+  private watchLiveness(link: Link): void {
+    this.liveness?.stop();
+    this.liveness = new Liveness(
+      {
+        // The reply settles in requests.ts like any other; its absence is judged by the watcher, so
+        // the promise's own timeout (the same length) is ignored.
+        ping: () => void this.requests.call(link, 'ping', {}, this.s.pingTimeoutMs).catch(() => {}),
+        lost: (reason) => this.lost(link, ABNORMAL_CLOSURE, reason),
+        schedule,
+      },
+      this.s.pingIntervalMs,
+      this.s.pingTimeoutMs,
+    );
   }
 
   // ---- losing a link ------------------------------------------------------------------------
@@ -472,8 +492,8 @@ export class HeraldClient extends Emitter<ClientEvents> {
     link.abandon(reason);
     this.cancelConnectTimeout?.();
     this.cancelConnectTimeout = null;
-    this.cancelPing?.();
-    this.cancelPing = null;
+    this.liveness?.stop();
+    this.liveness = null;
     this.cancelDrain?.();
     this.cancelDrain = null;
     this.requests.failLink(link, err);
@@ -485,9 +505,14 @@ export class HeraldClient extends Emitter<ClientEvents> {
   private lost(link: Link, code: number, reason: string): void {
     if (link !== this.link) return;
     const lived = this.current === 'connected' ? Date.now() - this.connectedAt : 0;
+    const url = this.nodes.url;
+    const endpoint = this.nodes.endpoint;
     this.detach(link, reason, new HeraldError('disconnected', `herald: link closed (${code}${reason ? ` ${reason}` : ''})`, { closeCode: code }));
+    // Whatever ended it, the next attempt goes to another node first (nodes.ts says why).
+    this.nodes.failed();
     if (!link.opened && ++this.failedOpens === UNREACHABLE_AFTER) {
-      this.emit('error', new HeraldError('unreachable', this.unreachableMessage(reason), { closeCode: code }));
+      const message = this.nodes.unreachableMessage(UNREACHABLE_AFTER, endpoint, reason);
+      this.emit('error', new HeraldError('unreachable', message, { closeCode: code }));
     }
     const policy = closePolicy(code);
     if (policy === 'reconnect_smaller') {
@@ -500,12 +525,12 @@ export class HeraldClient extends Emitter<ClientEvents> {
     if (policy === 'refresh_token') {
       if (!this.tokens.canRefresh || this.authRetried) {
         const again = this.tokens.canRefresh ? ' again after a refresh' : ' (a fixed token cannot be refreshed)';
-        this.stop(code, reason, new HeraldError('unauthenticated', `herald: the server rejected the token${again}`, { closeCode: code }));
+        this.stop(code, reason, new HeraldError('unauthenticated', `herald: the server rejected the token${again}`, { closeCode: code }), url);
         return;
       }
       this.authRetried = true;
       this.tokens.invalidate();
-      this.retryLater(code, reason, this.backoff.next());
+      this.retryLater(code, reason, this.backoff.next(), url);
       return;
     }
     let delay: number;
@@ -518,29 +543,12 @@ export class HeraldClient extends Emitter<ClientEvents> {
     } else {
       delay = this.backoff.next();
     }
-    this.retryLater(code, reason, delay);
+    this.retryLater(code, reason, delay, url);
   }
 
-  /** What to tell a developer whose client cannot open a socket: the URL, the runtime's words, the likely causes. */
-  private unreachableMessage(lastReason: string): string {
-    const u = new URL(this.endpoint);
-    const hints: string[] = [];
-    if (/\b404\b/.test(lastReason)) hints.push('the server answered the upgrade with 404: nothing serves WebSockets at that path');
-    if (!u.pathname.endsWith(HERALD_WS_PATH)) hints.push(`the path is "${u.pathname}", and herald serves WebSockets at ${HERALD_WS_PATH}`);
-    const refused = /ECONNREFUSED/.test(lastReason);
-    if (refused) hints.push(`nothing listens on ${u.host}: a wrong port, or the server is down`);
-    hints.push(
-      `check \`url\`: herald's endpoint is ${u.protocol}//HOST:PORT${HERALD_WS_PATH} (a proxy in front must pass WebSocket upgrades)` +
-        (refused ? '' : ', or the server is down'),
-    );
-    return (
-      `herald: ${UNREACHABLE_AFTER} attempts in a row to open ${this.endpoint} failed before the WebSocket opened ` +
-      `(last: ${lastReason || 'no detail from the runtime; browsers give none'}). ${hints.join('; ')}. Still retrying.`
-    );
-  }
-
-  private retryLater(code: number, reason: string, delay: number): void {
-    this.emit('disconnected', { code, reason, reconnectInMs: delay });
+  /** Reports the end of a link or attempt (at `url`) and schedules the next attempt after `delay`. */
+  private retryLater(code: number, reason: string, delay: number, url: string): void {
+    this.emit('disconnected', { code, reason, reconnectInMs: delay, url });
     // A listener may have called disconnect() or close().
     if (this.current !== 'connecting' && this.current !== 'connected') return;
     this.setState('connecting');
@@ -552,10 +560,10 @@ export class HeraldClient extends Emitter<ClientEvents> {
   }
 
   /** Stops reconnecting: state `disconnected`, waiting callers rejected. */
-  private stop(code: number, reason: string, err: HeraldError | null): void {
+  private stop(code: number, reason: string, err: HeraldError | null, url = this.nodes.url): void {
     this.generation++;
     this.clearTimers();
-    this.emit('disconnected', { code, reason, reconnectInMs: null });
+    this.emit('disconnected', { code, reason, reconnectInMs: null, url });
     if (err !== null) this.emit('error', err);
     if (this.current === 'closed' || this.current === 'disconnected') return;
     this.setState('disconnected');
@@ -567,8 +575,8 @@ export class HeraldClient extends Emitter<ClientEvents> {
     this.cancelReconnect = null;
     this.cancelConnectTimeout?.();
     this.cancelConnectTimeout = null;
-    this.cancelPing?.();
-    this.cancelPing = null;
+    this.liveness?.stop();
+    this.liveness = null;
     this.cancelDrain?.();
     this.cancelDrain = null;
     this.reconnectAt = null;
@@ -605,6 +613,7 @@ export class HeraldClient extends Emitter<ClientEvents> {
 
   private onFrame(link: Link, text: string): void {
     if (link !== this.link) return;
+    this.liveness?.heard();
     let msg: unknown;
     try {
       msg = JSON.parse(text);

@@ -9,8 +9,14 @@ import type { WebSocketConstructor } from './transport.js';
 
 /** Options of `new HeraldClient(...)`. Only `url`, `workspace` and `token` are required. */
 export interface ClientOptions {
-  /** The WebSocket endpoint, e.g. `ws://host:8080/v1/ws`; `?ws=WORKSPACE` is added when missing. */
-  url: string;
+  /**
+   * The WebSocket endpoint, e.g. `ws://host:8080/v1/ws`; `?ws=WORKSPACE` is added when missing. Or
+   * several, one per node of a cell (`['ws://10.0.0.5:8080/v1/ws', 'ws://10.0.0.6:8080/v1/ws']`): the
+   * client starts with the first, and after a lost link or a failed attempt tries the next one, so the
+   * node it lost comes round again only after every other. Each must be a `ws://` or `wss://` URL; the
+   * list must not be empty or name one endpoint twice.
+   */
+  url: string | readonly string[];
   /** The workspace this client belongs to; must match the token's `ws` claim. */
   workspace: string;
   /**
@@ -21,10 +27,29 @@ export interface ClientOptions {
   token: string | TokenProvider;
   /** The WebSocket class; required where there is no global one (Node 20: pass `ws`'s). */
   WebSocket?: WebSocketConstructor;
-  /** How long a request waits for its reply, including any wait for the connection. Default 10 s. */
+  /**
+   * How long a request waits for its reply, including any wait for the connection. Default 10 s. A
+   * request that times out on a link makes the client probe the link at once (a `ping`, `pingTimeoutMs`).
+   */
   requestTimeoutMs?: number;
-  /** How long a `ping` may go unanswered before the link counts as dead. Default 10 s. */
+  /**
+   * How long a link may stay silent (nothing from the server) before the client sends a `ping`. Default
+   * 5 s. With `pingTimeoutMs`, it bounds how long a frozen node or a dead link goes unnoticed:
+   * `pingIntervalMs + pingTimeoutMs` (10 s by default) after the last frame the server sent.
+   */
+  pingIntervalMs?: number;
+  /**
+   * How long after a `ping` the link may stay silent before it counts as lost: closed by the client and
+   * reconnected (to the next URL when there are several). Any frame from the server answers it, not only
+   * the ping's reply. Default 5 s.
+   */
   pingTimeoutMs?: number;
+  /**
+   * How long one connect attempt may take, from opening the socket to the `hello` reply. Past it the
+   * attempt counts as failed (a frozen node's kernel still accepts TCP connections and never answers
+   * the upgrade). Default 10 s.
+   */
+  connectTimeoutMs?: number;
   /** Reconnect backoff window: `baseMs` (default 500) doubling up to `capMs` (default 20 000). */
   backoff?: Partial<BackoffOptions>;
   /** The least wait before reconnecting after close code 4029 (too many requests). Default 10 s. */
@@ -59,12 +84,15 @@ export interface ClientOptions {
 
 /** `ClientOptions` with every default filled in. */
 export interface Settings {
-  url: string;
+  /** One or more URLs, in the order given. */
+  url: readonly string[];
   workspace: string;
   token: string | TokenProvider;
   WebSocket: WebSocketConstructor | undefined;
   requestTimeoutMs: number;
+  pingIntervalMs: number;
   pingTimeoutMs: number;
+  connectTimeoutMs: number;
   backoff: BackoffOptions;
   throttledReconnectFloorMs: number;
   maxQueue: number;
@@ -86,7 +114,7 @@ const DEFAULT_FRAME_BYTES = 64 * 1024;
 
 /** Validates `opts` and fills in defaults. Throws `TypeError` for a setting that cannot work. */
 export function resolveOptions(opts: ClientOptions): Settings {
-  if (typeof opts.url !== 'string' || opts.url.length === 0) throw new TypeError('herald: `url` is required');
+  const url = urlList(opts.url);
   if (!/^[A-Za-z0-9_.:-]{1,128}$/.test(opts.workspace ?? '')) {
     throw new TypeError('herald: `workspace` must be 1 to 128 characters of A-Z a-z 0-9 _ . : -');
   }
@@ -95,13 +123,24 @@ export function resolveOptions(opts: ClientOptions): Settings {
   }
   const backoff = { ...DEFAULT_BACKOFF, ...opts.backoff };
   const s: Settings = {
-    url: opts.url,
+    url,
     workspace: opts.workspace,
     token: opts.token,
     WebSocket: opts.WebSocket,
     requestTimeoutMs: positive('requestTimeoutMs', opts.requestTimeoutMs, 10_000),
-    // Shorter than the server's 60 s idle cut so the client notices a dead link well before then.
-    pingTimeoutMs: positive('pingTimeoutMs', opts.pingTimeoutMs, 10_000),
+    // 5 s + 5 s: a frozen node is noticed within 10 s of its last frame (it was 25 s + 10 s when the
+    // client pinged on the server's heartbeat), and no live server is taken for dead on a link that is
+    // merely slow. A live herald writes pushes in order while a request runs, and reads one request at a
+    // time, so a ping waits at most behind a request in progress; herald bounds a stalled store write by
+    // 3 s (its PostgreSQL batch timeout) before it moves on, inside the 5 s. The 10 s of silence that
+    // make a link lost are as long as a request may wait for its reply (requestTimeoutMs). A ping every
+    // 5 s of quiet is one small frame each way.
+    pingIntervalMs: positive('pingIntervalMs', opts.pingIntervalMs, 5_000),
+    pingTimeoutMs: positive('pingTimeoutMs', opts.pingTimeoutMs, 5_000),
+    // TCP, TLS, the upgrade and `hello`: a few round trips, seconds on a poor mobile link, and a node
+    // that just restarted greets thousands of clients at once; cutting those short would add attempts
+    // to its load. A frozen node costs this only when every other node failed too (rotation, nodes.ts).
+    connectTimeoutMs: positive('connectTimeoutMs', opts.connectTimeoutMs, 10_000),
     backoff: { baseMs: positive('backoff.baseMs', backoff.baseMs, 500), capMs: positive('backoff.capMs', backoff.capMs, 20_000) },
     throttledReconnectFloorMs: nonNegative('throttledReconnectFloorMs', opts.throttledReconnectFloorMs, 10_000),
     maxQueue: positive('maxQueue', opts.maxQueue, 100),
@@ -118,6 +157,21 @@ export function resolveOptions(opts: ClientOptions): Settings {
   };
   if (s.backoff.capMs < s.backoff.baseMs) throw new TypeError('herald: `backoff.capMs` must be >= `backoff.baseMs`');
   return s;
+}
+
+/** `url` as a list: one string, or a non-empty list of non-empty strings without repeats. */
+function urlList(url: string | readonly string[] | undefined): readonly string[] {
+  if (typeof url === 'string') {
+    if (url.length === 0) throw new TypeError('herald: `url` is required');
+    return [url];
+  }
+  if (!Array.isArray(url)) throw new TypeError('herald: `url` is required: a URL, or a list of them');
+  if (url.length === 0) throw new TypeError('herald: `url` lists no URL');
+  for (const u of url) {
+    if (typeof u !== 'string' || u.length === 0) throw new TypeError('herald: every entry of `url` must be a non-empty string');
+  }
+  if (new Set(url).size !== url.length) throw new TypeError('herald: `url` lists the same URL twice');
+  return [...(url as string[])];
 }
 
 function positive(name: string, v: number | undefined, dflt: number): number {

@@ -48,10 +48,13 @@ export class Requests {
    * @param maxFrameBytes frames over this are refused locally (`too_large`): the server would close the
    *   link with 1009, and a retried send would do that again on every link.
    * @param writeFailed called when a link refuses a frame; the client treats that link as lost.
+   * @param timedOut called after a request written on `link` got no reply in time (its promise already
+   *   rejected with `timeout`); the client probes that link. Not called for parked requests.
    */
   constructor(
     private readonly maxFrameBytes: number,
     private readonly writeFailed: (link: Link) => void,
+    private readonly timedOut: (link: Link, op: Op) => void = () => {},
   ) {}
 
   /** Writes `{"id", "op", ...args}` on `link`; resolves with the reply's `ok`, rejects with its `err`. */
@@ -66,6 +69,7 @@ export class Requests {
       const timer = setTimeout(() => {
         this.pending.delete(id);
         reject(new HeraldError('timeout', `herald: no reply to ${op} within ${timeoutMs} ms`, { op }));
+        this.timedOut(link, op);
       }, timeoutMs);
       this.pending.set(id, { op, link, resolve, reject, timer });
       if (!link.send(text)) this.writeFailed(link);

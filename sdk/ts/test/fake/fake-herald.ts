@@ -5,7 +5,8 @@
 //! stored view, typing with its 2 s window, presence with per-user pushes, inbox with live pushes; from
 //! 1.2 profiles, members, threads and quotes, mentions, pins, reaction counts and streams with `append`
 //! pushes, each in the stored view and the inbox counts, files (with fake-files.ts's storage) and search) to
-//! drive the client, plus knobs a real server does not have: refuse connects, stop answering pings, hold
+//! drive the client, plus knobs a real server does not have: refuse connects, accept them and never answer
+//! the upgrade, freeze one node (a host of the URL) as SIGSTOP does, stop answering pings, hold
 //! pushes back, intercept any request, cut a link with any close code, close with 4008 when one frame
 //! overflows the outbound queue. Each connection acts as the user `userFor(token)` names.
 //! Does not own: timing. Everything is delivered on microtasks, so tests drive time with fake timers.
@@ -58,6 +59,9 @@ export class FakeSocket implements WebSocketLike {
     private readonly server: FakeHerald,
   ) {
     server.sockets.push(this);
+    // A hanging connect: the TCP connection is accepted (by a frozen process's kernel, say) and the
+    // upgrade is never answered. The socket stays CONNECTING until the client gives up on it.
+    if (server.hang || server.frozen.has(new URL(url).host)) return;
     queueMicrotask(() => {
       if (this.readyState !== CONNECTING) return;
       if (server.refuse) {
@@ -172,6 +176,10 @@ export class FakeHerald {
   heartbeatMs = 25_000;
   /** New sockets fail to open (close 1006), as when the server is down. */
   refuse = false;
+  /** New sockets stay CONNECTING forever: accepted, never upgraded. */
+  hang = false;
+  /** Hosts (of the socket URL) frozen by `freeze`. */
+  readonly frozen = new Set<string>();
   /** When false, `ping` requests get no reply. */
   answerPings = true;
   /** When false, stored events are not pushed to watchers (tests push by hand). */
@@ -217,6 +225,21 @@ export class FakeHerald {
         super(url, server);
       }
     };
+  }
+
+  /**
+   * Freezes the node at `host` (`name:port` of the URL), as SIGSTOP does to a process: its links carry
+   * nothing either way and report no close, and new connections to it are accepted and never upgraded.
+   * The other hosts go on serving the same chats, as the nodes of one cell do.
+   */
+  freeze(host: string): void {
+    this.frozen.add(host);
+    for (const s of this.sockets) if (new URL(s.url).host === host) s.dead = true;
+  }
+
+  /** The host (`name:port`) a socket was opened to. */
+  static hostOf(socket: FakeSocket): string {
+    return new URL(socket.url).host;
   }
 
   /** The newest socket. */

@@ -1,8 +1,9 @@
 //! Test harness for integration tests against a real herald: process, tokens, a severable TCP proxy.
 //!
 //! Owns: starting `$HERALD_BIN serve` on a free loopback port with a temporary data dir and fixed
-//! secrets, waiting for /healthz, issuing tokens through the HTTP API, stopping the process by pid, and a
-//! TCP proxy on 127.0.0.1:0 that a test can cut, block or make deaf. Everything it starts, it stops.
+//! secrets (shared by the nodes of a cell when given), waiting for /healthz, issuing tokens through the
+//! HTTP API, freezing and thawing the process (SIGSTOP, SIGCONT), stopping it by pid, and a TCP proxy on
+//! 127.0.0.1:0 that a test can cut, block or make deaf. Everything it starts, it stops.
 //! Does not own: assertions (herald.test.ts).
 
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -57,26 +58,60 @@ export function freePort(): Promise<number> {
 /** How many bytes of the server's output to keep for a failure message. */
 const LOG_TAIL_BYTES = 64 * 1024;
 
+/** The secrets a herald is started with; the nodes of one cell share them. */
+export interface Secrets {
+  jwtSecret: string;
+  apiKey: string;
+}
+
+/** Fresh random secrets. */
+export function newSecrets(): Secrets {
+  return { jwtSecret: randomBytes(32).toString('hex'), apiKey: randomBytes(16).toString('hex') };
+}
+
 /** A running `herald serve`. */
 export class Herald {
   /** Secrets shared by every process of one test, so a restarted server accepts the same tokens. */
-  readonly jwtSecret = randomBytes(32).toString('hex');
-  readonly apiKey = randomBytes(16).toString('hex');
+  readonly jwtSecret: string;
+  readonly apiKey: string;
   private child: ChildProcess | null = null;
   private log = '';
+  /** Stopped with SIGSTOP and not yet continued: a stop must SIGCONT it first, or its SIGTERM never lands. */
+  private frozen = false;
 
   private constructor(
     readonly port: number,
     readonly dataDir: string,
     /** Extra flags for `herald serve`. */
     readonly args: string[],
-  ) {}
+    secrets: Secrets,
+  ) {
+    this.jwtSecret = secrets.jwtSecret;
+    this.apiKey = secrets.apiKey;
+  }
 
-  /** Starts herald (with `args` added to `serve`) on a free port with a fresh data dir and waits until /healthz answers. */
-  static async start(args: string[] = []): Promise<Herald> {
-    const h = new Herald(await freePort(), mkdtempSync(join(tmpdir(), 'herald-it-')), args);
+  /**
+   * Starts herald (with `args` added to `serve`) on a free port with a fresh data dir and waits until
+   * /healthz answers. Nodes of one cell must be given the same `secrets`.
+   */
+  static async start(args: string[] = [], secrets: Secrets = newSecrets()): Promise<Herald> {
+    const h = new Herald(await freePort(), mkdtempSync(join(tmpdir(), 'herald-it-')), args, secrets);
     await h.spawn();
     return h;
+  }
+
+  /** Stops the process where it stands (SIGSTOP): it sends nothing, its kernel still accepts connections. */
+  freeze(): void {
+    if (this.child?.pid === undefined) throw new Error('herald is not running');
+    process.kill(this.child.pid, 'SIGSTOP');
+    this.frozen = true;
+  }
+
+  /** Lets a frozen process run again (SIGCONT). */
+  thaw(): void {
+    if (!this.frozen) return;
+    this.frozen = false;
+    if (this.child?.pid !== undefined) process.kill(this.child.pid, 'SIGCONT');
   }
 
   /** `http://127.0.0.1:PORT`. */
@@ -147,6 +182,8 @@ export class Herald {
     const started = Date.now();
     if (child.exitCode !== null || child.signalCode !== null) return 0;
     const exited = new Promise<void>((r) => child.once('exit', () => r()));
+    if (this.frozen && child.pid !== undefined) process.kill(child.pid, 'SIGCONT');
+    this.frozen = false;
     if (child.pid !== undefined) process.kill(child.pid, signal);
     const timer = setTimeout(() => {
       if (child.pid !== undefined && child.exitCode === null) process.kill(child.pid, 'SIGKILL');

@@ -150,15 +150,14 @@ describe('requests', () => {
 
 describe('ping watchdog', () => {
   it('detects a dead link (no ping reply) and reconnects', async () => {
-    const { server, client } = setup({ pingTimeoutMs: 500 });
-    server.heartbeatMs = 1000;
+    const { server, client } = setup({ pingIntervalMs: 1000, pingTimeoutMs: 500 });
     const drops: DisconnectInfo[] = [];
     client.on('disconnected', (d) => drops.push(d));
     await connected(client);
     const first = server.last;
     first.dead = true; // a half-open TCP link: nothing gets through, nobody reports a close
 
-    await tick(1000); // the ping goes out
+    await tick(1000); // a second of silence: the ping goes out
     expect(first.frames.filter((f) => f.op === 'ping')).toHaveLength(0); // swallowed by the dead link
     expect(client.state).toBe('connected');
     await tick(499);
@@ -175,8 +174,7 @@ describe('ping watchdog', () => {
   });
 
   it('keeps a live link that answers its pings', async () => {
-    const { server, client } = setup({ pingTimeoutMs: 500 });
-    server.heartbeatMs = 1000;
+    const { server, client } = setup({ pingIntervalMs: 1000, pingTimeoutMs: 500 });
     await connected(client);
     await tick(10_500);
     expect(server.last.sent('ping').length).toBe(10);
@@ -355,8 +353,8 @@ describe('reconnect policy', () => {
     client.close();
   });
 
-  it('gives a connect that hangs up a timeout, then retries', async () => {
-    const { server, client } = setup({ requestTimeoutMs: 3000 });
+  it('gives a connect whose hello is never answered a timeout, then retries', async () => {
+    const { server, client } = setup({ connectTimeoutMs: 3000 });
     server.intercept = null;
     server.acceptToken = () => true;
     // Swallow the hello: the socket opens but the server never answers.
