@@ -227,7 +227,17 @@ impl Presence {
     /// left an ask unanswered that long (a node with watchers answers in
     /// milliseconds; one without has nobody present). Returns the union's
     /// changes, and the nodes to ask again (an ask may have been lost).
+    ///
+    /// Two or more nodes, every one this chat knows of, going silent in the
+    /// same sweep looks more like this node being cut off (or paused) than
+    /// like all of them dying at once: they are asked by name first, and
+    /// dropped only if they do not answer within [`REMOTE_TTL`].
     pub fn expire(&mut self, live: impl Fn(&str) -> bool, now: Instant) -> (Vec<Change>, Vec<String>) {
+        let gone =
+            |r: &Remote, from: &str| now.duration_since(r.heard) >= REMOTE_TTL && r.asked.is_none() && !live(from);
+        if self.remote.len() >= 2 && self.remote.iter().all(|(from, r)| gone(r, from)) {
+            return (Vec::new(), self.distrust(now));
+        }
         let mut dead: Vec<Arc<str>> = Vec::new();
         let mut again = Vec::new();
         for (from, r) in &mut self.remote {
@@ -427,6 +437,27 @@ mod tests {
         let (changes, _) = p.expire(|_| false, woke + REMOTE_TTL);
         assert_eq!(changes, vec![(u("bob"), false)]);
         assert_eq!(p.users(10), vec!["ann"]);
+    }
+
+    #[test]
+    fn every_node_of_a_chat_silent_at_once_is_asked_before_it_is_dropped() {
+        let mut p = Presence::default();
+        let t0 = Instant::now();
+        p.receive(&delta("a@1", 1, 1, "ann", true), t0);
+        p.receive(&delta("b@1", 1, 1, "bob", true), t0);
+        // The cell stops hearing of both at once: asked, not dropped.
+        let (changes, mut again) = p.expire(|_| false, t0 + REMOTE_TTL);
+        again.sort();
+        assert_eq!((changes, again), (vec![], vec!["a@1".to_string(), "b@1".to_string()]));
+        // Neither answers: both go.
+        let (changes, _) = p.expire(|_| false, t0 + REMOTE_TTL * 2);
+        assert_eq!(changes.len(), 2);
+        // One node of two gone alone is dropped at once.
+        let mut p = Presence::default();
+        p.receive(&delta("a@1", 1, 1, "ann", true), t0);
+        p.receive(&delta("b@1", 1, 1, "bob", true), t0 + REMOTE_TTL);
+        let (changes, _) = p.expire(|from| from == "b@1", t0 + REMOTE_TTL);
+        assert_eq!(changes, vec![(u("ann"), false)]);
     }
 
     #[test]
