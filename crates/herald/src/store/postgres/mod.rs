@@ -10,6 +10,7 @@
 //! the shard's identity), `writer.rs` (the batching writer and its `Tx`),
 //! `connect.rs` (finding the primary among a shard's hosts, each within a
 //! bound), `lease.rs` (taking connections that went bad out of the pool),
+//! `retry.rs` (running a request again when its connection was gone),
 //! `heads.rs` (never handing a seq out twice after a standby promoted
 //! without every commit), and one file per capability's reads: `log.rs`,
 //! `members.rs`, `moderation.rs`, `revocations.rs`, `webhook.rs`.
@@ -31,6 +32,7 @@ mod lease;
 mod log;
 mod members;
 mod moderation;
+mod retry;
 mod revocations;
 mod schema;
 mod search;
@@ -53,6 +55,7 @@ use super::shard_spec::{ShardName, ShardSpec, TlsMode, chain};
 use super::{Alive, BoxFuture, Lifecycle, ShardStatus, StoreError, Write};
 use connect::{HOST_TIMEOUT, PrimaryConnect};
 use lease::{Fence, Lease};
+use retry::{Failed, Retries};
 use schema::ensure_schema;
 use writer::Writer;
 
@@ -87,6 +90,8 @@ pub struct PgShard {
     fence: Arc<Fence>,
     /// The highest seq this node has seen per chat (`heads.rs`).
     heads: Arc<heads::SeenHeads>,
+    /// Requests run again on a new connection (`retry.rs`), shared with the writer.
+    retries: Arc<Retries>,
 }
 
 /// Who a shard is, shared by its reads and its writer, and whether this
@@ -151,11 +156,13 @@ impl PgShard {
             .wait_timeout(Some(Duration::from_secs(2)))
             .post_create(same_shard(shard.clone()))
             .pre_recycle(lease::recycle_check(fence.clone()))
+            .post_recycle(lease::idle_check(spec.name.clone()))
             .build()?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let writer_alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let webhook = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let heads = Arc::new(heads::SeenHeads::default());
+        let retries = Arc::new(Retries::new(spec.name.clone()));
         let writer = Writer {
             shard: shard.clone(),
             pool: pool.clone(),
@@ -163,6 +170,7 @@ impl PgShard {
             webhook: webhook.clone(),
             fence: fence.clone(),
             heads: heads.clone(),
+            retries: retries.clone(),
         };
         let alive = Alive(writer_alive.clone(), "postgres");
         tokio::spawn(async move {
@@ -173,7 +181,7 @@ impl PgShard {
         if crate::store::search_pending::indexing_on() {
             tokio::spawn(search_index::run(shard.clone(), pool.clone(), search.clone()));
         }
-        Ok(PgShard { shard, writer_alive, jobs: tx, pool, webhook, search, fence, heads })
+        Ok(PgShard { shard, writer_alive, jobs: tx, pool, webhook, search, fence, heads, retries })
     }
 
     /// The shard's name: the one given with `NAME=`, else `host:port/database`.
@@ -199,12 +207,16 @@ impl PgShard {
         }
     }
 
-    /// A pooled connection to the shard's primary, for one read (see `lease.rs`).
-    async fn conn(&self) -> Result<Lease, StoreError> {
+    /// A pooled connection to the shard's primary, for one read (see
+    /// `lease.rs`); reads take it through [`PgShard::read`].
+    async fn lease(&self) -> Result<Lease, Failed> {
         let conn =
             Lease::new(self.pool.get().await.map_err(|e| pg_unavailable(&self.shard.name, &e))?, self.fence.clone());
-        ensure_schema(&self.shard, &conn).await.map_err(|e| self.shard.not_confirmed(&e))?;
-        Ok(conn)
+        match ensure_schema(&self.shard, &conn).await {
+            Ok(()) => Ok(conn),
+            Err(IdentityError::Pg(e)) => Err(Failed::Pg(e)),
+            Err(e) => Err(Failed::Store(self.shard.not_confirmed(&e))),
+        }
     }
 }
 
@@ -263,9 +275,11 @@ impl Lifecycle for PgShard {
                 tracing::error!(shard = %self.shard.name, "the shard's writer stopped");
                 return Err(StoreError::Unavailable(self.shard.name.public("has no writer")));
             }
-            let conn = self.conn().await?;
-            conn.simple_query("SELECT 1").await.map_err(|e| pg_unavailable(&self.shard.name, &e))?;
-            Ok(())
+            self.read(|conn| async move {
+                conn.simple_query("SELECT 1").await?;
+                Ok(())
+            })
+            .await
         })
     }
 
