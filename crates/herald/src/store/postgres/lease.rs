@@ -82,11 +82,14 @@ pub(super) fn recycle_check(fence: std::sync::Arc<Fence>) -> Hook {
 
 /// The pool's check of a connection that sat idle (see the module
 /// documentation), after its own check that the socket is open. Each one
-/// that fails is counted (`herald_store_pg_idle_closed_total`).
-pub(super) fn idle_check(shard: ShardName) -> Hook {
+/// that fails is counted (`herald_store_pg_idle_closed_total`) and raises the
+/// fence: what silenced one idle connection (a host gone, a network that
+/// dropped them) silenced the others, and checking each in turn, a quarter
+/// second apiece, would outlast the request that waits for one.
+pub(super) fn idle_check(fence: std::sync::Arc<Fence>) -> Hook {
     Hook::async_fn(move |client, used| {
         let idle = used.last_used();
-        let shard = shard.clone();
+        let fence = fence.clone();
         Box::pin(async move {
             if idle < IDLE_CHECK_AFTER {
                 return Ok(());
@@ -96,8 +99,14 @@ pub(super) fn idle_check(shard: ShardName) -> Hook {
                 Ok(Err(e)) => HookError::Backend(e),
                 Err(_) => HookError::message("an idle connection did not answer its check in time"),
             };
-            tracing::debug!(shard = %shard, idle_s = idle.as_secs(), error = %failed, "an idle postgres connection failed its check: closed");
-            metrics::counter!("herald_store_pg_idle_closed_total", "shard" => shard.to_string()).increment(1);
+            tracing::warn!(
+                shard = %fence.shard,
+                idle_s = idle.as_secs(),
+                error = %failed,
+                "an idle postgres connection failed its check: closed, and the shard's older connections retired"
+            );
+            metrics::counter!("herald_store_pg_idle_closed_total", "shard" => fence.shard.to_string()).increment(1);
+            fence.raise("idle");
             Err(failed)
         })
     })

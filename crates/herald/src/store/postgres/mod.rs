@@ -44,7 +44,9 @@ mod writer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    Hook, HookError, Manager, ManagerConfig, Pool, PoolError, QueueMode, RecyclingMethod, Runtime,
+};
 use tokio::sync::{OnceCell, mpsc};
 use tokio_postgres::NoTls;
 
@@ -151,12 +153,18 @@ impl PgShard {
         let pool = Pool::builder(mgr)
             // The writer's connection, and the search indexer's.
             .max_size(READ_POOL + 2)
+            // The connection returned last is lent first: the few a light load
+            // needs stay warm, and the rest sit idle until a burst, when the
+            // idle check (`lease.rs`) finds any that went bad meanwhile. First in,
+            // first out would pass each connection around (a node reads its
+            // revocations every second) and none would ever count as idle.
+            .queue_mode(QueueMode::Lifo)
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(CREATE_TIMEOUT))
             .wait_timeout(Some(Duration::from_secs(2)))
             .post_create(same_shard(shard.clone()))
             .pre_recycle(lease::recycle_check(fence.clone()))
-            .post_recycle(lease::idle_check(spec.name.clone()))
+            .post_recycle(lease::idle_check(fence.clone()))
             .build()?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let writer_alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -167,6 +175,7 @@ impl PgShard {
             shard: shard.clone(),
             pool: pool.clone(),
             conn: None,
+            last_batch: Instant::now(),
             webhook: webhook.clone(),
             fence: fence.clone(),
             heads: heads.clone(),

@@ -15,6 +15,7 @@ use deadpool_postgres::{Object, Pool};
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
 
+use super::lease::IDLE_CHECK_AFTER;
 use super::retry::{Retries, gone};
 use super::schema::ensure_schema;
 use super::tx::PgTx;
@@ -30,6 +31,9 @@ pub(super) struct Writer {
     pub(super) pool: Pool,
     /// The writer's connection, kept across batches; dropped after a failure.
     pub(super) conn: Option<Object>,
+    /// When the last batch ended: a connection kept idle since
+    /// [`IDLE_CHECK_AFTER`] goes back to the pool, to be checked before it is used.
+    pub(super) last_batch: Instant,
     /// webhook: whether batches keep the webhook's positions.
     pub(super) webhook: Arc<std::sync::atomic::AtomicBool>,
     /// The highest seqs this node has seen (`heads.rs`).
@@ -100,8 +104,19 @@ impl Writer {
         }
     }
 
-    /// Runs the batch; once more on a new connection if its connection was gone before COMMIT.
+    /// Runs the batch, on the writer's connection unless it sat idle too long.
     async fn commit(&mut self, writes: &[&Write]) -> Result<Vec<apply::Outcome>, String> {
+        if self.last_batch.elapsed() >= IDLE_CHECK_AFTER {
+            // Back to the pool, which checks it (`lease.rs`) as it lends it again.
+            self.conn = None;
+        }
+        let result = self.commit_retried(writes).await;
+        self.last_batch = Instant::now();
+        result
+    }
+
+    /// Runs the batch; once more on a new connection if its connection was gone before COMMIT.
+    async fn commit_retried(&mut self, writes: &[&Write]) -> Result<Vec<apply::Outcome>, String> {
         let failed = match self.try_commit(writes).await {
             Ok(outcomes) => return Ok(outcomes),
             Err(failed) => failed,
