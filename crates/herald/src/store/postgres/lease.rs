@@ -18,9 +18,9 @@
 //! was last lent is checked with one empty query before it is lent again
 //! ([`idle_check`]): the server may have closed it meanwhile (a restart, an
 //! idle timeout, a failover), or a firewall dropped it without a word. One
-//! that does not answer within [`IDLE_CHECK_TIMEOUT`] is closed, and the
-//! pool takes or makes another. A connection in steady use pays nothing; a
-//! lull costs one round trip per connection.
+//! that does not answer within [`IDLE_CHECK_TIMEOUT`] is closed and raises
+//! the fence, and the pool makes another. A connection in steady use pays
+//! nothing; a lull costs one round trip per connection.
 //!
 //! Not here: finding the primary (`connect.rs`), the time limits of shard
 //! calls (`sharded`), running a request again whose connection was gone (`retry.rs`).
@@ -36,9 +36,10 @@ use crate::store::shard_spec::ShardName;
 /// shard calls' one-second limit, so that every call cut off by it counts.
 pub(super) const SUSPECT_AFTER: Duration = Duration::from_millis(900);
 
-/// A pooled connection unused this long is checked before it is lent. Under
-/// the idle timeouts of servers, poolers and firewalls (minutes), and long
-/// enough that a pool in use, whose connections take turns, never checks.
+/// A pooled connection unused this long is checked before it is lent. Well
+/// under the idle timeouts of servers, poolers and firewalls (minutes), and
+/// long enough that connections in steady use (the pool lends the one
+/// returned last first) are never checked.
 pub(super) const IDLE_CHECK_AFTER: Duration = Duration::from_secs(15);
 
 /// The idle check's round trip answers within this, or the connection is
