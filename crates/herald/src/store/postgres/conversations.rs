@@ -9,39 +9,43 @@ use std::collections::BTreeMap;
 
 use herald_protocol::reply::{ChatView, MemberEntry, PinEntry, Profile, ThreadEntry};
 
+use super::PgShard;
 use super::log::{event_from_row, event_from_row_at, select_chat};
 use super::members::read_position;
-use super::{PgShard, pg_unavailable};
 use crate::model::{ChatInfo, ChatKey};
 use crate::store::columns::{POSTGRES, event_columns, parse_profile, thread_unread_sql};
 use crate::store::{BoxFuture, Conversations, Fetched, StoreError, ThreadCursor, sql_seq};
 
 impl PgShard {
-    /// Runs `read` on a pooled connection; a database error fails it as the shard's unavailability.
+    /// The rows of one statement, read as [`PgShard::read`] reads (once more
+    /// on a new connection if the first was gone); a database error fails it
+    /// as the shard's unavailability.
     pub(super) async fn read_rows(
         &self,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
-        let conn = self.conn().await?;
-        let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-        let stmt = conn.prepare_cached(sql).await.map_err(fail)?;
-        conn.query(&stmt, params).await.map_err(fail)
+        self.read(|conn| async move {
+            let stmt = conn.prepare_cached(sql).await?;
+            Ok(conn.query(&stmt, params).await?)
+        })
+        .await
     }
 
     /// The chat row of `key`, `NotFound` if none; with `member`, `Forbidden` unless a member.
     async fn chat_for(&self, key: &ChatKey, member: Option<&str>) -> Result<crate::store::apply::ChatRow, StoreError> {
-        let conn = self.conn().await?;
-        let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-        let Some(row) = select_chat(&conn, key, false).await.map_err(fail)? else {
-            return Err(StoreError::NotFound(format!("no chat {}", key.chat)));
-        };
-        if let Some(user) = member
-            && read_position(&conn, row.id, user).await.map_err(fail)?.is_none()
-        {
-            return Err(StoreError::Forbidden(format!("not a member of {}", key.chat)));
-        }
-        Ok(row)
+        self.read(|conn| async move {
+            let Some(row) = select_chat(&conn, key, false).await? else {
+                return Err(StoreError::NotFound(format!("no chat {}", key.chat)).into());
+            };
+            if let Some(user) = member
+                && read_position(&conn, row.id, user).await?.is_none()
+            {
+                return Err(StoreError::Forbidden(format!("not a member of {}", key.chat)).into());
+            }
+            Ok(row)
+        })
+        .await
     }
 }
 

@@ -1,7 +1,7 @@
 //! A shard's files reads: files' rows by id for a chat of the shard, and those the sweeper is to
 //! delete. Written by the batch's transaction (`tx.rs`) under the rules in `apply/files.rs`.
 
-use super::{PgShard, pg_unavailable};
+use super::PgShard;
 use crate::files::FileKey;
 use crate::model::ChatKey;
 use crate::store::{BoxFuture, Files, StoreError, StoredFile};
@@ -26,16 +26,13 @@ pub(super) fn file_at(r: &tokio_postgres::Row, at: usize) -> StoredFile {
 impl Files for PgShard {
     fn files<'a>(&'a self, key: &'a ChatKey, ids: &'a [String]) -> BoxFuture<'a, Result<Vec<StoredFile>, StoreError>> {
         Box::pin(async move {
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
             let columns: Vec<String> = FILE_COLUMNS.split(", ").map(|c| format!("f.{c}")).collect();
             let sql = format!(
                 "SELECT {} FROM files f JOIN chats c ON c.id = f.chat_id
                   WHERE f.id = ANY($1) AND c.ws = $2 AND c.chat = $3",
                 columns.join(", ")
             );
-            let stmt = conn.prepare_cached(&sql).await.map_err(fail)?;
-            let rows = conn.query(&stmt, &[&ids, &&*key.ws, &&*key.chat]).await.map_err(fail)?;
+            let rows = self.read_rows(&sql, &[&ids, &&*key.ws, &&*key.chat]).await?;
             Ok(rows.iter().map(|r| file_at(r, 0)).collect())
         })
     }
@@ -46,34 +43,28 @@ impl Files for PgShard {
         ids: &'a [String],
     ) -> BoxFuture<'a, Result<Vec<(String, String)>, StoreError>> {
         Box::pin(async move {
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-            let stmt = conn
-                .prepare_cached(
+            let rows = self
+                .read_rows(
                     "SELECT f.id, c.chat FROM files f JOIN chats c ON c.id = f.chat_id WHERE f.id = ANY($1) AND c.ws = $2",
+                    &[&ids, &ws],
                 )
-                .await
-                .map_err(fail)?;
-            let rows = conn.query(&stmt, &[&ids, &ws]).await.map_err(fail)?;
+                .await?;
             Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
         })
     }
 
     fn sweepable<'a>(&'a self, orphan_before_ms: i64, limit: u32) -> BoxFuture<'a, Result<Vec<FileKey>, StoreError>> {
         Box::pin(async move {
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-            let stmt = conn
-                .prepare_cached(
+            let rows = self
+                .read_rows(
                     "(SELECT c.ws, c.chat, f.id FROM files f JOIN chats c ON c.id = f.chat_id
                        WHERE f.gone_ms IS NOT NULL ORDER BY f.gone_ms LIMIT $2)
                      UNION ALL
                      (SELECT c.ws, c.chat, f.id FROM files f JOIN chats c ON c.id = f.chat_id
                        WHERE f.seq IS NULL AND f.gone_ms IS NULL AND f.created_ms < $1 ORDER BY f.created_ms LIMIT $2)",
+                    &[&orphan_before_ms, &i64::from(limit)],
                 )
-                .await
-                .map_err(fail)?;
-            let rows = conn.query(&stmt, &[&orphan_before_ms, &i64::from(limit)]).await.map_err(fail)?;
+                .await?;
             let mut keys: Vec<FileKey> =
                 rows.iter().map(|r| FileKey { ws: r.get(0), chat: r.get(1), id: r.get(2) }).collect();
             keys.truncate(limit as usize);

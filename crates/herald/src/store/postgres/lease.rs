@@ -14,7 +14,16 @@
 //! A slow but healthy shard costs reconnects only, each a fraction of the
 //! time that made it suspect.
 //!
-//! Not here: finding the primary (`connect.rs`), the time limits of shard calls (`sharded`).
+//! A connection that sat in the pool [`IDLE_CHECK_AFTER`] or longer since it
+//! was last lent is checked with one empty query before it is lent again
+//! ([`idle_check`]): the server may have closed it meanwhile (a restart, an
+//! idle timeout, a failover), or a firewall dropped it without a word. One
+//! that does not answer within [`IDLE_CHECK_TIMEOUT`] is closed and raises
+//! the fence, and the pool makes another. A connection in steady use pays
+//! nothing; a lull costs one round trip per connection.
+//!
+//! Not here: finding the primary (`connect.rs`), the time limits of shard
+//! calls (`sharded`), running a request again whose connection was gone (`retry.rs`).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -26,6 +35,18 @@ use crate::store::shard_spec::ShardName;
 /// A read that holds its connection this long is taken as hung. Below the
 /// shard calls' one-second limit, so that every call cut off by it counts.
 pub(super) const SUSPECT_AFTER: Duration = Duration::from_millis(900);
+
+/// A pooled connection unused this long is checked before it is lent. Well
+/// under the idle timeouts of servers, poolers and firewalls (minutes), and
+/// long enough that connections in steady use (the pool lends the one
+/// returned last first) are never checked.
+pub(super) const IDLE_CHECK_AFTER: Duration = Duration::from_secs(15);
+
+/// The idle check's round trip answers within this, or the connection is
+/// closed: a healthy server answers an empty query in well under a
+/// millisecond, and a hung one must leave room, within the shard calls'
+/// one-second limit, for a new connection (`connect.rs`: 500 ms a host).
+pub(super) const IDLE_CHECK_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Pooled connections made before this instant are not reused.
 pub(super) struct Fence {
@@ -57,6 +78,38 @@ pub(super) fn recycle_check(fence: std::sync::Arc<Fence>) -> Hook {
             return Err(HookError::message("made before the shard's last failure"));
         }
         Ok(())
+    })
+}
+
+/// The pool's check of a connection that sat idle (see the module
+/// documentation), after its own check that the socket is open. Each one
+/// that fails is counted (`herald_store_pg_idle_closed_total`) and raises the
+/// fence: what silenced one idle connection (a host gone, a network that
+/// dropped them) silenced the others, and checking each in turn, a quarter
+/// second apiece, would outlast the request that waits for one.
+pub(super) fn idle_check(fence: std::sync::Arc<Fence>) -> Hook {
+    Hook::async_fn(move |client, used| {
+        let idle = used.last_used();
+        let fence = fence.clone();
+        Box::pin(async move {
+            if idle < IDLE_CHECK_AFTER {
+                return Ok(());
+            }
+            let failed = match tokio::time::timeout(IDLE_CHECK_TIMEOUT, client.simple_query("")).await {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(e)) => HookError::Backend(e),
+                Err(_) => HookError::message("an idle connection did not answer its check in time"),
+            };
+            tracing::warn!(
+                shard = %fence.shard,
+                idle_s = idle.as_secs(),
+                error = %failed,
+                "an idle postgres connection failed its check: closed, and the shard's older connections retired"
+            );
+            metrics::counter!("herald_store_pg_idle_closed_total", "shard" => fence.shard.to_string()).increment(1);
+            fence.raise("idle");
+            Err(failed)
+        })
     })
 }
 

@@ -9,9 +9,9 @@ use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
+use super::PgShard;
 use super::heads::chat_hash;
 use super::members::read_position;
-use super::{PgShard, pg_unavailable};
 use crate::model::{ChatInfo, ChatKey};
 use crate::store::apply::{ChatRow, MessageRow};
 use crate::store::columns::{event_columns, parse_counts, parse_files, parse_list, replies, stream_state};
@@ -48,8 +48,8 @@ impl EventLog for PgShard {
     fn chat(&self, key: &ChatKey) -> BoxFuture<'_, Result<Option<ChatInfo>, StoreError>> {
         let key = key.clone();
         Box::pin(async move {
-            let conn = self.conn().await?;
-            let row = select_chat(&conn, &key, false).await.map_err(|e| pg_unavailable(&self.shard.name, &e))?;
+            let key = &key;
+            let row = self.read(|conn| async move { Ok(select_chat(&conn, key, false).await?) }).await?;
             Ok(row.map(|r| r.info()))
         })
     }
@@ -63,25 +63,26 @@ impl EventLog for PgShard {
     ) -> BoxFuture<'a, Result<Fetched, StoreError>> {
         Box::pin(async move {
             let started = Instant::now();
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-            let Some(row) = select_chat(&conn, key, false).await.map_err(fail)? else {
-                return Err(StoreError::NotFound(format!("no chat {}", key.chat)));
-            };
-            if let Some(user) = member
-                && read_position(&conn, row.id, user).await.map_err(fail)?.is_none()
-            {
-                return Err(StoreError::Forbidden(format!("not a member of {}", key.chat)));
-            }
-            let stmt = conn
-                .prepare_cached(&format!(
-                    "SELECT {} FROM events WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-                    event_columns("", true)
-                ))
-                .await
-                .map_err(fail)?;
-            let rows = conn.query(&stmt, &[&row.id, &sql_seq(after), &(limit as i64)]).await.map_err(fail)?;
-            let events = rows.iter().map(event_from_row).collect::<Result<Vec<_>, _>>()?;
+            let (row, events) = self
+                .read(|conn| async move {
+                    let Some(row) = select_chat(&conn, key, false).await? else {
+                        return Err(StoreError::NotFound(format!("no chat {}", key.chat)).into());
+                    };
+                    if let Some(user) = member
+                        && read_position(&conn, row.id, user).await?.is_none()
+                    {
+                        return Err(StoreError::Forbidden(format!("not a member of {}", key.chat)).into());
+                    }
+                    let stmt = conn
+                        .prepare_cached(&format!(
+                            "SELECT {} FROM events WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                            event_columns("", true)
+                        ))
+                        .await?;
+                    let rows = conn.query(&stmt, &[&row.id, &sql_seq(after), &(limit as i64)]).await?;
+                    Ok((row, rows.iter().map(event_from_row).collect::<Result<Vec<_>, _>>()?))
+                })
+                .await?;
             metrics::histogram!("herald_store_read_seconds").record(started.elapsed().as_secs_f64());
             // The events were read after the row: the log may be ahead of it, never behind.
             let mut info = row.info();
@@ -94,19 +95,22 @@ impl EventLog for PgShard {
 
     fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>> {
         Box::pin(async move {
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-            let stmt = conn
-                .prepare_cached(
-                    "SELECT k.i, c.seq FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(ws, chat, i)
-                       JOIN chats c ON c.ws = k.ws AND c.chat = k.chat",
-                )
-                .await
-                .map_err(fail)?;
             let ws: Vec<&str> = keys.iter().map(|k| &*k.ws).collect();
             let chats: Vec<&str> = keys.iter().map(|k| &*k.chat).collect();
+            let (ws, chats) = (&ws, &chats);
+            let rows = self
+                .read(|conn| async move {
+                    let stmt = conn
+                        .prepare_cached(
+                            "SELECT k.i, c.seq FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(ws, chat, i)
+                               JOIN chats c ON c.ws = k.ws AND c.chat = k.chat",
+                        )
+                        .await?;
+                    Ok(conn.query(&stmt, &[ws, chats]).await?)
+                })
+                .await?;
             let mut heads = vec![None; keys.len()];
-            for row in conn.query(&stmt, &[&ws, &chats]).await.map_err(fail)? {
+            for row in rows {
                 let i = row.get::<_, i64>(0) as usize;
                 if let Some(i) = i.checked_sub(1)
                     && let Some(slot) = heads.get_mut(i)
@@ -126,22 +130,22 @@ impl EventLog for PgShard {
         client_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
         Box::pin(async move {
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-            let stmt = conn
-                .prepare_cached(
-                    r#"SELECT e.seq FROM chats c JOIN events e ON e.chat_id = c.id
-                        WHERE c.ws = $1 AND c.chat = $2 AND e."user" = $3 AND e.client_id = $4"#,
-                )
-                .await
-                .map_err(fail)?;
-            let row = conn.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &user, &client_id]).await.map_err(fail)?;
-            if row.is_some() {
-                // The answer acknowledges a send: not before the row is on a synchronous standby.
-                let stmt = conn.prepare_cached(REPLICATED).await.map_err(fail)?;
-                conn.execute(&stmt, &[&&*key.ws, &&*key.chat]).await.map_err(fail)?;
-            }
-            Ok(row.map(|r| r.get::<_, i64>(0) as u64))
+            self.read(|conn| async move {
+                let stmt = conn
+                    .prepare_cached(
+                        r#"SELECT e.seq FROM chats c JOIN events e ON e.chat_id = c.id
+                            WHERE c.ws = $1 AND c.chat = $2 AND e."user" = $3 AND e.client_id = $4"#,
+                    )
+                    .await?;
+                let row = conn.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &user, &client_id]).await?;
+                if row.is_some() {
+                    // The answer acknowledges a send: not before the row is on a synchronous standby.
+                    let stmt = conn.prepare_cached(REPLICATED).await?;
+                    conn.execute(&stmt, &[&&*key.ws, &&*key.chat]).await?;
+                }
+                Ok(row.map(|r| r.get::<_, i64>(0) as u64))
+            })
+            .await
         })
     }
 }

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use herald_protocol::reply::InboxEntry;
 
+use super::PgShard;
 use super::log::{event_from_row_at, select_chat};
-use super::{PgShard, pg_unavailable};
 use crate::model::ChatKey;
 use crate::store::apply;
 use crate::store::columns::{POSTGRES, event_columns, parse_profile, thread_unread_sql};
@@ -18,20 +18,21 @@ use crate::store::{BoxFuture, InboxCursor, Member, Membership, StoreError};
 impl Membership for PgShard {
     fn member<'a>(&'a self, key: &'a ChatKey, user: &'a str) -> BoxFuture<'a, Result<Option<Member>, StoreError>> {
         Box::pin(async move {
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-            let Some(row) = select_chat(&conn, key, false).await.map_err(fail)? else {
-                return Err(StoreError::NotFound(format!("no chat {}", key.chat)));
-            };
-            let stmt = conn
-                .prepare_cached(
-                    r#"SELECT m.read_seq, mu.until_ms FROM members m
-                       LEFT JOIN mutes mu ON mu.chat_id = m.chat_id AND mu."user" = m."user"
-                       WHERE m.chat_id = $1 AND m."user" = $2"#,
-                )
-                .await
-                .map_err(fail)?;
-            let found = conn.query_opt(&stmt, &[&row.id, &user]).await.map_err(fail)?;
+            let found = self
+                .read(|conn| async move {
+                    let Some(row) = select_chat(&conn, key, false).await? else {
+                        return Err(StoreError::NotFound(format!("no chat {}", key.chat)).into());
+                    };
+                    let stmt = conn
+                        .prepare_cached(
+                            r#"SELECT m.read_seq, mu.until_ms FROM members m
+                               LEFT JOIN mutes mu ON mu.chat_id = m.chat_id AND mu."user" = m."user"
+                               WHERE m.chat_id = $1 AND m."user" = $2"#,
+                        )
+                        .await?;
+                    Ok(conn.query_opt(&stmt, &[&row.id, &user]).await?)
+                })
+                .await?;
             Ok(found.map(|r| {
                 let until: Option<i64> = r.get(1);
                 Member {
@@ -51,15 +52,12 @@ impl Membership for PgShard {
     ) -> BoxFuture<'a, Result<Vec<InboxEntry>, StoreError>> {
         Box::pin(async move {
             let started = Instant::now();
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
             let (ts, chat) = after.map_or((i64::MAX, ""), |c| (c.ts, c.chat.as_str()));
             let sql = inbox_sql(
                 r#"m."user" = $1 AND c.ws = $2 AND (c.last_ts < $3 OR (c.last_ts = $3 AND c.chat > $4))
                    ORDER BY c.last_ts DESC, c.chat LIMIT $5"#,
             );
-            let stmt = conn.prepare_cached(&sql).await.map_err(fail)?;
-            let rows = conn.query(&stmt, &[&user, &ws, &ts, &chat, &(i64::from(limit) + 1)]).await.map_err(fail)?;
+            let rows = self.read_rows(&sql, &[&user, &ws, &ts, &chat, &(i64::from(limit) + 1)]).await?;
             metrics::histogram!("herald_store_read_seconds").record(started.elapsed().as_secs_f64());
             rows.iter().map(inbox_entry_from_row).collect()
         })
@@ -72,16 +70,13 @@ impl Membership for PgShard {
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<(String, i64)>, StoreError>> {
         Box::pin(async move {
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
-            let stmt = conn
-                .prepare_cached(
+            let rows = self
+                .read_rows(
                     r#"SELECT c.chat, c.last_ts FROM members m JOIN chats c ON c.id = m.chat_id
                         WHERE m."user" = $1 AND c.ws = $2 ORDER BY c.last_ts DESC, c.chat LIMIT $3"#,
+                    &[&user, &ws, &i64::from(limit)],
                 )
-                .await
-                .map_err(fail)?;
-            let rows = conn.query(&stmt, &[&user, &ws, &i64::from(limit)]).await.map_err(fail)?;
+                .await?;
             Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
         })
     }
@@ -92,12 +87,9 @@ impl Membership for PgShard {
         user: &'a str,
     ) -> BoxFuture<'a, Result<Option<InboxEntry>, StoreError>> {
         Box::pin(async move {
-            let conn = self.conn().await?;
-            let fail = |e: tokio_postgres::Error| pg_unavailable(&self.shard.name, &e);
             let sql = inbox_sql(r#"m."user" = $1 AND c.ws = $2 AND c.chat = $3"#);
-            let stmt = conn.prepare_cached(&sql).await.map_err(fail)?;
-            let row = conn.query_opt(&stmt, &[&user, &&*key.ws, &&*key.chat]).await.map_err(fail)?;
-            row.as_ref().map(inbox_entry_from_row).transpose()
+            let rows = self.read_rows(&sql, &[&user, &&*key.ws, &&*key.chat]).await?;
+            rows.first().map(inbox_entry_from_row).transpose()
         })
     }
 }

@@ -10,6 +10,7 @@
 //! the shard's identity), `writer.rs` (the batching writer and its `Tx`),
 //! `connect.rs` (finding the primary among a shard's hosts, each within a
 //! bound), `lease.rs` (taking connections that went bad out of the pool),
+//! `retry.rs` (running a request again when its connection was gone),
 //! `heads.rs` (never handing a seq out twice after a standby promoted
 //! without every commit), and one file per capability's reads: `log.rs`,
 //! `members.rs`, `moderation.rs`, `revocations.rs`, `webhook.rs`.
@@ -31,6 +32,7 @@ mod lease;
 mod log;
 mod members;
 mod moderation;
+mod retry;
 mod revocations;
 mod schema;
 mod search;
@@ -42,7 +44,9 @@ mod writer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    Hook, HookError, Manager, ManagerConfig, Pool, PoolError, QueueMode, RecyclingMethod, Runtime,
+};
 use tokio::sync::{OnceCell, mpsc};
 use tokio_postgres::NoTls;
 
@@ -53,6 +57,7 @@ use super::shard_spec::{ShardName, ShardSpec, TlsMode, chain};
 use super::{Alive, BoxFuture, Lifecycle, ShardStatus, StoreError, Write};
 use connect::{HOST_TIMEOUT, PrimaryConnect};
 use lease::{Fence, Lease};
+use retry::{Failed, Retries};
 use schema::ensure_schema;
 use writer::Writer;
 
@@ -87,6 +92,8 @@ pub struct PgShard {
     fence: Arc<Fence>,
     /// The highest seq this node has seen per chat (`heads.rs`).
     heads: Arc<heads::SeenHeads>,
+    /// Requests run again on a new connection (`retry.rs`), shared with the writer.
+    retries: Arc<Retries>,
 }
 
 /// Who a shard is, shared by its reads and its writer, and whether this
@@ -146,23 +153,33 @@ impl PgShard {
         let pool = Pool::builder(mgr)
             // The writer's connection, and the search indexer's.
             .max_size(READ_POOL + 2)
+            // The connection returned last is lent first: the few a light load
+            // needs stay warm, and the rest sit idle until a burst, when the
+            // idle check (`lease.rs`) finds any that went bad meanwhile. First in,
+            // first out would pass each connection around (a node reads its
+            // revocations every second) and none would ever count as idle.
+            .queue_mode(QueueMode::Lifo)
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(CREATE_TIMEOUT))
             .wait_timeout(Some(Duration::from_secs(2)))
             .post_create(same_shard(shard.clone()))
             .pre_recycle(lease::recycle_check(fence.clone()))
+            .post_recycle(lease::idle_check(fence.clone()))
             .build()?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let writer_alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let webhook = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let heads = Arc::new(heads::SeenHeads::default());
+        let retries = Arc::new(Retries::new(spec.name.clone()));
         let writer = Writer {
             shard: shard.clone(),
             pool: pool.clone(),
             conn: None,
+            last_batch: Instant::now(),
             webhook: webhook.clone(),
             fence: fence.clone(),
             heads: heads.clone(),
+            retries: retries.clone(),
         };
         let alive = Alive(writer_alive.clone(), "postgres");
         tokio::spawn(async move {
@@ -173,7 +190,7 @@ impl PgShard {
         if crate::store::search_pending::indexing_on() {
             tokio::spawn(search_index::run(shard.clone(), pool.clone(), search.clone()));
         }
-        Ok(PgShard { shard, writer_alive, jobs: tx, pool, webhook, search, fence, heads })
+        Ok(PgShard { shard, writer_alive, jobs: tx, pool, webhook, search, fence, heads, retries })
     }
 
     /// The shard's name: the one given with `NAME=`, else `host:port/database`.
@@ -199,12 +216,16 @@ impl PgShard {
         }
     }
 
-    /// A pooled connection to the shard's primary, for one read (see `lease.rs`).
-    async fn conn(&self) -> Result<Lease, StoreError> {
+    /// A pooled connection to the shard's primary, for one read (see
+    /// `lease.rs`); reads take it through [`PgShard::read`].
+    async fn lease(&self) -> Result<Lease, Failed> {
         let conn =
             Lease::new(self.pool.get().await.map_err(|e| pg_unavailable(&self.shard.name, &e))?, self.fence.clone());
-        ensure_schema(&self.shard, &conn).await.map_err(|e| self.shard.not_confirmed(&e))?;
-        Ok(conn)
+        match ensure_schema(&self.shard, &conn).await {
+            Ok(()) => Ok(conn),
+            Err(IdentityError::Pg(e)) => Err(Failed::Pg(e)),
+            Err(e) => Err(Failed::Store(self.shard.not_confirmed(&e))),
+        }
     }
 }
 
@@ -263,9 +284,11 @@ impl Lifecycle for PgShard {
                 tracing::error!(shard = %self.shard.name, "the shard's writer stopped");
                 return Err(StoreError::Unavailable(self.shard.name.public("has no writer")));
             }
-            let conn = self.conn().await?;
-            conn.simple_query("SELECT 1").await.map_err(|e| pg_unavailable(&self.shard.name, &e))?;
-            Ok(())
+            self.read(|conn| async move {
+                conn.simple_query("SELECT 1").await?;
+                Ok(())
+            })
+            .await
         })
     }
 

@@ -1,6 +1,11 @@
 //! A shard's one writer: takes writes off a queue, applies a batch of them in
 //! one transaction (with [`apply`]'s rules), and answers each.
 //!
+//! A batch whose connection was gone (`retry.rs`) before its COMMIT was
+//! sent never committed: it runs once more on a new connection, as if its
+//! senders had resent it at once. One that failed in its COMMIT may have
+//! committed: its senders hear `unavailable` and resend with their `client_id`s.
+//!
 //! Not here: the transaction's statements (`tx.rs`, and `bulk.rs` for its bulk inserts).
 
 use std::sync::Arc;
@@ -10,11 +15,14 @@ use deadpool_postgres::{Object, Pool};
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
 
+use super::lease::IDLE_CHECK_AFTER;
+use super::retry::{Retries, gone};
 use super::schema::ensure_schema;
 use super::tx::PgTx;
 use super::{BATCH_TIMEOUT, Checked, MAX_BATCH, shard_failed};
 use crate::store::Write;
 use crate::store::apply::{self, Reply};
+use crate::store::shard_identity::IdentityError;
 use crate::store::shard_spec::chain;
 
 /// This node's writer for one shard.
@@ -23,12 +31,37 @@ pub(super) struct Writer {
     pub(super) pool: Pool,
     /// The writer's connection, kept across batches; dropped after a failure.
     pub(super) conn: Option<Object>,
+    /// When the last batch ended: a connection kept idle since
+    /// [`IDLE_CHECK_AFTER`] goes back to the pool, to be checked before it is used.
+    pub(super) last_batch: Instant,
     /// webhook: whether batches keep the webhook's positions.
     pub(super) webhook: Arc<std::sync::atomic::AtomicBool>,
     /// The highest seqs this node has seen (`heads.rs`).
     pub(super) heads: Arc<super::heads::SeenHeads>,
     /// Raised after a failed batch: the pool's older connections may reach the host that failed.
     pub(super) fence: Arc<super::lease::Fence>,
+    /// Batches run again on a new connection (`retry.rs`).
+    pub(super) retries: Arc<Retries>,
+}
+
+/// Why one try of a batch failed, and whether it may run again.
+struct Failure {
+    why: String,
+    /// Set when the batch provably did not commit because its connection was
+    /// gone (a reason of [`gone`]); `None` for any other failure, and for any in COMMIT.
+    retry: Option<&'static str>,
+}
+
+impl Failure {
+    /// A failure before COMMIT was sent.
+    fn before_commit(e: &tokio_postgres::Error) -> Failure {
+        Failure { why: chain(e), retry: gone(e) }
+    }
+
+    /// A failure that is not to be retried.
+    fn last(why: String) -> Failure {
+        Failure { why, retry: None }
+    }
 }
 
 impl Writer {
@@ -71,17 +104,51 @@ impl Writer {
         }
     }
 
+    /// Runs the batch, on the writer's connection unless it sat idle too long.
     async fn commit(&mut self, writes: &[&Write]) -> Result<Vec<apply::Outcome>, String> {
+        if self.last_batch.elapsed() >= IDLE_CHECK_AFTER {
+            // Back to the pool, which checks it (`lease.rs`) as it lends it again.
+            self.conn = None;
+        }
+        let result = self.commit_retried(writes).await;
+        self.last_batch = Instant::now();
+        result
+    }
+
+    /// Runs the batch; once more on a new connection if its connection was gone before COMMIT.
+    async fn commit_retried(&mut self, writes: &[&Write]) -> Result<Vec<apply::Outcome>, String> {
+        let failed = match self.try_commit(writes).await {
+            Ok(outcomes) => return Ok(outcomes),
+            Err(failed) => failed,
+        };
+        let Some(reason) = failed.retry else { return Err(failed.why) };
+        self.retries.note("write", reason, &failed.why);
+        // As after any failed batch (see `run`), but nobody hears of it: the
+        // connection goes, the pool's older ones (dead too after a restart)
+        // are retired, and heads read on the old connection are not trusted.
+        if let Some(conn) = self.conn.take() {
+            super::lease::discard(conn);
+        }
+        self.fence.raise("closed");
+        self.heads.forget_read();
+        self.try_commit(writes).await.map_err(|f| f.why)
+    }
+
+    async fn try_commit(&mut self, writes: &[&Write]) -> Result<Vec<apply::Outcome>, Failure> {
         if self.conn.is_none() {
-            let conn = self.pool.get().await.map_err(|e| chain(&e))?;
-            ensure_schema(&self.shard, &conn).await.map_err(|e| chain(&e))?;
+            let conn = self.pool.get().await.map_err(|e| Failure::last(chain(&e)))?;
+            match ensure_schema(&self.shard, &conn).await {
+                Ok(()) => {}
+                Err(IdentityError::Pg(e)) => return Err(Failure::before_commit(&e)),
+                Err(e) => return Err(Failure::last(chain(&e))),
+            }
             self.conn = Some(conn);
         }
         let conn = self.conn.as_mut().expect("connected above");
-        let tx = conn.transaction().await.map_err(|e| chain(&e))?;
+        let tx = conn.transaction().await.map_err(|e| Failure::before_commit(&e))?;
         let mut pg_tx = PgTx::new(&tx, &self.heads, self.shard.name.as_str());
         pg_tx.webhook = self.webhook.load(std::sync::atomic::Ordering::Relaxed);
-        let outcomes = apply::apply(&mut pg_tx, writes).await.map_err(|e| chain(&e))?;
+        let outcomes = apply::apply(&mut pg_tx, writes).await.map_err(|e| Failure::before_commit(&e))?;
         let saved = std::mem::take(&mut pg_tx.saved);
         // Heads reads found before this commit record was written: once it is
         // acknowledged (on the standby, with one), so are they (`heads.rs`). A
@@ -89,7 +156,8 @@ impl Writer {
         let wrote = !saved.is_empty();
         let read_before = if wrote { self.heads.take_read() } else { Default::default() };
         drop(pg_tx);
-        tx.commit().await.map_err(|e| chain(&e))?;
+        // From here the batch may have committed whatever the error: never retried.
+        tx.commit().await.map_err(|e| Failure::last(chain(&e)))?;
         self.heads.saw(saved.into_iter().chain(read_before));
         Ok(outcomes)
     }
