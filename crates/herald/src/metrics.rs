@@ -115,7 +115,19 @@ fn describe() {
     );
     describe_counter!(
         "herald_store_pg_fence_total",
-        "Times a shard's pooled connections were retired after a failure, by shard and reason (write, slow)"
+        "Times a shard's pooled connections were retired after a failure, by shard and reason (write, slow, closed, idle)"
+    );
+    describe_counter!(
+        "herald_store_pg_retries_total",
+        "PostgreSQL requests run again on a new connection because theirs was gone, by shard, op (read, write) and reason (closed, shutdown, connection)"
+    );
+    describe_counter!(
+        "herald_store_pg_idle_closed_total",
+        "Pooled PostgreSQL connections idle 15 s or more that failed their check and were closed, by shard"
+    );
+    describe_counter!(
+        "herald_node_pauses_total",
+        "Times this node's 1 s sweep came 2 s or more late (the process was stopped or starved); each asks the cell for presence instead of expiring it"
     );
     describe_counter!(
         "herald_store_seq_rewinds_total",
