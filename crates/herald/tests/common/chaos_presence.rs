@@ -182,13 +182,18 @@ impl Presence {
         let mut agree_since: Option<Instant> = None;
         let mut quiet_since: Option<Instant> = None;
         let mut seen_epoch = 0;
+        // The latest disagreement and when it was seen, for the timeline.
+        let mut last_why = (Instant::now(), String::new());
         loop {
             tokio::time::sleep(POLL_EVERY).await;
             let now = Instant::now();
             let agreement = self.agreement(now);
             agree_since = match &agreement {
                 Ok(()) => Some(agree_since.unwrap_or(now)),
-                Err(_) => None,
+                Err(why) => {
+                    last_why = (now, why.clone());
+                    None
+                }
             };
             let mut m = self.monitor.lock().unwrap();
             if m.epoch != seen_epoch || m.down > 0 {
@@ -225,7 +230,13 @@ impl Presence {
             });
             for o in &decided {
                 if let Some(took) = o.took {
-                    self.run.note(format!("presence agrees {} ms after {} was mended", took.as_millis(), o.fault));
+                    self.run.note(format!(
+                        "presence agrees {} ms after {} was mended (until t={:.2}s: {})",
+                        took.as_millis(),
+                        o.fault,
+                        self.run.at(last_why.0),
+                        last_why.1
+                    ));
                 }
             }
             m.done.extend(decided);
