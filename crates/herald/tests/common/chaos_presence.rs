@@ -231,7 +231,7 @@ impl Presence {
             for o in &decided {
                 if let Some(took) = o.took {
                     self.run.note(format!(
-                        "presence agrees {} ms after {} was mended (until t={:.2}s: {})",
+                        "presence agrees {} ms after {} was mended (the last disagreement, at t={:.2}s: {})",
                         took.as_millis(),
                         o.fault,
                         self.run.at(last_why.0),
@@ -272,14 +272,18 @@ impl Presence {
     /// The report's lines: per fault kind, checks, median and slowest time to agreement, failures.
     pub fn figures(&self) -> String {
         let m = self.monitor.lock().unwrap();
-        let mut by: BTreeMap<&str, (Vec<Duration>, usize, usize)> = BTreeMap::new();
+        // Per fault: every time to agreement, those of checks no other fault overlapped, failures.
+        let mut by: BTreeMap<&str, (Vec<Duration>, Vec<Duration>, usize)> = BTreeMap::new();
         for o in &m.done {
             let e = by.entry(o.fault).or_default();
             match o.took {
-                Some(d) => e.0.push(d),
-                None => e.1 += 1,
+                Some(d) if o.overlapped => e.0.push(d),
+                Some(d) => {
+                    e.0.push(d);
+                    e.1.push(d);
+                }
+                None => e.2 += 1,
             }
-            e.2 += usize::from(o.overlapped);
         }
         let reconnects: u64 = self.probes.iter().map(|p| p.lock().unwrap().reconnects).sum();
         let mut out = format!(
@@ -288,21 +292,28 @@ impl Presence {
             HOLD.as_millis(),
             AGREE_BOUND.as_secs()
         );
-        for (fault, (mut took, failed, overlapped)) in by {
-            took.sort();
-            let (median, max) = match took.last() {
-                Some(max) => (took[took.len() / 2].as_millis().to_string(), max.as_millis().to_string()),
-                None => ("-".into(), "-".into()),
-            };
+        for (fault, (all, alone, failed)) in by {
             out.push_str(&format!(
-                "\n\x20   {fault}: {} checks, median {median} ms, max {max} ms to agreement ({overlapped} with another fault down meanwhile); failures {failed}",
-                took.len() + failed
+                "\n\x20   {fault}: {} checks, from the mend to agreement {}; of them {} with no other fault down meanwhile: {}; failures {failed}",
+                all.len() + failed,
+                spread(all),
+                alone.len(),
+                spread(alone),
             ));
         }
         if !m.pending.is_empty() {
             out.push_str(&format!("\n\x20   undecided: {}", m.pending.len()));
         }
         out
+    }
+}
+
+/// `median M ms, max X ms` of `d`, or `-`.
+fn spread(mut d: Vec<Duration>) -> String {
+    d.sort();
+    match d.last() {
+        Some(max) => format!("median {} ms, max {} ms", d[(d.len() - 1) / 2].as_millis(), max.as_millis()),
+        None => "-".into(),
     }
 }
 
