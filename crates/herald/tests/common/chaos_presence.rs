@@ -243,30 +243,32 @@ impl Presence {
         }
     }
 
-    /// Whether every node agrees now, or why not.
+    /// Whether every node agrees now, or why not (every probe that disagrees).
     fn agreement(&self, now: Instant) -> Result<(), String> {
         let all: BTreeSet<String> = (0..NODES).map(probe_user).collect();
+        let mut why = Vec::new();
         for (i, p) in self.probes.iter().enumerate() {
             let p = p.lock().unwrap();
             if !p.connected {
-                return Err(format!("p{i} is not connected to node-{i}"));
+                why.push(format!("p{i} is not connected to node-{i}"));
+                continue;
             }
             match &p.answer {
                 Some((asked, users)) if now.saturating_duration_since(*asked) <= FRESH => {
                     if *users != all {
-                        return Err(format!("node-{i} answers {users:?}"));
+                        why.push(format!("node-{i} answers {users:?}"));
                     }
                 }
                 Some((asked, _)) => {
-                    return Err(format!("node-{i} gave no answer asked for after t={:.2}s", self.run.at(*asked)));
+                    why.push(format!("node-{i} gave no answer asked for after t={:.2}s", self.run.at(*asked)))
                 }
-                None => return Err(format!("node-{i} has not answered p{i} yet")),
+                None => why.push(format!("node-{i} has not answered p{i} yet")),
             }
             if p.pushed.as_ref() != Some(&all) {
-                return Err(format!("p{i}'s pushed view is {:?}", p.pushed));
+                why.push(format!("p{i}'s pushed view is {:?}", p.pushed));
             }
         }
-        Ok(())
+        if why.is_empty() { Ok(()) } else { Err(why.join("; ")) }
     }
 
     /// The report's lines: per fault kind, checks, median and slowest time to agreement, failures.
