@@ -68,8 +68,7 @@ async fn under_kills_restarts_and_stopped_shards_every_acked_send_is_stored_once
     run.note("every fault mended; senders done".into());
 
     // Every watcher holds each chat's latest seq within 10 s, by itself; every node agrees on presence.
-    let (converged, ()) =
-        tokio::join!(audit::converge_after_load(&run, &load, &ledger, stopped), presence.settle());
+    let (converged, ()) = tokio::join!(audit::converge_after_load(&run, &load, &ledger, stopped), presence.settle());
     run.stop_clients();
     presence.stop();
     load.watchers_done().await;

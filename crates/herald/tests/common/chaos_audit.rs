@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::client::{ident, seq_of};
+use super::faults::{Fault, fault_name};
 use super::load::Load;
 use super::presence::Presence;
 use super::sender::{Ledger, converge};
-use super::faults::{Fault, fault_name};
 use super::watcher::{WatcherStats, WatcherView};
 use super::{CONVERGE, NODES, Run, Settings, WORKSPACES};
 use crate::common::try_http;

@@ -199,7 +199,8 @@ impl Conn {
             return Ok(());
         }
         if self.heard.elapsed() >= PING_AFTER {
-            let id = self.client.try_send(json!({"op": "ping"})).await.map_err(|e| End::Broken(format!("ping: {e}")))?;
+            let id =
+                self.client.try_send(json!({"op": "ping"})).await.map_err(|e| End::Broken(format!("ping: {e}")))?;
             self.ping = Some((id, Instant::now()));
         }
         Ok(())

@@ -78,7 +78,11 @@ fn allowed_faults() -> Vec<Fault> {
     let Ok(list) = std::env::var("HERALD_CHAOS_FAULTS") else { return ALL.to_vec() };
     let names: Vec<&str> = list.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
     for n in &names {
-        assert!(ALL.iter().any(|f| f.key() == *n), "HERALD_CHAOS_FAULTS: no fault {n:?}; faults are {:?}", ALL.map(Fault::key));
+        assert!(
+            ALL.iter().any(|f| f.key() == *n),
+            "HERALD_CHAOS_FAULTS: no fault {n:?}; faults are {:?}",
+            ALL.map(Fault::key)
+        );
     }
     let allowed: Vec<Fault> = ALL.into_iter().filter(|f| names.contains(&f.key())).collect();
     eprintln!("chaos: HERALD_CHAOS_FAULTS deals only {:?}", allowed.iter().map(|f| f.key()).collect::<Vec<_>>());
@@ -140,9 +144,8 @@ pub async fn bouncer(
         let freeze_ms = rng.random_range(FREEZE_MS);
         let (aim, aim_at_mend, lead, quiet_pick) =
             (rng.random_bool(0.7), rng.random_bool(0.3), rng.random::<f64>(), rng.random::<u64>() as usize);
-        let free: Vec<usize> = (0..KINDS)
-            .filter(|&i| !down[i].load(Ordering::SeqCst) && fault_of(i, 0, &allowed).is_some())
-            .collect();
+        let free: Vec<usize> =
+            (0..KINDS).filter(|&i| !down[i].load(Ordering::SeqCst) && fault_of(i, 0, &allowed).is_some()).collect();
         if free.is_empty() {
             run.note("bouncer: one of each kind is down already; skipped".into());
             continue;

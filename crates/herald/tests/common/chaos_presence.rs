@@ -163,7 +163,8 @@ impl Presence {
         while !self.monitor.lock().unwrap().pending.is_empty() {
             if Instant::now() >= deadline {
                 let m = self.monitor.lock().unwrap();
-                self.run.fail(format!("presence: {} checks still undecided after every fault was mended", m.pending.len()));
+                self.run
+                    .fail(format!("presence: {} checks still undecided after every fault was mended", m.pending.len()));
                 return;
             }
             tokio::time::sleep(POLL_EVERY).await;
