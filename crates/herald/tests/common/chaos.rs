@@ -10,6 +10,7 @@
 //! | `chaos_sender.rs` | a sender: resends with the same `client_id` until acknowledged; the ledger of acknowledged sends; quiet chats' bursts |
 //! | `chaos_load.rs` | the load: every watcher and sender of the run, started and stopped |
 //! | `chaos_faults.rs` | the bouncer: which fault comes when, aimed at what, and mending it |
+//! | `chaos_presence.rs` | the presence audit: a probe on every node, and agreement checked after every fault's mend |
 //! | `chaos_audit.rs` | the checks: convergence after the load, the logs against the ledger and every watcher, and the report |
 //!
 //! The shape of the run (how many nodes, chats, watchers and senders) and
@@ -26,6 +27,8 @@ pub mod client;
 pub mod faults;
 #[path = "chaos_load.rs"]
 pub mod load;
+#[path = "chaos_presence.rs"]
+pub mod presence;
 #[path = "chaos_run.rs"]
 pub mod run;
 #[path = "chaos_sender.rs"]

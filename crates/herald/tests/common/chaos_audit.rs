@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::client::{ident, seq_of};
+use super::faults::{Fault, fault_name};
 use super::load::Load;
+use super::presence::Presence;
 use super::sender::{Ledger, converge};
 use super::watcher::{WatcherStats, WatcherView};
 use super::{CONVERGE, NODES, Run, Settings, WORKSPACES};
@@ -291,6 +293,7 @@ fn shard_recovery(run: &Run, what: &[(usize, Instant, Instant)], back_as: &str) 
 }
 
 /// The figures of the run, as printed at its end.
+#[allow(clippy::too_many_arguments)]
 pub fn report(
     run: &Run,
     settings: &Settings,
@@ -299,6 +302,7 @@ pub fn report(
     audit: &Audit,
     converged: &Converged,
     faults: HashMap<&'static str, u64>,
+    presence: &Presence,
 ) -> String {
     let mut w = WatcherStats::default();
     for (_, view) in &load.views {
@@ -320,18 +324,21 @@ pub fn report(
     let failovers = shard_recovery(run, &failed_over, "the promotion");
     let slowest = converged.slowest.as_ref().map_or("none".into(), |(d, who)| format!("{} ms ({who})", d.as_millis()));
     let (seed, secs, l) = (settings.seed, settings.secs, ledger);
+    let frozen = faults.iter().find(|(k, _)| *k == fault_name(Fault::FreezeNode)).map_or(0, |(_, n)| *n);
     format!(
         "chaos seed {seed}: {secs} s of load on {NODES} nodes, 3 NATS servers, 2 PostgreSQL shards\n\
          \x20 sends acknowledged {}; given up at the end {} (of them stored {}); events stored {}\n\
          \x20 resends {}, of which answered with an earlier attempt's stored seq {}; idempotent resends checked {}; \
          throttled {}, unavailable {}, timeouts {}, disconnects {}\n\
          \x20 faults: {}\n\
+         \x20 frozen nodes (SIGSTOP, 5 to 30 s): {frozen}\n\
          \x20 lost {}; stored twice {}; duplicate pushes {}\n\
          \x20 watchers: {} pushes, {} fetches ({} for gaps), {} notifies, {} reconnects, {} refusals\n\
          \x20 slowest convergence after the load stopped: {slowest}\n\
          \x20 quiet-chat bursts {}, slowest {} ms\n\
          \x20 shard stops: {}\n\
          \x20 failovers: {}\n\
+         \x20 {}\n\
          \x20 failures: {}",
         l.acked.len(),
         l.abandoned.len(),
@@ -358,6 +365,7 @@ pub fn report(
         quiet.iter().max().map_or(0, |d| d.as_millis()),
         stops,
         failovers,
+        presence.figures(),
         run.failure_count(),
     )
 }

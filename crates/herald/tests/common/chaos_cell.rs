@@ -2,8 +2,9 @@
 //! PostgreSQL shards (each a primary with a synchronous standby of its own,
 //! so that one can be stopped or failed over while the other runs), and
 //! three `herald` binaries on fixed ports, each of which can be killed with
-//! SIGKILL and started again on the same port with the same flags. Every
-//! process is stopped when the cell is dropped.
+//! SIGKILL and started again on the same port with the same flags, or frozen
+//! with SIGSTOP (its machine hung: its sockets stay open, nothing answers)
+//! and woken with SIGCONT. Every process is stopped when the cell is dropped.
 //!
 //! Not here: which fault comes when (`chaos_faults.rs`), the clients
 //! (`chaos_client.rs` and the files of the load) and the audit (`chaos_audit.rs`).
@@ -35,6 +36,8 @@ pub struct Node {
     child: Option<Child>,
     /// Starts so far (1 after the first).
     pub incarnation: u32,
+    /// Stopped with SIGSTOP and not woken yet.
+    frozen: bool,
 }
 
 impl Node {
@@ -63,8 +66,10 @@ impl Node {
         self.incarnation += 1;
     }
 
-    /// SIGKILL, and waits for the process to be gone.
+    /// SIGKILL, and waits for the process to be gone (a frozen one is woken
+    /// first, so that nothing of it is left stopped).
     pub fn kill9(&mut self) {
+        self.thaw();
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -79,6 +84,25 @@ impl Node {
 
     pub fn is_running(&self) -> bool {
         self.child.is_some()
+    }
+
+    /// SIGSTOP: the process stops where it is; the kernel still accepts
+    /// connections on its port and keeps its sockets open.
+    pub fn freeze(&mut self) {
+        if let Some(c) = &self.child {
+            signal(c.id(), libc::SIGSTOP);
+            self.frozen = true;
+        }
+    }
+
+    /// SIGCONT to a frozen process; nothing otherwise.
+    pub fn thaw(&mut self) {
+        if self.frozen
+            && let Some(c) = &self.child
+        {
+            signal(c.id(), libc::SIGCONT);
+        }
+        self.frozen = false;
     }
 
     /// Appends a line to the node's log, so that its own lines read against the test's faults.
@@ -146,6 +170,7 @@ impl Cell {
                 log: dir.join(format!("node-{i}.log")),
                 child: None,
                 incarnation: 0,
+                frozen: false,
             };
             node.spawn();
             addrs.push(addr);
@@ -208,6 +233,20 @@ impl Cell {
         let mut node = self.nodes[i].lock().unwrap();
         node.mark(note);
         node.restart();
+    }
+
+    /// SIGSTOP node `i` (see [`Node::freeze`]).
+    pub fn freeze_node(&self, i: usize, note: &str) {
+        let mut node = self.nodes[i].lock().unwrap();
+        node.mark(note);
+        node.freeze();
+    }
+
+    /// SIGCONT node `i`.
+    pub fn thaw_node(&self, i: usize, note: &str) {
+        let mut node = self.nodes[i].lock().unwrap();
+        node.thaw();
+        node.mark(note);
     }
 
     pub async fn kill_nats(&self, i: usize) {
@@ -292,6 +331,13 @@ impl Cell {
     /// Removes the logs (a run that passed).
     pub fn remove_dir(&self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) only sends a signal; a pid that has exited meanwhile gives ESRCH.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
     }
 }
 

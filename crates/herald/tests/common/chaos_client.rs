@@ -1,6 +1,10 @@
 //! One chaos client's connection: the shared test [`Client`] said hello
 //! over, with one request in flight at a time, the server's `reconnect` push
-//! kept aside for when the connection ends, and why it ended. Also what every
+//! kept aside for when the connection ends, and why it ended; and, where the
+//! client asks for it ([`Conn::check_link`]), the SDK's own watch on the link:
+//! a `ping` once nothing was heard for [`PING_AFTER`], and the connection
+//! taken for dead when that ping is not answered within [`PING_WAIT`] (a
+//! frozen node: its socket stays open and nothing comes). Also what every
 //! chaos client does between connections: which node to try next, how long to
 //! back off, and how it fingerprints an event to compare it with the log.
 //!
@@ -9,13 +13,13 @@
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::RngExt;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
 
-use super::{NODES, REPLY_WAIT, Run};
+use super::{NODES, Run};
 use crate::common::{Client, try_http};
 
 /// A stable fingerprint of an event as stored: type, user, client_id, body.
@@ -50,8 +54,8 @@ pub fn retry_after(rng: &mut StdRng, err: &Value) -> Duration {
 pub enum End {
     /// The server closed (code, reason); `after_ms` of a `reconnect` push before it, if any.
     Closed(u16, String, Option<u64>),
-    /// No reply in time.
-    Timeout,
+    /// No reply within the wait given.
+    Timeout(Duration),
     /// The socket failed (a killed node, mostly).
     Broken(String),
     /// The run is over.
@@ -63,7 +67,7 @@ impl std::fmt::Display for End {
         match self {
             End::Closed(code, reason, Some(ms)) => write!(f, "closed {code} {reason:?} after reconnect in {ms} ms"),
             End::Closed(code, reason, None) => write!(f, "closed {code} {reason:?}"),
-            End::Timeout => write!(f, "no reply in {} s", REPLY_WAIT.as_secs()),
+            End::Timeout(wait) => write!(f, "no reply in {} ms", wait.as_millis()),
             End::Broken(e) => write!(f, "broken: {e}"),
             End::Done => write!(f, "run over"),
         }
@@ -79,14 +83,33 @@ pub struct Conn {
     pushes: VecDeque<Value>,
     /// `after_ms` of the server's `reconnect` push, once one came.
     reconnect_after: Option<u64>,
+    /// Whether this connection watches its link ([`Conn::check_link`]).
+    link_checked: bool,
+    /// When a frame (a reply, a push, a WebSocket ping) last came.
+    heard: Instant,
+    /// A `ping` of the link check not answered yet: its id and when it went out.
+    ping: Option<(i64, Instant)>,
 }
+
+/// Silence after which a link-checking client sends `ping`.
+pub const PING_AFTER: Duration = Duration::from_secs(2);
+/// How long that `ping` may go unanswered before the link counts as dead.
+pub const PING_WAIT: Duration = Duration::from_secs(3);
 
 impl Conn {
     /// Connects to `node` for workspace `ws` and says hello.
     pub async fn open(run: &Run, node: usize, ws: &str, token: &str) -> Result<Conn, String> {
         let url = format!("ws://{}/v1/ws?ws={ws}", run.cell.addrs[node]);
         let client = Client::try_connect(&url, Duration::from_secs(2)).await?;
-        let mut c = Conn { client, node, pushes: VecDeque::new(), reconnect_after: None };
+        let mut c = Conn {
+            client,
+            node,
+            pushes: VecDeque::new(),
+            reconnect_after: None,
+            link_checked: false,
+            heard: Instant::now(),
+            ping: None,
+        };
         match c.request(json!({"op": "hello", "token": token}), Duration::from_secs(5)).await {
             Ok(r) if r.get("ok").is_some() => Ok(c),
             Ok(r) => Err(format!("hello refused: {r}")),
@@ -94,15 +117,32 @@ impl Conn {
         }
     }
 
-    /// Sends `req` with a fresh id and waits at most `within` for its reply.
+    /// From now on this connection checks its link as the SDK does: while it
+    /// waits (for a reply or a push), a `ping` after [`PING_AFTER`] of silence,
+    /// and [`End::Timeout`] when that ping gets no reply within [`PING_WAIT`].
+    pub fn check_link(&mut self) {
+        self.link_checked = true;
+    }
+
+    /// Sends `req` with a fresh id and waits at most `within` for its reply
+    /// (less if the link check finds the link dead first).
     pub async fn request(&mut self, req: Value, within: Duration) -> Result<Value, End> {
         let id = self.client.try_send(req).await.map_err(|e| End::Broken(format!("send: {e}")))?;
-        let reply = self.client.reply_before(id, tokio::time::Instant::now() + within).await;
-        self.sort_pushes();
-        match reply {
-            Ok(Some(r)) => Ok(r),
-            Ok(None) => Err(End::Timeout),
-            Err(closed) => Err(self.ended(closed)),
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let until = if self.link_checked { deadline.min(self.next_link_check()) } else { deadline };
+            let reply = self.client.reply_before(id, until).await;
+            self.sort_pushes();
+            match reply {
+                Ok(Some(r)) => {
+                    self.heard = Instant::now();
+                    return Ok(r);
+                }
+                Ok(None) if tokio::time::Instant::now() >= deadline => return Err(End::Timeout(within)),
+                Ok(None) => {}
+                Err(closed) => return Err(self.ended(closed)),
+            }
+            self.link().await?;
         }
     }
 
@@ -113,15 +153,57 @@ impl Conn {
             if let Some(p) = self.pushes.pop_front() {
                 return Ok(Some(p));
             }
-            match self.client.read_before(deadline).await {
-                Ok(true) => {}
-                Ok(false) => return Ok(None),
+            let until = if self.link_checked { deadline.min(self.next_link_check()) } else { deadline };
+            match self.client.read_before(until).await {
+                Ok(true) => self.heard = Instant::now(),
+                Ok(false) if tokio::time::Instant::now() >= deadline => return Ok(None),
+                Ok(false) => {}
                 Err(closed) => {
                     self.sort_pushes();
                     return Err(self.ended(closed));
                 }
             }
+            if self.link_checked {
+                self.link().await?;
+            }
         }
+    }
+
+    /// When the link check has something to do next: the ping's deadline if
+    /// one is out, otherwise when the silence will call for one.
+    fn next_link_check(&self) -> tokio::time::Instant {
+        let at = match self.ping {
+            Some((_, sent)) => sent + PING_WAIT,
+            None => self.heard + PING_AFTER,
+        };
+        // Wake a little more often than that, so that a reply is noticed soon.
+        tokio::time::Instant::from(at).min(tokio::time::Instant::now() + Duration::from_millis(250))
+    }
+
+    /// The link check: takes the ping's reply if it came, sends a ping after
+    /// [`PING_AFTER`] of silence, and ends the connection when a ping is
+    /// [`PING_WAIT`] old unanswered.
+    async fn link(&mut self) -> Result<(), End> {
+        if let Some((id, sent)) = self.ping {
+            // Whether its reply was read meanwhile (no wait: the deadline is now).
+            match self.client.reply_before(id, tokio::time::Instant::now()).await {
+                Ok(Some(_)) => {
+                    self.ping = None;
+                    self.heard = Instant::now();
+                }
+                Ok(None) if sent.elapsed() >= PING_WAIT => return Err(End::Timeout(PING_WAIT)),
+                Ok(None) => {}
+                Err(closed) => return Err(self.ended(closed)),
+            }
+            self.sort_pushes();
+            return Ok(());
+        }
+        if self.heard.elapsed() >= PING_AFTER {
+            let id =
+                self.client.try_send(json!({"op": "ping"})).await.map_err(|e| End::Broken(format!("ping: {e}")))?;
+            self.ping = Some((id, Instant::now()));
+        }
+        Ok(())
     }
 
     /// A push read already (while waiting for a reply), if any.
@@ -132,7 +214,11 @@ impl Conn {
 
     /// Moves the client's pushes into this queue, keeping a `reconnect`'s `after_ms` aside.
     fn sort_pushes(&mut self) {
-        for p in self.client.take_pushes() {
+        let pushes = self.client.take_pushes();
+        if !pushes.is_empty() {
+            self.heard = Instant::now();
+        }
+        for p in pushes {
             if p["ev"] == "reconnect" {
                 self.reconnect_after = p["after_ms"].as_u64();
             } else {

@@ -15,7 +15,8 @@ use rand::rngs::StdRng;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::{BUSY_CHATS, Cell, QUIET_CHATS, SEND_GIVE_UP, SENDERS, WATCHERS, WORKSPACES};
+use super::presence::{PRESENCE_CHAT, PRESENCE_WS, probe_user};
+use super::{BUSY_CHATS, Cell, NODES, QUIET_CHATS, SEND_GIVE_UP, SENDERS, WATCHERS, WORKSPACES};
 use crate::common::try_http;
 
 /// The settings of a run, from the environment.
@@ -77,6 +78,8 @@ pub struct Run {
     pub cell: Arc<Cell>,
     /// The run's chats; everywhere else a chat is its index `k` here.
     pub chats: Vec<ChatSpec>,
+    /// The shard of the presence probes' chat ([`PRESENCE_CHAT`], not one of `chats`).
+    pub presence_shard: usize,
     phase: watch::Sender<Phase>,
     /// Set when the load stops: pending sends are given up after it.
     give_up: Mutex<Option<Instant>>,
@@ -101,11 +104,13 @@ impl Run {
             cell.dir.display()
         );
         let chats = (0..WORKSPACES.len()).flat_map(|ws| pick_chats(&cell.shard_names, ws)).collect();
+        let presence_shard = shard_of(&cell.shard_names, PRESENCE_WS, PRESENCE_CHAT);
         let mut run = Run {
             t0: Instant::now(),
             load_ends: Instant::now(),
             cell: Arc::new(cell),
             chats,
+            presence_shard,
             phase: watch::Sender::new(Phase::Load),
             give_up: Mutex::new(None),
             timeline: Mutex::new(Vec::new()),
@@ -253,15 +258,15 @@ fn utc_now() -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z", rest / 3_600, rest / 60 % 60, rest % 60)
 }
 
+/// The shard (an index into `shard_names`) herald stores chat `name` of workspace `ws` on.
+fn shard_of(shard_names: &[String], ws: usize, name: &str) -> usize {
+    herald::hashing::rendezvous(&[WORKSPACES[ws].as_bytes(), name.as_bytes()], shard_names.iter().map(String::as_str))
+        .unwrap()
+}
+
 /// Chat names of one workspace: `BUSY_CHATS` busy ones and `QUIET_CHATS` quiet ones, each kind over both shards.
 fn pick_chats(shard_names: &[String], ws: usize) -> Vec<ChatSpec> {
-    let shard_of = |name: &str| {
-        herald::hashing::rendezvous(
-            &[WORKSPACES[ws].as_bytes(), name.as_bytes()],
-            shard_names.iter().map(String::as_str),
-        )
-        .unwrap()
-    };
+    let shard_of = |name: &str| shard_of(shard_names, ws, name);
     let mut out = Vec::new();
     let mut i = 0;
     for j in 0..BUSY_CHATS {
@@ -316,13 +321,20 @@ async fn set_up_chats(run: &Run, secs: u64) -> HashMap<String, String> {
         }
         eprintln!("chaos: chat {} on shard {}{}", run.chat_label(k), c.shard, if c.quiet { " (quiet)" } else { "" });
     }
+    // The presence probes' chat: one member per node, no events, nobody else.
+    let ws = WORKSPACES[PRESENCE_WS];
+    admin(run, "PUT", &format!("/v1/workspaces/{ws}/chats/{PRESENCE_CHAT}"), Some(json!({"open": true}))).await;
+    for i in 0..NODES {
+        let u = probe_user(i);
+        admin(run, "PUT", &format!("/v1/workspaces/{ws}/chats/{PRESENCE_CHAT}/members/{u}"), None).await;
+    }
+    eprintln!("chaos: presence probes' chat {ws}/{PRESENCE_CHAT} on shard {}", run.presence_shard);
     let mut tokens = HashMap::new();
-    for (ws, ws_name) in WORKSPACES.iter().enumerate() {
-        for u in user_names(ws) {
-            let body = json!({"workspace": ws_name, "user": u, "ttl_s": secs + 3_600});
-            let v = admin(run, "POST", "/v1/tokens", Some(body)).await;
-            tokens.insert(u, v["token"].as_str().unwrap().to_string());
-        }
+    let probes = (0..NODES).map(|i| (PRESENCE_WS, probe_user(i)));
+    for (ws, u) in (0..WORKSPACES.len()).flat_map(|ws| user_names(ws).into_iter().map(move |u| (ws, u))).chain(probes) {
+        let body = json!({"workspace": WORKSPACES[ws], "user": u, "ttl_s": secs + 3_600});
+        let v = admin(run, "POST", "/v1/tokens", Some(body)).await;
+        tokens.insert(u, v["token"].as_str().unwrap().to_string());
     }
     tokens
 }

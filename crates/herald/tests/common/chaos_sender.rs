@@ -186,7 +186,7 @@ impl Sender {
                     self.conn = None;
                     self.at_node.store(usize::MAX, Ordering::SeqCst);
                     let wait = match &end {
-                        End::Timeout => {
+                        End::Timeout(_) => {
                             self.ledger.lock().unwrap().timeouts += 1;
                             backoff(&mut self.rng, 0)
                         }
@@ -202,7 +202,7 @@ impl Sender {
                         wait.as_millis()
                     ));
                     self.run.sleep(wait).await;
-                    let avoid = matches!(end, End::Broken(_) | End::Timeout).then_some(node);
+                    let avoid = matches!(end, End::Broken(_) | End::Timeout(_)).then_some(node);
                     self.node = pick_node(&self.run, &mut self.rng, self.ws, avoid).await;
                 }
             }

@@ -1,7 +1,9 @@
 //! A chaos watcher: a user who watches every chat of its workspace as the
 //! protocol says a client should, through every fault. On each connection it
 //! watches each chat `after` the last seq it holds, follows pushes, fetches
-//! on a gap and on `notify`, and waits out `throttled` and `unavailable`.
+//! on a gap and on `notify`, and waits out `throttled` and `unavailable`;
+//! like the SDK, it pings a silent link and leaves a node that does not answer
+//! ([`Conn::check_link`]: a frozen node keeps its socket open and says nothing).
 //! What it holds ([`WatcherView`]) is what the auditor compares with the log;
 //! a duplicate push, a fetch that skips a seq or a refusal the protocol does
 //! not allow is a failure of the run.
@@ -107,6 +109,7 @@ impl Watcher {
                 }
             };
             attempt = 0;
+            conn.check_link();
             {
                 let mut v = self.view.lock().unwrap();
                 v.node = Some(node);
@@ -124,7 +127,7 @@ impl Watcher {
             };
             self.run.note(format!("{name}: left node-{node} ({end}), back in {} ms", wait.as_millis()));
             self.run.sleep(wait).await;
-            let avoid = matches!(end, End::Broken(_) | End::Timeout).then_some(node);
+            let avoid = matches!(end, End::Broken(_) | End::Timeout(_)).then_some(node);
             node = pick_node(&self.run, &mut self.rng, self.ws, avoid).await;
         }
     }
