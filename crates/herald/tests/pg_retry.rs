@@ -261,3 +261,131 @@ async fn relay(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp
         }
     }
 }
+
+/// A node frozen (SIGSTOP) in the middle of a write batch holds its chat's
+/// row locked. The server ends a transaction idle for 3 s, so another node
+/// joins and sends to that chat while the first is still frozen (before,
+/// it was locked out until the frozen node woke); the frozen node's batch,
+/// run again on waking, loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
+async fn a_node_frozen_mid_batch_does_not_lock_the_others_out_of_its_chat() {
+    let pg = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
+    let url = create_database(&pg.admin_url).await;
+    let name = unique("frozen");
+    let store = format!("{name}={url}");
+    let data = data_dir();
+    let frozen = BinServer::start(data.path(), std::slice::from_ref(&store), &[]);
+    frozen.wait_ready().await;
+    let token = token_at(frozen.addr, "w", "alice").await;
+    let mut alice = Client::connect(&format!("ws://{}/v1/ws?ws=w", frozen.addr)).await;
+    alice.ok(json!({"op": "hello", "token": token})).await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+
+    // Alice sends back to back, each send until acknowledged with its client_id.
+    let acked = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        tokio::spawn(async move {
+            for i in 0..100_000u32 {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let req = json!({"op": "send", "chat": "g", "body": format!("m{i}"), "client_id": format!("a{i}")});
+                for _ in 0..20 {
+                    let r = alice.request(req.clone()).await;
+                    if let Some(seq) = r["ok"]["seq"].as_u64() {
+                        acked.lock().unwrap().push(seq);
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        })
+    };
+
+    // Freeze it until it is caught inside a write batch (its session idle in a transaction that holds
+    // row locks; not the search indexer's).
+    let admin = admin(&url).await;
+    let pid = frozen.child.id() as i32;
+    let mut caught = false;
+    for _ in 0..200 {
+        while acked.lock().unwrap().len() < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // SAFETY: signals to the child this test started.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let idle_in_tx: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                  AND state = 'idle in transaction' AND backend_xid IS NOT NULL \
+                  AND query NOT ILIKE '%search%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if idle_in_tx > 0 {
+            caught = true;
+            break;
+        }
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+        tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 7)).await;
+    }
+    assert!(caught, "the node was never frozen inside a transaction in 200 tries");
+    let froze = Instant::now();
+
+    // Another node joins the chat and sends to it while the first is frozen.
+    let other = TestServer::start_with(|c| c.store.stores = vec![store.clone()]).await;
+    let mut bob = other.client("w", "bob").await;
+    let done = loop {
+        let r = bob.request(json!({"op": "join", "chat": "g"})).await;
+        if r.get("ok").is_some() {
+            let r = bob.request(json!({"op": "send", "chat": "g", "body": "bob", "client_id": "bob"})).await;
+            if r.get("ok").is_some() {
+                break froze.elapsed();
+            }
+        }
+        assert!(
+            froze.elapsed() < Duration::from_secs(9),
+            "bob is still locked out {:?} after the freeze: {r}",
+            froze.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(froze.elapsed() < Duration::from_secs(10), "the node is still frozen while bob is in");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+
+    // The frozen node's sends go on and nothing acknowledged is lost or stored twice.
+    let before = acked.lock().unwrap().len();
+    let deadline = Instant::now() + WAIT;
+    while acked.lock().unwrap().len() < before + 5 {
+        assert!(Instant::now() < deadline, "alice's sends did not go on after the wake");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    sender.await.unwrap();
+    let stored: Vec<(i64, Option<String>)> = admin
+        .query(
+            "SELECT e.seq, e.client_id FROM events e JOIN chats c ON c.id = e.chat_id WHERE c.ws = 'w' AND c.chat = 'g' ORDER BY e.seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let seqs: std::collections::HashSet<i64> = stored.iter().map(|(s, _)| *s).collect();
+    for seq in acked.lock().unwrap().iter() {
+        assert!(seqs.contains(&(*seq as i64)), "acknowledged seq {seq} is stored");
+    }
+    let mut ids: Vec<&String> = stored.iter().filter_map(|(_, id)| id.as_ref()).collect();
+    let n = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "no client_id stored twice");
+    eprintln!("bob joined and sent {done:?} after the node froze inside a transaction");
+}

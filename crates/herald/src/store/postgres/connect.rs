@@ -31,13 +31,31 @@ use crate::store::shard_spec::{ShardName, chain};
 /// The most one host may take to connect, authenticate and say it is the primary.
 pub(super) const HOST_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Refuses a host in recovery, or one whose sessions are read-only (an
-/// operator's `default_transaction_read_only`), with a server error of its
-/// own (SQLSTATE 25006, read-only), which the pool reports like any failed connection.
-const PRIMARY_CHECK: &str = "DO $$ BEGIN \
+/// Every session's setting: a transaction left idle 3 s (its node frozen
+/// mid-batch: SIGSTOP, a paused VM) is ended by the server, and its row
+/// locks with it, instead of locking every other node out of its chats until
+/// the node wakes. A live node never idles that long inside a transaction:
+/// its whole batch is cut off at `BATCH_TIMEOUT` (3 s). The woken node's next
+/// statement fails as a connection gone before COMMIT, and runs again on a
+/// new one (`retry.rs`).
+macro_rules! session_setup {
+    () => {
+        "SET idle_in_transaction_session_timeout = '3s'"
+    };
+}
+const SESSION_SETUP: &str = session_setup!();
+
+/// [`SESSION_SETUP`], then refuses a host in recovery, or one whose sessions
+/// are read-only (an operator's `default_transaction_read_only`), with a
+/// server error of its own (SQLSTATE 25006, read-only), which the pool
+/// reports like any failed connection.
+const PRIMARY_CHECK: &str = concat!(
+    session_setup!(),
+    "; DO $$ BEGIN \
     IF pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on' THEN \
     RAISE EXCEPTION 'herald: this host is a standby or read-only, not a primary taking writes' \
-    USING ERRCODE = '25006'; END IF; END $$";
+    USING ERRCODE = '25006'; END IF; END $$"
+);
 
 /// Connects a shard's pool to its primary. See the module documentation.
 pub(super) struct PrimaryConnect<T> {
@@ -75,7 +93,8 @@ where
                     tracing::debug!(shard = %shard, error = %chain(&e), "postgres connection ended");
                 }
             });
-            if primary && let Err(e) = client.batch_execute(PRIMARY_CHECK).await {
+            let setup = if primary { PRIMARY_CHECK } else { SESSION_SETUP };
+            if let Err(e) = client.batch_execute(setup).await {
                 task.abort();
                 return Err(e);
             }

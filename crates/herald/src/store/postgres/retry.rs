@@ -6,7 +6,7 @@
 //! has read the close; until then it is handed out, and the request on it
 //! fails having done nothing. Such a failure ([`gone`]: the client saw the
 //! connection closed, or the server said it is shutting the session down,
-//! SQLSTATE 57P01, 57P02, 57P03, 57P05, or class 08) is retried once:
+//! SQLSTATE 57P01, 57P02, 57P03, 57P05, 25P03, or class 08) is retried once:
 //!
 //! - a read ([`PgShard::read`]) always: reads change nothing, and the few
 //!   statements run as reads that do write (a revocation, a webhook
@@ -61,8 +61,9 @@ pub(super) fn gone(e: &tokio_postgres::Error) -> Option<&'static str> {
         return Some("closed");
     }
     let code = e.code()?.code();
-    // admin_shutdown, crash_shutdown, cannot_connect_now, idle_session_timeout.
-    if matches!(code, "57P01" | "57P02" | "57P03" | "57P05") {
+    // admin_shutdown, crash_shutdown, cannot_connect_now, idle_session_timeout, and
+    // idle_in_transaction_session_timeout (its transaction was rolled back: `connect.rs`).
+    if matches!(code, "57P01" | "57P02" | "57P03" | "57P05" | "25P03") {
         return Some("shutdown");
     }
     code.starts_with("08").then_some("connection")
