@@ -1,0 +1,319 @@
+//! One user's connection in a cell's load worker, after `hello` and its
+//! joins: a task that keeps reading (pushes, pings) while it serves the
+//! worker's commands one request at a time, as the protocol wants. It opens
+//! the user's chat (watch, presence, live inbox), sends a message (typing
+//! first), reads and reacts; and it tallies what arrives: each message
+//! event of the open chat once and in order, its send-to-delivery time (the
+//! sender's clock is the same machine's) same node or cross node, and the
+//! other pushes by kind. Which user does what when is `worker`'s.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, oneshot};
+
+use super::tally::Tally;
+use crate::client::{Client, REQUEST_TIMEOUT};
+
+/// Request ids of a session start here, above those `Client` used for hello and the joins.
+const FIRST_ID: i64 = 1 << 40;
+/// The first page of the live inbox: its entries are not used, only the pushes after.
+const INBOX_PAGE: u32 = 20;
+
+/// What the worker asks of a session.
+#[derive(Debug)]
+pub enum Cmd {
+    /// Watch the open chat, ask its presence, turn the inbox live; says when done.
+    Open(oneshot::Sender<Result<(), String>>),
+    /// `typing`, then `send` a message into the open chat.
+    Message,
+    /// `read` the open chat up to the last event seen.
+    Read,
+    /// `react` to the last event seen in the open chat.
+    React,
+}
+
+/// Who a session is.
+pub struct Who {
+    /// The node it is connected to.
+    pub node: u32,
+    /// The open chat: its index and wire name.
+    pub open: Option<(u32, String)>,
+}
+
+/// A request on the wire, waiting for its reply.
+struct Pending {
+    id: i64,
+    op: Op,
+    at: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Watch,
+    Presence,
+    Inbox,
+    Typing,
+    Send,
+    Read,
+    React,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Watch => "watch",
+            Op::Presence => "presence",
+            Op::Inbox => "inbox",
+            Op::Typing => "typing",
+            Op::Send => "send",
+            Op::Read => "read",
+            Op::React => "react",
+        }
+    }
+}
+
+/// A server frame as the session reads it: a reply or a push, with the
+/// message body's send time and sender's node when it is one of the bench's.
+#[derive(Deserialize)]
+struct Frame {
+    id: Option<i64>,
+    ok: Option<Box<RawValue>>,
+    err: Option<serde_json::Value>,
+    ev: Option<String>,
+    chat: Option<String>,
+    seq: Option<u64>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    body: Option<Body>,
+}
+
+#[derive(Deserialize)]
+struct Body {
+    /// When the sender sent it, microseconds since the epoch.
+    t: Option<u64>,
+    /// The sender's node.
+    n: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct SeqReply {
+    seq: Option<u64>,
+}
+
+/// Microseconds since the epoch: every process of the bench reads the same clock.
+pub fn now_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+}
+
+/// Runs a session until its command channel closes or the server ends it.
+pub async fn run(mut client: Client, who: Who, mut rx: mpsc::Receiver<Cmd>, tally: Arc<Mutex<Tally>>) {
+    let mut s = Session { who, next_id: FIRST_ID, last_seq: 0, read_to: 0, queue: VecDeque::new(), opened: None };
+    let mut pending: Option<Pending> = None;
+    loop {
+        if pending.is_none()
+            && let Some(op) = s.queue.pop_front()
+        {
+            match s.start(&mut client, op).await {
+                Ok(Some(p)) => pending = Some(p),
+                Ok(None) => s.finished(op, Ok(()), &tally),
+                Err(e) => {
+                    s.finished(op, Err(e), &tally);
+                    break;
+                }
+            }
+            continue;
+        }
+        let deadline = pending.as_ref().map(|p| p.at + REQUEST_TIMEOUT);
+        tokio::select! {
+            cmd = rx.recv(), if pending.is_none() => match cmd {
+                None => return,
+                Some(cmd) => s.take(cmd),
+            },
+            text = client.next_text() => match text {
+                Ok(text) => {
+                    if let Some(done) = s.frame(&text, pending.as_ref(), &tally) {
+                        let p = pending.take().expect("a reply matches a pending request");
+                        s.note_latency(&p, &tally);
+                        s.finished(p.op, done, &tally);
+                    }
+                }
+                Err(_) => break,
+            },
+            _ = sleep_until(deadline) => {
+                let p = pending.take().expect("a deadline belongs to a pending request");
+                s.finished(p.op, Err(format!("{}: no answer in {REQUEST_TIMEOUT:?}", p.op.name())), &tally);
+            }
+        }
+    }
+    tally.lock().expect("tally lock").dropped += 1;
+    if let Some(tx) = s.opened.take() {
+        let _ = tx.send(Err("the connection closed".into()));
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+struct Session {
+    who: Who,
+    next_id: i64,
+    /// The last seq seen of the open chat (from the watch's reply, then its pushes).
+    last_seq: u64,
+    /// How far this user has read the open chat.
+    read_to: u64,
+    /// Requests still to make for the commands taken.
+    queue: VecDeque<Op>,
+    /// Told once the open chat is opened.
+    opened: Option<oneshot::Sender<Result<(), String>>>,
+}
+
+impl Session {
+    fn take(&mut self, cmd: Cmd) {
+        if self.who.open.is_none() {
+            if let Cmd::Open(tx) = cmd {
+                let _ = tx.send(Ok(()));
+            }
+            return;
+        }
+        match cmd {
+            Cmd::Open(tx) => {
+                self.opened = Some(tx);
+                self.queue.extend([Op::Watch, Op::Presence, Op::Inbox]);
+            }
+            Cmd::Message => self.queue.extend([Op::Typing, Op::Send]),
+            Cmd::Read => self.queue.push_back(Op::Read),
+            Cmd::React => self.queue.push_back(Op::React),
+        }
+    }
+
+    /// Writes `op`'s request; `None` when there is nothing to ask (a read with nothing new).
+    async fn start(&mut self, client: &mut Client, op: Op) -> Result<Option<Pending>, String> {
+        let Some((_, chat)) = &self.who.open else { return Ok(None) };
+        let id = self.next_id;
+        let chat = serde_json::to_string(chat).map_err(|e| e.to_string())?;
+        let text = match op {
+            Op::Watch => format!(r#"{{"id":{id},"op":"watch","chat":{chat}}}"#),
+            Op::Presence => format!(r#"{{"id":{id},"op":"presence","chat":{chat}}}"#),
+            Op::Inbox => format!(r#"{{"id":{id},"op":"inbox","limit":{INBOX_PAGE},"live":true}}"#),
+            Op::Typing => format!(r#"{{"id":{id},"op":"typing","chat":{chat}}}"#),
+            Op::Send => format!(
+                r#"{{"id":{id},"op":"send","chat":{chat},"body":{{"text":"cell message","t":{},"n":{}}}}}"#,
+                now_us(),
+                self.who.node
+            ),
+            Op::Read if self.last_seq > self.read_to => {
+                format!(r#"{{"id":{id},"op":"read","chat":{chat},"seq":{}}}"#, self.last_seq)
+            }
+            Op::Read => return Ok(None),
+            Op::React if self.last_seq > 0 => {
+                format!(r#"{{"id":{id},"op":"react","chat":{chat},"target":{},"emoji":"+1"}}"#, self.last_seq)
+            }
+            Op::React => return Ok(None),
+        };
+        self.next_id += 1;
+        client.send_text(text).await.map_err(|e| format!("{}: {e}", op.name()))?;
+        Ok(Some(Pending { id, op, at: Instant::now() }))
+    }
+
+    /// Handles one frame; `Some` when it answers the pending request (its outcome).
+    fn frame(&mut self, text: &str, pending: Option<&Pending>, tally: &Mutex<Tally>) -> Option<Result<(), String>> {
+        let Ok(f) = serde_json::from_str::<Frame>(text) else {
+            tally.lock().expect("tally lock").bad_frames += 1;
+            return None;
+        };
+        if let Some(id) = f.id {
+            let p = pending.filter(|p| p.id == id)?;
+            if let Some(err) = f.err {
+                return Some(Err(format!("{}: {err}", p.op.name())));
+            }
+            let seq =
+                f.ok.as_deref().and_then(|ok| serde_json::from_str::<SeqReply>(ok.get()).ok()).and_then(|r| r.seq);
+            match (p.op, seq) {
+                (Op::Watch, Some(seq)) => self.last_seq = self.last_seq.max(seq),
+                (Op::Read, Some(seq)) => self.read_to = self.read_to.max(seq),
+                (Op::Send, _) => {
+                    if let Some((c, _)) = &self.who.open {
+                        *tally.lock().expect("tally lock").acked.entry(*c).or_default() += 1;
+                    }
+                }
+                _ => {}
+            }
+            return Some(Ok(()));
+        }
+        let mut t = tally.lock().expect("tally lock");
+        match f.ev.as_deref() {
+            Some("event") => {
+                let ours = self.who.open.as_ref().is_some_and(|(_, name)| f.chat.as_deref() == Some(name.as_str()));
+                let Some(seq) = f.seq.filter(|_| ours) else {
+                    t.foreign_events += 1;
+                    return None;
+                };
+                if seq <= self.last_seq {
+                    t.duplicates += 1;
+                    return None;
+                }
+                if seq > self.last_seq + 1 {
+                    t.gaps += 1;
+                    t.skipped += seq - self.last_seq - 1;
+                }
+                self.last_seq = seq;
+                if f.kind.as_deref() == Some("message") {
+                    t.delivered += 1;
+                    if let Some(Body { t: Some(sent), n: Some(node) }) = f.body {
+                        let d = Duration::from_micros(now_us().saturating_sub(sent));
+                        if node == self.who.node { t.same_node.record(d) } else { t.cross_node.record(d) }
+                    }
+                } else {
+                    t.other_events += 1;
+                }
+            }
+            Some("inbox") => t.inbox_pushes += 1,
+            Some("typing") => t.typing_pushes += 1,
+            Some("presence") => t.presence_pushes += 1,
+            Some("notify") => t.notifies += 1,
+            _ => t.other_pushes += 1,
+        }
+        None
+    }
+
+    fn note_latency(&self, p: &Pending, tally: &Mutex<Tally>) {
+        if p.op == Op::Send {
+            tally.lock().expect("tally lock").ack.record(p.at.elapsed());
+        }
+    }
+
+    /// Counts a finished request, and tells the worker once the chat is open.
+    fn finished(&mut self, op: Op, outcome: Result<(), String>, tally: &Mutex<Tally>) {
+        let mut t = tally.lock().expect("tally lock");
+        match (&outcome, op) {
+            (Ok(()), Op::Typing) => t.typings += 1,
+            (Ok(()), Op::Read) => t.reads += 1,
+            (Ok(()), Op::React) => t.reactions += 1,
+            (Ok(()), _) => {}
+            (Err(e), _) => {
+                *t.failed.entry(op.name().to_string()).or_default() += 1;
+                if t.first_error.is_none() {
+                    t.first_error = Some(e.clone());
+                }
+            }
+        }
+        drop(t);
+        if op == Op::Inbox || outcome.is_err() && matches!(op, Op::Watch | Op::Presence) {
+            if outcome.is_err() {
+                // The rest of the opening is moot.
+                self.queue.retain(|o| !matches!(o, Op::Presence | Op::Inbox));
+            }
+            if let Some(tx) = self.opened.take() {
+                let _ = tx.send(outcome);
+            }
+        }
+    }
+}
