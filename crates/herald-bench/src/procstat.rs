@@ -1,7 +1,8 @@
 //! CPU time and sockets of processes the bench started, read from `/proc`:
 //! one process by pid, or every process working in a directory (a
-//! PostgreSQL server's, whose backends come and go), and the kernel's TCP
-//! socket memory (`/proc/net/sockstat`). Not here: resident memory
+//! PostgreSQL server's, whose backends come and go), and the kernel's
+//! memory for sockets: their buffers (`/proc/net/sockstat`) and its slab
+//! caches (`/proc/meminfo`, where the socket structures themselves live). Not here: resident memory
 //! (`machine::rss_kib`), starting or stopping anything.
 
 use std::path::Path;
@@ -68,6 +69,18 @@ fn parse_sockstat(text: &str) -> TcpSockets {
     TcpSockets { inuse: field("inuse").unwrap_or(0), mem_bytes: field("mem").unwrap_or(0) * page }
 }
 
+/// The kernel's slab caches in KiB (`Slab` of `/proc/meminfo`): socket
+/// structures, their files and epoll entries live there, with everything
+/// else the kernel caches, so only a difference across a step means anything.
+pub fn slab_kib() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    meminfo_kib(&text, "Slab:").unwrap_or(0)
+}
+
+fn meminfo_kib(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,6 +99,12 @@ mod tests {
         assert_eq!(s.inuse, 27);
         assert!(s.mem_bytes >= 5 * 4096);
         assert!(tcp_sockets().inuse > 0 || std::fs::metadata("/proc/net/sockstat").is_err());
+    }
+
+    #[test]
+    fn slab_is_read() {
+        assert_eq!(meminfo_kib("MemTotal: 10 kB\nSlab:             123456 kB\n", "Slab:"), Some(123456));
+        assert!(slab_kib() > 0 || std::fs::metadata("/proc/meminfo").is_err());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! node's CPU and RSS, the NATS servers' counters (`/varz`) and each herald
 //! node's own NATS connection (`/connz`, matched to the node by the local
 //! port of its socket to NATS), the shards' `pg_stat_database` counters and
-//! the kernel's TCP socket memory. Reading only; what the figures mean is
+//! the kernel's socket memory (buffers and slab). Reading only; what the figures mean is
 //! `report`'s.
 
 use std::collections::{HashMap, HashSet};
@@ -58,6 +58,7 @@ pub struct Reading {
     pub nats_nodes: Vec<NatsConn>,
     pub pg: Vec<PgReading>,
     pub sockets: TcpSockets,
+    pub slab_kib: u64,
 }
 
 /// Reads the cell now: the nodes are `node_pids`.
@@ -118,6 +119,7 @@ pub async fn read(services: &Services, node_pids: &[u32]) -> Reading {
         nats_nodes,
         pg,
         sockets: procstat::tcp_sockets(),
+        slab_kib: procstat::slab_kib(),
     }
 }
 

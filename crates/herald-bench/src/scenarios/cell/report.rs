@@ -154,7 +154,8 @@ pub fn figures(i: &Inputs, r: &Readings) -> Value {
         "node_kib_per_conn": per_conn(node_rss as f64),
         "node_kib_per_conn_added": per_conn(node_rss.saturating_sub(node_rss_base) as f64),
         "nats_rss_kib": r.held.nats_servers.iter().map(|n| n.mem_bytes / 1024).sum::<u64>(),
-        "kernel_tcp_kib_per_conn": per_conn(kernel / 1024.0),
+        "kernel_tcp_buffers_kib_per_conn": per_conn(kernel / 1024.0),
+        "kernel_slab_kib_per_conn": per_conn(r.held.slab_kib.saturating_sub(r.base.slab_kib) as f64),
         "client_kib_per_conn": per_conn(i.client_rss_kib.saturating_sub(i.joined.rss_start_kib) as f64),
         "nats_in_msgs_per_s": round(nats_in as f64 / window),
         "nats_out_msgs_per_s": round(nats_out as f64 / window),
@@ -251,10 +252,12 @@ pub fn emit(args: &CellArgs, out: &Value) {
         g("/pg_cpu_pct")
     );
     println!(
-        "memory per connection: nodes {} KiB ({} KiB added by the users), kernel TCP {} KiB (both ends), clients {} KiB",
+        "memory per connection: nodes {} KiB ({} KiB added by the users); kernel, both ends of the loopback \
+         connection: {} KiB slab, {} KiB TCP buffers; clients {} KiB",
         g("/node_kib_per_conn"),
         g("/node_kib_per_conn_added"),
-        g("/kernel_tcp_kib_per_conn"),
+        g("/kernel_slab_kib_per_conn"),
+        g("/kernel_tcp_buffers_kib_per_conn"),
         g("/client_kib_per_conn")
     );
     println!(
