@@ -69,12 +69,12 @@ fn parse_sockstat(text: &str) -> TcpSockets {
     TcpSockets { inuse: field("inuse").unwrap_or(0), mem_bytes: field("mem").unwrap_or(0) * page }
 }
 
-/// The kernel's slab caches in KiB (`Slab` of `/proc/meminfo`): socket
+/// The kernel's unreclaimable slab caches in KiB (`SUnreclaim` of `/proc/meminfo`): socket
 /// structures, their files and epoll entries live there, with everything
 /// else the kernel caches, so only a difference across a step means anything.
 pub fn slab_kib() -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    meminfo_kib(&text, "Slab:").unwrap_or(0)
+    meminfo_kib(&text, "SUnreclaim:").unwrap_or(0)
 }
 
 fn meminfo_kib(text: &str, key: &str) -> Option<u64> {

@@ -115,6 +115,7 @@ pub fn figures(i: &Inputs, r: &Readings) -> Value {
         "load_s": round(window),
         "messages": s.sent(),
         "messages_per_s": round(s.sent() as f64 / i.args.secs),
+        "retries": c.retries,
         "typings": c.typings,
         "reads": c.reads,
         "reactions": c.reactions,
@@ -210,13 +211,14 @@ pub fn emit(args: &CellArgs, out: &Value) {
         g("/failed")
     );
     println!(
-        "load: {} messages ({}/s), {} typings, {} reads, {} reactions, {} skipped (user busy)",
+        "load: {} messages ({}/s), {} typings, {} reads, {} reactions, {} skipped (user busy), {} retried",
         g("/messages"),
         g("/messages_per_s"),
         g("/typings"),
         g("/reads"),
         g("/reactions"),
-        g("/busy_skipped")
+        g("/busy_skipped"),
+        g("/retries")
     );
     println!(
         "delivery: {} of {} message deliveries, lost {}, duplicates {}, gaps {}; pushes {} ({}/s: inbox {}, typing {}, presence {})",
@@ -286,6 +288,9 @@ pub fn emit(args: &CellArgs, out: &Value) {
     crate::report::print_rows(&rows);
     if let Some(e) = out["first_error"].as_str() {
         println!("first request error: {e}");
+    }
+    if let Some(e) = out.pointer("/setup_failures/first").and_then(Value::as_str) {
+        println!("setup: {} failed, first: {e}", g("/setup_failures/total"));
     }
     for (n, log) in out["server_logs"].as_array().into_iter().flatten().enumerate() {
         if log["warnings"].as_u64().unwrap_or(0) + log["errors"].as_u64().unwrap_or(0) > 0 {

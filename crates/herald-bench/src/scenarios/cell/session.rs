@@ -22,18 +22,32 @@ use crate::client::{Client, REQUEST_TIMEOUT};
 const FIRST_ID: i64 = 1 << 40;
 /// The first page of the live inbox: its entries are not used, only the pushes after.
 const INBOX_PAGE: u32 = 20;
+/// A request refused with a `retry_after_ms` (a store shard busy, a throttle) is asked again,
+/// as a client would, at most this many times.
+const MAX_RETRIES: u32 = 5;
+/// The wait before a retry when the refusal names none.
+const DEFAULT_RETRY: Duration = Duration::from_millis(500);
 
 /// What the worker asks of a session.
 #[derive(Debug)]
 pub enum Cmd {
     /// Watch the open chat, ask its presence, turn the inbox live; says when done.
-    Open(oneshot::Sender<Result<(), String>>),
+    Open(oneshot::Sender<Opened>),
     /// `typing`, then `send` a message into the open chat.
     Message,
     /// `read` the open chat up to the last event seen.
     Read,
     /// `react` to the last event seen in the open chat.
     React,
+}
+
+/// How the opening went.
+#[derive(Debug)]
+pub struct Opened {
+    /// The open chat is watched (its messages are owed to this session).
+    pub watching: bool,
+    /// Why a step of the opening failed, if one did.
+    pub error: Option<String>,
 }
 
 /// Who a session is.
@@ -100,6 +114,18 @@ struct Body {
 }
 
 #[derive(Deserialize)]
+struct ErrReply {
+    code: Option<String>,
+    retry_after_ms: Option<u64>,
+}
+
+/// A failed request: why, and when to ask again if it may be.
+struct Refusal {
+    error: String,
+    retry_after: Option<Duration>,
+}
+
+#[derive(Deserialize)]
 struct SeqReply {
     seq: Option<u64>,
 }
@@ -111,23 +137,37 @@ pub fn now_us() -> u64 {
 
 /// Runs a session until its command channel closes or the server ends it.
 pub async fn run(mut client: Client, who: Who, mut rx: mpsc::Receiver<Cmd>, tally: Arc<Mutex<Tally>>) {
-    let mut s = Session { who, next_id: FIRST_ID, last_seq: 0, read_to: 0, queue: VecDeque::new(), opened: None };
+    let mut s = Session {
+        who,
+        next_id: FIRST_ID,
+        last_seq: 0,
+        read_to: 0,
+        queue: VecDeque::new(),
+        opened: None,
+        watching: false,
+        retries: 0,
+        hold_until: None,
+    };
     let mut pending: Option<Pending> = None;
     loop {
+        if s.hold_until.is_some_and(|h| Instant::now() >= h) {
+            s.hold_until = None;
+        }
         if pending.is_none()
+            && s.hold_until.is_none()
             && let Some(op) = s.queue.pop_front()
         {
             match s.start(&mut client, op).await {
                 Ok(Some(p)) => pending = Some(p),
                 Ok(None) => s.finished(op, Ok(()), &tally),
                 Err(e) => {
-                    s.finished(op, Err(e), &tally);
+                    s.finished(op, Err(Refusal { error: e, retry_after: None }), &tally);
                     break;
                 }
             }
             continue;
         }
-        let deadline = pending.as_ref().map(|p| p.at + REQUEST_TIMEOUT);
+        let deadline = pending.as_ref().map(|p| p.at + REQUEST_TIMEOUT).or(s.hold_until);
         tokio::select! {
             cmd = rx.recv(), if pending.is_none() => match cmd {
                 None => return,
@@ -144,14 +184,16 @@ pub async fn run(mut client: Client, who: Who, mut rx: mpsc::Receiver<Cmd>, tall
                 Err(_) => break,
             },
             _ = sleep_until(deadline) => {
-                let p = pending.take().expect("a deadline belongs to a pending request");
-                s.finished(p.op, Err(format!("{}: no answer in {REQUEST_TIMEOUT:?}", p.op.name())), &tally);
+                if let Some(p) = pending.take() {
+                    let error = format!("{}: no answer in {REQUEST_TIMEOUT:?}", p.op.name());
+                    s.finished(p.op, Err(Refusal { error, retry_after: None }), &tally);
+                }
             }
         }
     }
     tally.lock().expect("tally lock").dropped += 1;
     if let Some(tx) = s.opened.take() {
-        let _ = tx.send(Err("the connection closed".into()));
+        let _ = tx.send(Opened { watching: s.watching, error: Some("the connection closed".into()) });
     }
 }
 
@@ -172,14 +214,20 @@ struct Session {
     /// Requests still to make for the commands taken.
     queue: VecDeque<Op>,
     /// Told once the open chat is opened.
-    opened: Option<oneshot::Sender<Result<(), String>>>,
+    opened: Option<oneshot::Sender<Opened>>,
+    /// The watch of the open chat was acked.
+    watching: bool,
+    /// Retries of the request at the queue's head so far.
+    retries: u32,
+    /// No request is written before this (a refusal asked to wait).
+    hold_until: Option<Instant>,
 }
 
 impl Session {
     fn take(&mut self, cmd: Cmd) {
         if self.who.open.is_none() {
             if let Cmd::Open(tx) = cmd {
-                let _ = tx.send(Ok(()));
+                let _ = tx.send(Opened { watching: false, error: None });
             }
             return;
         }
@@ -224,7 +272,7 @@ impl Session {
     }
 
     /// Handles one frame; `Some` when it answers the pending request (its outcome).
-    fn frame(&mut self, text: &str, pending: Option<&Pending>, tally: &Mutex<Tally>) -> Option<Result<(), String>> {
+    fn frame(&mut self, text: &str, pending: Option<&Pending>, tally: &Mutex<Tally>) -> Option<Result<(), Refusal>> {
         let Ok(f) = serde_json::from_str::<Frame>(text) else {
             tally.lock().expect("tally lock").bad_frames += 1;
             return None;
@@ -232,12 +280,21 @@ impl Session {
         if let Some(id) = f.id {
             let p = pending.filter(|p| p.id == id)?;
             if let Some(err) = f.err {
-                return Some(Err(format!("{}: {err}", p.op.name())));
+                let reply = serde_json::from_value::<ErrReply>(err.clone()).ok();
+                let retry_after = reply.filter(|r| r.code.as_deref() != Some("forbidden")).and_then(|r| {
+                    r.retry_after_ms
+                        .map(Duration::from_millis)
+                        .or((r.code.as_deref() == Some("unavailable")).then_some(DEFAULT_RETRY))
+                });
+                return Some(Err(Refusal { error: format!("{}: {err}", p.op.name()), retry_after }));
             }
             let seq =
                 f.ok.as_deref().and_then(|ok| serde_json::from_str::<SeqReply>(ok.get()).ok()).and_then(|r| r.seq);
             match (p.op, seq) {
-                (Op::Watch, Some(seq)) => self.last_seq = self.last_seq.max(seq),
+                (Op::Watch, Some(seq)) => {
+                    self.last_seq = self.last_seq.max(seq);
+                    self.watching = true;
+                }
                 (Op::Read, Some(seq)) => self.read_to = self.read_to.max(seq),
                 (Op::Send, _) => {
                     if let Some((c, _)) = &self.who.open {
@@ -290,8 +347,19 @@ impl Session {
         }
     }
 
-    /// Counts a finished request, and tells the worker once the chat is open.
-    fn finished(&mut self, op: Op, outcome: Result<(), String>, tally: &Mutex<Tally>) {
+    /// Counts a finished request (or asks it again, if the refusal says when), and tells the worker
+    /// once the chat is open.
+    fn finished(&mut self, op: Op, outcome: Result<(), Refusal>, tally: &Mutex<Tally>) {
+        if let Err(Refusal { retry_after: Some(wait), .. }) = &outcome
+            && self.retries < MAX_RETRIES
+        {
+            self.retries += 1;
+            tally.lock().expect("tally lock").retries += 1;
+            self.queue.push_front(op);
+            self.hold_until = Some(Instant::now() + *wait);
+            return;
+        }
+        self.retries = 0;
         let mut t = tally.lock().expect("tally lock");
         match (&outcome, op) {
             (Ok(()), Op::Typing) => t.typings += 1,
@@ -301,18 +369,19 @@ impl Session {
             (Err(e), _) => {
                 *t.failed.entry(op.name().to_string()).or_default() += 1;
                 if t.first_error.is_none() {
-                    t.first_error = Some(e.clone());
+                    t.first_error = Some(e.error.clone());
                 }
             }
         }
         drop(t);
-        if op == Op::Inbox || outcome.is_err() && matches!(op, Op::Watch | Op::Presence) {
+        let opening = matches!(op, Op::Watch | Op::Presence | Op::Inbox);
+        if opening && (op == Op::Inbox || outcome.is_err()) {
             if outcome.is_err() {
                 // The rest of the opening is moot.
                 self.queue.retain(|o| !matches!(o, Op::Presence | Op::Inbox));
             }
             if let Some(tx) = self.opened.take() {
-                let _ = tx.send(outcome);
+                let _ = tx.send(Opened { watching: self.watching, error: outcome.err().map(|r| r.error) });
             }
         }
     }

@@ -38,6 +38,8 @@ pub struct Tally {
     /// Requests that failed, by op, and the first error.
     pub failed: BTreeMap<String, u64>,
     pub first_error: Option<String>,
+    /// Requests asked again after a refusal that said when (a busy shard, a throttle).
+    pub retries: u64,
     /// Sessions that ended before the worker stopped them.
     pub dropped: u64,
     /// Send to delivery, sender and receiver on the same node or not.
@@ -71,6 +73,7 @@ pub struct Counted {
     pub reactions: u64,
     pub failed: BTreeMap<String, u64>,
     pub first_error: Option<String>,
+    pub retries: u64,
     pub dropped: u64,
     /// Commands not given because the user's session was still busy.
     pub busy: u64,
@@ -107,6 +110,7 @@ impl Tally {
             reactions: self.reactions,
             failed: self.failed.clone(),
             first_error: self.first_error.clone(),
+            retries: self.retries,
             dropped: self.dropped,
             busy,
             same_node: self.same_node.to_counts(),
@@ -161,6 +165,7 @@ impl Sum {
         if s.first_error.is_none() {
             s.first_error = c.first_error;
         }
+        s.retries += c.retries;
         s.dropped += c.dropped;
         s.busy += c.busy;
     }

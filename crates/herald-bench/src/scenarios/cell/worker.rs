@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use tokio::sync::mpsc;
@@ -41,8 +42,9 @@ use crate::worker::SECRET_ENV;
 const MAX_LIFE: Duration = Duration::from_secs(3600);
 /// Commands queued per session: a user still busy with this many is skipped (counted as busy).
 const SESSION_QUEUE: usize = 4;
-/// Sessions opened at once.
-const OPEN_BATCH: usize = 256;
+/// Sessions opened at once: each opening reads the user's inbox, and a burst of them would
+/// only queue at the shards' read pools (refused at once past them, and retried).
+const OPEN_BATCH: usize = 32;
 /// One session's opening (watch, presence, inbox) gets this long.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(60);
 /// A reaction per this many messages.
@@ -120,30 +122,7 @@ async fn serve(args: CellWorkerArgs, secret: String) -> anyhow::Result<()> {
 
     wait_word(&mut stdin, "open").await?;
     let t = Instant::now();
-    let mut failures = Failures::default();
-    let mut watchers: HashMap<u32, u64> = HashMap::new();
-    for batch in users.chunks(OPEN_BATCH) {
-        let mut waits = Vec::new();
-        for u in batch {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            if u.tx.send(Cmd::Open(tx)).await.is_ok() {
-                waits.push((u.open, rx));
-            } else {
-                failures.add("open", || "the session had ended".into());
-            }
-        }
-        for (open, rx) in waits {
-            match tokio::time::timeout(OPEN_TIMEOUT, rx).await {
-                Ok(Ok(Ok(()))) => {
-                    if let Some(c) = open {
-                        *watchers.entry(c).or_default() += 1;
-                    }
-                }
-                Ok(Ok(Err(e))) => failures.add("open", || e),
-                _ => failures.add("open", || format!("not open in {OPEN_TIMEOUT:?}")),
-            }
-        }
-    }
+    let (watchers, failures) = open_all(&users).await;
     let watching = watchers.values().sum();
     say(&Line::Opened { watching, failures, secs: t.elapsed().as_secs_f64() })?;
 
@@ -198,6 +177,36 @@ async fn connect(
     .await;
     let users = launched.ok.into_iter().map(|(_, u)| u).collect();
     (users, launched.failures, launched.elapsed.as_secs_f64())
+}
+
+/// Opens every user's chat, [`OPEN_BATCH`] at a time; the watchers per chat, and the failures.
+async fn open_all(users: &[User]) -> (HashMap<u32, u64>, Failures) {
+    let mut failures = Failures::default();
+    let mut watchers: HashMap<u32, u64> = HashMap::new();
+    let mut opening = futures_util::stream::iter(users.iter().map(|u| async move {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        u.tx.send(Cmd::Open(tx)).await.map_err(|_| "the session had ended".to_string())?;
+        match tokio::time::timeout(OPEN_TIMEOUT, rx).await {
+            Ok(Ok(opened)) => Ok((u.open, opened)),
+            Ok(Err(_)) => Err("the session had ended".to_string()),
+            Err(_) => Err(format!("not open in {OPEN_TIMEOUT:?}")),
+        }
+    }))
+    .buffer_unordered(OPEN_BATCH);
+    while let Some(r) = opening.next().await {
+        match r {
+            Ok((open, opened)) => {
+                if let (true, Some(c)) = (opened.watching, open) {
+                    *watchers.entry(c).or_default() += 1;
+                }
+                if let Some(e) = opened.error {
+                    failures.add("open", || e);
+                }
+            }
+            Err(e) => failures.add("open", || e),
+        }
+    }
+    (watchers, failures)
 }
 
 /// Gives the load's commands for `args.secs`: per tick a message, a read, and every fifth tick a
