@@ -142,6 +142,11 @@ pub fn figures(i: &Inputs, r: &Readings) -> Value {
         "latency_same_node": latency(&s.same_node),
         "latency_cross_node": latency(&s.cross_node),
         "send_ack": latency(&s.ack),
+        "opening": {
+            "watch": latency(&s.opening[0]),
+            "presence": latency(&s.opening[1]),
+            "inbox": latency(&s.opening[2]),
+        },
     });
     // Two objects: one would pass the json! macro's recursion limit.
     let costs = json!({
@@ -233,9 +238,15 @@ pub fn emit(args: &CellArgs, out: &Value) {
         g("/pushes/typing"),
         g("/pushes/presence")
     );
-    for (name, key) in
-        [("same node", "latency_same_node"), ("cross node", "latency_cross_node"), ("send to ack", "send_ack")]
-    {
+    let steps = [
+        ("same node", "latency_same_node"),
+        ("cross node", "latency_cross_node"),
+        ("send to ack", "send_ack"),
+        ("open: watch", "opening/watch"),
+        ("presence", "opening/presence"),
+        ("live inbox", "opening/inbox"),
+    ];
+    for (name, key) in steps {
         println!(
             "{name:>11}: p50 {} ms, p99 {} ms, p99.9 {} ms, max {} ms ({} samples)",
             g(&format!("/{key}/p50_ms")),

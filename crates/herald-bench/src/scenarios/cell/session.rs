@@ -342,8 +342,14 @@ impl Session {
     }
 
     fn note_latency(&self, p: &Pending, tally: &Mutex<Tally>) {
-        if p.op == Op::Send {
-            tally.lock().expect("tally lock").ack.record(p.at.elapsed());
+        let mut t = tally.lock().expect("tally lock");
+        let d = p.at.elapsed();
+        match p.op {
+            Op::Send => t.ack.record(d),
+            Op::Watch => t.opening[0].record(d),
+            Op::Presence => t.opening[1].record(d),
+            Op::Inbox => t.opening[2].record(d),
+            _ => {}
         }
     }
 

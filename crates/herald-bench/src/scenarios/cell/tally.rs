@@ -47,6 +47,16 @@ pub struct Tally {
     pub cross_node: Latencies,
     /// Send to ack.
     pub ack: Latencies,
+    /// Each step of the opening, request to reply: watch, presence, inbox.
+    pub opening: [Latencies; 3],
+}
+
+impl Tally {
+    /// Starts the load's counts afresh, keeping the opening's times.
+    pub fn restart(&mut self) {
+        let opening = std::mem::take(&mut self.opening);
+        *self = Tally { opening, ..Tally::default() };
+    }
 }
 
 /// A worker's counts as it prints them.
@@ -80,6 +90,8 @@ pub struct Counted {
     pub same_node: Vec<(u64, u64)>,
     pub cross_node: Vec<(u64, u64)>,
     pub ack: Vec<(u64, u64)>,
+    /// The opening's steps: watch, presence, inbox.
+    pub opening: [Vec<(u64, u64)>; 3],
 }
 
 impl Tally {
@@ -116,6 +128,7 @@ impl Tally {
             same_node: self.same_node.to_counts(),
             cross_node: self.cross_node.to_counts(),
             ack: self.ack.to_counts(),
+            opening: [0, 1, 2].map(|i| self.opening[i].to_counts()),
         }
     }
 }
@@ -129,6 +142,7 @@ pub struct Sum {
     pub same_node: Latencies,
     pub cross_node: Latencies,
     pub ack: Latencies,
+    pub opening: [Latencies; 3],
 }
 
 impl Sum {
@@ -143,6 +157,9 @@ impl Sum {
         self.same_node.merge(&Latencies::from_counts(&c.same_node));
         self.cross_node.merge(&Latencies::from_counts(&c.cross_node));
         self.ack.merge(&Latencies::from_counts(&c.ack));
+        for (mine, theirs) in self.opening.iter_mut().zip(&c.opening) {
+            mine.merge(&Latencies::from_counts(theirs));
+        }
         let s = &mut self.counted;
         s.delivered += c.delivered;
         s.other_events += c.other_events;

@@ -128,7 +128,7 @@ async fn serve(args: CellWorkerArgs, secret: String) -> anyhow::Result<()> {
 
     wait_word(&mut stdin, "go").await?;
     // What the opening pushed (joins, presence) is not the load's.
-    *tally.lock().expect("tally lock") = Tally::default();
+    tally.lock().expect("tally lock").restart();
     let busy = load(&args, &users).await;
     tokio::time::sleep(Duration::from_secs_f64(args.drain_s)).await;
     let counted = tally.lock().expect("tally lock").counted(&watchers, busy);
