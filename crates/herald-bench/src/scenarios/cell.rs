@@ -13,6 +13,7 @@
 //! Ctrl-C, and its temp dirs removed. `--smoke` is a tiny cell that fails
 //! unless delivery was exact.
 
+mod follow;
 mod probe;
 mod report;
 mod session;

@@ -9,12 +9,13 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
+use super::follow::{Body, FetchReply, Follow, now_us};
 use super::tally::Tally;
 use crate::client::{Client, REQUEST_TIMEOUT};
 
@@ -22,6 +23,8 @@ use crate::client::{Client, REQUEST_TIMEOUT};
 const FIRST_ID: i64 = 1 << 40;
 /// The first page of the live inbox: its entries are not used, only the pushes after.
 const INBOX_PAGE: u32 = 20;
+/// Events per `fetch` of a gap.
+const FETCH_LIMIT: u32 = 200;
 /// A request refused with a `retry_after_ms` (a store shard busy, a throttle) is asked again,
 /// as a client would, at most this many times.
 const MAX_RETRIES: u32 = 5;
@@ -52,6 +55,8 @@ pub struct Opened {
 
 /// Who a session is.
 pub struct Who {
+    /// The user's index (names its messages' `client_id`s).
+    pub user: u32,
     /// The node it is connected to.
     pub node: u32,
     /// The open chat: its index and wire name.
@@ -74,6 +79,8 @@ enum Op {
     Send,
     Read,
     React,
+    /// Fill a gap that pushes skipped.
+    Fetch,
 }
 
 impl Op {
@@ -86,6 +93,7 @@ impl Op {
             Op::Send => "send",
             Op::Read => "read",
             Op::React => "react",
+            Op::Fetch => "fetch",
         }
     }
 }
@@ -106,14 +114,6 @@ struct Frame {
 }
 
 #[derive(Deserialize)]
-struct Body {
-    /// When the sender sent it, microseconds since the epoch.
-    t: Option<u64>,
-    /// The sender's node.
-    n: Option<u32>,
-}
-
-#[derive(Deserialize)]
 struct ErrReply {
     code: Option<String>,
     retry_after_ms: Option<u64>,
@@ -130,18 +130,15 @@ struct SeqReply {
     seq: Option<u64>,
 }
 
-/// Microseconds since the epoch: every process of the bench reads the same clock.
-pub fn now_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
-}
-
 /// Runs a session until its command channel closes or the server ends it.
 pub async fn run(mut client: Client, who: Who, mut rx: mpsc::Receiver<Cmd>, tally: Arc<Mutex<Tally>>) {
     let mut s = Session {
         who,
         next_id: FIRST_ID,
-        last_seq: 0,
+        follow: Follow::default(),
         read_to: 0,
+        sent: 0,
+        send_t: None,
         queue: VecDeque::new(),
         opened: None,
         watching: false,
@@ -177,7 +174,9 @@ pub async fn run(mut client: Client, who: Who, mut rx: mpsc::Receiver<Cmd>, tall
                 Ok(text) => {
                     if let Some(done) = s.frame(&text, pending.as_ref(), &tally) {
                         let p = pending.take().expect("a reply matches a pending request");
-                        s.note_latency(&p, &tally);
+                        if done.is_ok() {
+                            s.note_latency(&p, &tally);
+                        }
                         s.finished(p.op, done, &tally);
                     }
                 }
@@ -207,10 +206,14 @@ async fn sleep_until(deadline: Option<Instant>) {
 struct Session {
     who: Who,
     next_id: i64,
-    /// The last seq seen of the open chat (from the watch's reply, then its pushes).
-    last_seq: u64,
+    /// The open chat as followed so far.
+    follow: Follow,
     /// How far this user has read the open chat.
     read_to: u64,
+    /// Messages sent (acked or given up): the next one's `client_id`.
+    sent: u64,
+    /// When the message being sent was first sent (a retry keeps it, and its `client_id`).
+    send_t: Option<u64>,
     /// Requests still to make for the commands taken.
     queue: VecDeque<Op>,
     /// Told once the open chat is opened.
@@ -252,19 +255,27 @@ impl Session {
             Op::Presence => format!(r#"{{"id":{id},"op":"presence","chat":{chat}}}"#),
             Op::Inbox => format!(r#"{{"id":{id},"op":"inbox","limit":{INBOX_PAGE},"live":true}}"#),
             Op::Typing => format!(r#"{{"id":{id},"op":"typing","chat":{chat}}}"#),
-            Op::Send => format!(
-                r#"{{"id":{id},"op":"send","chat":{chat},"body":{{"text":"cell message","t":{},"n":{}}}}}"#,
-                now_us(),
-                self.who.node
-            ),
-            Op::Read if self.last_seq > self.read_to => {
-                format!(r#"{{"id":{id},"op":"read","chat":{chat},"seq":{}}}"#, self.last_seq)
+            Op::Send => {
+                let t = *self.send_t.get_or_insert_with(now_us);
+                let (node, user, n) = (self.who.node, self.who.user, self.sent);
+                format!(
+                    r#"{{"id":{id},"op":"send","chat":{chat},"client_id":"u{user}-{n}","body":{{"text":"cell message","t":{t},"n":{node}}}}}"#
+                )
+            }
+            Op::Read if self.follow.last > self.read_to => {
+                format!(r#"{{"id":{id},"op":"read","chat":{chat},"seq":{}}}"#, self.follow.last)
             }
             Op::Read => return Ok(None),
-            Op::React if self.last_seq > 0 => {
-                format!(r#"{{"id":{id},"op":"react","chat":{chat},"target":{},"emoji":"+1"}}"#, self.last_seq)
+            Op::React if self.follow.last > 0 => {
+                format!(r#"{{"id":{id},"op":"react","chat":{chat},"target":{},"emoji":"+1"}}"#, self.follow.last)
             }
             Op::React => return Ok(None),
+            Op::Fetch => match self.follow.fetch_after() {
+                Some(after) => {
+                    format!(r#"{{"id":{id},"op":"fetch","chat":{chat},"after":{after},"limit":{FETCH_LIMIT}}}"#)
+                }
+                None => return Ok(None),
+            },
         };
         self.next_id += 1;
         client.send_text(text).await.map_err(|e| format!("{}: {e}", op.name()))?;
@@ -288,11 +299,19 @@ impl Session {
                 });
                 return Some(Err(Refusal { error: format!("{}: {err}", p.op.name()), retry_after }));
             }
+            if p.op == Op::Fetch {
+                let reply = f.ok.as_deref().and_then(|ok| serde_json::from_str::<FetchReply>(ok.get()).ok());
+                let mut t = tally.lock().expect("tally lock");
+                if reply.is_some_and(|r| self.follow.fetched(&r.events, self.who.node, &mut t)) {
+                    self.queue.push_front(Op::Fetch);
+                }
+                return Some(Ok(()));
+            }
             let seq =
                 f.ok.as_deref().and_then(|ok| serde_json::from_str::<SeqReply>(ok.get()).ok()).and_then(|r| r.seq);
             match (p.op, seq) {
                 (Op::Watch, Some(seq)) => {
-                    self.last_seq = self.last_seq.max(seq);
+                    self.follow.last = self.follow.last.max(seq);
                     self.watching = true;
                 }
                 (Op::Read, Some(seq)) => self.read_to = self.read_to.max(seq),
@@ -313,23 +332,8 @@ impl Session {
                     t.foreign_events += 1;
                     return None;
                 };
-                if seq <= self.last_seq {
-                    t.duplicates += 1;
-                    return None;
-                }
-                if seq > self.last_seq + 1 {
-                    t.gaps += 1;
-                    t.skipped += seq - self.last_seq - 1;
-                }
-                self.last_seq = seq;
-                if f.kind.as_deref() == Some("message") {
-                    t.delivered += 1;
-                    if let Some(Body { t: Some(sent), n: Some(node) }) = f.body {
-                        let d = Duration::from_micros(now_us().saturating_sub(sent));
-                        if node == self.who.node { t.same_node.record(d) } else { t.cross_node.record(d) }
-                    }
-                } else {
-                    t.other_events += 1;
+                if self.follow.push(seq, f.kind.as_deref(), f.body.as_ref(), self.who.node, &mut t) {
+                    self.queue.push_front(Op::Fetch);
                 }
             }
             Some("inbox") => t.inbox_pushes += 1,
@@ -366,6 +370,11 @@ impl Session {
             return;
         }
         self.retries = 0;
+        if op == Op::Send {
+            // Acked or given up: the next message is another (its own client_id and time).
+            self.sent += 1;
+            self.send_t = None;
+        }
         let mut t = tally.lock().expect("tally lock");
         match (&outcome, op) {
             (Ok(()), Op::Typing) => t.typings += 1,

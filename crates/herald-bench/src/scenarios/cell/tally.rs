@@ -25,6 +25,12 @@ pub struct Tally {
     /// Places where a push skipped seqs, and how many it skipped.
     pub gaps: u64,
     pub skipped: u64,
+    /// Skipped seqs not fetched yet (goes back down as fetches fill them).
+    pub missing: i64,
+    /// Skipped seqs filled by a fetch.
+    pub fetched: u64,
+    /// Skipped seqs past what a session keeps to fetch.
+    pub unrepaired: u64,
     pub notifies: u64,
     pub inbox_pushes: u64,
     pub typing_pushes: u64,
@@ -72,6 +78,9 @@ pub struct Counted {
     pub duplicates: u64,
     pub gaps: u64,
     pub skipped: u64,
+    pub missing: i64,
+    pub fetched: u64,
+    pub unrepaired: u64,
     pub notifies: u64,
     pub inbox_pushes: u64,
     pub typing_pushes: u64,
@@ -111,6 +120,9 @@ impl Tally {
             duplicates: self.duplicates,
             gaps: self.gaps,
             skipped: self.skipped,
+            missing: self.missing,
+            fetched: self.fetched,
+            unrepaired: self.unrepaired,
             notifies: self.notifies,
             inbox_pushes: self.inbox_pushes,
             typing_pushes: self.typing_pushes,
@@ -167,6 +179,9 @@ impl Sum {
         s.duplicates += c.duplicates;
         s.gaps += c.gaps;
         s.skipped += c.skipped;
+        s.missing += c.missing;
+        s.fetched += c.fetched;
+        s.unrepaired += c.unrepaired;
         s.notifies += c.notifies;
         s.inbox_pushes += c.inbox_pushes;
         s.typing_pushes += c.typing_pushes;

@@ -168,7 +168,7 @@ async fn connect(
                 client.join(&plan.chat_name(c)).await?;
             }
             let open = plan.open[user];
-            let who = Who { node: node as u32, open: open.map(|c| (c, plan.chat_name(c))) };
+            let who = Who { user: user as u32, node: node as u32, open: open.map(|c| (c, plan.chat_name(c))) };
             let (tx, rx) = mpsc::channel(SESSION_QUEUE);
             tokio::spawn(session::run(client, who, rx, tally));
             Ok(User { open, tx })
