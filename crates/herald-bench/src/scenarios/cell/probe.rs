@@ -38,12 +38,15 @@ pub struct NatsServerReading {
     pub mem_bytes: u64,
 }
 
-/// One shard's `pg_stat_database` counters for its `herald` database.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+/// One shard's `pg_stat_database` counters for its `herald` database, and
+/// its tables' (`pg_stat_user_tables`): where the reads and writes go.
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct PgReading {
     pub xact_commit: i64,
     pub tup_inserted: i64,
     pub tup_updated: i64,
+    /// Per table: scans (sequential and by index), rows inserted, rows updated.
+    pub tables: HashMap<String, [i64; 3]>,
 }
 
 /// Everything read at one moment.
@@ -139,7 +142,18 @@ async fn pg_reading(url: &str) -> anyhow::Result<PgReading> {
             &[],
         )
         .await?;
-    Ok(PgReading { xact_commit: row.get(0), tup_inserted: row.get(1), tup_updated: row.get(2) })
+    let mut tables = HashMap::new();
+    let rows = client
+        .query(
+            "SELECT relname::text, COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0), n_tup_ins, n_tup_upd \
+             FROM pg_stat_user_tables",
+            &[],
+        )
+        .await?;
+    for r in rows {
+        tables.insert(r.get::<_, String>(0), [r.get(1), r.get(2), r.get(3)]);
+    }
+    Ok(PgReading { xact_commit: row.get(0), tup_inserted: row.get(1), tup_updated: row.get(2), tables })
 }
 
 /// A TCP socket of `/proc/net/tcp`: its inode, local port and remote port.

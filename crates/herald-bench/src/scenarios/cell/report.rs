@@ -172,12 +172,34 @@ pub fn figures(i: &Inputs, r: &Readings) -> Value {
         "pg_commits_per_s": round(commits as f64 / window),
         "pg_rows_inserted_per_s": round(inserted as f64 / window),
         "pg_rows_updated_per_s": round(updated as f64 / window),
+        "pg_tables_per_s": pg_tables(r.start, r.end, window),
         "nodes": nats,
     });
     if let (Some(o), Value::Object(more)) = (out.as_object_mut(), costs) {
         o.extend(more);
     }
     out
+}
+
+/// The tables of all shards with any scans or writes over the load, busiest first:
+/// scans, rows inserted and rows updated per second.
+fn pg_tables(start: &Reading, end: &Reading, window: f64) -> Value {
+    let mut sum: std::collections::BTreeMap<&str, [i64; 3]> = Default::default();
+    for (b, e) in start.pg.iter().zip(&end.pg) {
+        for (name, after) in &e.tables {
+            let before = b.tables.get(name).copied().unwrap_or_default();
+            let t = sum.entry(name.as_str()).or_default();
+            for k in 0..3 {
+                t[k] += after[k] - before[k];
+            }
+        }
+    }
+    let mut rows: Vec<(&str, [i64; 3])> = sum.into_iter().filter(|(_, t)| t.iter().any(|&x| x > 0)).collect();
+    rows.sort_by_key(|(_, t)| std::cmp::Reverse(t[0] + t[1] + t[2]));
+    let per_s = |x: i64| round(x as f64 / window);
+    rows.into_iter()
+        .map(|(name, t)| json!({"table": name, "scans": per_s(t[0]), "inserted": per_s(t[1]), "updated": per_s(t[2])}))
+        .collect()
 }
 
 fn merged(a: &Failures, b: &Failures) -> Failures {
@@ -305,6 +327,17 @@ pub fn emit(args: &CellArgs, out: &Value) {
         ]);
     }
     crate::report::print_rows(&rows);
+    let tables: Vec<String> = out["pg_tables_per_s"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .take(6)
+        .map(|t| {
+            let f = |k: &str| crate::report::cell(t.get(k));
+            format!("{} {}/{}/{}", f("table"), f("scans"), f("inserted"), f("updated"))
+        })
+        .collect();
+    println!("PostgreSQL tables, scans/inserted/updated per s: {}", tables.join(", "));
     if let Some(e) = out["first_error"].as_str() {
         println!("first request error: {e}");
     }
