@@ -53,6 +53,8 @@ const ANNOUNCE_SETTLE: Duration = Duration::from_millis(1500);
 const SETTLE: Duration = Duration::from_secs(1);
 /// A worker's step gets this long on top of its own bounds before it counts as hung.
 const WORKER_SLACK: Duration = Duration::from_secs(60);
+/// Joins per second the setup's bound assumes at the least (this machine did 1,150 to 1,800).
+const JOIN_RATE_FLOOR: f64 = 500.0;
 /// Time a worker gets to exit after `stop`.
 const WORKER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -85,6 +87,10 @@ pub struct CellArgs {
     /// Users connecting at once, all workers together.
     #[arg(long, default_value_t = 128)]
     pub concurrency: usize,
+    /// No user starts connecting after this many seconds [default: twice the connects at
+    /// --connect-rate, plus the joins at 500/s, plus a minute].
+    #[arg(long)]
+    pub setup_s: Option<f64>,
     /// The repository's pg.sh, which starts and stops the PostgreSQL servers.
     #[arg(long, default_value = "scripts/pg.sh")]
     pub pg_script: PathBuf,
@@ -187,8 +193,8 @@ async fn run_cell(args: &CellArgs) -> anyhow::Result<Value> {
         t.elapsed().as_secs_f64()
     );
 
-    let mut workers = spawn_workers(args, &nodes)?;
-    let connect_bound = Duration::from_secs_f64(connect_deadline_s(args)) + WORKER_SLACK;
+    let mut workers = spawn_workers(args, &nodes, connect_deadline_s(args, &plan))?;
+    let connect_bound = Duration::from_secs_f64(connect_deadline_s(args, &plan)) + WORKER_SLACK;
     let mut joined = report::Setup::default();
     for w in &mut workers {
         match w.line(connect_bound).await? {
@@ -259,9 +265,12 @@ async fn run_cell(args: &CellArgs) -> anyhow::Result<Value> {
     Ok(out)
 }
 
-/// The setup's bound, in seconds: twice the planned connect time, plus a margin.
-fn connect_deadline_s(args: &CellArgs) -> f64 {
-    args.model.connections as f64 / args.connect_rate * 2.0 + 60.0
+/// The setup's bound, in seconds: `--setup-s`, or twice the planned connect time plus the joins
+/// at [`JOIN_RATE_FLOOR`], plus a margin.
+fn connect_deadline_s(args: &CellArgs, plan: &Plan) -> f64 {
+    args.setup_s.unwrap_or_else(|| {
+        args.model.connections as f64 / args.connect_rate * 2.0 + plan.memberships() as f64 / JOIN_RATE_FLOOR + 60.0
+    })
 }
 
 /// Starts the nodes, each on every shard and the NATS cluster, with the first one's secrets.
@@ -286,7 +295,7 @@ async fn start_nodes(args: &CellArgs, services: &Services) -> anyhow::Result<Vec
 }
 
 /// Starts the load workers, each with a share of the users and sources of its own.
-fn spawn_workers(args: &CellArgs, nodes: &[Server]) -> anyhow::Result<Vec<Worker>> {
+fn spawn_workers(args: &CellArgs, nodes: &[Server], deadline_s: f64) -> anyhow::Result<Vec<Worker>> {
     let users = args.model.connections;
     let count = args.workers();
     let per = users.div_ceil(count);
@@ -314,7 +323,7 @@ fn spawn_workers(args: &CellArgs, nodes: &[Server]) -> anyhow::Result<Vec<Worker
             .args(["--connect-rate", &(args.connect_rate * share).to_string()])
             .args(["--concurrency", &((args.concurrency as f64 * share).ceil() as usize).max(1).to_string()])
             .args(["--source-offset", &(base + w as u32 * sources_for(per)).to_string()])
-            .args(["--deadline-s", &connect_deadline_s(args).to_string()])
+            .args(["--deadline-s", &deadline_s.to_string()])
             .env(SECRET_ENV, &nodes[0].jwt_secret)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
