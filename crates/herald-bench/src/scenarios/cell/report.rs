@@ -382,3 +382,24 @@ pub fn check_exact(out: &Value) -> Result<(), String> {
         out["first_error"]
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(lost: i64, missing: i64) -> Value {
+        json!({
+            "connections": 200, "established": 200, "server_conns": 200, "messages": 200,
+            "lost": lost, "duplicates": 0, "missing": missing, "unrepaired": 0, "failed": 0, "dropped": 0,
+            "latency_cross_node": {"count": 288}, "deliveries": 796 - lost, "deliveries_expected": 796,
+        })
+    }
+
+    #[test]
+    fn the_smoke_fails_on_a_lost_message_or_an_unfilled_gap() {
+        assert!(check_exact(&run(0, 0)).is_ok());
+        let lost = check_exact(&run(1, 0)).unwrap_err();
+        assert!(lost.contains("no message lost") && lost.contains("deliveries 795 of 796"), "{lost}");
+        assert!(check_exact(&run(0, 2)).unwrap_err().contains("every gap fetched"));
+    }
+}
