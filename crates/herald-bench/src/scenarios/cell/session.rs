@@ -370,12 +370,17 @@ impl Session {
             return;
         }
         self.retries = 0;
+        let mut t = tally.lock().expect("tally lock");
         if op == Op::Send {
             // Acked or given up: the next message is another (its own client_id and time).
             self.sent += 1;
             self.send_t = None;
+            if let (Err(_), Some((c, _))) = (&outcome, &self.who.open) {
+                // Refused in the end, yet it may have been stored (a shard can commit a write its
+                // caller stopped waiting for): owed to nobody, but it may be delivered.
+                *t.abandoned.entry(*c).or_default() += 1;
+            }
         }
-        let mut t = tally.lock().expect("tally lock");
         match (&outcome, op) {
             (Ok(()), Op::Typing) => t.typings += 1,
             (Ok(()), Op::Read) => t.reads += 1,

@@ -14,6 +14,8 @@ use crate::latency::Latencies;
 pub struct Tally {
     /// Acked sends per chat (index).
     pub acked: HashMap<u32, u64>,
+    /// Sends given up per chat (refused after every retry): maybe stored, maybe not.
+    pub abandoned: HashMap<u32, u64>,
     /// Message events of the open chat received (once each).
     pub delivered: u64,
     /// Other events of the open chat (joins, reads, reactions).
@@ -70,6 +72,9 @@ impl Tally {
 pub struct Counted {
     /// (chat, acked sends), chats with any.
     pub acked: Vec<(u32, u64)>,
+    /// (chat, sends given up), chats with any.
+    #[serde(default)]
+    pub abandoned: Vec<(u32, u64)>,
     /// (chat, watchers of this worker), chats with any.
     pub watchers: Vec<(u32, u64)>,
     pub delivered: u64,
@@ -113,6 +118,7 @@ impl Tally {
         };
         Counted {
             acked: sorted(&self.acked),
+            abandoned: sorted(&self.abandoned),
             watchers: sorted(watchers),
             delivered: self.delivered,
             other_events: self.other_events,
@@ -149,6 +155,7 @@ impl Tally {
 #[derive(Default)]
 pub struct Sum {
     pub acked: HashMap<u32, u64>,
+    pub abandoned: HashMap<u32, u64>,
     pub watchers: HashMap<u32, u64>,
     pub counted: Counted,
     pub same_node: Latencies,
@@ -162,6 +169,9 @@ impl Sum {
     pub fn add(&mut self, c: Counted) {
         for (chat, n) in &c.acked {
             *self.acked.entry(*chat).or_default() += n;
+        }
+        for (chat, n) in &c.abandoned {
+            *self.abandoned.entry(*chat).or_default() += n;
         }
         for (chat, n) in &c.watchers {
             *self.watchers.entry(*chat).or_default() += n;
@@ -208,6 +218,11 @@ impl Sum {
         self.acked.iter().map(|(chat, n)| n * self.watchers.get(chat).copied().unwrap_or(0)).sum()
     }
 
+    /// Message deliveries that may come on top: each send given up, if it was stored after all.
+    pub fn maybe(&self) -> u64 {
+        self.abandoned.iter().map(|(chat, n)| n * self.watchers.get(chat).copied().unwrap_or(0)).sum()
+    }
+
     /// Acked sends in all.
     pub fn sent(&self) -> u64 {
         self.acked.values().sum()
@@ -229,5 +244,7 @@ mod tests {
         assert_eq!(sum.expected(), 4 * 4 + 5);
         assert_eq!(sum.sent(), 9);
         assert_eq!(sum.counted.delivered, 15);
+        sum.add(Counted { abandoned: vec![(1, 2)], ..Counted::default() });
+        assert_eq!(sum.maybe(), 2 * 4);
     }
 }
