@@ -31,6 +31,26 @@ impl Latencies {
         self.0.add(&other.0).expect("same bounds");
     }
 
+    /// Latencies recorded.
+    pub fn count(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// The recorded values and their counts, to carry a histogram to another
+    /// process (values at the histogram's resolution).
+    pub fn to_counts(&self) -> Vec<(u64, u64)> {
+        self.0.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())).collect()
+    }
+
+    /// A histogram from [`Latencies::to_counts`]'s pairs.
+    pub fn from_counts(counts: &[(u64, u64)]) -> Latencies {
+        let mut l = Latencies::default();
+        for &(value, count) in counts {
+            l.0.saturating_record_n(value.clamp(1, MAX_US), count);
+        }
+        l
+    }
+
     /// p50, p99, p99.9 and max, in milliseconds.
     pub fn summary(&self) -> Percentiles {
         let ms = |us: u64| us as f64 / 1000.0;
@@ -69,5 +89,8 @@ mod tests {
         assert!((p.p50_ms - 500.0).abs() < 1.0, "{p:?}");
         assert!((p.p99_ms - 990.0).abs() < 1.5, "{p:?}");
         assert!((p.max_ms - 1000.0).abs() < 1.0, "{p:?}");
+        let carried = Latencies::from_counts(&a.to_counts());
+        assert_eq!(carried.count(), 1000);
+        assert!((carried.summary().p99_ms - p.p99_ms).abs() < 1.0);
     }
 }

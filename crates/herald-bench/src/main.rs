@@ -19,7 +19,9 @@
 //!   `files` (uploads and downloads through a files backend's signed URLs);
 //!   `search` (a user's searches in a store of 10,000,000 messages);
 //!   `replication` (sends on PostgreSQL alone and with a synchronous or an
-//!   asynchronous standby, started with `scripts/pg.sh`);
+//!   asynchronous standby, started with `scripts/pg.sh`); `cell` (a whole
+//!   cell on this machine: nodes, NATS, PostgreSQL shards, load workers in
+//!   processes of their own under a modelled load);
 //! - shared modules: the clients (`client` for herald, `handshake`,
 //!   `pclient` for the peers, `conn` for either), the servers (`server` for
 //!   herald, `peer`, `target` for either), opening many (`fleet`, and
@@ -41,6 +43,7 @@ mod machine;
 mod pclient;
 mod peer;
 mod preload;
+mod procstat;
 mod pubsub;
 mod quiet;
 mod report;
@@ -54,8 +57,8 @@ mod worker;
 
 use clap::{Parser, Subcommand};
 use scenarios::{
-    churn, fanout, files, hot, idle, inbox, inbox_live, joinflood, members, presence, replication, search, sendhook,
-    sends, slowloris, streams, webhook,
+    cell, churn, fanout, files, hot, idle, inbox, inbox_live, joinflood, members, presence, replication, search,
+    sendhook, sends, slowloris, streams, webhook,
 };
 
 /// The server's allocator, only so that the clients' memory figures compare
@@ -113,11 +116,18 @@ pub(crate) enum Command {
     /// The cost of a synchronous standby: sends against PostgreSQL alone, with a synchronous and an
     /// asynchronous standby (started with scripts/pg.sh), runs alternating; medians and ratios.
     Replication(replication::ReplicationArgs),
+    /// A whole cell on this machine (N nodes, 3 NATS servers, PostgreSQL shards) under a modelled load of
+    /// direct messages, groups and channels: latency same node and cross node, CPU, memory, NATS and
+    /// PostgreSQL rates; `--smoke`: a tiny cell that fails unless delivery was exact.
+    Cell(cell::CellArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
     /// One client process of `idle` (started by it).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
+    /// One load process of `cell` (started by it).
+    #[command(hide = true)]
+    CellWorker(cell::worker::CellWorkerArgs),
     /// One attacker process of `slowloris` (started by it).
     #[command(hide = true)]
     SlowlorisAttacker(slowloris::AttackerArgs),
@@ -128,6 +138,9 @@ fn main() -> anyhow::Result<()> {
     // A worker runs its own single-threaded runtime; scenarios use every core.
     if let Command::Worker(args) = command {
         return worker::run(args);
+    }
+    if let Command::CellWorker(args) = command {
+        return cell::worker::run(args);
     }
     if let Command::SlowlorisAttacker(args) = command {
         return scenarios::slowloris::attacker_run(args);
@@ -158,6 +171,9 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Search(args) => search::run(args).await,
         Command::Replication(args) => replication::run(args).await,
         Command::Threads(args) => inbox::threads::run(args).await,
-        Command::Worker(_) | Command::SlowlorisAttacker(_) => anyhow::bail!("a worker runs on its own"),
+        Command::Cell(args) => cell::run(args).await,
+        Command::Worker(_) | Command::CellWorker(_) | Command::SlowlorisAttacker(_) => {
+            anyhow::bail!("a worker runs on its own")
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! the second in its own folder (`sends/joins`, `inbox/`). Drivers above the
 //! scenarios (`compare`, `smoke`) call them; the scenarios do not know them.
 
+pub mod cell;
 pub mod churn;
 pub mod fanout;
 pub mod files;

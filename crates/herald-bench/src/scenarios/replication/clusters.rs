@@ -14,6 +14,8 @@ use anyhow::{Context, ensure};
 use clap::ValueEnum;
 use serde::Serialize;
 
+use crate::procstat;
+
 /// A standby reaches the state its setup names within this (it starts from a base backup).
 const STREAMING_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the primary is asked meanwhile.
@@ -81,7 +83,7 @@ impl Cluster {
     /// used, with the backends that have exited (the postmaster reaps them, so
     /// they count in its children's time).
     pub fn cpu_s(&self) -> f64 {
-        self.dirs.iter().map(|d| cpu_in(d)).sum()
+        self.dirs.iter().map(|d| procstat::cpu_in(d)).sum()
     }
 
     /// `SHOW server_version` of the primary.
@@ -193,43 +195,4 @@ async fn replication_state(url: &str, name: &str) -> anyhow::Result<Option<(Stri
         .query_opt("SELECT state, sync_state FROM pg_stat_replication WHERE application_name = $1", &[&name])
         .await?;
     Ok(row.map(|r| (r.get(0), r.get(1))))
-}
-
-/// CPU seconds of every process working in `dir` (PostgreSQL's processes
-/// work in their data dir, as pg.sh's `pids_in` relies on too), with the
-/// time of the children each has reaped.
-fn cpu_in(dir: &Path) -> f64 {
-    let Ok(dir) = dir.canonicalize() else { return 0.0 };
-    let Ok(procs) = std::fs::read_dir("/proc") else { return 0.0 };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let mut ticks = 0u64;
-    for p in procs.flatten() {
-        let path = p.path();
-        if std::fs::read_link(path.join("cwd")).ok().as_deref() != Some(dir.as_path()) {
-            continue;
-        }
-        ticks += std::fs::read_to_string(path.join("stat")).ok().and_then(|s| stat_ticks(&s)).unwrap_or(0);
-    }
-    ticks as f64 / hz
-}
-
-/// utime + stime + cutime + cstime (fields 14 to 17 of stat(5)) of one `/proc/PID/stat`.
-fn stat_ticks(stat: &str) -> Option<u64> {
-    // Fields after the command name (which may hold spaces) start after the last ')', at field 3.
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    (11..15).map(|i| fields.get(i)?.parse::<u64>().ok()).sum()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stat_times_are_summed() {
-        let stat = "42 (postgres: w (x)) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 11 2 20 0 1 0 5 0 0";
-        assert_eq!(stat_ticks(stat), Some(23));
-        assert_eq!(stat_ticks("42 (x)"), None);
-    }
 }

@@ -1,0 +1,141 @@
+//! One watched chat followed as the protocol's "Keeping every event" says:
+//! the last seq seen, the seqs a push skipped (to fetch), and each event
+//! counted once whether it came by push or by fetch, a message with its
+//! send-to-delivery time. What asks the fetch is `session`'s.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+
+use super::tally::Tally;
+
+/// Seqs kept to fetch at most: past it a gap is counted as unrepaired instead.
+const MAX_MISSING: usize = 10_000;
+
+/// A message body of the bench's: when it was sent and from which node.
+#[derive(Debug, Deserialize)]
+pub struct Body {
+    /// When the sender sent it, microseconds since the epoch.
+    pub t: Option<u64>,
+    /// The sender's node.
+    pub n: Option<u32>,
+}
+
+/// An event of a `fetch` reply, as far as the bench reads it.
+#[derive(Debug, Deserialize)]
+pub struct Fetched {
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub body: Option<Body>,
+}
+
+/// A `fetch` reply.
+#[derive(Debug, Deserialize)]
+pub struct FetchReply {
+    pub events: Vec<Fetched>,
+}
+
+/// Microseconds since the epoch: every process of the bench reads the same clock.
+pub fn now_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+}
+
+/// The state of one followed chat.
+#[derive(Debug, Default)]
+pub struct Follow {
+    /// The last seq seen (from the watch's reply, then pushes).
+    pub last: u64,
+    /// Seqs below `last` not seen yet.
+    missing: BTreeSet<u64>,
+}
+
+impl Follow {
+    /// Counts an event push of the chat (its `seq`, `type` and body); true when it opened a gap.
+    pub fn push(&mut self, seq: u64, kind: Option<&str>, body: Option<&Body>, node: u32, t: &mut Tally) -> bool {
+        if seq <= self.last {
+            if self.missing.remove(&seq) {
+                t.missing -= 1;
+                deliver(kind, body, node, t);
+            } else {
+                t.duplicates += 1;
+            }
+            return false;
+        }
+        let gap = seq > self.last + 1;
+        if gap {
+            t.gaps += 1;
+            let skipped = seq - self.last - 1;
+            t.skipped += skipped;
+            if self.missing.len() + skipped as usize <= MAX_MISSING {
+                self.missing.extend(self.last + 1..seq);
+                t.missing += skipped as i64;
+            } else {
+                t.unrepaired += skipped;
+            }
+        }
+        self.last = seq;
+        deliver(kind, body, node, t);
+        gap
+    }
+
+    /// Where a fetch should start (`after`), if a gap is open.
+    pub fn fetch_after(&self) -> Option<u64> {
+        self.missing.first().map(|s| s - 1)
+    }
+
+    /// Counts the events of a fetch reply that fill a gap; true while gaps remain.
+    pub fn fetched(&mut self, events: &[Fetched], node: u32, t: &mut Tally) -> bool {
+        let mut progressed = false;
+        for e in events {
+            if self.missing.remove(&e.seq) {
+                t.missing -= 1;
+                t.fetched += 1;
+                progressed = true;
+                deliver(e.kind.as_deref(), e.body.as_ref(), node, t);
+            }
+        }
+        // A reply that filled nothing will not fill it by asking again the same way.
+        progressed && !self.missing.is_empty()
+    }
+}
+
+/// Counts one event delivered to a watcher on `node`.
+fn deliver(kind: Option<&str>, body: Option<&Body>, node: u32, t: &mut Tally) {
+    if kind != Some("message") {
+        t.other_events += 1;
+        return;
+    }
+    t.delivered += 1;
+    if let Some(Body { t: Some(sent), n: Some(from) }) = body {
+        let d = Duration::from_micros(now_us().saturating_sub(*sent));
+        if *from == node { t.same_node.record(d) } else { t.cross_node.record(d) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(seq: u64) -> Fetched {
+        Fetched { seq, kind: Some("message".into()), body: None }
+    }
+
+    #[test]
+    fn a_gap_is_fetched_and_each_event_counted_once() {
+        let mut t = Tally::default();
+        let mut f = Follow { last: 10, ..Follow::default() };
+        assert!(!f.push(11, Some("message"), None, 0, &mut t));
+        assert!(f.push(14, Some("message"), None, 0, &mut t));
+        assert_eq!((t.gaps, t.skipped, t.missing), (1, 2, 2));
+        assert_eq!(f.fetch_after(), Some(11));
+        // A late push of 12 fills part of the gap; the fetch brings 12 (again), 13 and 14.
+        f.push(12, Some("message"), None, 0, &mut t);
+        assert!(!f.fetched(&[message(12), message(13), message(14)], 0, &mut t));
+        assert_eq!(f.fetch_after(), None);
+        assert_eq!((t.delivered, t.fetched, t.missing, t.duplicates), (4, 1, 0, 0));
+        f.push(14, Some("message"), None, 0, &mut t);
+        assert_eq!(t.duplicates, 1);
+    }
+}
