@@ -95,6 +95,9 @@ kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; rm -rf "$data"
 step "herald-bench smoke run (each scenario, tiny)"
 target/release/herald-bench smoke
 
+step "herald-bench cell smoke (2 nodes, 3 NATS servers, a PostgreSQL shard, 200 users: exact delivery)"
+target/release/herald-bench cell --smoke
+
 if [ -f sdk/ts/package.json ]; then
   step "TypeScript SDK"
   (cd sdk/ts && npm install --no-audit --no-fund --loglevel=error && npm run -s typecheck && npm test --silent && npm run -s build)
