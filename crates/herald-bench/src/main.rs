@@ -42,6 +42,7 @@ mod latency;
 mod machine;
 mod pclient;
 mod peer;
+mod pg_script;
 mod preload;
 mod procstat;
 mod pubsub;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 
 use crate::http;
-use crate::procstat;
+use crate::{pg_script, procstat};
 
 /// NATS servers of the cell: three, so that one may fail (a later part of the issue).
 const NATS_SERVERS: usize = 3;
@@ -158,19 +158,7 @@ impl Services {
 
     /// Runs `pg.sh ARGS`; its standard output, trimmed.
     async fn pg(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = tokio::process::Command::new(&self.script)
-            .args(args)
-            .output()
-            .await
-            .with_context(|| format!("running {}", self.script.display()))?;
-        ensure!(
-            out.status.success(),
-            "pg.sh {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        pg_script::run(&self.script, args).await
     }
 }
 

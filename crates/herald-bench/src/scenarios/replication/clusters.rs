@@ -14,7 +14,7 @@ use anyhow::{Context, ensure};
 use clap::ValueEnum;
 use serde::Serialize;
 
-use crate::procstat;
+use crate::{pg_script, procstat};
 
 /// A standby reaches the state its setup names within this (it starts from a base backup).
 const STREAMING_TIMEOUT: Duration = Duration::from_secs(60);
@@ -144,19 +144,7 @@ impl Setups {
 
     /// Runs `pg.sh ARGS`; its standard output, trimmed.
     async fn pg(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = tokio::process::Command::new(&self.script)
-            .args(args)
-            .output()
-            .await
-            .with_context(|| format!("running {}", self.script.display()))?;
-        ensure!(
-            out.status.success(),
-            "pg.sh {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        pg_script::run(&self.script, args).await
     }
 }
 
