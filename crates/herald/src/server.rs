@@ -36,6 +36,10 @@ const REBALANCE_SETTLE: Duration = Duration::from_secs(2);
 /// Time allowed, beyond the drain window, for connections to close at shutdown.
 /// Public for the check that a service manager's stop timeout outlasts it.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// The most a node that is alone in its cell (or has none) spreads its
+/// clients' return over when it stops: they come back within about a second
+/// of the restarted process listening, still not in one burst.
+pub const ALONE_DRAIN_WINDOW: Duration = Duration::from_secs(1);
 
 /// How long a node waits at start for its shards' check; a shard that has
 /// not answered by then is checked when it first does.
@@ -307,9 +311,15 @@ async fn serve(
     let gw = gateway.clone();
     let signal = async move {
         shutdown.await;
-        tracing::info!("shutting down: draining connections");
+        // A node with no other node to send its clients to is most likely
+        // being restarted in place: its clients can only come back to it,
+        // so spreading them over the whole window would keep them away for
+        // seconds after the new process listens.
+        let alone = cluster.nodes().iter().all(|n| n.name == config.server.node);
+        let window = if alone { drain_window.min(ALONE_DRAIN_WINDOW) } else { drain_window };
+        tracing::info!(alone, window_ms = window.as_millis() as u64, "shutting down: draining connections");
         cluster.leave().await;
-        gw.drain(drain_window, "drain");
+        gw.drain(window, "drain");
     };
     let front = Front::new(config.front.clone(), gateway.timers());
     front.serve(listener, app, signal).await;
