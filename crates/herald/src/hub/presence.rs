@@ -57,6 +57,10 @@ struct Remote {
     asked: Option<(Instant, Instant)>,
     /// Parts of a state answer being put together: (epoch, n, next part, users).
     pending: Option<(u64, u64, u32, Vec<Arc<str>>)>,
+    /// When it was asked by name because every node of the chat fell silent
+    /// at once; cleared by anything it says. Unlike `asked`, its deltas
+    /// still apply meanwhile.
+    probed: Option<Instant>,
 }
 
 /// What a received signal asks of the hub.
@@ -233,16 +237,25 @@ impl Presence {
     /// like all of them dying at once: they are asked by name first, and
     /// dropped only if they do not answer within [`REMOTE_TTL`].
     pub fn expire(&mut self, live: impl Fn(&str) -> bool, now: Instant) -> (Vec<Change>, Vec<String>) {
-        let gone =
-            |r: &Remote, from: &str| now.duration_since(r.heard) >= REMOTE_TTL && r.asked.is_none() && !live(from);
+        let gone = |r: &Remote, from: &str| {
+            now.duration_since(r.heard) >= REMOTE_TTL && r.asked.is_none() && r.probed.is_none() && !live(from)
+        };
         if self.remote.len() >= 2 && self.remote.iter().all(|(from, r)| gone(r, from)) {
-            return (Vec::new(), self.distrust(now));
+            // Asked, and dropped below if still silent REMOTE_TTL later.
+            let mut ask = Vec::with_capacity(self.remote.len());
+            for (from, r) in &mut self.remote {
+                r.probed = Some(now);
+                ask.push(from.to_string());
+            }
+            metrics::counter!("herald_presence_asks_total").increment(ask.len() as u64);
+            return (Vec::new(), ask);
         }
         let mut dead: Vec<Arc<str>> = Vec::new();
         let mut again = Vec::new();
         for (from, r) in &mut self.remote {
             let quiet = now.duration_since(r.heard);
-            let unanswered = r.asked.is_some_and(|(first, _)| now.duration_since(first) >= REMOTE_TTL);
+            let unanswered = r.asked.is_some_and(|(first, _)| now.duration_since(first) >= REMOTE_TTL)
+                || r.probed.is_some_and(|at| now.duration_since(at) >= REMOTE_TTL);
             if quiet >= REMOTE_TTL && (unanswered || !live(from)) {
                 dead.push(from.clone());
             } else if let Some((first, last)) = r.asked
@@ -270,12 +283,16 @@ impl Presence {
     /// This node was paused (or starved) long enough that what it heard is
     /// stale, and its expiry would drop every other node at once. Instead,
     /// every node it knows of here counts as heard now and is asked by name
-    /// for its whole set; one that does not answer within [`REMOTE_TTL`] is
-    /// dropped by [`Presence::expire`]. Answers the nodes to ask.
+    /// for its whole set. Their deltas still apply meanwhile (an ask marked
+    /// as pending would hold them back until the answer, and two nodes'
+    /// answers crossing their deltas would flap a user who only moved from
+    /// one node to another); a node that died meanwhile stays silent and is
+    /// dropped by [`Presence::expire`] once the cell no longer hears of it.
+    /// Answers the nodes to ask.
     pub fn distrust(&mut self, now: Instant) -> Vec<String> {
         let mut ask = Vec::with_capacity(self.remote.len());
         for (from, r) in &mut self.remote {
-            (r.heard, r.asked, r.pending) = (now, Some((now, now)), None);
+            r.heard = now;
             ask.push(from.to_string());
         }
         metrics::counter!("herald_presence_asks_total").increment(ask.len() as u64);
@@ -290,8 +307,9 @@ impl Presence {
             heard: now,
             asked: None,
             pending: None,
+            probed: None,
         });
-        r.heard = now;
+        (r.heard, r.probed) = (now, None);
         r
     }
 
