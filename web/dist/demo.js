@@ -1486,22 +1486,228 @@ var Inbox = class extends Emitter {
   }
 };
 
+// ../sdk/ts/src/liveness.ts
+var Liveness = class {
+  /**
+   * Starts watching: the first ping goes out after `intervalMs` of silence.
+   * @param intervalMs silence after which the client pings.
+   * @param timeoutMs how long after a ping the link may stay silent before it counts as lost.
+   */
+  constructor(host, intervalMs, timeoutMs) {
+    this.host = host;
+    this.intervalMs = intervalMs;
+    this.timeoutMs = timeoutMs;
+    this.arm(intervalMs);
+  }
+  host;
+  intervalMs;
+  timeoutMs;
+  /** When the last frame from the server arrived (ms since the epoch). */
+  lastHeard = Date.now();
+  /** When the ping now waiting for an answer was written; null when none waits. */
+  probeAt = null;
+  /** When the armed timer is due, to notice that it fired late. */
+  due = 0;
+  /** Set once a late deadline was given its grace, so a stall delays the verdict once, not forever. */
+  graced = !1;
+  cancel = null;
+  stopped = !1;
+  /** A frame arrived: the server is there. Cheap, as it runs for every frame: no timer is touched unless a ping waits. */
+  heard() {
+    this.stopped || (this.lastHeard = Date.now(), this.probeAt !== null && (this.probeAt = null, this.arm(this.intervalMs)));
+  }
+  /** A request timed out: ping now, unless a ping already waits for an answer. */
+  probe() {
+    this.stopped || this.probeAt !== null || this.sendProbe();
+  }
+  /** True while a ping waits for an answer. */
+  get probing() {
+    return this.probeAt !== null;
+  }
+  /** Stops the timers for good (the link is gone). */
+  stop() {
+    this.stopped = !0, this.cancel?.(), this.cancel = null;
+  }
+  arm(ms) {
+    this.cancel?.(), this.due = Date.now() + ms, this.cancel = this.host.schedule(() => this.fire(), ms);
+  }
+  fire() {
+    if (this.cancel = null, this.stopped) return;
+    let now = Date.now();
+    if (this.probeAt === null) {
+      let quiet = now - this.lastHeard;
+      quiet < this.intervalMs ? this.arm(this.intervalMs - quiet) : this.sendProbe();
+      return;
+    }
+    if (now - this.due > 1e3 && !this.graced) {
+      this.graced = !0, this.arm(1e3);
+      return;
+    }
+    this.stopped = !0, this.host.lost("ping timeout");
+  }
+  sendProbe() {
+    this.probeAt = Date.now(), this.graced = !1, this.arm(this.timeoutMs), this.host.ping();
+  }
+};
+
+// ../sdk/ts/src/transport.ts
+function resolveWebSocket(given) {
+  if (given !== void 0) return given;
+  let g = globalThis.WebSocket;
+  if (g === void 0)
+    throw new TypeError(
+      'herald: no global WebSocket in this runtime; pass one in the options, e.g. `WebSocket` from the "ws" package'
+    );
+  return g;
+}
+var HERALD_WS_PATH = "/v1/ws";
+function endpointUrl(url, workspace) {
+  let u;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new TypeError(`herald: \`url\` is not a URL: "${url}"; herald's endpoint looks like wss://chat.example.com${HERALD_WS_PATH}`);
+  }
+  if (u.protocol !== "ws:" && u.protocol !== "wss:") {
+    let like = u.protocol === "https:" ? "wss:" : "ws:";
+    throw new TypeError(
+      `herald: \`url\` must be a WebSocket URL (ws:// or wss://), not ${u.protocol}//; herald's endpoint is ${like}//${u.host}${HERALD_WS_PATH}`
+    );
+  }
+  let named = u.searchParams.get("ws");
+  if (named !== null && named !== workspace)
+    throw new TypeError(`herald: url names workspace "${named}" but the options say "${workspace}"`);
+  return u.searchParams.set("ws", workspace), u.toString();
+}
+var Link = class {
+  socket;
+  live = !0;
+  wasOpened = !1;
+  /** What the runtime said about a failure: `ws` names it ("connect ECONNREFUSED ..."); browsers say nothing. */
+  errorDetail = "";
+  /** Opens a socket to `url`; may throw synchronously for a malformed URL. */
+  constructor(ctor, url, handlers) {
+    this.socket = new ctor(url), this.socket.onopen = () => {
+      this.wasOpened = !0, this.live && handlers.onOpen();
+    }, this.socket.onmessage = (ev) => {
+      this.live && typeof ev.data == "string" && handlers.onFrame(ev.data);
+    }, this.socket.onclose = (ev) => {
+      this.live && (this.live = !1, handlers.onClose(typeof ev.code == "number" ? ev.code : 1006, ev.reason || this.errorDetail));
+    }, this.socket.onerror = (ev) => {
+      let detail = ev?.message ?? ev?.error?.message;
+      typeof detail == "string" && (this.errorDetail = detail.slice(0, 200));
+    };
+  }
+  /** True once the socket opened: a link that never did points at the URL or the network, not herald. */
+  get opened() {
+    return this.wasOpened;
+  }
+  /** True while frames can be written. */
+  get open() {
+    return this.live && this.socket.readyState === 1;
+  }
+  /** Writes one text frame; returns false when the socket cannot take it. */
+  send(text) {
+    if (!this.open) return !1;
+    try {
+      return this.socket.send(text), !0;
+    } catch {
+      return !1;
+    }
+  }
+  /**
+   * Stops reporting and closes the socket. Used for every close the client decides on (a dead link, a
+   * drain, `close()`), because a dead link's close handshake may never finish and the client must not
+   * wait for it before reconnecting.
+   */
+  abandon(reason) {
+    if (this.live) {
+      this.live = !1;
+      try {
+        this.socket.close(1e3, reason.slice(0, 120));
+      } catch {
+      }
+    }
+  }
+};
+
+// ../sdk/ts/src/nodes.ts
+var Nodes = class {
+  /** The URLs as given, for the application to compare with its own list. */
+  given;
+  /** The same with `?ws=WORKSPACE`, what sockets are opened to. */
+  endpoints;
+  index = 0;
+  /**
+   * Validates every URL (see `endpointUrl`); throws `TypeError` naming the bad one. `urls` must be
+   * non-empty and without repeats (options.ts checks both).
+   */
+  constructor(urls, workspace) {
+    if (this.given = [...urls], this.endpoints = urls.map((u) => endpointUrl(u, workspace)), new Set(this.endpoints).size !== this.endpoints.length)
+      throw new TypeError("herald: `url` lists the same endpoint twice");
+  }
+  /** The URL (as given) of the current or next attempt. */
+  get url() {
+    return this.given[this.index];
+  }
+  /** The endpoint (with `?ws=`) of the current or next attempt. */
+  get endpoint() {
+    return this.endpoints[this.index];
+  }
+  /** How many URLs there are. */
+  get count() {
+    return this.given.length;
+  }
+  /**
+   * The link to the current node was lost, or an attempt to it failed: the next attempt goes to the next
+   * URL in the list, and this one comes round again only after every other was tried.
+   */
+  failed() {
+    this.index = (this.index + 1) % this.given.length;
+  }
+  /**
+   * What to tell a developer whose client cannot open a socket: the URLs, the runtime's words about the
+   * last failure (at `lastEndpoint`) and the likely causes.
+   */
+  unreachableMessage(attempts, lastEndpoint, lastReason) {
+    let u = new URL(lastEndpoint), hints = [];
+    /\b404\b/.test(lastReason) && hints.push("the server answered the upgrade with 404: nothing serves WebSockets at that path"), u.pathname.endsWith(HERALD_WS_PATH) || hints.push(`the path is "${u.pathname}", and herald serves WebSockets at ${HERALD_WS_PATH}`);
+    let refused = /ECONNREFUSED/.test(lastReason);
+    refused && hints.push(`nothing listens on ${u.host}: a wrong port, or the server is down`), hints.push(
+      `check \`url\`: herald's endpoint is ${u.protocol}//HOST:PORT${HERALD_WS_PATH} (a proxy in front must pass WebSocket upgrades)` + (refused ? "" : ", or the server is down")
+    );
+    let one = this.endpoints.length === 1, what = one ? lastEndpoint : `any of ${this.endpoints.join(", ")}`, detail = lastReason || "no detail from the runtime; browsers give none";
+    return `herald: ${attempts} attempts in a row to open ${what} failed before the WebSocket opened (last: ${one ? "" : `${lastEndpoint}: `}${detail}). ${hints.join("; ")}. Still retrying.`;
+  }
+};
+
 // ../sdk/ts/src/options.ts
 var MAX_FETCH_LIMIT = 500, DEFAULT_FRAME_BYTES = 64 * 1024;
 function resolveOptions(opts) {
-  if (typeof opts.url != "string" || opts.url.length === 0) throw new TypeError("herald: `url` is required");
+  let url = urlList(opts.url);
   if (!/^[A-Za-z0-9_.:-]{1,128}$/.test(opts.workspace ?? ""))
     throw new TypeError("herald: `workspace` must be 1 to 128 characters of A-Z a-z 0-9 _ . : -");
   if (typeof opts.token != "string" && typeof opts.token != "function")
     throw new TypeError("herald: `token` must be a string or a function returning one");
   let backoff = { ...DEFAULT_BACKOFF, ...opts.backoff }, s = {
-    url: opts.url,
+    url,
     workspace: opts.workspace,
     token: opts.token,
     WebSocket: opts.WebSocket,
     requestTimeoutMs: positive("requestTimeoutMs", opts.requestTimeoutMs, 1e4),
-    // Shorter than the server's 60 s idle cut so the client notices a dead link well before then.
-    pingTimeoutMs: positive("pingTimeoutMs", opts.pingTimeoutMs, 1e4),
+    // 5 s + 5 s: a frozen node is noticed within 10 s of its last frame (it was 25 s + 10 s when the
+    // client pinged on the server's heartbeat), and no live server is taken for dead on a link that is
+    // merely slow. A live herald writes pushes in order while a request runs, and reads one request at a
+    // time, so a ping waits at most behind a request in progress; herald bounds a stalled store write by
+    // 3 s (its PostgreSQL batch timeout) before it moves on, inside the 5 s. The 10 s of silence that
+    // make a link lost are as long as a request may wait for its reply (requestTimeoutMs). A ping every
+    // 5 s of quiet is one small frame each way.
+    pingIntervalMs: positive("pingIntervalMs", opts.pingIntervalMs, 5e3),
+    pingTimeoutMs: positive("pingTimeoutMs", opts.pingTimeoutMs, 5e3),
+    // TCP, TLS, the upgrade and `hello`: a few round trips, seconds on a poor mobile link, and a node
+    // that just restarted greets thousands of clients at once; cutting those short would add attempts
+    // to its load. A frozen node costs this only when every other node failed too (rotation, nodes.ts).
+    connectTimeoutMs: positive("connectTimeoutMs", opts.connectTimeoutMs, 1e4),
     backoff: { baseMs: positive("backoff.baseMs", backoff.baseMs, 500), capMs: positive("backoff.capMs", backoff.capMs, 2e4) },
     throttledReconnectFloorMs: nonNegative("throttledReconnectFloorMs", opts.throttledReconnectFloorMs, 1e4),
     maxQueue: positive("maxQueue", opts.maxQueue, 100),
@@ -1518,6 +1724,18 @@ function resolveOptions(opts) {
   };
   if (s.backoff.capMs < s.backoff.baseMs) throw new TypeError("herald: `backoff.capMs` must be >= `backoff.baseMs`");
   return s;
+}
+function urlList(url) {
+  if (typeof url == "string") {
+    if (url.length === 0) throw new TypeError("herald: `url` is required");
+    return [url];
+  }
+  if (!Array.isArray(url)) throw new TypeError("herald: `url` is required: a URL, or a list of them");
+  if (url.length === 0) throw new TypeError("herald: `url` lists no URL");
+  for (let u of url)
+    if (typeof u != "string" || u.length === 0) throw new TypeError("herald: every entry of `url` must be a non-empty string");
+  if (new Set(url).size !== url.length) throw new TypeError("herald: `url` lists the same URL twice");
+  return [...url];
 }
 function positive(name, v, dflt) {
   if (v === void 0) return dflt;
@@ -1751,13 +1969,18 @@ var Requests = class {
    * @param maxFrameBytes frames over this are refused locally (`too_large`): the server would close the
    *   link with 1009, and a retried send would do that again on every link.
    * @param writeFailed called when a link refuses a frame; the client treats that link as lost.
+   * @param timedOut called after a request written on `link` got no reply in time (its promise already
+   *   rejected with `timeout`); the client probes that link. Not called for parked requests.
    */
-  constructor(maxFrameBytes, writeFailed) {
+  constructor(maxFrameBytes, writeFailed, timedOut = () => {
+  }) {
     this.maxFrameBytes = maxFrameBytes;
     this.writeFailed = writeFailed;
+    this.timedOut = timedOut;
   }
   maxFrameBytes;
   writeFailed;
+  timedOut;
   /** Ids are unique per client, not per link, so a late reply from an old link can never match. */
   nextId = 1;
   pending = /* @__PURE__ */ new Map();
@@ -1771,7 +1994,7 @@ var Requests = class {
         return;
       }
       let timer = setTimeout(() => {
-        this.pending.delete(id), reject(new HeraldError("timeout", `herald: no reply to ${op} within ${timeoutMs} ms`, { op }));
+        this.pending.delete(id), reject(new HeraldError("timeout", `herald: no reply to ${op} within ${timeoutMs} ms`, { op })), this.timedOut(link, op);
       }, timeoutMs);
       this.pending.set(id, { op, link, resolve, reject, timer }), link.send(text) || this.writeFailed(link);
     });
@@ -1885,94 +2108,13 @@ var TokenSource = class {
   }
 };
 
-// ../sdk/ts/src/transport.ts
-function resolveWebSocket(given) {
-  if (given !== void 0) return given;
-  let g = globalThis.WebSocket;
-  if (g === void 0)
-    throw new TypeError(
-      'herald: no global WebSocket in this runtime; pass one in the options, e.g. `WebSocket` from the "ws" package'
-    );
-  return g;
-}
-var HERALD_WS_PATH = "/v1/ws";
-function endpointUrl(url, workspace) {
-  let u;
-  try {
-    u = new URL(url);
-  } catch {
-    throw new TypeError(`herald: \`url\` is not a URL: "${url}"; herald's endpoint looks like wss://chat.example.com${HERALD_WS_PATH}`);
-  }
-  if (u.protocol !== "ws:" && u.protocol !== "wss:") {
-    let like = u.protocol === "https:" ? "wss:" : "ws:";
-    throw new TypeError(
-      `herald: \`url\` must be a WebSocket URL (ws:// or wss://), not ${u.protocol}//; herald's endpoint is ${like}//${u.host}${HERALD_WS_PATH}`
-    );
-  }
-  let named = u.searchParams.get("ws");
-  if (named !== null && named !== workspace)
-    throw new TypeError(`herald: url names workspace "${named}" but the options say "${workspace}"`);
-  return u.searchParams.set("ws", workspace), u.toString();
-}
-var Link = class {
-  socket;
-  live = !0;
-  wasOpened = !1;
-  /** What the runtime said about a failure: `ws` names it ("connect ECONNREFUSED ..."); browsers say nothing. */
-  errorDetail = "";
-  /** Opens a socket to `url`; may throw synchronously for a malformed URL. */
-  constructor(ctor, url, handlers) {
-    this.socket = new ctor(url), this.socket.onopen = () => {
-      this.wasOpened = !0, this.live && handlers.onOpen();
-    }, this.socket.onmessage = (ev) => {
-      this.live && typeof ev.data == "string" && handlers.onFrame(ev.data);
-    }, this.socket.onclose = (ev) => {
-      this.live && (this.live = !1, handlers.onClose(typeof ev.code == "number" ? ev.code : 1006, ev.reason || this.errorDetail));
-    }, this.socket.onerror = (ev) => {
-      let detail = ev?.message ?? ev?.error?.message;
-      typeof detail == "string" && (this.errorDetail = detail.slice(0, 200));
-    };
-  }
-  /** True once the socket opened: a link that never did points at the URL or the network, not herald. */
-  get opened() {
-    return this.wasOpened;
-  }
-  /** True while frames can be written. */
-  get open() {
-    return this.live && this.socket.readyState === 1;
-  }
-  /** Writes one text frame; returns false when the socket cannot take it. */
-  send(text) {
-    if (!this.open) return !1;
-    try {
-      return this.socket.send(text), !0;
-    } catch {
-      return !1;
-    }
-  }
-  /**
-   * Stops reporting and closes the socket. Used for every close the client decides on (a dead link, a
-   * drain, `close()`), because a dead link's close handshake may never finish and the client must not
-   * wait for it before reconnecting.
-   */
-  abandon(reason) {
-    if (this.live) {
-      this.live = !1;
-      try {
-        this.socket.close(1e3, reason.slice(0, 120));
-      } catch {
-      }
-    }
-  }
-};
-
 // ../sdk/ts/src/client.ts
 var TRANSITIONS = {
   disconnected: ["connecting", "closed"],
   connecting: ["connected", "disconnected", "closed"],
   connected: ["connecting", "disconnected", "closed"],
   closed: []
-}, DEFAULT_HEARTBEAT_MS = 25e3, MIN_HEARTBEAT_MS = 1e3, MAX_RECONNECT_AFTER_MS = 5 * 6e4, STABLE_CONNECTION_MS = 1e4, UNREACHABLE_AFTER = 3;
+}, MAX_RECONNECT_AFTER_MS = 5 * 6e4, STABLE_CONNECTION_MS = 1e4, UNREACHABLE_AFTER = 3;
 function schedule(fn, ms) {
   let t = setTimeout(fn, ms);
   return () => clearTimeout(t);
@@ -1986,7 +2128,8 @@ function isSeq3(v) {
 var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitter {
   s;
   ctor;
-  endpoint;
+  /** The node URLs and which one the next attempt uses. */
+  nodes;
   tokens;
   backoff;
   /**
@@ -2002,6 +2145,8 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   /** The link of the current attempt or connection; null while waiting to reconnect or stopped. */
   link = null;
   helloOk = null;
+  /** Whether the greeted link is still there; null while not connected. */
+  liveness = null;
   connectedAt = 0;
   /** Request ids, replies, timeouts, and requests parked while connecting. */
   requests;
@@ -2016,11 +2161,16 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   reconnectAt = null;
   cancelReconnect = null;
   cancelConnectTimeout = null;
-  cancelPing = null;
   cancelDrain = null;
   /** Validates the options; throws `TypeError` for unusable ones (no WebSocket, bad workspace, ...). */
   constructor(options) {
-    super(), this.s = resolveOptions(options), this.ctor = resolveWebSocket(this.s.WebSocket), this.endpoint = endpointUrl(this.s.url, this.s.workspace), this.tokens = new TokenSource(this.s.token, this.s.tokenRefreshMarginMs), this.backoff = new Backoff(this.s.backoff, this.s.random), this.pageSize = new PageSize(this.s.fetchPageSize), this.requests = new Requests(this.s.maxFrameBytes, (link) => this.lost(link, 1006, "write failed"));
+    super(), this.s = resolveOptions(options), this.ctor = resolveWebSocket(this.s.WebSocket), this.nodes = new Nodes(this.s.url, this.s.workspace), this.tokens = new TokenSource(this.s.token, this.s.tokenRefreshMarginMs), this.backoff = new Backoff(this.s.backoff, this.s.random), this.pageSize = new PageSize(this.s.fetchPageSize), this.requests = new Requests(
+      this.s.maxFrameBytes,
+      (link) => this.lost(link, 1006, "write failed"),
+      (link, op) => {
+        link === this.link && op !== "ping" && op !== "hello" && this.liveness?.probe();
+      }
+    );
     let self = this;
     this.outbox = new Outbox(
       {
@@ -2059,6 +2209,13 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   /** The current state. */
   get state() {
     return this.current;
+  }
+  /**
+   * The URL (as given in the options) of the current connection, or of the attempt in progress or next:
+   * with several URLs, which node the client is on. Changes after a lost link or a failed attempt.
+   */
+  get url() {
+    return this.nodes.url;
   }
   /** The `hello` reply of the current connection (user, node, session, heartbeat), or null. */
   get session() {
@@ -2168,27 +2325,27 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
     } catch (err) {
       if (gen !== this.generation || this.current !== "connecting") return;
       let e = err instanceof HeraldError ? err : new HeraldError("token", String(err), { cause: err });
-      this.emit("error", e), this.retryLater(1006, "token provider failed", this.backoff.next());
+      this.emit("error", e), this.retryLater(1006, "token provider failed", this.backoff.next(), this.nodes.url);
       return;
     }
     if (gen !== this.generation || this.current !== "connecting") return;
-    let link;
+    let link, url = this.nodes.url;
     try {
-      link = new Link(this.ctor, this.endpoint, {
+      link = new Link(this.ctor, this.nodes.endpoint, {
         onOpen: () => this.onOpen(link, token),
         onFrame: (text) => this.onFrame(link, text),
         onClose: (code, reason) => this.lost(link, code, reason)
       });
     } catch (err) {
-      this.emit("error", new HeraldError("internal", `herald: cannot open a WebSocket: ${String(err)}`, { cause: err })), this.retryLater(1006, "socket failed to open", this.backoff.next());
+      this.emit("error", new HeraldError("internal", `herald: cannot open a WebSocket: ${String(err)}`, { cause: err })), this.nodes.failed(), this.retryLater(1006, "socket failed to open", this.backoff.next(), url);
       return;
     }
     this.link = link, this.cancelConnectTimeout = schedule(() => {
       this.cancelConnectTimeout = null, this.lost(link, 1006, "connect timeout");
-    }, this.s.requestTimeoutMs);
+    }, this.s.connectTimeoutMs);
   }
   onOpen(link, token) {
-    link === this.link && (this.failedOpens = 0, this.requests.call(link, "hello", { token }, this.s.requestTimeoutMs).then(
+    link === this.link && (this.failedOpens = 0, this.requests.call(link, "hello", { token }, this.s.connectTimeoutMs).then(
       (ok) => this.onHello(link, ok),
       (err) => {
         link === this.link && (err.code === "unauthenticated" ? this.lost(link, CloseCode.Unauthenticated, err.message) : this.lost(link, 1006, `hello failed: ${err.code}`));
@@ -2201,37 +2358,43 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
     let waiters = this.connectWaiters;
     this.connectWaiters = [];
     for (let w of waiters) w.resolve(ok);
-    let hb = typeof ok.heartbeat_ms == "number" && ok.heartbeat_ms > 0 ? ok.heartbeat_ms : DEFAULT_HEARTBEAT_MS;
-    this.schedulePing(link, Math.max(MIN_HEARTBEAT_MS, hb));
-    for (let chat of this.chats.values()) {
-      if (link !== this.link) return;
-      chat.linkUp();
+    if (link === this.link) {
+      this.watchLiveness(link);
+      for (let chat of this.chats.values()) {
+        if (link !== this.link) return;
+        chat.linkUp();
+      }
+      this.outbox.flush(), link === this.link && (this.inboxState.linkUp(), this.requests.flush(link, () => link === this.link));
     }
-    this.outbox.flush(), link === this.link && (this.inboxState.linkUp(), this.requests.flush(link, () => link === this.link));
   }
   // ---- watchdog -----------------------------------------------------------------------------
   /**
    * Browsers hide WebSocket-level pings, so a half-open TCP link (a laptop lid closed, a NAT that
-   * forgot us) looks healthy until the OS gives up, minutes later. A protocol `ping` every heartbeat
-   * with its own short timeout finds such a link within heartbeat + pingTimeout.
+   * forgot us) or a frozen server process looks healthy until the OS gives up, minutes later. The
+   * client pings on its own schedule when the link is quiet and drops a link that stays silent past a
+   * ping (liveness.ts): within `pingIntervalMs + pingTimeoutMs` of the server's last frame.
    */
-  schedulePing(link, heartbeatMs) {
-    this.cancelPing = schedule(() => {
-      this.cancelPing = null, link === this.link && this.requests.call(link, "ping", {}, this.s.pingTimeoutMs).then(
-        () => {
-          link === this.link && this.schedulePing(link, heartbeatMs);
+  watchLiveness(link) {
+    this.liveness?.stop(), this.liveness = new Liveness(
+      {
+        // The reply settles in requests.ts like any other; its absence is judged by the watcher, so
+        // the promise's own timeout (the same length) is ignored.
+        ping: () => {
+          this.requests.call(link, "ping", {}, this.s.pingTimeoutMs).catch(() => {
+          });
         },
-        (err) => {
-          link === this.link && (err.code === "timeout" ? this.lost(link, 1006, "ping timeout") : this.schedulePing(link, heartbeatMs));
-        }
-      );
-    }, heartbeatMs);
+        lost: (reason) => this.lost(link, 1006, reason),
+        schedule
+      },
+      this.s.pingIntervalMs,
+      this.s.pingTimeoutMs
+    );
   }
   // ---- losing a link ------------------------------------------------------------------------
   /** Tears a link down: stop its timers, fail the requests written on it, suspend watched chats. */
   detach(link, reason, err) {
     if (link === this.link) {
-      this.link = null, this.helloOk = null, link.abandon(reason), this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.cancelPing?.(), this.cancelPing = null, this.cancelDrain?.(), this.cancelDrain = null, this.requests.failLink(link, err);
+      this.link = null, this.helloOk = null, link.abandon(reason), this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.liveness?.stop(), this.liveness = null, this.cancelDrain?.(), this.cancelDrain = null, this.requests.failLink(link, err);
       for (let chat of this.chats.values()) chat.linkDown();
       this.inboxState.linkDown();
     }
@@ -2239,41 +2402,36 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   /** The current link closed or was found dead: apply the close code's policy. */
   lost(link, code, reason) {
     if (link !== this.link) return;
-    let lived = this.current === "connected" ? Date.now() - this.connectedAt : 0;
-    this.detach(link, reason, new HeraldError("disconnected", `herald: link closed (${code}${reason ? ` ${reason}` : ""})`, { closeCode: code })), !link.opened && ++this.failedOpens === UNREACHABLE_AFTER && this.emit("error", new HeraldError("unreachable", this.unreachableMessage(reason), { closeCode: code }));
+    let lived = this.current === "connected" ? Date.now() - this.connectedAt : 0, url = this.nodes.url, endpoint = this.nodes.endpoint;
+    if (this.detach(link, reason, new HeraldError("disconnected", `herald: link closed (${code}${reason ? ` ${reason}` : ""})`, { closeCode: code })), this.nodes.failed(), !link.opened && ++this.failedOpens === UNREACHABLE_AFTER) {
+      let message = this.nodes.unreachableMessage(UNREACHABLE_AFTER, endpoint, reason);
+      this.emit("error", new HeraldError("unreachable", message, { closeCode: code }));
+    }
     let policy = closePolicy(code);
     if (policy === "reconnect_smaller" ? this.pageSize.shrink() : lived >= STABLE_CONNECTION_MS && this.backoff.reset(), policy === "refresh_token") {
       if (!this.tokens.canRefresh || this.authRetried) {
         let again = this.tokens.canRefresh ? " again after a refresh" : " (a fixed token cannot be refreshed)";
-        this.stop(code, reason, new HeraldError("unauthenticated", `herald: the server rejected the token${again}`, { closeCode: code }));
+        this.stop(code, reason, new HeraldError("unauthenticated", `herald: the server rejected the token${again}`, { closeCode: code }), url);
         return;
       }
-      this.authRetried = !0, this.tokens.invalidate(), this.retryLater(code, reason, this.backoff.next());
+      this.authRetried = !0, this.tokens.invalidate(), this.retryLater(code, reason, this.backoff.next(), url);
       return;
     }
     let delay;
-    this.reconnectAt !== null ? (delay = Math.max(0, this.reconnectAt - Date.now()), this.reconnectAt = null) : policy === "reconnect_slow" ? delay = this.s.throttledReconnectFloorMs + this.backoff.next() : delay = this.backoff.next(), this.retryLater(code, reason, delay);
+    this.reconnectAt !== null ? (delay = Math.max(0, this.reconnectAt - Date.now()), this.reconnectAt = null) : policy === "reconnect_slow" ? delay = this.s.throttledReconnectFloorMs + this.backoff.next() : delay = this.backoff.next(), this.retryLater(code, reason, delay, url);
   }
-  /** What to tell a developer whose client cannot open a socket: the URL, the runtime's words, the likely causes. */
-  unreachableMessage(lastReason) {
-    let u = new URL(this.endpoint), hints = [];
-    /\b404\b/.test(lastReason) && hints.push("the server answered the upgrade with 404: nothing serves WebSockets at that path"), u.pathname.endsWith(HERALD_WS_PATH) || hints.push(`the path is "${u.pathname}", and herald serves WebSockets at ${HERALD_WS_PATH}`);
-    let refused = /ECONNREFUSED/.test(lastReason);
-    return refused && hints.push(`nothing listens on ${u.host}: a wrong port, or the server is down`), hints.push(
-      `check \`url\`: herald's endpoint is ${u.protocol}//HOST:PORT${HERALD_WS_PATH} (a proxy in front must pass WebSocket upgrades)` + (refused ? "" : ", or the server is down")
-    ), `herald: ${UNREACHABLE_AFTER} attempts in a row to open ${this.endpoint} failed before the WebSocket opened (last: ${lastReason || "no detail from the runtime; browsers give none"}). ${hints.join("; ")}. Still retrying.`;
-  }
-  retryLater(code, reason, delay) {
-    this.emit("disconnected", { code, reason, reconnectInMs: delay }), !(this.current !== "connecting" && this.current !== "connected") && (this.setState("connecting"), this.cancelReconnect?.(), this.cancelReconnect = schedule(() => {
+  /** Reports the end of a link or attempt (at `url`) and schedules the next attempt after `delay`. */
+  retryLater(code, reason, delay, url) {
+    this.emit("disconnected", { code, reason, reconnectInMs: delay, url }), !(this.current !== "connecting" && this.current !== "connected") && (this.setState("connecting"), this.cancelReconnect?.(), this.cancelReconnect = schedule(() => {
       this.cancelReconnect = null, this.current === "connecting" && this.startAttempt();
     }, delay));
   }
   /** Stops reconnecting: state `disconnected`, waiting callers rejected. */
-  stop(code, reason, err) {
-    this.generation++, this.clearTimers(), this.emit("disconnected", { code, reason, reconnectInMs: null }), err !== null && this.emit("error", err), !(this.current === "closed" || this.current === "disconnected") && (this.setState("disconnected"), this.failWaiting(err ?? new HeraldError("disconnected", `herald: disconnected (${reason})`, { closeCode: code })));
+  stop(code, reason, err, url = this.nodes.url) {
+    this.generation++, this.clearTimers(), this.emit("disconnected", { code, reason, reconnectInMs: null, url }), err !== null && this.emit("error", err), !(this.current === "closed" || this.current === "disconnected") && (this.setState("disconnected"), this.failWaiting(err ?? new HeraldError("disconnected", `herald: disconnected (${reason})`, { closeCode: code })));
   }
   clearTimers() {
-    this.cancelReconnect?.(), this.cancelReconnect = null, this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.cancelPing?.(), this.cancelPing = null, this.cancelDrain?.(), this.cancelDrain = null, this.reconnectAt = null;
+    this.cancelReconnect?.(), this.cancelReconnect = null, this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.liveness?.stop(), this.liveness = null, this.cancelDrain?.(), this.cancelDrain = null, this.reconnectAt = null;
   }
   failWaiting(err) {
     let waiters = this.connectWaiters;
@@ -2295,6 +2453,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   // ---- frames from the server ---------------------------------------------------------------
   onFrame(link, text) {
     if (link !== this.link) return;
+    this.liveness?.heard();
     let msg;
     try {
       msg = JSON.parse(text);
