@@ -21,6 +21,7 @@ pub mod harness;
 pub mod hashing;
 pub mod hooks;
 pub mod hub;
+pub mod log_every;
 pub mod metrics;
 pub mod model;
 pub mod outbox;

@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use crate::gateway::timers::Timers;
+use crate::log_every::LogEvery;
 pub use settings::FrontSettings;
 use socket::Tracked;
 use waiting::Waiting;
@@ -47,8 +48,6 @@ const SHED_PAUSE: Duration = Duration::from_millis(1);
 const NO_FILE_PAUSE: Duration = Duration::from_millis(20);
 /// Pause after any other accept error that is not one connection's.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
-/// Accept failures are logged at most this often, with their count.
-const LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// A node's HTTP side.
 pub struct Front {
@@ -57,14 +56,8 @@ pub struct Front {
     epoch: Instant,
     waiting: Mutex<Waiting<Arc<Tracked>>>,
     next_id: AtomicU64,
-    failures: Mutex<Failures>,
-}
-
-/// Accept failures since the last line logged about them.
-#[derive(Default)]
-struct Failures {
-    logged: Option<Instant>,
-    unlogged: u64,
+    /// Accept failures, logged at most once a second with their count.
+    failures: LogEvery,
 }
 
 impl Front {
@@ -76,7 +69,7 @@ impl Front {
             epoch: Instant::now(),
             waiting: Mutex::new(Waiting::default()),
             next_id: AtomicU64::new(FIRST_ID),
-            failures: Mutex::new(Failures::default()),
+            failures: LogEvery::default(),
         })
     }
 
@@ -211,14 +204,7 @@ impl Front {
     }
 
     fn log_failure(&self, e: &std::io::Error, kind: &'static str, shed: usize) {
-        let mut f = self.failures.lock().expect("front failures lock");
-        f.unlogged += 1;
-        if f.logged.is_some_and(|at| at.elapsed() < LOG_EVERY) {
-            return;
-        }
-        let failures = std::mem::take(&mut f.unlogged);
-        f.logged = Some(Instant::now());
-        drop(f);
+        let Some(failures) = self.failures.note() else { return };
         tracing::error!(error = %e, kind, failures, shed, "accept failed (counted once a second)");
     }
 }

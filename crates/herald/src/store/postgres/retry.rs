@@ -24,16 +24,12 @@
 //! writer's batch (`writer.rs`).
 
 use std::future::Future;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use super::lease::Lease;
 use super::{PgShard, pg_unavailable};
+use crate::log_every::LogEvery;
 use crate::store::StoreError;
 use crate::store::shard_spec::ShardName;
-
-/// Retries are logged at most this often per shard; each line says how many it stands for.
-const LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// Why a read failed: the database's error (which [`gone`] may find worth a
 /// retry) or the store's answer (not found, forbidden, a corrupt row).
@@ -72,33 +68,19 @@ pub(super) fn gone(e: &tokio_postgres::Error) -> Option<&'static str> {
 /// A shard's retries: counted, and logged at most once a second.
 pub(super) struct Retries {
     shard: ShardName,
-    log: Mutex<Logged>,
-}
-
-#[derive(Default)]
-struct Logged {
-    at: Option<Instant>,
-    /// Retries since the last line.
-    unlogged: u64,
+    log: LogEvery,
 }
 
 impl Retries {
     pub(super) fn new(shard: ShardName) -> Retries {
-        Retries { shard, log: Mutex::new(Logged::default()) }
+        Retries { shard, log: LogEvery::default() }
     }
 
     /// Counts a retry of `op` (read or write) for `reason`, logging `error` unless a line went out lately.
     pub(super) fn note(&self, op: &'static str, reason: &'static str, error: &str) {
         metrics::counter!("herald_store_pg_retries_total", "shard" => self.shard.to_string(), "op" => op, "reason" => reason)
             .increment(1);
-        let mut log = self.log.lock().expect("retries log lock poisoned");
-        log.unlogged += 1;
-        if log.at.is_some_and(|at| at.elapsed() < LOG_EVERY) {
-            return;
-        }
-        let retries = std::mem::take(&mut log.unlogged);
-        log.at = Some(Instant::now());
-        drop(log);
+        let Some(retries) = self.log.note() else { return };
         tracing::warn!(
             shard = %self.shard,
             op,

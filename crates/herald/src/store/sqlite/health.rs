@@ -14,15 +14,15 @@
 //! Not here: the writer (`writer.rs`), the readiness answer (`mod.rs`).
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use crate::log_every::LogEvery;
 use std::time::{Duration, Instant};
 
 /// Free space below which a data directory counts as full.
 const ROOM: u64 = 1024 * 1024;
 /// A failure this old no longer keeps the store out of rotation once there is room.
 const QUIET_AFTER: Duration = Duration::from_secs(2);
-/// At most one log line per kind of failure this often.
-const LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// The writer's record of its commits.
 pub(super) struct Health {
@@ -34,8 +34,8 @@ pub(super) struct Health {
 struct State {
     /// The last commit failed: when, and of which kind.
     failing: Option<(Instant, &'static str)>,
-    /// Per kind: the last log line, and failures since.
-    logged: Vec<(&'static str, Instant, u64)>,
+    /// Per kind, its log gate.
+    logged: Vec<(&'static str, Arc<LogEvery>)>,
 }
 
 /// The kind a failed commit is counted as.
@@ -64,24 +64,22 @@ impl Health {
     pub(super) fn failed(&self, e: &rusqlite::Error, writes: usize) {
         let kind = kind_of(e);
         metrics::counter!("herald_store_errors_total", "kind" => kind).increment(1);
-        let mut s = self.state.lock().expect("health lock poisoned");
-        let now = Instant::now();
-        if s.failing.is_none() {
-            s.failing = Some((now, kind));
-        }
-        let slot = match s.logged.iter().position(|(k, _, _)| *k == kind) {
-            Some(i) => i,
-            None => {
-                s.logged.push((kind, now - LOG_EVERY, 0));
-                s.logged.len() - 1
+        let gate = {
+            let mut s = self.state.lock().expect("health lock poisoned");
+            if s.failing.is_none() {
+                s.failing = Some((Instant::now(), kind));
+            }
+            match s.logged.iter().find(|(k, _)| *k == kind) {
+                Some((_, gate)) => gate.clone(),
+                None => {
+                    let gate = Arc::new(LogEvery::default());
+                    s.logged.push((kind, gate.clone()));
+                    gate
+                }
             }
         };
-        let (_, last, since) = &mut s.logged[slot];
-        *since += 1;
-        if now.duration_since(*last) >= LOG_EVERY {
-            tracing::error!(kind, error = %e, writes, failures = *since, "store commit failed (at most one line a second)");
-            *last = now;
-            *since = 0;
+        if let Some(failures) = gate.note() {
+            tracing::error!(kind, error = %e, writes, failures, "store commit failed (at most one line a second)");
         }
     }
 
