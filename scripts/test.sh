@@ -14,7 +14,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 
 started=$SECONDS
-step() { printf '\n== [%dm%02ds] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*"; }
+# Each step's line says the time so far and the disk left: a CI machine's disk is finite.
+step() {
+  printf '\n== [%dm%02ds, %s free] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) \
+    "$(df -h --output=avail . 2>/dev/null | tail -1 | tr -d ' ')" "$*"
+}
+# One build of each test binary, no incremental caches: CI builds once from a clean clone, and
+# target/debug/incremental alone was about 10 GB of a full run. Set CARGO_INCREMENTAL=1 to keep them.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 pids=()
 pg_dirs=()
 cleanup() {
@@ -65,10 +72,12 @@ step "rust tests on the embedded store (unit, protocol, HTTP, lifecycle), and th
 cargo test -q --workspace -- --include-ignored
 
 step "the core server's integration tests again, on two PostgreSQL shards"
+# --workspace, as above, not -p herald: with the same packages selected the dependencies' features unify
+# the same way, so these are the binaries already built; -p herald alone rebuilt every one of them.
 pg_dir=$(mktemp -d)/pg
 pg_dirs+=("$pg_dir")
 pg_url=$(scripts/pg.sh start "$pg_dir" "$(free_port)")
-HERALD_TEST_STORE=postgres HERALD_TEST_PG_URL=$pg_url cargo test -q -p herald --test protocol --test auth --test http_api --test lifecycle --test admin --test messages --test moderation --test inbox --test presence --test send_hook --test revoke --test webhook --test conversations --test streams --test files --test export --test search
+HERALD_TEST_STORE=postgres HERALD_TEST_PG_URL=$pg_url cargo test -q --workspace --test protocol --test auth --test http_api --test lifecycle --test admin --test messages --test moderation --test inbox --test presence --test send_hook --test revoke --test webhook --test conversations --test streams --test files --test export --test search
 
 step "the HTTP API against its own OpenAPI document (Schemathesis: no 5xx, every answer as documented)"
 port=$(free_port)
