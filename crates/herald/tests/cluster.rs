@@ -586,6 +586,62 @@ async fn a_frozen_node_agrees_on_presence_again_soon_after_it_wakes() {
     eprintln!("every node agreed on presence {agreed:?} after the frozen node woke");
 }
 
+/// An event whose broker hint never reaches a node still reaches its watchers and live inboxes, from
+/// the log, within two tail checks; and a node with many quiet chats reads none of their heads, only
+/// which chats moved. Two nodes of one shard on two NATS clusters that never meet: every hint of one
+/// is lost to the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nats-server and PostgreSQL (Debian packages); scripts/test.sh runs it"]
+async fn a_node_that_never_hears_a_hint_reads_the_event_from_the_log_without_reading_every_chat() {
+    let (nats_a, nats_b) = (NatsCluster::start().await, NatsCluster::start().await);
+    let (_pg, admin) = suite_or_own();
+    let store = create_database(&admin).await;
+    let start = |brokers: Vec<String>, name: &'static str| {
+        let store = store.clone();
+        TestServer::start_with(move |c| {
+            c.broker.brokers = brokers;
+            c.store.stores = vec![store];
+            c.server.node = name.into();
+            c.server.rebalance = false;
+        })
+    };
+    let a = start(nats_a.urls(), "node-a").await;
+    let b = start(nats_b.urls(), "node-b").await;
+    let mut bob = b.client("w", "bob").await;
+    let mut alice = a.client("w", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "quiet"})).await;
+    bob.ok(json!({"op": "join", "chat": "quiet"})).await;
+    for i in 0..200 {
+        bob.ok(json!({"op": "join", "chat": format!("c{i}")})).await;
+        bob.ok(json!({"op": "watch", "chat": format!("c{i}")})).await;
+    }
+    bob.ok(json!({"op": "watch", "chat": "quiet"})).await;
+    bob.ok(json!({"op": "inbox", "live": true})).await;
+    while push_of(&mut bob, "inbox", Duration::from_millis(200)).await.is_some() {}
+
+    // Past the first check (which reads every head once), a quiet cell reads no heads.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let heads = |text: &str| metric(text, "herald_hub_tail_heads_total");
+    let (_, before) = http_raw(b.addr, "GET", "/metrics", None, None).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, after) = http_raw(b.addr, "GET", "/metrics", None, None).await;
+    assert_eq!(heads(&after), heads(&before), "4 checks of 201 watched chats read no head");
+
+    let sent_at = Instant::now();
+    let m = alice.ok(json!({"op": "send", "chat": "quiet", "body": "never announced to node-b"})).await;
+    let e = push_of(&mut bob, "event", Duration::from_secs(3)).await.expect("the event, from the log");
+    let took = sent_at.elapsed();
+    assert_eq!((e["chat"].clone(), e["seq"].clone()), (json!("quiet"), m["seq"].clone()), "{e}");
+    assert!(took < Duration::from_millis(2_500), "two checks of 750 ms and a read: {took:?}");
+    let p = stories::inbox_of(&mut bob, "quiet").await;
+    assert_eq!((p["seq"].clone(), p["unread"].clone()), (m["seq"].clone(), json!(1)), "{p}");
+    assert_eq!(push_of(&mut bob, "event", Duration::from_millis(1_600)).await, None, "nothing twice");
+    let (_, text) = http_raw(b.addr, "GET", "/metrics", None, None).await;
+    assert!(metric(&text, "herald_hub_tail_repairs_total") >= 1.0, "counted as a repair");
+    assert_eq!(heads(&text), heads(&before), "still no head read");
+    eprintln!("node-b pushed an event it never heard of {took:?} after its send");
+}
+
 /// The admin page's view of a cell: every node with its connections (the
 /// others' as they announce them), each shard's breaker, and a node that
 /// drains shown as draining by itself and gone from the others' lists.

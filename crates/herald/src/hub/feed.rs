@@ -24,9 +24,12 @@
 //! followed chat; the read after it finds no membership, and the push
 //! carries `"left": true` and ends the following.
 //!
-//! Lost broker hints (NATS): every [`INBOX_TAIL_EVERY`] the feed asks the
-//! log for the latest seq of every followed chat and treats those that moved
-//! unannounced as changed, so a lost hint delays a push, never loses it.
+//! Lost broker hints (NATS): the hub's tail check (`repair.rs`) hands the
+//! feed the heads of the chats that moved, one check after it read them, and
+//! the feed treats those that moved unannounced as changed, so a lost hint
+//! delays a push, never loses it. Where the store cannot say which chats
+//! moved, the feed asks the log for the latest seq of every followed chat,
+//! every [`INBOX_TAIL_EVERY`].
 //!
 //! Lock order: a listener's state, then a shard of the feed's chat map, then the node's
 //! interest map (and the broker). The feed's maps are never held while a
@@ -58,7 +61,7 @@ pub const INBOX_PUSH_EVERY: Duration = Duration::from_millis(250);
 /// Chats one live inbox follows at most: its user's most recently active
 /// ones when it starts, and those the user joins afterwards.
 pub const INBOX_FOLLOW_MAX: u32 = 1000;
-/// How often the feed checks its chats against the log (brokers that can lose hints).
+/// How often every followed chat is checked against the log, where the store cannot say which moved.
 pub const INBOX_TAIL_EVERY: Duration = Duration::from_secs(5);
 /// Chats whose latest seq one store read asks for.
 const TAIL_BATCH: usize = 500;
@@ -88,22 +91,16 @@ pub struct Feed {
     listeners: AtomicUsize,
     reads: tokio::sync::Semaphore,
     /// Wakes the tail check at once (after a broker reconnect).
-    tail_now: tokio::sync::Notify,
     /// v1.2: signs the file URLs of the entries it reads.
     urls: crate::files::SharedUrls,
 }
 
 impl Feed {
     /// No live inbox yet; reads from `store`, follows chats through
-    /// `interest`. With `may_lose` (the broker can lose hints), checks its
-    /// chats against the log every [`INBOX_TAIL_EVERY`].
-    pub(super) fn new(
-        store: Arc<dyn Store>,
-        interest: Arc<Interest>,
-        may_lose: bool,
-        urls: crate::files::SharedUrls,
-    ) -> Arc<Feed> {
-        let feed = Arc::new_cyclic(|me| Feed {
+    /// `interest`. The hub's tail check (`repair.rs`) tells it of chats that
+    /// moved unannounced, where the broker can lose hints.
+    pub(super) fn new(store: Arc<dyn Store>, interest: Arc<Interest>, urls: crate::files::SharedUrls) -> Arc<Feed> {
+        Arc::new_cyclic(|me| Feed {
             me: me.clone(),
             store,
             interest,
@@ -113,13 +110,8 @@ impl Feed {
             conns: Mutex::default(),
             listeners: AtomicUsize::new(0),
             reads: tokio::sync::Semaphore::new(READS_AT_ONCE),
-            tail_now: tokio::sync::Notify::new(),
             urls,
-        });
-        if may_lose {
-            spawn_tail(Arc::downgrade(&feed));
-        }
-        feed
+        })
     }
 }
 
@@ -348,11 +340,6 @@ impl Feed {
         }
     }
 
-    /// Runs the tail check now instead of at its next tick (after a broker reconnect).
-    pub(super) fn check_now(&self) {
-        self.tail_now.notify_one();
-    }
-
     /// Live inboxes on this node now.
     pub fn listeners(&self) -> usize {
         self.listeners.load(Ordering::Relaxed)
@@ -423,6 +410,13 @@ impl Feed {
         }
     }
 
+    /// Heads the tail check read ([`Feed::seen_head`] for the followed ones).
+    pub(super) fn seen_heads(&self, heads: &[(ChatKey, u64)]) {
+        for (key, head) in heads {
+            self.seen_head(key, *head);
+        }
+    }
+
     /// Checks `keys` against the log ([`Feed::seen_head`]).
     pub(super) async fn check(&self, keys: &[ChatKey]) {
         for batch in keys.chunks(TAIL_BATCH) {
@@ -448,7 +442,7 @@ impl Feed {
     }
 
     /// Every followed chat, for the tail check.
-    fn followed_chats(&self) -> Vec<ChatKey> {
+    pub(super) fn followed_chats(&self) -> Vec<ChatKey> {
         self.chats
             .iter()
             .flat_map(|s| s.lock().expect("inbox chats lock").keys().cloned().collect::<Vec<_>>())
@@ -577,21 +571,4 @@ impl Feed {
             }
         }
     }
-}
-
-/// Starts the tail check of `feed`; it ends with the feed.
-fn spawn_tail(feed: Weak<Feed>) {
-    tokio::spawn(async move {
-        loop {
-            let Some(strong) = feed.upgrade() else { return };
-            tokio::select! {
-                _ = tokio::time::sleep(INBOX_TAIL_EVERY) => {}
-                _ = strong.tail_now.notified() => {}
-            }
-            let keys = strong.followed_chats();
-            if !keys.is_empty() {
-                strong.check(&keys).await;
-            }
-        }
-    });
 }

@@ -147,7 +147,7 @@ impl Hub {
             conns: conns::Conns::new(),
             repair: repair::Repair::new(store.clone(), urls.clone()),
             live: live::Live::new(broker.clone()),
-            feed: Feed::new(store, interest, may_lose, urls.clone()),
+            feed: Feed::new(store, interest, urls.clone()),
             budget: Arc::new(recent::Budget::new(settings.recent_bytes, settings.recent_chat_bytes)),
             urls,
         });
@@ -413,7 +413,6 @@ impl Hub {
                 "this node was paused: asking the cell for presence instead of expiring the other nodes"
             );
             self.repair.check_now();
-            self.feed.check_now();
             for entry in self.entries() {
                 entry.presence_after_pause(&self.live, now);
             }
@@ -453,7 +452,6 @@ impl Sink for Hub {
     fn resync(&self) {
         tracing::info!(chats = self.chats(), "checking every watched chat against the log");
         self.repair.check_now();
-        self.feed.check_now();
         for entry in self.entries() {
             entry.resync_presence(&self.live);
         }

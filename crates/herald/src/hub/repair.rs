@@ -36,14 +36,16 @@
 //! No lock is held across a read: each read's result goes into its entry
 //! under the entry's lock afterwards.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 
 use super::Hub;
 use super::entry::Entry;
+use super::feed::INBOX_TAIL_EVERY;
 use crate::broker::Sink;
 use crate::model::{ChatKey, Published};
 use crate::outbox::ConnId;
@@ -73,11 +75,28 @@ pub(super) struct Repair {
     tail_now: tokio::sync::Notify,
     /// Tokens of the gap reads of watches being started.
     gap_reads: AtomicU64,
+    /// The next tail check reads every chat's head (after a broker reconnect or a pause).
+    full_next: AtomicBool,
+    /// The chats the previous tail check found moved or behind, with their heads.
+    recent: Mutex<Vec<(ChatKey, u64)>>,
+    /// Whether the previous tail check knew which chats moved.
+    known: AtomicBool,
+    /// When the live inboxes' chats were last read all at once.
+    feed_checked: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Repair {
     pub(super) fn new(store: Arc<dyn Store>, urls: crate::files::SharedUrls) -> Repair {
-        Repair { store, urls, tail_now: tokio::sync::Notify::new(), gap_reads: AtomicU64::new(0) }
+        Repair {
+            store,
+            urls,
+            tail_now: tokio::sync::Notify::new(),
+            gap_reads: AtomicU64::new(0),
+            full_next: AtomicBool::new(false),
+            known: AtomicBool::new(false),
+            recent: Mutex::default(),
+            feed_checked: Mutex::new(Some(tokio::time::Instant::now())),
+        }
     }
 
     /// Gives the files of `events` fresh URLs, when the node keeps files.
@@ -94,6 +113,7 @@ impl Repair {
 
     /// Runs the tail check now instead of at its next tick.
     pub(super) fn check_now(&self) {
+        self.full_next.store(true, Ordering::Relaxed);
         self.tail_now.notify_one();
     }
 
@@ -161,26 +181,51 @@ impl Repair {
         entry.gap_read(hub, conn, token, span, &events);
     }
 
-    /// Reads the latest seq of every watched chat and catches up those whose
-    /// previous latest has not arrived. Returns how many were caught up.
+    /// One tail check: the chats whose seq moved, or every watched chat when
+    /// the store cannot say which moved; catches up those whose head at the
+    /// previous check has still not reached their sequencer. The live inboxes
+    /// hear of the heads one check later, once hints on their way have
+    /// arrived. Returns how many chats were caught up.
     pub(super) async fn check_tails(&self, hub: &Hub) -> usize {
-        let entries: Vec<Arc<Entry>> = hub.entries();
-        let mut behind = Vec::new();
-        for batch in entries.chunks(TAIL_BATCH) {
-            let keys: Vec<ChatKey> = batch.iter().map(|e| e.key().clone()).collect();
-            let heads = match self.store.heads(&keys).await {
-                Ok(heads) => heads,
+        let full = self.full_next.swap(false, Ordering::Relaxed);
+        let changed = if full {
+            None
+        } else {
+            match self.store.changed_heads().await {
+                Ok(changed) => changed,
                 Err(e) => {
-                    tracing::warn!(chats = keys.len(), error = %e, "tail check could not read the log; trying again next time");
+                    // The store keeps its place: the next check reads from there.
+                    tracing::warn!(error = %e, "tail check could not read the log; trying again next time");
                     metrics::counter!("herald_hub_tail_failures_total").increment(1);
-                    continue;
+                    Some(Vec::new())
                 }
+            }
+        };
+        let previous = std::mem::take(&mut *self.recent.lock().expect("tail lock"));
+        hub.feed().seen_heads(&previous);
+        let known = changed.is_some();
+        let was_known = self.known.swap(known, Ordering::Relaxed);
+        let (behind, recent) = match changed {
+            Some(changed) => self.check_changed(hub, previous, changed),
+            None => self.check_all(hub).await,
+        };
+        *self.recent.lock().expect("tail lock") = recent;
+        if !known {
+            // The live inboxes' chats too, at once after a reconnect or after the store could say,
+            // else every INBOX_TAIL_EVERY (a store that never can: this is its only check).
+            let due = {
+                let mut at = self.feed_checked.lock().expect("tail lock");
+                let due = full || was_known || at.is_none_or(|at| at.elapsed() >= INBOX_TAIL_EVERY);
+                if due {
+                    *at = Some(tokio::time::Instant::now());
+                }
+                due
             };
-            for (entry, head) in batch.iter().zip(heads) {
-                if let Some(head) = head
-                    && entry.check_tail(head)
-                {
-                    behind.push(entry.clone());
+            if due {
+                let keys = hub.feed().followed_chats();
+                metrics::counter!("herald_hub_tail_heads_total").increment(keys.len() as u64);
+                if !keys.is_empty() {
+                    hub.feed().check(&keys).await;
                 }
             }
         }
@@ -195,6 +240,61 @@ impl Repair {
             })
             .await;
         n
+    }
+
+    /// The check of the chats the previous check found moved or behind, and
+    /// of those that moved since; returns the chats behind and the next
+    /// check's list (the moved ones and those behind, to see them caught up).
+    fn check_changed(
+        &self,
+        hub: &Hub,
+        previous: Vec<(ChatKey, u64)>,
+        changed: Vec<(ChatKey, u64)>,
+    ) -> (Vec<Arc<Entry>>, Vec<(ChatKey, u64)>) {
+        let mut heads: HashMap<ChatKey, u64> = previous.into_iter().collect();
+        for (key, head) in &changed {
+            let known = heads.entry(key.clone()).or_insert(0);
+            *known = (*known).max(*head);
+        }
+        let mut next: HashMap<ChatKey, u64> = changed.into_iter().collect();
+        let mut behind = Vec::new();
+        for (key, head) in heads {
+            let Some(entry) = hub.entry(&key) else { continue };
+            if entry.check_tail(head) {
+                behind.push(entry);
+                next.entry(key).or_insert(head);
+            }
+        }
+        (behind, next.into_iter().collect())
+    }
+
+    /// The check of every watched chat, [`TAIL_BATCH`] per store read; the
+    /// next check's list is every head it read.
+    async fn check_all(&self, hub: &Hub) -> (Vec<Arc<Entry>>, Vec<(ChatKey, u64)>) {
+        let entries: Vec<Arc<Entry>> = hub.entries();
+        let mut behind = Vec::new();
+        let mut read = Vec::new();
+        metrics::counter!("herald_hub_tail_heads_total").increment(entries.len() as u64);
+        for batch in entries.chunks(TAIL_BATCH) {
+            let keys: Vec<ChatKey> = batch.iter().map(|e| e.key().clone()).collect();
+            let heads = match self.store.heads(&keys).await {
+                Ok(heads) => heads,
+                Err(e) => {
+                    tracing::warn!(chats = keys.len(), error = %e, "tail check could not read the log; trying again next time");
+                    metrics::counter!("herald_hub_tail_failures_total").increment(1);
+                    continue;
+                }
+            };
+            for ((entry, key), head) in batch.iter().zip(keys).zip(heads) {
+                if let Some(head) = head {
+                    if entry.check_tail(head) {
+                        behind.push(entry.clone());
+                    }
+                    read.push((key, head));
+                }
+            }
+        }
+        (behind, read)
     }
 }
 

@@ -28,6 +28,9 @@ pub(super) struct Log {
     heads: std::sync::atomic::AtomicUsize,
     /// Inbox entries read.
     entries: std::sync::atomic::AtomicUsize,
+    /// `Some`: the log says which chats moved (as PostgreSQL's does), these since the last call.
+    changes: std::sync::Mutex<Option<Vec<(ChatKey, u64)>>>,
+    said: std::sync::atomic::AtomicBool,
 }
 
 impl Log {
@@ -39,7 +42,21 @@ impl Log {
             reads: 0.into(),
             heads: 0.into(),
             entries: 0.into(),
+            changes: std::sync::Mutex::new(None),
+            said: false.into(),
         })
+    }
+
+    /// A log that says which chats moved: `moved` of them, now at seq `latest`.
+    fn with_changes(latest: u64) -> Arc<Log> {
+        let log = Log::new(latest, vec![]);
+        *log.changes.lock().unwrap() = Some(Vec::new());
+        log
+    }
+
+    fn moved(&self, key: &ChatKey, latest: u64) {
+        self.latest.store(latest, std::sync::atomic::Ordering::SeqCst);
+        self.changes.lock().unwrap().as_mut().expect("a log with changes").push((key.clone(), latest));
     }
 
     fn info(&self) -> ChatInfo {
@@ -79,6 +96,13 @@ impl EventLog for Log {
         self.heads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let seq = self.info().seq;
         Box::pin(std::future::ready(Ok(keys.iter().map(|_| Some(seq)).collect())))
+    }
+
+    fn changed_heads(&self) -> BoxFuture<'_, Result<Option<crate::store::Moved>, StoreError>> {
+        // Its first call cannot say, as a store reading a log it has not read before.
+        let first = !self.said.swap(true, std::sync::atomic::Ordering::SeqCst);
+        let changed = self.changes.lock().unwrap().as_mut().map(std::mem::take).filter(|_| !first);
+        Box::pin(std::future::ready(Ok(changed)))
     }
 
     /// The fake stores no `client_id`s.
@@ -337,6 +361,51 @@ async fn a_lost_tail_reaches_watchers_within_two_tail_checks_with_no_later_event
 }
 
 #[tokio::test(start_paused = true)]
+async fn where_the_log_says_which_chats_moved_a_lost_tail_is_caught_up_without_reading_every_head() {
+    let log = Log::with_changes(2);
+    let hub = Hub::new(Arc::new(LossyBroker::default()), log.clone(), 0, 1 << 20);
+    let key = ChatKey::new("w", "quiet");
+    let outbox = Arc::new(Outbox::new(1, 1 << 20));
+    live_watch(&hub, &key, &outbox, 2);
+    for i in 0..100 {
+        live_watch(&hub, &ChatKey::new("w", &format!("other{i}")), &outbox, 2);
+    }
+    pushed(&outbox);
+    // The first check cannot trust a log it has not read before: it reads every head once.
+    tokio::time::sleep(TAIL_EVERY + Duration::from_millis(50)).await;
+    let first = log.heads.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(first >= 1, "the first check reads the heads");
+    // Three events are committed in one chat; every hint for them is lost.
+    log.moved(&key, 5);
+    tokio::time::sleep(TAIL_EVERY * 2 + Duration::from_millis(50)).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(pushed_seqs(&outbox), vec![3, 4, 5], "caught up from the log, in order, once");
+    tokio::time::sleep(TAIL_EVERY * 10).await;
+    assert_eq!(pushed_seqs(&outbox), Vec::<u64>::new(), "nothing twice");
+    assert_eq!(log.heads.load(std::sync::atomic::Ordering::SeqCst), first, "no chat's head read again");
+    assert_eq!(log.reads.load(std::sync::atomic::Ordering::SeqCst), 1, "one catch-up read, of the chat that moved");
+}
+
+#[tokio::test(start_paused = true)]
+async fn where_the_log_says_which_chats_moved_a_live_inbox_hears_of_a_lost_hint_within_two_checks() {
+    let log = Log::with_changes(2);
+    let hub = Hub::new(Arc::new(LossyBroker::default()), log.clone(), 0, 1 << 20);
+    let key = ChatKey::new("w", "quiet");
+    let outbox = live_inbox(&hub, &key, 1, 2);
+    tokio::time::sleep(TAIL_EVERY + Duration::from_millis(50)).await;
+    log.moved(&key, 5);
+    tokio::time::sleep(TAIL_EVERY * 2 + Duration::from_millis(50)).await;
+    settle().await;
+    assert_eq!(inbox_pushed(&outbox), vec![("quiet".into(), 5, 5)]);
+    tokio::time::sleep(INBOX_TAIL_EVERY * 2).await;
+    settle().await;
+    assert_eq!(inbox_pushed(&outbox), vec![], "nothing twice");
+    assert_eq!(log.heads.load(std::sync::atomic::Ordering::SeqCst), 0, "no followed chat's head read (none watched)");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_resync_reads_the_log_in_batches_and_catches_up_only_chats_that_are_behind() {
     let log = Log::new(1, vec![]);
     let hub = Hub::new(Arc::new(LossyBroker::default()), log.clone(), 0, 1 << 20);
@@ -455,7 +524,9 @@ async fn a_live_inbox_hears_of_an_event_whose_hint_was_lost_at_the_next_tail_che
     let key = ChatKey::new("w", "quiet");
     let outbox = live_inbox(&hub, &key, 1, 2);
     log.latest.store(5, std::sync::atomic::Ordering::SeqCst);
-    tokio::time::sleep(INBOX_TAIL_EVERY + Duration::from_millis(50)).await;
+    // Where the store cannot say which chats moved, every followed chat is read at the first tail
+    // check INBOX_TAIL_EVERY after the previous one.
+    tokio::time::sleep(INBOX_TAIL_EVERY + TAIL_EVERY + Duration::from_millis(50)).await;
     settle().await;
     assert_eq!(inbox_pushed(&outbox), vec![("quiet".into(), 5, 5)]);
     tokio::time::sleep(INBOX_TAIL_EVERY * 2).await;

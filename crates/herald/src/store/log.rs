@@ -212,6 +212,9 @@ pub struct Fetched {
     pub more: bool,
 }
 
+/// Chats whose latest seq moved, with that seq ([`EventLog::changed_heads`]).
+pub type Moved = Vec<(ChatKey, u64)>;
+
 /// The event log. See the `store` module's documentation for the contract
 /// every backend keeps.
 pub trait EventLog: Send + Sync + 'static {
@@ -236,6 +239,14 @@ pub trait EventLog: Send + Sync + 'static {
     /// chat that does not exist). The hub's tail check calls it for every
     /// chat it watches, so backends answer many keys in one read.
     fn heads<'a>(&'a self, keys: &'a [ChatKey]) -> BoxFuture<'a, Result<Vec<Option<u64>>, StoreError>>;
+
+    /// The chats whose latest seq moved since this node's previous call, with
+    /// that seq: the tail checks' read where the backend can answer it for the
+    /// cost of its writes. `None` when it cannot say (the default, a first
+    /// call, ...): the caller then asks [`EventLog::heads`] of every chat it watches.
+    fn changed_heads(&self) -> BoxFuture<'_, Result<Option<Moved>, StoreError>> {
+        Box::pin(async { Ok(None) })
+    }
 
     /// The seq of the event `user` already stored in `key` with `client_id`,
     /// if any: the send hook asks before it calls out, so that a repeated

@@ -75,7 +75,7 @@ pub use conversations::{Conversations, ThreadCursor, id_cursor, id_from_cursor, 
 pub use export::{Export, ExportCursor, Exported, export_order};
 pub use files::{Files, NewFile, StoredFile};
 pub use lifecycle::{Lifecycle, ShardStatus};
-pub use log::{Actor, Conversation, EventLog, Fetched, Write, Written};
+pub use log::{Actor, Conversation, EventLog, Fetched, Moved, Write, Written};
 pub use members::{InboxCursor, Member, Membership, inbox_order, unread};
 pub use moderation::Moderation;
 pub use revocations::{Revocation, RevocationList, Revoked};

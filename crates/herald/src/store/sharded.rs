@@ -230,6 +230,26 @@ impl EventLog for Sharded {
         })
     }
 
+    /// Every shard's; `None` when any shard cannot say. A shard that fails
+    /// keeps its place and is read from there next time (or cannot say then).
+    fn changed_heads(&self) -> BoxFuture<'_, Result<Option<super::Moved>, StoreError>> {
+        Box::pin(async move {
+            let mut all = Some(Vec::new());
+            for shard in self.shards.iter() {
+                match shard.guarded(shard.store.changed_heads()).await {
+                    Ok(Some(found)) => {
+                        if let Some(all) = &mut all {
+                            all.extend(found);
+                        }
+                    }
+                    Ok(None) => all = None,
+                    Err(_) => {}
+                }
+            }
+            Ok(all)
+        })
+    }
+
     fn client_id_seq<'a>(
         &'a self,
         key: &'a ChatKey,

@@ -123,6 +123,10 @@ impl EventLog for PgShard {
         })
     }
 
+    fn changed_heads(&self) -> BoxFuture<'_, Result<Option<crate::store::Moved>, StoreError>> {
+        Box::pin(self.changed())
+    }
+
     fn client_id_seq<'a>(
         &'a self,
         key: &'a ChatKey,

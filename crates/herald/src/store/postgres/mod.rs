@@ -23,6 +23,7 @@
 //! parsing `--store` entries (`shard_spec`); the TLS client (`pg_tls`).
 
 mod bulk;
+mod changes;
 mod connect;
 mod conversations;
 mod export;
@@ -94,6 +95,8 @@ pub struct PgShard {
     heads: Arc<heads::SeenHeads>,
     /// Requests run again on a new connection (`retry.rs`), shared with the writer.
     retries: Arc<Retries>,
+    /// This node's place in the shard's `chat_changes` (`changes.rs`).
+    changes: tokio::sync::Mutex<changes::Cursor>,
 }
 
 /// Who a shard is, shared by its reads and its writer, and whether this
@@ -190,7 +193,18 @@ impl PgShard {
         if crate::store::search_pending::indexing_on() {
             tokio::spawn(search_index::run(shard.clone(), pool.clone(), search.clone()));
         }
-        Ok(PgShard { shard, writer_alive, jobs: tx, pool, webhook, search, fence, heads, retries })
+        Ok(PgShard {
+            shard,
+            writer_alive,
+            jobs: tx,
+            pool,
+            webhook,
+            search,
+            fence,
+            heads,
+            retries,
+            changes: Default::default(),
+        })
     }
 
     /// The shard's name: the one given with `NAME=`, else `host:port/database`.

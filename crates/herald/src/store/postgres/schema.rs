@@ -13,9 +13,10 @@ use crate::store::shard_identity::{self, IdentityError};
 /// Version 3 added the message lifecycle, mutes, bans and the inbox's counts
 /// (protocol v1.1), with the values of rows stored before. Version 4 added
 /// the hooks' tables; version 5 protocol v1.2's conversations; version 6 files; version 7 the
-/// search index's tables; version 8 indexes messages by sender, for a user's data export.
+/// search index's tables; version 8 indexes messages by sender, for a user's data export; version 9 the chats
+/// whose seq moved, for the tail checks (`changes.rs`).
 const SCHEMA: &str = include_str!("schema.sql");
-const SCHEMA_VERSION: i32 = 8;
+const SCHEMA_VERSION: i32 = 9;
 
 /// Applies the schema and confirms the shard's identity, once per process
 /// and shard, under an advisory lock so that nodes starting together do not race.

@@ -262,3 +262,16 @@ INSERT INTO herald_schema (version) VALUES (7) ON CONFLICT DO NOTHING;
 CREATE INDEX IF NOT EXISTS events_sender ON events ("user", ts, chat_id, seq) WHERE type = 'message';
 
 INSERT INTO herald_schema (version) VALUES (8) ON CONFLICT DO NOTHING;
+
+-- Version 9: the chats whose latest seq moved, one row per write batch that moved any, for the nodes'
+-- tail checks: each node reads the rows of transactions that were still running at its previous read
+-- (xid at least that read's snapshot xmin), so its cost follows the writes, not the chats it watches.
+-- Each node deletes the rows every node has long read (`changes.rs`).
+CREATE TABLE IF NOT EXISTS chat_changes (
+    xid      xid8     NOT NULL DEFAULT pg_current_xact_id(),
+    chat_ids bigint[] NOT NULL,
+    seqs     bigint[] NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chat_changes_xid ON chat_changes (xid);
+
+INSERT INTO herald_schema (version) VALUES (9) ON CONFLICT DO NOTHING;
