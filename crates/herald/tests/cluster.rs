@@ -603,6 +603,8 @@ async fn a_node_that_never_hears_a_hint_reads_the_event_from_the_log_without_rea
             c.store.stores = vec![store];
             c.server.node = name.into();
             c.server.rebalance = false;
+            c.gateway.rate = 100_000;
+            c.gateway.burst = 100_000;
         })
     };
     let a = start(nats_a.urls(), "node-a").await;
