@@ -69,7 +69,7 @@ pub fn figures(i: &Inputs, r: &Readings) -> Value {
     let per_conn = |x: f64| if conns == 0 { Value::Null } else { json!(round(x / conns as f64)) };
     let expected = s.expected();
     let pushes = c.delivered + c.other_events + c.inbox_pushes + c.typing_pushes + c.presence_pushes + c.notifies;
-    let node_cpu: Vec<f64> = r.end.node_cpu_s.iter().zip(&r.start.node_cpu_s).map(|(e, b)| e - b).collect();
+    let node_cpu: Vec<f64> = r.end.node_cpu_s.iter().zip(&r.start.node_cpu_s).map(|(e, b)| (e - b).max(0.0)).collect();
     let cpu: f64 = node_cpu.iter().sum();
     let us_per = |n: u64| if n == 0 { Value::Null } else { json!(round(cpu * 1e6 / n as f64)) };
     let node_rss: u64 = r.held.node_rss_kib.iter().sum();

@@ -5,7 +5,12 @@
 //! first), reads and reacts; and it tallies what arrives: each message
 //! event of the open chat once and in order, its send-to-delivery time (the
 //! sender's clock is the same machine's) same node or cross node, and the
-//! other pushes by kind. Which user does what when is `worker`'s.
+//! other pushes by kind. When its connection ends (a `reconnect` push, then
+//! the close; a reset; a request unanswered past [`LIVENESS`]) it gets one
+//! on another node (`resume`), re-watches its chat with `after` the last seq
+//! it had, asks presence and the live inbox again, and resends the message
+//! whose reply the loss took, with the same `client_id`. Which user does
+//! what when is `worker`'s.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -16,6 +21,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
 use super::follow::{Body, FetchReply, Follow, now_us};
+use super::resume::Dial;
 use super::tally::Tally;
 use crate::client::{Client, REQUEST_TIMEOUT};
 
@@ -30,6 +36,9 @@ const FETCH_LIMIT: u32 = 200;
 const MAX_RETRIES: u32 = 5;
 /// The wait before a retry when the refusal names none.
 const DEFAULT_RETRY: Duration = Duration::from_millis(500);
+/// A request of the load unanswered this long: the connection is taken as lost (a node that
+/// stopped without closing its sockets). Well above a loaded cell's slowest answers.
+const LIVENESS: Duration = Duration::from_secs(10);
 
 /// What the worker asks of a session.
 #[derive(Debug)]
@@ -111,6 +120,8 @@ struct Frame {
     #[serde(rename = "type")]
     kind: Option<String>,
     body: Option<Body>,
+    /// A `reconnect` push's wait.
+    after_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -130,8 +141,9 @@ struct SeqReply {
     seq: Option<u64>,
 }
 
-/// Runs a session until its command channel closes or the server ends it.
-pub async fn run(mut client: Client, who: Who, mut rx: mpsc::Receiver<Cmd>, tally: Arc<Mutex<Tally>>) {
+/// Runs a session until its command channel closes, getting its connection back (to another node
+/// first) each time it is lost, until [`RESUME_BOUND`](super::resume::RESUME_BOUND) passes without one.
+pub async fn run(mut client: Client, who: Who, dial: Dial, mut rx: mpsc::Receiver<Cmd>, tally: Arc<Mutex<Tally>>) {
     let mut s = Session {
         who,
         next_id: FIRST_ID,
@@ -144,56 +156,45 @@ pub async fn run(mut client: Client, who: Who, mut rx: mpsc::Receiver<Cmd>, tall
         watching: false,
         retries: 0,
         hold_until: None,
+        reconnect_after: None,
+        resume_from: None,
     };
-    let mut pending: Option<Pending> = None;
     loop {
-        if s.hold_until.is_some_and(|h| Instant::now() >= h) {
-            s.hold_until = None;
+        let Lost { after } = match s.serve(&mut client, &mut rx, &tally).await {
+            Some(lost) => lost,
+            None => return,
+        };
+        let lost = s.who.node;
+        s.lost(&tally);
+        if let Some(wait) = after {
+            // As a client would: the drain spreads its users' returns over its window.
+            tokio::time::sleep(wait).await;
         }
-        if pending.is_none()
-            && s.hold_until.is_none()
-            && let Some(op) = s.queue.pop_front()
-        {
-            match s.start(&mut client, op).await {
-                Ok(Some(p)) => pending = Some(p),
-                Ok(None) => s.finished(op, Ok(()), &tally),
-                Err(e) => {
-                    s.finished(op, Err(Refusal { error: e, retry_after: None }), &tally);
-                    break;
-                }
+        match dial.reconnect(lost, s.who.user).await {
+            Some((c, node)) => {
+                client = c;
+                s.reconnected(node, &tally);
             }
-            continue;
-        }
-        let deadline = pending.as_ref().map(|p| p.at + REQUEST_TIMEOUT).or(s.hold_until);
-        tokio::select! {
-            cmd = rx.recv(), if pending.is_none() => match cmd {
-                None => return,
-                Some(cmd) => s.take(cmd),
-            },
-            text = client.next_text() => match text {
-                Ok(text) => {
-                    if let Some(done) = s.frame(&text, pending.as_ref(), &tally) {
-                        let p = pending.take().expect("a reply matches a pending request");
-                        if done.is_ok() {
-                            s.note_latency(&p, &tally);
-                        }
-                        s.finished(p.op, done, &tally);
-                    }
+            None => {
+                let mut t = tally.lock().expect("tally lock");
+                t.dropped += 1;
+                t.resuming -= 1;
+                if let Some((node, _)) = s.resume_from {
+                    t.timeline.never(node);
                 }
-                Err(_) => break,
-            },
-            _ = sleep_until(deadline) => {
-                if let Some(p) = pending.take() {
-                    let error = format!("{}: no answer in {REQUEST_TIMEOUT:?}", p.op.name());
-                    s.finished(p.op, Err(Refusal { error, retry_after: None }), &tally);
+                drop(t);
+                if let Some(tx) = s.opened.take() {
+                    let _ = tx.send(Opened { watching: s.watching, error: Some("the connection closed".into()) });
                 }
+                return;
             }
         }
     }
-    tally.lock().expect("tally lock").dropped += 1;
-    if let Some(tx) = s.opened.take() {
-        let _ = tx.send(Opened { watching: s.watching, error: Some("the connection closed".into()) });
-    }
+}
+
+/// Why `serve` returned: the connection is gone, with the wait a `reconnect` push asked for.
+struct Lost {
+    after: Option<Duration>,
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -224,9 +225,125 @@ struct Session {
     retries: u32,
     /// No request is written before this (a refusal asked to wait).
     hold_until: Option<Instant>,
+    /// A `reconnect` push asked to wait this long before connecting again.
+    reconnect_after: Option<Duration>,
+    /// Lost this node at this time (µs since the epoch), not resumed yet.
+    resume_from: Option<(u32, u64)>,
 }
 
 impl Session {
+    /// Serves commands on `client` until the command channel closes (`None`) or the connection is
+    /// lost: closed, reset, or a request unanswered past the liveness bound.
+    async fn serve(&mut self, client: &mut Client, rx: &mut mpsc::Receiver<Cmd>, tally: &Mutex<Tally>) -> Option<Lost> {
+        let mut pending: Option<Pending> = None;
+        loop {
+            if self.hold_until.is_some_and(|h| Instant::now() >= h) {
+                self.hold_until = None;
+            }
+            if pending.is_none()
+                && self.hold_until.is_none()
+                && let Some(op) = self.queue.pop_front()
+            {
+                match self.start(client, op).await {
+                    Ok(Some(p)) => pending = Some(p),
+                    Ok(None) => self.finished(op, Ok(()), tally),
+                    Err(_) => return Some(self.unanswered(Some(op), tally)),
+                }
+                continue;
+            }
+            // The opening waits as long as any request; the load's requests are the liveness check.
+            let bound = if self.opened.is_some() { REQUEST_TIMEOUT } else { LIVENESS };
+            let deadline = pending.as_ref().map(|p| p.at + bound).or(self.hold_until);
+            tokio::select! {
+                cmd = rx.recv(), if pending.is_none() => match cmd {
+                    None => return None,
+                    Some(cmd) => self.take(cmd),
+                },
+                text = client.next_text() => match text {
+                    Ok(text) => {
+                        if let Some(done) = self.frame(&text, pending.as_ref(), tally) {
+                            let p = pending.take().expect("a reply matches a pending request");
+                            if done.is_ok() {
+                                self.note_latency(&p, tally);
+                            }
+                            self.finished(p.op, done, tally);
+                        }
+                    }
+                    Err(_) => return Some(self.unanswered(pending.map(|p| p.op), tally)),
+                },
+                _ = sleep_until(deadline) => {
+                    if let Some(p) = pending.take() {
+                        tally.lock().expect("tally lock").stalls += 1;
+                        return Some(self.unanswered(Some(p.op), tally));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The connection was lost with `op` unanswered: a send goes again after the reconnect with
+    /// the same `client_id` (herald stores it once), a fetch is asked again; the rest is moot.
+    fn unanswered(&mut self, op: Option<Op>, tally: &Mutex<Tally>) -> Lost {
+        match op {
+            Some(Op::Send) => {
+                tally.lock().expect("tally lock").resends += 1;
+                self.queue.push_front(Op::Send);
+            }
+            Some(Op::Fetch) => self.queue.push_front(Op::Fetch),
+            _ => {}
+        }
+        self.retries = 0;
+        self.hold_until = None;
+        Lost { after: self.reconnect_after.take() }
+    }
+
+    /// Counts a loss of this session's node (once until it resumes) and readies the re-watch.
+    fn lost(&mut self, tally: &Mutex<Tally>) {
+        if self.resume_from.is_none() {
+            let at = now_us();
+            self.resume_from = Some((self.who.node, at));
+            let mut t = tally.lock().expect("tally lock");
+            t.resuming += 1;
+            t.timeline.lost(self.who.node, at);
+        }
+        if self.watching {
+            self.follow.resuming();
+        }
+        // The opening again, first: watch (with `after` when it had been watched), presence, inbox.
+        let reopen = self.watching || self.opened.is_some();
+        self.queue.retain(|o| !matches!(o, Op::Watch | Op::Presence | Op::Inbox));
+        if reopen {
+            for op in [Op::Inbox, Op::Presence, Op::Watch] {
+                self.queue.push_front(op);
+            }
+        }
+    }
+
+    /// Connected again, to `node`, and said hello.
+    fn reconnected(&mut self, node: u32, tally: &Mutex<Tally>) {
+        self.who.node = node;
+        let at = now_us();
+        let mut t = tally.lock().expect("tally lock");
+        t.reconnects += 1;
+        if let Some((lost, _)) = self.resume_from {
+            t.timeline.reconnected(lost, at);
+        }
+        drop(t);
+        if !self.queue.contains(&Op::Watch) {
+            // Nothing to re-watch: back once connected.
+            self.resumed(at, tally);
+        }
+    }
+
+    /// The session is whole again at `at` (its chat re-watched, or connected when it has none).
+    fn resumed(&mut self, at: u64, tally: &Mutex<Tally>) {
+        if let Some((node, lost_at)) = self.resume_from.take() {
+            let mut t = tally.lock().expect("tally lock");
+            t.resuming -= 1;
+            t.timeline.resumed(node, lost_at, at);
+        }
+    }
+
     fn take(&mut self, cmd: Cmd) {
         if self.who.open.is_none() {
             if let Cmd::Open(tx) = cmd {
@@ -251,6 +368,10 @@ impl Session {
         let id = self.next_id;
         let chat = serde_json::to_string(chat).map_err(|e| e.to_string())?;
         let text = match op {
+            // Again after a loss: the events after the last one held are replayed.
+            Op::Watch if self.watching => {
+                format!(r#"{{"id":{id},"op":"watch","chat":{chat},"after":{}}}"#, self.follow.last)
+            }
             Op::Watch => format!(r#"{{"id":{id},"op":"watch","chat":{chat}}}"#),
             Op::Presence => format!(r#"{{"id":{id},"op":"presence","chat":{chat}}}"#),
             Op::Inbox => format!(r#"{{"id":{id},"op":"inbox","limit":{INBOX_PAGE},"live":true}}"#),
@@ -310,9 +431,14 @@ impl Session {
             let seq =
                 f.ok.as_deref().and_then(|ok| serde_json::from_str::<SeqReply>(ok.get()).ok()).and_then(|r| r.seq);
             match (p.op, seq) {
+                (Op::Watch, Some(seq)) if self.resume_from.is_some() && self.watching => {
+                    self.follow.rewatched(seq);
+                    self.resumed(now_us(), tally);
+                }
                 (Op::Watch, Some(seq)) => {
                     self.follow.last = self.follow.last.max(seq);
                     self.watching = true;
+                    self.resumed(now_us(), tally);
                 }
                 (Op::Read, Some(seq)) => self.read_to = self.read_to.max(seq),
                 (Op::Send, _) => {
@@ -339,7 +465,19 @@ impl Session {
             Some("inbox") => t.inbox_pushes += 1,
             Some("typing") => t.typing_pushes += 1,
             Some("presence") => t.presence_pushes += 1,
-            Some("notify") => t.notifies += 1,
+            Some("notify") => {
+                t.notifies += 1;
+                let ours = self.who.open.as_ref().is_some_and(|(_, name)| f.chat.as_deref() == Some(name.as_str()));
+                if let Some(seq) = f.seq.filter(|_| ours && self.watching)
+                    && self.follow.notify(seq, &mut t)
+                {
+                    self.queue.push_front(Op::Fetch);
+                }
+            }
+            Some("reconnect") => {
+                t.reconnect_pushes += 1;
+                self.reconnect_after = Some(Duration::from_millis(f.after_ms.unwrap_or(0)));
+            }
             _ => t.other_pushes += 1,
         }
         None
@@ -348,11 +486,13 @@ impl Session {
     fn note_latency(&self, p: &Pending, tally: &Mutex<Tally>) {
         let mut t = tally.lock().expect("tally lock");
         let d = p.at.elapsed();
+        // The opening's steps are the first opening's: a resume is timed as a whole.
+        let opening = self.opened.is_some();
         match p.op {
             Op::Send => t.ack.record(d),
-            Op::Watch => t.opening[0].record(d),
-            Op::Presence => t.opening[1].record(d),
-            Op::Inbox => t.opening[2].record(d),
+            Op::Watch if opening => t.opening[0].record(d),
+            Op::Presence if opening => t.opening[1].record(d),
+            Op::Inbox if opening => t.opening[2].record(d),
             _ => {}
         }
     }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::timeline::{Coarse, Losses, Timeline};
 use crate::latency::Latencies;
 
 /// A worker's counts while it runs, shared by its sessions.
@@ -57,6 +58,22 @@ pub struct Tally {
     pub ack: Latencies,
     /// Each step of the opening, request to reply: watch, presence, inbox.
     pub opening: [Latencies; 3],
+    /// Message events delivered by the replay (or a fetch of it) after a reconnect, and their
+    /// send-to-delivery time (apart from the live figures).
+    pub replayed: u64,
+    pub replay: Latencies,
+    /// Connections got back after a loss (hello answered on another node, or the same).
+    pub reconnects: u64,
+    /// Sends whose reply the loss took, sent again with the same `client_id`.
+    pub resends: u64,
+    /// Requests with no answer in the liveness bound: their connection was taken as lost.
+    pub stalls: u64,
+    /// Sessions between a loss and their resume now.
+    pub resuming: i64,
+    /// `reconnect` pushes (a drain or a rebalance sending the session away).
+    pub reconnect_pushes: u64,
+    /// Live latency per second and losses per node.
+    pub timeline: Timeline,
 }
 
 impl Tally {
@@ -106,6 +123,27 @@ pub struct Counted {
     pub ack: Vec<(u64, u64)>,
     /// The opening's steps: watch, presence, inbox.
     pub opening: [Vec<(u64, u64)>; 3],
+    #[serde(default)]
+    pub replayed: u64,
+    #[serde(default)]
+    pub replay: Vec<(u64, u64)>,
+    #[serde(default)]
+    pub reconnects: u64,
+    #[serde(default)]
+    pub resends: u64,
+    #[serde(default)]
+    pub stalls: u64,
+    #[serde(default)]
+    pub reconnect_pushes: u64,
+    /// Sessions still resuming when the worker counted.
+    #[serde(default)]
+    pub resuming: i64,
+    /// Live deliveries' latency per clock second.
+    #[serde(default)]
+    pub live_per_s: Vec<(u64, Coarse)>,
+    /// Per node lost: its sessions' losses.
+    #[serde(default)]
+    pub losses: Vec<(u32, Losses)>,
 }
 
 impl Tally {
@@ -147,6 +185,15 @@ impl Tally {
             cross_node: self.cross_node.to_counts(),
             ack: self.ack.to_counts(),
             opening: [0, 1, 2].map(|i| self.opening[i].to_counts()),
+            replayed: self.replayed,
+            replay: self.replay.to_counts(),
+            reconnects: self.reconnects,
+            resends: self.resends,
+            stalls: self.stalls,
+            reconnect_pushes: self.reconnect_pushes,
+            resuming: self.resuming,
+            live_per_s: self.timeline.live.iter().map(|(s, c)| (*s, c.clone())).collect(),
+            losses: self.timeline.losses(),
         }
     }
 }
@@ -162,6 +209,11 @@ pub struct Sum {
     pub cross_node: Latencies,
     pub ack: Latencies,
     pub opening: [Latencies; 3],
+    pub replay: Latencies,
+    /// Live latency per clock second, all workers.
+    pub live: BTreeMap<u64, Coarse>,
+    /// Per node lost, all workers.
+    pub losses: BTreeMap<u32, Losses>,
 }
 
 impl Sum {
@@ -182,7 +234,20 @@ impl Sum {
         for (mine, theirs) in self.opening.iter_mut().zip(&c.opening) {
             mine.merge(&Latencies::from_counts(theirs));
         }
+        self.replay.merge(&Latencies::from_counts(&c.replay));
+        for (sec, h) in &c.live_per_s {
+            self.live.entry(*sec).or_default().merge(h);
+        }
+        for (node, l) in c.losses {
+            self.losses.entry(node).or_default().add(l);
+        }
         let s = &mut self.counted;
+        s.replayed += c.replayed;
+        s.reconnects += c.reconnects;
+        s.resends += c.resends;
+        s.stalls += c.stalls;
+        s.reconnect_pushes += c.reconnect_pushes;
+        s.resuming += c.resuming;
         s.delivered += c.delivered;
         s.other_events += c.other_events;
         s.foreign_events += c.foreign_events;
