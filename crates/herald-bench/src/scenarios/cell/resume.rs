@@ -1,8 +1,10 @@
 //! How a cell user gets a connection back after losing its node, as a client
-//! would: the other nodes first (starting at one that depends on the user, so
-//! a lost node's users spread over the rest), the lost one last, each
-//! connect-and-hello bounded; a round that finds none waits a full-jitter
-//! backoff and goes again, until [`RESUME_BOUND`]. What is asked on the new
+//! would: after a full-jitter wait (as the SDK's backoff: a killed node's
+//! users do not all come back in the same millisecond) unless a `reconnect`
+//! push already said when, the other nodes first (starting at one that
+//! depends on the user, so a lost node's users spread over the rest), the
+//! lost one last, each connect-and-hello bounded; a round that finds none
+//! waits a doubled backoff and goes again, until [`RESUME_BOUND`]. What is asked on the new
 //! connection (the re-watch with `after`, presence, the live inbox, resending
 //! what went unanswered) is `session`'s.
 
@@ -17,9 +19,10 @@ use crate::client::Client;
 pub const RESUME_BOUND: Duration = Duration::from_secs(60);
 /// One node's connect and hello get this long.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The backoff after a round where no node answered: full jitter up to this, doubling.
-const BACKOFF_FIRST: Duration = Duration::from_millis(200);
-const BACKOFF_CAP: Duration = Duration::from_secs(2);
+/// The backoff before the first round and after each round where no node answered: full
+/// jitter up to this, doubling (the SDK's base), up to the cap.
+const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const BACKOFF_CAP: Duration = Duration::from_secs(4);
 
 /// What a session needs to connect again.
 pub struct Dial {
@@ -39,12 +42,16 @@ impl Dial {
         order(self.nodes.len() as u32, lost, user)
     }
 
-    /// A connection that said hello to some node, tried in [`Dial::order`] with backoff between
-    /// rounds; with the node, or `None` after [`RESUME_BOUND`].
-    pub async fn reconnect(&self, lost: u32, user: u32) -> Option<(Client, u32)> {
+    /// A connection that said hello to some node, tried in [`Dial::order`] with backoff before
+    /// the first round (unless `waited`: a `reconnect` push said when) and between rounds; with
+    /// the node, or `None` after [`RESUME_BOUND`].
+    pub async fn reconnect(&self, lost: u32, user: u32, waited: bool) -> Option<(Client, u32)> {
         let give_up = Instant::now() + RESUME_BOUND;
         let mut rng = Rng::new(u64::from(user) ^ super::follow::now_us());
         let mut cap = BACKOFF_FIRST;
+        if !waited {
+            tokio::time::sleep(Duration::from_secs_f64(cap.as_secs_f64() * rng.unit())).await;
+        }
         while Instant::now() < give_up {
             for node in self.order(lost, user) {
                 let addr = self.nodes[node as usize];

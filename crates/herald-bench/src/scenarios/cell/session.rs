@@ -21,7 +21,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
 use super::follow::{Body, FetchReply, Follow, now_us};
-use super::resume::Dial;
+use super::resume::{Dial, RESUME_BOUND};
 use super::tally::Tally;
 use crate::client::{Client, REQUEST_TIMEOUT};
 
@@ -142,7 +142,7 @@ struct SeqReply {
 }
 
 /// Runs a session until its command channel closes, getting its connection back (to another node
-/// first) each time it is lost, until [`RESUME_BOUND`](super::resume::RESUME_BOUND) passes without one.
+/// first) each time it is lost, until [`RESUME_BOUND`] passes without one.
 pub async fn run(mut client: Client, who: Who, dial: Dial, mut rx: mpsc::Receiver<Cmd>, tally: Arc<Mutex<Tally>>) {
     let mut s = Session {
         who,
@@ -170,7 +170,7 @@ pub async fn run(mut client: Client, who: Who, dial: Dial, mut rx: mpsc::Receive
             // As a client would: the drain spreads its users' returns over its window.
             tokio::time::sleep(wait).await;
         }
-        match dial.reconnect(lost, s.who.user).await {
+        match dial.reconnect(lost, s.who.user, after.is_some()).await {
             Some((c, node)) => {
                 client = c;
                 s.reconnected(node, &tally);
@@ -500,6 +500,21 @@ impl Session {
     /// Counts a finished request (or asks it again, if the refusal says when), and tells the worker
     /// once the chat is open.
     fn finished(&mut self, op: Op, outcome: Result<(), Refusal>, tally: &Mutex<Tally>) {
+        if let (Op::Watch, Err(refusal), Some((node, lost_at))) = (op, &outcome, self.resume_from) {
+            // A resume is not given up at the fifth refusal: the events missed are owed to this
+            // session, so the re-watch is asked again until the resume bound.
+            if now_us().saturating_sub(lost_at) < RESUME_BOUND.as_micros() as u64 {
+                let mut t = tally.lock().expect("tally lock");
+                t.retries += 1;
+                self.queue.push_front(op);
+                self.hold_until = Some(Instant::now() + refusal.retry_after.unwrap_or(DEFAULT_RETRY));
+                return;
+            }
+            self.resume_from = None;
+            let mut t = tally.lock().expect("tally lock");
+            t.resuming -= 1;
+            t.timeline.never(node);
+        }
         if let Err(Refusal { retry_after: Some(wait), .. }) = &outcome
             && self.retries < MAX_RETRIES
         {
