@@ -152,7 +152,14 @@ async fn restart(target: &TargetArgs, flags: &[String], addr: std::net::SocketAd
 pub fn figures(done: &Done, sum: &Sum, load_start_us: u64) -> Value {
     let Some(first) = done.steps.first() else { return Value::Null };
     let quiet = window(&sum.live, load_start_us / 1_000_000 + QUIET_SKIP_S, first.at_us / 1_000_000);
-    let last = done.steps.last().map_or(first.at_us, |s| s.ready_us.unwrap_or(s.at_us));
+    // A roll lasts until its last node is ready and the last of its users resumed.
+    let last = done
+        .steps
+        .iter()
+        .flat_map(|s| [s.ready_us, sum.losses.get(&(s.node as u32)).and_then(|l| l.last_resumed_us)])
+        .flatten()
+        .max()
+        .unwrap_or(first.at_us);
     let during = match first.kind {
         "kill" => window(&sum.live, first.at_us / 1_000_000, (first.at_us + AFTER_KILL.as_micros() as u64) / 1_000_000),
         _ => window(&sum.live, first.at_us / 1_000_000, last / 1_000_000 + 1),

@@ -36,6 +36,8 @@ const FETCH_LIMIT: u32 = 200;
 const MAX_RETRIES: u32 = 5;
 /// The wait before a retry when the refusal names none.
 const DEFAULT_RETRY: Duration = Duration::from_millis(500);
+/// The close handshake of a lost connection gets this long (a killed node answers nothing).
+const CLOSE_WAIT: Duration = Duration::from_millis(500);
 /// A request of the load unanswered this long: the connection is taken as lost (a node that
 /// stopped without closing its sockets). Well above a loaded cell's slowest answers.
 const LIVENESS: Duration = Duration::from_secs(10);
@@ -164,6 +166,9 @@ pub async fn run(mut client: Client, who: Who, dial: Dial, mut rx: mpsc::Receive
             Some(lost) => lost,
             None => return,
         };
+        // End the old connection now, as a browser does on a close frame: a draining node waits for
+        // its connections to end before it exits, so a client that sat on a closed one held it up.
+        let _ = tokio::time::timeout(CLOSE_WAIT, client.close()).await;
         let lost = s.who.node;
         s.lost(&tally);
         if let Some(wait) = after {
