@@ -25,6 +25,7 @@ mod session;
 mod spawn;
 mod tally;
 mod timeline;
+mod wire;
 pub mod worker;
 mod workload;
 

@@ -48,6 +48,8 @@ pub fn now_us() -> u64 {
 /// The state of one followed chat.
 #[derive(Debug, Default)]
 pub struct Follow {
+    /// The chat's index (its deliveries are counted per chat).
+    pub chat: u32,
     /// The last seq seen (from the watch's reply, then pushes).
     pub last: u64,
     /// Seqs below `last` not seen yet.
@@ -59,6 +61,11 @@ pub struct Follow {
 }
 
 impl Follow {
+    /// Chat `chat`, nothing seen yet.
+    pub fn of(chat: u32) -> Follow {
+        Follow { chat, ..Follow::default() }
+    }
+
     /// The connection was lost: the next events come by the re-watch's replay.
     pub fn resuming(&mut self) {
         self.awaiting = true;
@@ -99,7 +106,7 @@ impl Follow {
         if seq <= self.last {
             if self.missing.remove(&seq) {
                 t.missing -= 1;
-                deliver(kind, body, node, self.replayed(seq), t);
+                deliver(self.chat, kind, body, node, self.replayed(seq), t);
             } else {
                 t.duplicates += 1;
             }
@@ -118,7 +125,7 @@ impl Follow {
             }
         }
         self.last = seq;
-        deliver(kind, body, node, self.replayed(seq), t);
+        deliver(self.chat, kind, body, node, self.replayed(seq), t);
         gap
     }
 
@@ -135,7 +142,7 @@ impl Follow {
                 t.missing -= 1;
                 t.fetched += 1;
                 progressed = true;
-                deliver(e.kind.as_deref(), e.body.as_ref(), node, self.replayed(e.seq), t);
+                deliver(self.chat, e.kind.as_deref(), e.body.as_ref(), node, self.replayed(e.seq), t);
             }
         }
         // A reply that filled nothing will not fill it by asking again the same way.
@@ -143,13 +150,14 @@ impl Follow {
     }
 }
 
-/// Counts one event delivered to a watcher on `node`, live or by a replay after a reconnect.
-fn deliver(kind: Option<&str>, body: Option<&Body>, node: u32, replayed: bool, t: &mut Tally) {
+/// Counts one event of `chat` delivered to a watcher on `node`, live or by a replay after a reconnect.
+fn deliver(chat: u32, kind: Option<&str>, body: Option<&Body>, node: u32, replayed: bool, t: &mut Tally) {
     if kind != Some("message") {
         t.other_events += 1;
         return;
     }
     t.delivered += 1;
+    *t.delivered_by_chat.entry(chat).or_default() += 1;
     if replayed {
         t.replayed += 1;
     }

@@ -16,13 +16,12 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
-use super::follow::{Body, FetchReply, Follow, now_us};
+use super::follow::{FetchReply, Follow, now_us};
 use super::resume::{Dial, RESUME_BOUND};
 use super::tally::Tally;
+use super::wire::{DEFAULT_RETRY, Frame, Op, Refusal, SeqReply};
 use crate::client::{Client, REQUEST_TIMEOUT};
 
 /// Request ids of a session start here, above those `Client` used for hello and the joins.
@@ -34,8 +33,6 @@ const FETCH_LIMIT: u32 = 200;
 /// A request refused with a `retry_after_ms` (a store shard busy, a throttle) is asked again,
 /// as a client would, at most this many times.
 const MAX_RETRIES: u32 = 5;
-/// The wait before a retry when the refusal names none.
-const DEFAULT_RETRY: Duration = Duration::from_millis(500);
 /// The close handshake of a lost connection gets this long (a killed node answers nothing).
 const CLOSE_WAIT: Duration = Duration::from_millis(500);
 /// A request of the load unanswered this long: the connection is taken as lost (a node that
@@ -81,75 +78,14 @@ struct Pending {
     at: Instant,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
-    Watch,
-    Presence,
-    Inbox,
-    Typing,
-    Send,
-    Read,
-    React,
-    /// Fill a gap that pushes skipped.
-    Fetch,
-}
-
-impl Op {
-    fn name(self) -> &'static str {
-        match self {
-            Op::Watch => "watch",
-            Op::Presence => "presence",
-            Op::Inbox => "inbox",
-            Op::Typing => "typing",
-            Op::Send => "send",
-            Op::Read => "read",
-            Op::React => "react",
-            Op::Fetch => "fetch",
-        }
-    }
-}
-
-/// A server frame as the session reads it: a reply or a push, with the
-/// message body's send time and sender's node when it is one of the bench's.
-#[derive(Deserialize)]
-struct Frame {
-    id: Option<i64>,
-    ok: Option<Box<RawValue>>,
-    err: Option<serde_json::Value>,
-    ev: Option<String>,
-    chat: Option<String>,
-    seq: Option<u64>,
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    body: Option<Body>,
-    /// A `reconnect` push's wait.
-    after_ms: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct ErrReply {
-    code: Option<String>,
-    retry_after_ms: Option<u64>,
-}
-
-/// A failed request: why, and when to ask again if it may be.
-struct Refusal {
-    error: String,
-    retry_after: Option<Duration>,
-}
-
-#[derive(Deserialize)]
-struct SeqReply {
-    seq: Option<u64>,
-}
-
 /// Runs a session until its command channel closes, getting its connection back (to another node
 /// first) each time it is lost, until [`RESUME_BOUND`] passes without one.
 pub async fn run(mut client: Client, who: Who, dial: Dial, mut rx: mpsc::Receiver<Cmd>, tally: Arc<Mutex<Tally>>) {
+    let chat = who.open.as_ref().map_or(0, |(c, _)| *c);
     let mut s = Session {
         who,
         next_id: FIRST_ID,
-        follow: Follow::default(),
+        follow: Follow::of(chat),
         read_to: 0,
         sent: 0,
         send_t: None,
@@ -249,7 +185,7 @@ impl Session {
                 && self.hold_until.is_none()
                 && let Some(op) = self.queue.pop_front()
             {
-                match self.start(client, op).await {
+                match self.start(client, op, tally).await {
                     Ok(Some(p)) => pending = Some(p),
                     Ok(None) => self.finished(op, Ok(()), tally),
                     Err(_) => return Some(self.unanswered(Some(op), tally)),
@@ -368,7 +304,7 @@ impl Session {
     }
 
     /// Writes `op`'s request; `None` when there is nothing to ask (a read with nothing new).
-    async fn start(&mut self, client: &mut Client, op: Op) -> Result<Option<Pending>, String> {
+    async fn start(&mut self, client: &mut Client, op: Op, tally: &Mutex<Tally>) -> Result<Option<Pending>, String> {
         let Some((_, chat)) = &self.who.open else { return Ok(None) };
         let id = self.next_id;
         let chat = serde_json::to_string(chat).map_err(|e| e.to_string())?;
@@ -382,6 +318,11 @@ impl Session {
             Op::Inbox => format!(r#"{{"id":{id},"op":"inbox","limit":{INBOX_PAGE},"live":true}}"#),
             Op::Typing => format!(r#"{{"id":{id},"op":"typing","chat":{chat}}}"#),
             Op::Send => {
+                if self.send_t.is_none()
+                    && let Some((c, _)) = &self.who.open
+                {
+                    *tally.lock().expect("tally lock").in_flight.entry(*c).or_default() += 1;
+                }
                 let t = *self.send_t.get_or_insert_with(now_us);
                 let (node, user, n) = (self.who.node, self.who.user, self.sent);
                 format!(
@@ -417,13 +358,7 @@ impl Session {
         if let Some(id) = f.id {
             let p = pending.filter(|p| p.id == id)?;
             if let Some(err) = f.err {
-                let reply = serde_json::from_value::<ErrReply>(err.clone()).ok();
-                let retry_after = reply.filter(|r| r.code.as_deref() != Some("forbidden")).and_then(|r| {
-                    r.retry_after_ms
-                        .map(Duration::from_millis)
-                        .or((r.code.as_deref() == Some("unavailable")).then_some(DEFAULT_RETRY))
-                });
-                return Some(Err(Refusal { error: format!("{}: {err}", p.op.name()), retry_after }));
+                return Some(Err(Refusal::of(p.op, &err)));
             }
             if p.op == Op::Fetch {
                 let reply = f.ok.as_deref().and_then(|ok| serde_json::from_str::<FetchReply>(ok.get()).ok());
@@ -534,7 +469,12 @@ impl Session {
         if op == Op::Send {
             // Acked or given up: the next message is another (its own client_id and time).
             self.sent += 1;
-            self.send_t = None;
+            if self.send_t.take().is_some()
+                && let Some((c, _)) = &self.who.open
+                && let Some(n) = t.in_flight.get_mut(c)
+            {
+                *n = n.saturating_sub(1);
+            }
             if let (Err(_), Some((c, _))) = (&outcome, &self.who.open) {
                 // Refused in the end, yet it may have been stored (a shard can commit a write its
                 // caller stopped waiting for): owed to nobody, but it may be delivered.

@@ -17,8 +17,11 @@ pub struct Tally {
     pub acked: HashMap<u32, u64>,
     /// Sends given up per chat (refused after every retry): maybe stored, maybe not.
     pub abandoned: HashMap<u32, u64>,
-    /// Message events of the open chat received (once each).
+    /// Message events of the open chat received (once each), in all and per chat.
     pub delivered: u64,
+    pub delivered_by_chat: HashMap<u32, u64>,
+    /// Sends written and not answered yet, per chat: at the count, maybe stored, maybe not.
+    pub in_flight: HashMap<u32, u64>,
     /// Other events of the open chat (joins, reads, reactions).
     pub other_events: u64,
     /// Event pushes of a chat the session does not watch (should be none).
@@ -94,6 +97,12 @@ pub struct Counted {
     pub abandoned: Vec<(u32, u64)>,
     /// (chat, watchers of this worker), chats with any.
     pub watchers: Vec<(u32, u64)>,
+    /// (chat, message deliveries), chats with any.
+    #[serde(default)]
+    pub delivered_by_chat: Vec<(u32, u64)>,
+    /// (chat, sends unanswered when the worker counted), chats with any.
+    #[serde(default)]
+    pub in_flight: Vec<(u32, u64)>,
     pub delivered: u64,
     pub other_events: u64,
     pub foreign_events: u64,
@@ -158,6 +167,8 @@ impl Tally {
             acked: sorted(&self.acked),
             abandoned: sorted(&self.abandoned),
             watchers: sorted(watchers),
+            delivered_by_chat: sorted(&self.delivered_by_chat),
+            in_flight: sorted(&self.in_flight),
             delivered: self.delivered,
             other_events: self.other_events,
             foreign_events: self.foreign_events,
@@ -204,6 +215,8 @@ pub struct Sum {
     pub acked: HashMap<u32, u64>,
     pub abandoned: HashMap<u32, u64>,
     pub watchers: HashMap<u32, u64>,
+    pub delivered_by_chat: HashMap<u32, u64>,
+    pub in_flight: HashMap<u32, u64>,
     pub counted: Counted,
     pub same_node: Latencies,
     pub cross_node: Latencies,
@@ -227,6 +240,12 @@ impl Sum {
         }
         for (chat, n) in &c.watchers {
             *self.watchers.entry(*chat).or_default() += n;
+        }
+        for (chat, n) in &c.delivered_by_chat {
+            *self.delivered_by_chat.entry(*chat).or_default() += n;
+        }
+        for (chat, n) in &c.in_flight {
+            *self.in_flight.entry(*chat).or_default() += n;
         }
         self.same_node.merge(&Latencies::from_counts(&c.same_node));
         self.cross_node.merge(&Latencies::from_counts(&c.cross_node));
@@ -283,9 +302,37 @@ impl Sum {
         self.acked.iter().map(|(chat, n)| n * self.watchers.get(chat).copied().unwrap_or(0)).sum()
     }
 
-    /// Message deliveries that may come on top: each send given up, if it was stored after all.
+    /// Message deliveries that may come on top: each send given up or unanswered at the count, if
+    /// it was stored after all.
     pub fn maybe(&self) -> u64 {
-        self.abandoned.iter().map(|(chat, n)| n * self.watchers.get(chat).copied().unwrap_or(0)).sum()
+        self.abandoned.iter().chain(&self.in_flight).map(|(chat, n)| n * self.watchers.get(chat).copied().unwrap_or(0)).sum()
+    }
+
+    fn owed(&self, chat: u32) -> (u64, u64) {
+        let w = self.watchers.get(&chat).copied().unwrap_or(0);
+        let of = |m: &HashMap<u32, u64>| m.get(&chat).copied().unwrap_or(0);
+        (of(&self.acked) * w, (of(&self.abandoned) + of(&self.in_flight)) * w)
+    }
+
+    /// Deliveries owed and not received, chat by chat (one chat's surplus does not hide another's loss).
+    pub fn lost(&self) -> u64 {
+        self.acked.keys().map(|&c| self.owed(c).0.saturating_sub(self.delivered_by_chat.get(&c).copied().unwrap_or(0))).sum()
+    }
+
+    /// Deliveries received beyond what each chat could owe, sends given up and unanswered included.
+    pub fn beyond(&self) -> u64 {
+        self.delivered_by_chat
+            .iter()
+            .map(|(&c, &d)| {
+                let (owed, maybe) = self.owed(c);
+                d.saturating_sub(owed + maybe)
+            })
+            .sum()
+    }
+
+    /// Sends unanswered when the workers counted.
+    pub fn unanswered(&self) -> u64 {
+        self.in_flight.values().sum()
     }
 
     /// Acked sends in all.
@@ -311,5 +358,21 @@ mod tests {
         assert_eq!(sum.counted.delivered, 15);
         sum.add(Counted { abandoned: vec![(1, 2)], ..Counted::default() });
         assert_eq!(sum.maybe(), 2 * 4);
+    }
+
+    #[test]
+    fn a_chat_short_of_its_deliveries_is_lost_even_when_another_has_more() {
+        let mut sum = Sum::default();
+        // Chat 1: 3 acked to 2 watchers, 5 received; chat 2: 2 acked to 1 watcher (and 1 unanswered), 3 received.
+        sum.add(Counted {
+            acked: vec![(1, 3), (2, 2)],
+            watchers: vec![(1, 2), (2, 1)],
+            delivered_by_chat: vec![(1, 5), (2, 3)],
+            in_flight: vec![(2, 1)],
+            ..Counted::default()
+        });
+        assert_eq!((sum.lost(), sum.beyond(), sum.unanswered()), (1, 0, 1));
+        sum.add(Counted { delivered_by_chat: vec![(2, 1)], ..Counted::default() });
+        assert_eq!(sum.beyond(), 1);
     }
 }
