@@ -33,6 +33,8 @@ const FETCH_LIMIT: u32 = 200;
 /// A request refused with a `retry_after_ms` (a store shard busy, a throttle) is asked again,
 /// as a client would, at most this many times.
 const MAX_RETRIES: u32 = 5;
+/// A fetch of a gap is asked again longer: what it fills is owed to this session.
+const MAX_FETCH_RETRIES: u32 = 60;
 /// The close handshake of a lost connection gets this long (a killed node answers nothing).
 const CLOSE_WAIT: Duration = Duration::from_millis(500);
 /// A request of the load unanswered this long: the connection is taken as lost (a node that
@@ -96,6 +98,7 @@ pub async fn run(mut client: Client, who: Who, dial: Dial, mut rx: mpsc::Receive
         hold_until: None,
         reconnect_after: None,
         resume_from: None,
+        resend: false,
     };
     loop {
         let Lost { after } = match s.serve(&mut client, &mut rx, &tally).await {
@@ -170,6 +173,8 @@ struct Session {
     reconnect_after: Option<Duration>,
     /// Lost this node at this time (µs since the epoch), not resumed yet.
     resume_from: Option<(u32, u64)>,
+    /// The send at the queue's head goes again after a loss.
+    resend: bool,
 }
 
 impl Session {
@@ -228,6 +233,7 @@ impl Session {
         match op {
             Some(Op::Send) => {
                 tally.lock().expect("tally lock").resends += 1;
+                self.resend = true;
                 self.queue.push_front(Op::Send);
             }
             Some(Op::Fetch) => self.queue.push_front(Op::Fetch),
@@ -322,6 +328,10 @@ impl Session {
                     && let Some((c, _)) = &self.who.open
                 {
                     *tally.lock().expect("tally lock").in_flight.entry(*c).or_default() += 1;
+                }
+                if std::mem::take(&mut self.resend) {
+                    // Timed from the resend: the outage is the resume's figure, not the cell's latency.
+                    self.send_t = Some(now_us());
                 }
                 let t = *self.send_t.get_or_insert_with(now_us);
                 let (node, user, n) = (self.who.node, self.who.user, self.sent);
@@ -456,7 +466,7 @@ impl Session {
             t.timeline.never(node);
         }
         if let Err(Refusal { retry_after: Some(wait), .. }) = &outcome
-            && self.retries < MAX_RETRIES
+            && self.retries < if op == Op::Fetch { MAX_FETCH_RETRIES } else { MAX_RETRIES }
         {
             self.retries += 1;
             tally.lock().expect("tally lock").retries += 1;
