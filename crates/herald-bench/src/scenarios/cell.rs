@@ -163,10 +163,7 @@ pub async fn run(mut args: CellArgs) -> anyhow::Result<Vec<Value>> {
     ensure!(users.div_ceil(args.workers()) <= MAX_PER_WORKER, "at most {MAX_PER_WORKER} users per worker");
     ensure!(args.shards > 0 && args.secs > 0.0 && args.secs <= 3600.0, "--shards positive, --secs up to 3600");
     ensure!(args.rate >= 0.0 && args.connect_rate > 0.0, "--rate and --connect-rate must not be negative");
-    ensure!(
-        !args.fault.any() || args.nodes > 1,
-        "a bad day needs a second node for the users to go to"
-    );
+    ensure!(!args.fault.any() || args.nodes > 1, "a bad day needs a second node for the users to go to");
     ensure!(args.fault.kill_node.is_none_or(|i| i < args.nodes), "--kill-node is past --nodes");
     let out = tokio::select! {
         r = run_cell(&args) => r?,

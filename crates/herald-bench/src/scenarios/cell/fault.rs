@@ -226,7 +226,8 @@ pub fn check_resumed(out: &Value) -> Result<(), String> {
     let b = &out["bad_day"];
     let n = |k: &str| b[k].as_i64().unwrap_or(-1);
     let steps = b["steps"].as_array().map_or(0, Vec::len);
-    let never: i64 = b["steps"].as_array().into_iter().flatten().map(|s| s["never_resumed"].as_i64().unwrap_or(0)).sum();
+    let never: i64 =
+        b["steps"].as_array().into_iter().flatten().map(|s| s["never_resumed"].as_i64().unwrap_or(0)).sum();
     let checks = [
         ("a fault happened", steps > 0),
         ("sessions reconnected", n("reconnects") > 0),

@@ -305,7 +305,11 @@ impl Sum {
     /// Message deliveries that may come on top: each send given up or unanswered at the count, if
     /// it was stored after all.
     pub fn maybe(&self) -> u64 {
-        self.abandoned.iter().chain(&self.in_flight).map(|(chat, n)| n * self.watchers.get(chat).copied().unwrap_or(0)).sum()
+        self.abandoned
+            .iter()
+            .chain(&self.in_flight)
+            .map(|(chat, n)| n * self.watchers.get(chat).copied().unwrap_or(0))
+            .sum()
     }
 
     fn owed(&self, chat: u32) -> (u64, u64) {
@@ -316,7 +320,10 @@ impl Sum {
 
     /// Deliveries owed and not received, chat by chat (one chat's surplus does not hide another's loss).
     pub fn lost(&self) -> u64 {
-        self.acked.keys().map(|&c| self.owed(c).0.saturating_sub(self.delivered_by_chat.get(&c).copied().unwrap_or(0))).sum()
+        self.acked
+            .keys()
+            .map(|&c| self.owed(c).0.saturating_sub(self.delivered_by_chat.get(&c).copied().unwrap_or(0)))
+            .sum()
     }
 
     /// Deliveries received beyond what each chat could owe, sends given up and unanswered included.
