@@ -95,7 +95,7 @@ mod tests {
     fn the_lost_node_is_tried_last_and_its_users_spread() {
         assert_eq!(order(3, 0, 0), vec![1, 2, 0]);
         assert_eq!(order(3, 0, 1), vec![2, 1, 0]);
-        assert_eq!(order(3, 2, 4), vec![1, 0, 2]);
+        assert_eq!(order(3, 2, 4), vec![0, 1, 2]);
         assert_eq!(order(1, 0, 5), vec![0]);
         let firsts: Vec<u32> = (0..6).map(|u| order(4, 1, u)[0]).collect();
         assert_eq!(firsts, vec![2, 3, 0, 2, 3, 0]);
