@@ -640,6 +640,31 @@ async fn a_node_that_never_hears_a_hint_reads_the_event_from_the_log_without_rea
     assert!(metric(&text, "herald_hub_tail_repairs_total") >= 1.0, "counted as a repair");
     assert_eq!(heads(&text), heads(&before), "still no head read");
     eprintln!("node-b pushed an event it never heard of {took:?} after its send");
+
+    // A commit that comes late, as one held by a synchronous standby or by a frozen node: its
+    // transaction takes its id before several checks and commits after them. Written by hand here.
+    let (db, conn) = tokio_postgres::connect(&store, tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    db.batch_execute(
+        r#"BEGIN;
+           INSERT INTO events (chat_id, seq, type, "user", ts, body)
+             SELECT id, seq + 1, 'message', 'alice', 0, '"late"' FROM chats WHERE chat = 'quiet';
+           UPDATE chats SET seq = seq + 1 WHERE chat = 'quiet';"#,
+    )
+    .await
+    .expect("a transaction left open");
+    // Later transactions commit meanwhile (a read that only remembered the newest id it saw would pass
+    // the open one over).
+    alice.ok(json!({"op": "join", "chat": "busy"})).await;
+    for i in 0..3 {
+        alice.ok(json!({"op": "send", "chat": "busy", "body": i})).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let committed = Instant::now();
+    db.batch_execute("COMMIT").await.expect("commit");
+    let e = push_of(&mut bob, "event", Duration::from_secs(3)).await.expect("the late commit's event");
+    assert_eq!((e["seq"].clone(), e["body"].clone()), (json!(m["seq"].as_u64().unwrap() + 1), json!("late")), "{e}");
+    eprintln!("node-b pushed a commit that came 3 s late {:?} after it", committed.elapsed());
 }
 
 /// The admin page's view of a cell: every node with its connections (the

@@ -145,7 +145,9 @@ async fn every_dashboard_panel_queries_prometheus_scraping_herald() {
             bob.request(json!({"op": "send", "chat": "c", "body": {"n": n}})).await;
         }
         while alice.push_within(Duration::from_millis(1)).await.is_some() {}
-        if try_http(prometheus.addr, "GET", "/-/ready", None, Duration::from_secs(1)).await.is_none() {
+        // Prometheus answers 503 until it has loaded its storage (slow on a busy machine).
+        if try_http(prometheus.addr, "GET", "/-/ready", None, Duration::from_secs(1)).await.map(|(s, _)| s) != Some(200)
+        {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }

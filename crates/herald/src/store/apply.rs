@@ -160,7 +160,6 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
     for key in &batch.dirty {
         tx.save_chat(&batch.rows[key]).await?;
     }
-    tx.chats_saved().await?;
     if let Some(before) = before {
         let stored: Vec<Stored> = batch
             .dirty

@@ -102,11 +102,6 @@ pub(crate) trait Tx {
     async fn finish(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
-    /// After every chat of the batch is saved: a backend that records which chats moved (for the
-    /// tail checks of other nodes) does it here, once per batch.
-    async fn chats_saved(&mut self) -> Result<(), Self::Error> {
-        Ok(())
-    }
     /// webhook: whether this transaction keeps the webhook's positions: only
     /// while a webhook is configured (a node without one does not pay for it).
     fn keeps_webhook_positions(&self) -> bool {

@@ -2,8 +2,9 @@
 //! (`hub/repair.rs`, the live inboxes' feed), at a cost that follows the
 //! shard's writes rather than the number of chats a node watches.
 //!
-//! Every write batch that saves chats adds one `chat_changes` row in its own
-//! transaction: its transaction id, the chats' row ids and their new seqs.
+//! Every change of a chat's seq adds a `chat_changes` row in its own
+//! transaction (a trigger on `chats`): the transaction id, the chat's row id
+//! and its new seq.
 //! A read takes the snapshot's xmin (the oldest transaction still running),
 //! then reads the rows whose xid is at least the xmin its previous read took.
 //! A transaction that had not committed at that previous read has an xid at
@@ -111,11 +112,9 @@ impl PgShard {
                         let stmt = conn
                             .prepare_cached(
                                 "SELECT c.ws, c.chat, m.seq
-                                   FROM (SELECT u.id, max(u.seq) AS seq
-                                           FROM chat_changes x CROSS JOIN LATERAL unnest(x.chat_ids, x.seqs) AS u(id, seq)
-                                          WHERE x.xid >= $1::text::xid8
-                                          GROUP BY u.id) m
-                                   JOIN chats c ON c.id = m.id",
+                                   FROM (SELECT chat_id, max(seq) AS seq FROM chat_changes
+                                          WHERE xid >= $1::text::xid8 GROUP BY chat_id) m
+                                   JOIN chats c ON c.id = m.chat_id",
                             )
                             .await?;
                         conn.query(&stmt, &[&since.to_string()]).await?

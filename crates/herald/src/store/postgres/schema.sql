@@ -263,15 +263,27 @@ CREATE INDEX IF NOT EXISTS events_sender ON events ("user", ts, chat_id, seq) WH
 
 INSERT INTO herald_schema (version) VALUES (8) ON CONFLICT DO NOTHING;
 
--- Version 9: the chats whose latest seq moved, one row per write batch that moved any, for the nodes'
--- tail checks: each node reads the rows of transactions that were still running at its previous read
--- (xid at least that read's snapshot xmin), so its cost follows the writes, not the chats it watches.
--- Each node deletes the rows every node has long read (`changes.rs`).
+-- Version 9: the chats whose latest seq moved, a row per chat and transaction, for the nodes' tail
+-- checks: each node reads the rows of transactions that were still running at its previous read (xid
+-- at least that read's snapshot xmin), so its cost follows the writes, not the chats it watches. A
+-- trigger writes them, so that every path that moves a chat's seq is seen, a node of an older version
+-- during a rolling upgrade included. Each node deletes the rows every node has long read (`changes.rs`).
 CREATE TABLE IF NOT EXISTS chat_changes (
-    xid      xid8     NOT NULL DEFAULT pg_current_xact_id(),
-    chat_ids bigint[] NOT NULL,
-    seqs     bigint[] NOT NULL
+    xid     xid8   NOT NULL DEFAULT pg_current_xact_id(),
+    chat_id bigint NOT NULL,
+    seq     bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS chat_changes_xid ON chat_changes (xid);
+
+CREATE OR REPLACE FUNCTION herald_chat_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.seq > 0 AND (TG_OP = 'INSERT' OR NEW.seq <> OLD.seq) THEN
+        INSERT INTO chat_changes (chat_id, seq) VALUES (NEW.id, NEW.seq);
+    END IF;
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS chats_moved ON chats;
+CREATE TRIGGER chats_moved AFTER INSERT OR UPDATE OF seq ON chats
+    FOR EACH ROW EXECUTE FUNCTION herald_chat_moved();
 
 INSERT INTO herald_schema (version) VALUES (9) ON CONFLICT DO NOTHING;

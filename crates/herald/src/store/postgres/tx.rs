@@ -48,20 +48,9 @@ pub(super) struct PgTx<'a, 'b> {
     hashes: HashMap<i64, u64>,
     /// The chats' heads as this batch saves them: what the node has seen once it commits.
     pub(super) saved: Vec<(u64, u64)>,
-    /// The chats this batch saves, by row id, and their seqs: one `chat_changes` row (`changes.rs`).
-    moved: Vec<(i64, i64)>,
 }
 
 impl<'a, 'b> PgTx<'a, 'b> {
-    /// The batch's row of `chat_changes`: its chats and their new seqs, for the tail checks.
-    async fn flush_moved(&mut self) -> Result<(), tokio_postgres::Error> {
-        if self.moved.is_empty() {
-            return Ok(());
-        }
-        let (ids, seqs): (Vec<i64>, Vec<i64>) = std::mem::take(&mut self.moved).into_iter().unzip();
-        self.exec("INSERT INTO chat_changes (chat_ids, seqs) VALUES ($1, $2)", &[&ids, &seqs]).await.map(|_| ())
-    }
-
     pub(super) fn new(tx: &'a Transaction<'b>, heads: &'a SeenHeads, shard: &'a str) -> Self {
         PgTx {
             tx,
@@ -69,7 +58,6 @@ impl<'a, 'b> PgTx<'a, 'b> {
             shard,
             hashes: HashMap::new(),
             saved: Vec::new(),
-            moved: Vec::new(),
             members: HashMap::new(),
             client_ids: HashMap::new(),
             new_members: Vec::new(),
@@ -299,7 +287,6 @@ impl Tx for PgTx<'_, '_> {
         if let Some(&hash) = self.hashes.get(&row.id) {
             self.saved.push((hash, row.seq));
         }
-        self.moved.push((row.id, row.seq as i64));
         self.exec(
             "UPDATE chats SET seq = $2, members = $3, open = $4, messages = $5, last_ts = $6, last_message = $7,
                               pins = $8, profile_seq = $9
@@ -552,10 +539,6 @@ impl Tx for PgTx<'_, '_> {
     async fn finish(&mut self) -> Result<(), Self::Error> {
         self.flush_members().await?;
         self.flush_events().await
-    }
-
-    async fn chats_saved(&mut self) -> Result<(), Self::Error> {
-        self.flush_moved().await
     }
 
     fn keeps_webhook_positions(&self) -> bool {
