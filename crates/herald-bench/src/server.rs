@@ -32,6 +32,8 @@ const LISTENING: &str = "herald listening on ";
 /// The request rate and burst of [`raised_limits`]: far above what one
 /// connection can do waiting for each ack, so the limiter is not what is measured.
 const RAISED_RATE: u32 = 100_000;
+/// A free loopback port, chosen by the kernel when the server binds.
+const LOOPBACK_ANY: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
 
 /// Flags that raise a started server's per-connection request limits, for
 /// scenarios whose clients send back to back.
@@ -115,22 +117,27 @@ impl Server {
                 rss_kib(pid).with_context(|| format!("no process {pid}"))?;
                 Ok(Server { pid, addr: parse_ws_url(url)?, jwt_secret, api_key: target.api_key.clone(), started: None })
             }
-            _ => {
-                let data = tempfile::TempDir::with_prefix("herald-bench-")?;
-                Server::start(target, flags, data.path().to_path_buf(), Some(data)).await
-            }
+            _ => Server::open_at(target, flags, LOOPBACK_ANY).await,
         }
+    }
+
+    /// Starts a server listening on `listen` (a node restarted on the port it had), with a data
+    /// directory of its own.
+    pub async fn open_at(target: &TargetArgs, flags: &[String], listen: SocketAddr) -> anyhow::Result<Server> {
+        let data = tempfile::TempDir::with_prefix("herald-bench-")?;
+        Server::start(target, flags, listen, data.path().to_path_buf(), Some(data)).await
     }
 
     /// Starts a server on the data directory `data` (a store the scenario
     /// prepares and removes itself).
     pub async fn start_in(target: &TargetArgs, flags: &[String], data: &std::path::Path) -> anyhow::Result<Server> {
-        Server::start(target, flags, data.to_path_buf(), None).await
+        Server::start(target, flags, LOOPBACK_ANY, data.to_path_buf(), None).await
     }
 
     async fn start(
         target: &TargetArgs,
         flags: &[String],
+        listen: SocketAddr,
         data_path: PathBuf,
         data: Option<tempfile::TempDir>,
     ) -> anyhow::Result<Server> {
@@ -144,7 +151,7 @@ impl Server {
         let api_key = target.api_key.clone().unwrap_or_else(random_hex);
         let mut command = Command::new(&bin);
         command
-            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .args(["serve", "--listen", &listen.to_string(), "--data"])
             .arg(&data_path)
             .args(flags)
             .args(&target.server_args)

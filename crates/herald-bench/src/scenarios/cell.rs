@@ -11,14 +11,21 @@
 //! PostgreSQL rates, and whether every message reached every watcher once.
 //! Everything it starts is stopped by pid at the end, on an error, and on
 //! Ctrl-C, and its temp dirs removed. `--smoke` is a tiny cell that fails
-//! unless delivery was exact.
+//! unless delivery was exact. A bad day (`fault`): `--kill-node I` kills a
+//! node under the load, `--roll` restarts every node in turn; the users
+//! resume on other nodes and delivery must stay exact; `--smoke-bad-day` is
+//! a small roll that fails unless it does.
 
+mod fault;
 mod follow;
 mod probe;
 mod report;
+mod resume;
 mod session;
 mod spawn;
 mod tally;
+mod timeline;
+mod wire;
 pub mod worker;
 mod workload;
 
@@ -57,6 +64,8 @@ const WORKER_SLACK: Duration = Duration::from_secs(60);
 const JOIN_RATE_FLOOR: f64 = 500.0;
 /// Time a worker gets to exit after `stop`.
 const WORKER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The bad-day smoke's drain window: short, so that three drains fit a short load.
+const SMOKE_DRAIN_MS: u64 = 2000;
 
 /// `herald-bench cell`.
 #[derive(Debug, Clone, Args, Serialize)]
@@ -98,6 +107,8 @@ pub struct CellArgs {
     /// message reached every watcher once.
     #[arg(long)]
     pub smoke: bool,
+    #[command(flatten)]
+    pub fault: fault::FaultArgs,
     /// Print one JSON object instead of the summary.
     #[arg(long)]
     #[serde(skip)]
@@ -118,6 +129,20 @@ impl CellArgs {
         self.workers = Some(2);
     }
 
+    /// The bad-day smoke: three nodes (a drained node's users have two to go to), a roll with
+    /// drains of 2 s, and the load long enough to span it.
+    fn apply_smoke_bad_day(&mut self) {
+        self.apply_smoke();
+        self.nodes = 3;
+        self.model.connections = 300;
+        self.secs = 16.0;
+        self.fault.roll = true;
+        self.fault.kill_node = None;
+        self.fault.fault_at_s = 2.0;
+        self.fault.roll_pause_s = 1.0;
+        self.target.server_args.push(format!("--drain-window-ms={SMOKE_DRAIN_MS}"));
+    }
+
     fn workers(&self) -> usize {
         let users = self.model.connections;
         self.workers.unwrap_or(2).max(users.div_ceil(MAX_PER_WORKER)).min(users.max(1))
@@ -126,7 +151,9 @@ impl CellArgs {
 
 /// Runs the cell once and reports.
 pub async fn run(mut args: CellArgs) -> anyhow::Result<Vec<Value>> {
-    if args.smoke {
+    if args.fault.smoke_bad_day {
+        args.apply_smoke_bad_day();
+    } else if args.smoke {
         args.apply_smoke();
     }
     let users = args.model.connections;
@@ -136,14 +163,23 @@ pub async fn run(mut args: CellArgs) -> anyhow::Result<Vec<Value>> {
     ensure!(users.div_ceil(args.workers()) <= MAX_PER_WORKER, "at most {MAX_PER_WORKER} users per worker");
     ensure!(args.shards > 0 && args.secs > 0.0 && args.secs <= 3600.0, "--shards positive, --secs up to 3600");
     ensure!(args.rate >= 0.0 && args.connect_rate > 0.0, "--rate and --connect-rate must not be negative");
+    ensure!(!args.fault.any() || args.nodes > 1, "a bad day needs a second node for the users to go to");
+    ensure!(args.fault.kill_node.is_none_or(|i| i < args.nodes), "--kill-node is past --nodes");
     let out = tokio::select! {
         r = run_cell(&args) => r?,
         _ = tokio::signal::ctrl_c() => bail!("interrupted: the cell's processes were stopped"),
     };
     report::emit(&args, &out);
-    if args.smoke {
+    if !args.json {
+        fault::print(&out);
+    }
+    if args.smoke || args.fault.smoke_bad_day {
         report::check_exact(&out).map_err(|why| anyhow::anyhow!("cell smoke failed: {why}"))?;
         eprintln!("cell smoke: every message reached every watcher once");
+    }
+    if args.fault.smoke_bad_day {
+        fault::check_resumed(&out).map_err(|why| anyhow::anyhow!("cell bad-day smoke failed: {why}"))?;
+        eprintln!("cell bad-day smoke: every session resumed on another node through the roll");
     }
     Ok(vec![out])
 }
@@ -182,7 +218,8 @@ async fn run_cell(args: &CellArgs) -> anyhow::Result<Value> {
         plan.memberships()
     );
     let services = Services::start(&args.pg_script, args.shards).await?;
-    let nodes = start_nodes(args, &services).await?;
+    let flags: Vec<Vec<String>> = (0..args.nodes).map(|i| node_flags(&services, i)).collect();
+    let (mut nodes, target) = start_nodes(args, &flags).await?;
     let pids: Vec<u32> = nodes.iter().map(|n| n.pid).collect();
     tokio::time::sleep(ANNOUNCE_SETTLE).await;
     let base = probe::read(&services, &pids).await;
@@ -227,9 +264,15 @@ async fn run_cell(args: &CellArgs) -> anyhow::Result<Value> {
     for w in &mut workers {
         w.tell("go").await?;
     }
+    let (load_start, load_start_us) = (Instant::now(), follow::now_us());
     eprintln!("cell: load for {} s at {} messages/s", args.secs, args.rate);
     let start = probe::read(&services, &pids).await;
-    tokio::time::sleep(Duration::from_secs_f64(args.secs)).await;
+    let (faulted, ()) = tokio::join!(
+        fault::drive(&args.fault, &mut nodes, &target, &flags, load_start),
+        tokio::time::sleep(Duration::from_secs_f64(args.secs))
+    );
+    let faulted = faulted?;
+    // A restarted node is another process: its CPU is not the one read at the start.
     let end = probe::read(&services, &pids).await;
     let mut sum = Sum::default();
     let done_bound = Duration::from_secs_f64(args.drain_s) + WORKER_SLACK;
@@ -245,7 +288,7 @@ async fn run_cell(args: &CellArgs) -> anyhow::Result<Value> {
             w.child.kill().await?;
         }
     }
-    let mut logs = Vec::new();
+    let mut logs = faulted.logs.clone();
     for n in nodes {
         logs.push(n.stop().await?);
     }
@@ -261,6 +304,7 @@ async fn run_cell(args: &CellArgs) -> anyhow::Result<Value> {
         sum: &sum,
     };
     let mut out = report::figures(&inputs, &readings);
+    out["bad_day"] = fault::figures(&faulted, &sum, load_start_us);
     out["server_logs"] = serde_json::to_value(logs)?;
     Ok(out)
 }
@@ -273,17 +317,23 @@ fn connect_deadline_s(args: &CellArgs, plan: &Plan) -> f64 {
     })
 }
 
-/// Starts the nodes, each on every shard and the NATS cluster, with the first one's secrets.
-async fn start_nodes(args: &CellArgs, services: &Services) -> anyhow::Result<Vec<Server>> {
+/// Node `i`'s flags: its name, on every shard and the NATS cluster (a restart uses them again).
+fn node_flags(services: &Services, i: usize) -> Vec<String> {
+    let mut flags =
+        vec![format!("--node=cell-{i}"), "--rebalance=false".into(), format!("--broker={}", services.broker())];
+    for s in &services.stores {
+        flags.push(format!("--store={s}"));
+    }
+    flags
+}
+
+/// Starts the nodes with `flags`, with the first one's secrets; the nodes and the target that
+/// carries those secrets (to restart one).
+async fn start_nodes(args: &CellArgs, flags: &[Vec<String>]) -> anyhow::Result<(Vec<Server>, TargetArgs)> {
     let mut target = args.target.clone();
     let mut nodes: Vec<Server> = Vec::new();
-    for i in 0..args.nodes {
-        let mut flags =
-            vec![format!("--node=cell-{i}"), "--rebalance=false".into(), format!("--broker={}", services.broker())];
-        for s in &services.stores {
-            flags.push(format!("--store={s}"));
-        }
-        let node = Server::open(&target, &flags).await.with_context(|| format!("starting node {i}"))?;
+    for (i, flags) in flags.iter().enumerate() {
+        let node = Server::open(&target, flags).await.with_context(|| format!("starting node {i}"))?;
         target.jwt_secret = Some(node.jwt_secret.clone());
         target.api_key = node.api_key.clone();
         nodes.push(node);
@@ -291,7 +341,7 @@ async fn start_nodes(args: &CellArgs, services: &Services) -> anyhow::Result<Vec
     for n in &nodes {
         preload::wait_ready(n).await?;
     }
-    Ok(nodes)
+    Ok((nodes, target))
 }
 
 /// Starts the load workers, each with a share of the users and sources of its own.

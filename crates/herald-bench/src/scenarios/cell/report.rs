@@ -69,7 +69,7 @@ pub fn figures(i: &Inputs, r: &Readings) -> Value {
     let per_conn = |x: f64| if conns == 0 { Value::Null } else { json!(round(x / conns as f64)) };
     let expected = s.expected();
     let pushes = c.delivered + c.other_events + c.inbox_pushes + c.typing_pushes + c.presence_pushes + c.notifies;
-    let node_cpu: Vec<f64> = r.end.node_cpu_s.iter().zip(&r.start.node_cpu_s).map(|(e, b)| e - b).collect();
+    let node_cpu: Vec<f64> = r.end.node_cpu_s.iter().zip(&r.start.node_cpu_s).map(|(e, b)| (e - b).max(0.0)).collect();
     let cpu: f64 = node_cpu.iter().sum();
     let us_per = |n: u64| if n == 0 { Value::Null } else { json!(round(cpu * 1e6 / n as f64)) };
     let node_rss: u64 = r.held.node_rss_kib.iter().sum();
@@ -125,10 +125,11 @@ pub fn figures(i: &Inputs, r: &Readings) -> Value {
         "deliveries_expected": expected,
         "deliveries": c.delivered,
         // Owed and not received; and received beyond what even the sends given up could owe.
-        "lost": expected.saturating_sub(c.delivered),
+        "lost": s.lost(),
         "sends_given_up": s.abandoned.values().sum::<u64>(),
         "deliveries_maybe": s.maybe(),
-        "beyond": c.delivered.saturating_sub(expected + s.maybe()),
+        "beyond": s.beyond(),
+        "sends_unanswered_at_end": s.unanswered(),
         "duplicates": c.duplicates,
         "gaps": c.gaps,
         "gap_events": c.skipped,
@@ -256,13 +257,16 @@ pub fn emit(args: &CellArgs, out: &Value) {
         g("/retries")
     );
     println!(
-        "delivery: {} of {} message deliveries owed (up to {} more from {} sends given up), lost {}, duplicates {}, \
+        "delivery: {} of {} message deliveries owed (up to {} more from {} sends given up, {} unanswered at the end), \
+         lost {}, beyond {}, duplicates {}, \
          gaps {} ({} events skipped, {} fetched, {} missing); pushes {} ({}/s: inbox {}, typing {}, presence {})",
         g("/deliveries"),
         g("/deliveries_expected"),
         g("/deliveries_maybe"),
         g("/sends_given_up"),
+        g("/sends_unanswered_at_end"),
         g("/lost"),
+        g("/beyond"),
         g("/duplicates"),
         g("/gaps"),
         g("/gap_events"),

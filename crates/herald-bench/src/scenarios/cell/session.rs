@@ -5,18 +5,23 @@
 //! first), reads and reacts; and it tallies what arrives: each message
 //! event of the open chat once and in order, its send-to-delivery time (the
 //! sender's clock is the same machine's) same node or cross node, and the
-//! other pushes by kind. Which user does what when is `worker`'s.
+//! other pushes by kind. When its connection ends (a `reconnect` push, then
+//! the close; a reset; a request unanswered past [`LIVENESS`]) it gets one
+//! on another node (`resume`), re-watches its chat with `after` the last seq
+//! it had, asks presence and the live inbox again, and resends the message
+//! whose reply the loss took, with the same `client_id`. Which user does
+//! what when is `worker`'s.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
-use super::follow::{Body, FetchReply, Follow, now_us};
+use super::follow::{FetchReply, Follow, now_us};
+use super::resume::{Dial, RESUME_BOUND};
 use super::tally::Tally;
+use super::wire::{DEFAULT_RETRY, Frame, Op, Refusal, SeqReply};
 use crate::client::{Client, REQUEST_TIMEOUT};
 
 /// Request ids of a session start here, above those `Client` used for hello and the joins.
@@ -28,8 +33,13 @@ const FETCH_LIMIT: u32 = 200;
 /// A request refused with a `retry_after_ms` (a store shard busy, a throttle) is asked again,
 /// as a client would, at most this many times.
 const MAX_RETRIES: u32 = 5;
-/// The wait before a retry when the refusal names none.
-const DEFAULT_RETRY: Duration = Duration::from_millis(500);
+/// A fetch of a gap is asked again longer: what it fills is owed to this session.
+const MAX_FETCH_RETRIES: u32 = 60;
+/// The close handshake of a lost connection gets this long (a killed node answers nothing).
+const CLOSE_WAIT: Duration = Duration::from_millis(500);
+/// A request of the load unanswered this long: the connection is taken as lost (a node that
+/// stopped without closing its sockets). Well above a loaded cell's slowest answers.
+const LIVENESS: Duration = Duration::from_secs(10);
 
 /// What the worker asks of a session.
 #[derive(Debug)]
@@ -70,72 +80,14 @@ struct Pending {
     at: Instant,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
-    Watch,
-    Presence,
-    Inbox,
-    Typing,
-    Send,
-    Read,
-    React,
-    /// Fill a gap that pushes skipped.
-    Fetch,
-}
-
-impl Op {
-    fn name(self) -> &'static str {
-        match self {
-            Op::Watch => "watch",
-            Op::Presence => "presence",
-            Op::Inbox => "inbox",
-            Op::Typing => "typing",
-            Op::Send => "send",
-            Op::Read => "read",
-            Op::React => "react",
-            Op::Fetch => "fetch",
-        }
-    }
-}
-
-/// A server frame as the session reads it: a reply or a push, with the
-/// message body's send time and sender's node when it is one of the bench's.
-#[derive(Deserialize)]
-struct Frame {
-    id: Option<i64>,
-    ok: Option<Box<RawValue>>,
-    err: Option<serde_json::Value>,
-    ev: Option<String>,
-    chat: Option<String>,
-    seq: Option<u64>,
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    body: Option<Body>,
-}
-
-#[derive(Deserialize)]
-struct ErrReply {
-    code: Option<String>,
-    retry_after_ms: Option<u64>,
-}
-
-/// A failed request: why, and when to ask again if it may be.
-struct Refusal {
-    error: String,
-    retry_after: Option<Duration>,
-}
-
-#[derive(Deserialize)]
-struct SeqReply {
-    seq: Option<u64>,
-}
-
-/// Runs a session until its command channel closes or the server ends it.
-pub async fn run(mut client: Client, who: Who, mut rx: mpsc::Receiver<Cmd>, tally: Arc<Mutex<Tally>>) {
+/// Runs a session until its command channel closes, getting its connection back (to another node
+/// first) each time it is lost, until [`RESUME_BOUND`] passes without one.
+pub async fn run(mut client: Client, who: Who, dial: Dial, mut rx: mpsc::Receiver<Cmd>, tally: Arc<Mutex<Tally>>) {
+    let chat = who.open.as_ref().map_or(0, |(c, _)| *c);
     let mut s = Session {
         who,
         next_id: FIRST_ID,
-        follow: Follow::default(),
+        follow: Follow::of(chat),
         read_to: 0,
         sent: 0,
         send_t: None,
@@ -144,56 +96,49 @@ pub async fn run(mut client: Client, who: Who, mut rx: mpsc::Receiver<Cmd>, tall
         watching: false,
         retries: 0,
         hold_until: None,
+        reconnect_after: None,
+        resume_from: None,
+        resend: false,
     };
-    let mut pending: Option<Pending> = None;
     loop {
-        if s.hold_until.is_some_and(|h| Instant::now() >= h) {
-            s.hold_until = None;
+        let Lost { after } = match s.serve(&mut client, &mut rx, &tally).await {
+            Some(lost) => lost,
+            None => return,
+        };
+        // End the old connection now, as a browser does on a close frame: a draining node waits for
+        // its connections to end before it exits, so a client that sat on a closed one held it up.
+        let _ = tokio::time::timeout(CLOSE_WAIT, client.close()).await;
+        let lost = s.who.node;
+        s.lost(&tally);
+        if let Some(wait) = after {
+            // As a client would: the drain spreads its users' returns over its window.
+            tokio::time::sleep(wait).await;
         }
-        if pending.is_none()
-            && s.hold_until.is_none()
-            && let Some(op) = s.queue.pop_front()
-        {
-            match s.start(&mut client, op).await {
-                Ok(Some(p)) => pending = Some(p),
-                Ok(None) => s.finished(op, Ok(()), &tally),
-                Err(e) => {
-                    s.finished(op, Err(Refusal { error: e, retry_after: None }), &tally);
-                    break;
-                }
+        match dial.reconnect(lost, s.who.user, after.is_some()).await {
+            Some((c, node)) => {
+                client = c;
+                s.reconnected(node, &tally);
             }
-            continue;
-        }
-        let deadline = pending.as_ref().map(|p| p.at + REQUEST_TIMEOUT).or(s.hold_until);
-        tokio::select! {
-            cmd = rx.recv(), if pending.is_none() => match cmd {
-                None => return,
-                Some(cmd) => s.take(cmd),
-            },
-            text = client.next_text() => match text {
-                Ok(text) => {
-                    if let Some(done) = s.frame(&text, pending.as_ref(), &tally) {
-                        let p = pending.take().expect("a reply matches a pending request");
-                        if done.is_ok() {
-                            s.note_latency(&p, &tally);
-                        }
-                        s.finished(p.op, done, &tally);
-                    }
+            None => {
+                let mut t = tally.lock().expect("tally lock");
+                t.dropped += 1;
+                t.resuming -= 1;
+                if let Some((node, _)) = s.resume_from {
+                    t.timeline.never(node);
                 }
-                Err(_) => break,
-            },
-            _ = sleep_until(deadline) => {
-                if let Some(p) = pending.take() {
-                    let error = format!("{}: no answer in {REQUEST_TIMEOUT:?}", p.op.name());
-                    s.finished(p.op, Err(Refusal { error, retry_after: None }), &tally);
+                drop(t);
+                if let Some(tx) = s.opened.take() {
+                    let _ = tx.send(Opened { watching: s.watching, error: Some("the connection closed".into()) });
                 }
+                return;
             }
         }
     }
-    tally.lock().expect("tally lock").dropped += 1;
-    if let Some(tx) = s.opened.take() {
-        let _ = tx.send(Opened { watching: s.watching, error: Some("the connection closed".into()) });
-    }
+}
+
+/// Why `serve` returned: the connection is gone, with the wait a `reconnect` push asked for.
+struct Lost {
+    after: Option<Duration>,
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -224,9 +169,128 @@ struct Session {
     retries: u32,
     /// No request is written before this (a refusal asked to wait).
     hold_until: Option<Instant>,
+    /// A `reconnect` push asked to wait this long before connecting again.
+    reconnect_after: Option<Duration>,
+    /// Lost this node at this time (µs since the epoch), not resumed yet.
+    resume_from: Option<(u32, u64)>,
+    /// The send at the queue's head goes again after a loss.
+    resend: bool,
 }
 
 impl Session {
+    /// Serves commands on `client` until the command channel closes (`None`) or the connection is
+    /// lost: closed, reset, or a request unanswered past the liveness bound.
+    async fn serve(&mut self, client: &mut Client, rx: &mut mpsc::Receiver<Cmd>, tally: &Mutex<Tally>) -> Option<Lost> {
+        let mut pending: Option<Pending> = None;
+        loop {
+            if self.hold_until.is_some_and(|h| Instant::now() >= h) {
+                self.hold_until = None;
+            }
+            if pending.is_none()
+                && self.hold_until.is_none()
+                && let Some(op) = self.queue.pop_front()
+            {
+                match self.start(client, op, tally).await {
+                    Ok(Some(p)) => pending = Some(p),
+                    Ok(None) => self.finished(op, Ok(()), tally),
+                    Err(_) => return Some(self.unanswered(Some(op), tally)),
+                }
+                continue;
+            }
+            // The opening waits as long as any request; the load's requests are the liveness check.
+            let bound = if self.opened.is_some() { REQUEST_TIMEOUT } else { LIVENESS };
+            let deadline = pending.as_ref().map(|p| p.at + bound).or(self.hold_until);
+            tokio::select! {
+                cmd = rx.recv(), if pending.is_none() => match cmd {
+                    None => return None,
+                    Some(cmd) => self.take(cmd),
+                },
+                text = client.next_text() => match text {
+                    Ok(text) => {
+                        if let Some(done) = self.frame(&text, pending.as_ref(), tally) {
+                            let p = pending.take().expect("a reply matches a pending request");
+                            if done.is_ok() {
+                                self.note_latency(&p, tally);
+                            }
+                            self.finished(p.op, done, tally);
+                        }
+                    }
+                    Err(_) => return Some(self.unanswered(pending.map(|p| p.op), tally)),
+                },
+                _ = sleep_until(deadline) => {
+                    if let Some(p) = pending.take() {
+                        tally.lock().expect("tally lock").stalls += 1;
+                        return Some(self.unanswered(Some(p.op), tally));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The connection was lost with `op` unanswered: a send goes again after the reconnect with
+    /// the same `client_id` (herald stores it once), a fetch is asked again; the rest is moot.
+    fn unanswered(&mut self, op: Option<Op>, tally: &Mutex<Tally>) -> Lost {
+        match op {
+            Some(Op::Send) => {
+                tally.lock().expect("tally lock").resends += 1;
+                self.resend = true;
+                self.queue.push_front(Op::Send);
+            }
+            Some(Op::Fetch) => self.queue.push_front(Op::Fetch),
+            _ => {}
+        }
+        self.retries = 0;
+        self.hold_until = None;
+        Lost { after: self.reconnect_after.take() }
+    }
+
+    /// Counts a loss of this session's node (once until it resumes) and readies the re-watch.
+    fn lost(&mut self, tally: &Mutex<Tally>) {
+        if self.resume_from.is_none() {
+            let at = now_us();
+            self.resume_from = Some((self.who.node, at));
+            let mut t = tally.lock().expect("tally lock");
+            t.resuming += 1;
+            t.timeline.lost(self.who.node, at);
+        }
+        if self.watching {
+            self.follow.resuming();
+        }
+        // The opening again, first: watch (with `after` when it had been watched), presence, inbox.
+        let reopen = self.watching || self.opened.is_some();
+        self.queue.retain(|o| !matches!(o, Op::Watch | Op::Presence | Op::Inbox));
+        if reopen {
+            for op in [Op::Inbox, Op::Presence, Op::Watch] {
+                self.queue.push_front(op);
+            }
+        }
+    }
+
+    /// Connected again, to `node`, and said hello.
+    fn reconnected(&mut self, node: u32, tally: &Mutex<Tally>) {
+        self.who.node = node;
+        let at = now_us();
+        let mut t = tally.lock().expect("tally lock");
+        t.reconnects += 1;
+        if let Some((lost, _)) = self.resume_from {
+            t.timeline.reconnected(lost, at);
+        }
+        drop(t);
+        if !self.queue.contains(&Op::Watch) {
+            // Nothing to re-watch: back once connected.
+            self.resumed(at, tally);
+        }
+    }
+
+    /// The session is whole again at `at` (its chat re-watched, or connected when it has none).
+    fn resumed(&mut self, at: u64, tally: &Mutex<Tally>) {
+        if let Some((node, lost_at)) = self.resume_from.take() {
+            let mut t = tally.lock().expect("tally lock");
+            t.resuming -= 1;
+            t.timeline.resumed(node, lost_at, at);
+        }
+    }
+
     fn take(&mut self, cmd: Cmd) {
         if self.who.open.is_none() {
             if let Cmd::Open(tx) = cmd {
@@ -246,16 +310,29 @@ impl Session {
     }
 
     /// Writes `op`'s request; `None` when there is nothing to ask (a read with nothing new).
-    async fn start(&mut self, client: &mut Client, op: Op) -> Result<Option<Pending>, String> {
+    async fn start(&mut self, client: &mut Client, op: Op, tally: &Mutex<Tally>) -> Result<Option<Pending>, String> {
         let Some((_, chat)) = &self.who.open else { return Ok(None) };
         let id = self.next_id;
         let chat = serde_json::to_string(chat).map_err(|e| e.to_string())?;
         let text = match op {
+            // Again after a loss: the events after the last one held are replayed.
+            Op::Watch if self.watching => {
+                format!(r#"{{"id":{id},"op":"watch","chat":{chat},"after":{}}}"#, self.follow.last)
+            }
             Op::Watch => format!(r#"{{"id":{id},"op":"watch","chat":{chat}}}"#),
             Op::Presence => format!(r#"{{"id":{id},"op":"presence","chat":{chat}}}"#),
             Op::Inbox => format!(r#"{{"id":{id},"op":"inbox","limit":{INBOX_PAGE},"live":true}}"#),
             Op::Typing => format!(r#"{{"id":{id},"op":"typing","chat":{chat}}}"#),
             Op::Send => {
+                if self.send_t.is_none()
+                    && let Some((c, _)) = &self.who.open
+                {
+                    *tally.lock().expect("tally lock").in_flight.entry(*c).or_default() += 1;
+                }
+                if std::mem::take(&mut self.resend) {
+                    // Timed from the resend: the outage is the resume's figure, not the cell's latency.
+                    self.send_t = Some(now_us());
+                }
                 let t = *self.send_t.get_or_insert_with(now_us);
                 let (node, user, n) = (self.who.node, self.who.user, self.sent);
                 format!(
@@ -291,13 +368,7 @@ impl Session {
         if let Some(id) = f.id {
             let p = pending.filter(|p| p.id == id)?;
             if let Some(err) = f.err {
-                let reply = serde_json::from_value::<ErrReply>(err.clone()).ok();
-                let retry_after = reply.filter(|r| r.code.as_deref() != Some("forbidden")).and_then(|r| {
-                    r.retry_after_ms
-                        .map(Duration::from_millis)
-                        .or((r.code.as_deref() == Some("unavailable")).then_some(DEFAULT_RETRY))
-                });
-                return Some(Err(Refusal { error: format!("{}: {err}", p.op.name()), retry_after }));
+                return Some(Err(Refusal::of(p.op, &err)));
             }
             if p.op == Op::Fetch {
                 let reply = f.ok.as_deref().and_then(|ok| serde_json::from_str::<FetchReply>(ok.get()).ok());
@@ -310,9 +381,14 @@ impl Session {
             let seq =
                 f.ok.as_deref().and_then(|ok| serde_json::from_str::<SeqReply>(ok.get()).ok()).and_then(|r| r.seq);
             match (p.op, seq) {
+                (Op::Watch, Some(seq)) if self.resume_from.is_some() && self.watching => {
+                    self.follow.rewatched(seq);
+                    self.resumed(now_us(), tally);
+                }
                 (Op::Watch, Some(seq)) => {
                     self.follow.last = self.follow.last.max(seq);
                     self.watching = true;
+                    self.resumed(now_us(), tally);
                 }
                 (Op::Read, Some(seq)) => self.read_to = self.read_to.max(seq),
                 (Op::Send, _) => {
@@ -339,7 +415,19 @@ impl Session {
             Some("inbox") => t.inbox_pushes += 1,
             Some("typing") => t.typing_pushes += 1,
             Some("presence") => t.presence_pushes += 1,
-            Some("notify") => t.notifies += 1,
+            Some("notify") => {
+                t.notifies += 1;
+                let ours = self.who.open.as_ref().is_some_and(|(_, name)| f.chat.as_deref() == Some(name.as_str()));
+                if let Some(seq) = f.seq.filter(|_| ours && self.watching)
+                    && self.follow.notify(seq, &mut t)
+                {
+                    self.queue.push_front(Op::Fetch);
+                }
+            }
+            Some("reconnect") => {
+                t.reconnect_pushes += 1;
+                self.reconnect_after = Some(Duration::from_millis(f.after_ms.unwrap_or(0)));
+            }
             _ => t.other_pushes += 1,
         }
         None
@@ -348,11 +436,13 @@ impl Session {
     fn note_latency(&self, p: &Pending, tally: &Mutex<Tally>) {
         let mut t = tally.lock().expect("tally lock");
         let d = p.at.elapsed();
+        // The opening's steps are the first opening's: a resume is timed as a whole.
+        let opening = self.opened.is_some();
         match p.op {
             Op::Send => t.ack.record(d),
-            Op::Watch => t.opening[0].record(d),
-            Op::Presence => t.opening[1].record(d),
-            Op::Inbox => t.opening[2].record(d),
+            Op::Watch if opening => t.opening[0].record(d),
+            Op::Presence if opening => t.opening[1].record(d),
+            Op::Inbox if opening => t.opening[2].record(d),
             _ => {}
         }
     }
@@ -360,8 +450,23 @@ impl Session {
     /// Counts a finished request (or asks it again, if the refusal says when), and tells the worker
     /// once the chat is open.
     fn finished(&mut self, op: Op, outcome: Result<(), Refusal>, tally: &Mutex<Tally>) {
+        if let (Op::Watch, Err(refusal), Some((node, lost_at))) = (op, &outcome, self.resume_from) {
+            // A resume is not given up at the fifth refusal: the events missed are owed to this
+            // session, so the re-watch is asked again until the resume bound.
+            if now_us().saturating_sub(lost_at) < RESUME_BOUND.as_micros() as u64 {
+                let mut t = tally.lock().expect("tally lock");
+                t.retries += 1;
+                self.queue.push_front(op);
+                self.hold_until = Some(Instant::now() + refusal.retry_after.unwrap_or(DEFAULT_RETRY));
+                return;
+            }
+            self.resume_from = None;
+            let mut t = tally.lock().expect("tally lock");
+            t.resuming -= 1;
+            t.timeline.never(node);
+        }
         if let Err(Refusal { retry_after: Some(wait), .. }) = &outcome
-            && self.retries < MAX_RETRIES
+            && self.retries < if op == Op::Fetch { MAX_FETCH_RETRIES } else { MAX_RETRIES }
         {
             self.retries += 1;
             tally.lock().expect("tally lock").retries += 1;
@@ -374,7 +479,12 @@ impl Session {
         if op == Op::Send {
             // Acked or given up: the next message is another (its own client_id and time).
             self.sent += 1;
-            self.send_t = None;
+            if self.send_t.take().is_some()
+                && let Some((c, _)) = &self.who.open
+                && let Some(n) = t.in_flight.get_mut(c)
+            {
+                *n = n.saturating_sub(1);
+            }
             if let (Err(_), Some((c, _))) = (&outcome, &self.who.open) {
                 // Refused in the end, yet it may have been stored (a shard can commit a write its
                 // caller stopped waiting for): owed to nobody, but it may be delivered.

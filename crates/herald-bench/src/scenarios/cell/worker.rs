@@ -28,6 +28,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
+use super::resume::Dial;
 use super::session::{self, Cmd, Who};
 use super::tally::{Counted, Tally};
 use super::workload::{ModelArgs, Plan, Rng, node_of};
@@ -148,6 +149,7 @@ async fn connect(
 ) -> (Vec<User>, Failures, f64) {
     let signer = Signer::new(secret, &args.workspace);
     let path: Arc<str> = Server::ws_path(&args.workspace).into();
+    let nodes: Arc<[SocketAddr]> = args.nodes.clone().into();
     let spec = Launch {
         count: args.count,
         concurrency: args.concurrency.max(1),
@@ -159,7 +161,7 @@ async fn connect(
         let node = node_of(user, args.nodes.len());
         let (server, source) = (args.nodes[node], source_addr(args.source_offset, i));
         let token = signer.token(&format!("u{user}"));
-        let (plan, path, tally) = (plan.clone(), path.clone(), tally.clone());
+        let (plan, path, tally, nodes) = (plan.clone(), path.clone(), tally.clone(), nodes.clone());
         async move {
             let token = token.map_err(Failure::signing)?;
             let mut client = Client::connect(server, &path, source).await?;
@@ -170,7 +172,8 @@ async fn connect(
             let open = plan.open[user];
             let who = Who { user: user as u32, node: node as u32, open: open.map(|c| (c, plan.chat_name(c))) };
             let (tx, rx) = mpsc::channel(SESSION_QUEUE);
-            tokio::spawn(session::run(client, who, rx, tally));
+            let dial = Dial { nodes, path, source, token };
+            tokio::spawn(session::run(client, who, dial, rx, tally));
             Ok(User { open, tx })
         }
     })
