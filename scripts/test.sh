@@ -107,6 +107,9 @@ target/release/herald-bench smoke
 step "herald-bench cell smoke (2 nodes, 3 NATS servers, a PostgreSQL shard, 200 users: exact delivery)"
 target/release/herald-bench cell --smoke
 
+step "herald-bench cell, the bad day's smoke (3 nodes, 300 users, each node drained and restarted in turn: every user resumed, exact delivery)"
+target/release/herald-bench cell --smoke-bad-day
+
 if [ -f sdk/ts/package.json ]; then
   step "TypeScript SDK"
   (cd sdk/ts && npm install --no-audit --no-fund --loglevel=error && npm run -s typecheck && npm test --silent && npm run -s build)
