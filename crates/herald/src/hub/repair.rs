@@ -16,10 +16,13 @@
 //!   broker hint is lost (a NATS server dies with it in flight), or its
 //!   publisher dies between its commit and its publish, or a shard commits
 //!   a write after the caller stopped waiting for it, nothing would ever
-//!   announce it. So every [`TAIL_EVERY`] the hub asks the log for the
-//!   latest seq of every chat it watches, in batches of [`TAIL_BATCH`] chats
-//!   per store read, and catches up each chat whose latest seq at the
-//!   previous check has still not reached its sequencer. Waiting one check
+//!   announce it. So every [`TAIL_EVERY`] the hub asks the log which chats
+//!   moved since its previous check ([`crate::store::EventLog::changed_heads`])
+//!   and catches up each chat it watches whose latest seq at the previous
+//!   check has still not reached its sequencer. Where the log cannot say
+//!   (see there), and after a broker reconnect or a pause, it reads the
+//!   latest seq of every chat it watches instead, [`TAIL_BATCH`] per store
+//!   read. The live inboxes get the same heads one check later. Waiting one check
 //!   before acting leaves events already on their way (a publish a few
 //!   microseconds behind its commit) to their push; an event lost for good
 //!   is caught up within two checks of its commit, about 1.5 s plus one
@@ -27,8 +30,9 @@
 //!
 //! Only brokers that can lose hints need the tail check (NATS; the
 //! in-process broker hands every commit to the hub on the committing task).
-//! It costs one store read per [`TAIL_BATCH`] watched chats per check, and a
-//! catch-up read only for chats that were really behind; catch-ups run at
+//! It costs a read of what moved per check (one store read per
+//! [`TAIL_BATCH`] watched chats when the log cannot say), and a catch-up
+//! read only for chats that were really behind; catch-ups run at
 //! most [`CATCH_UP_CONCURRENCY`] at a time, so a reconnect that makes every
 //! chat suspect cannot flood the store. A failed read is simply tried again
 //! at the next check.
@@ -77,12 +81,18 @@ pub(super) struct Repair {
     gap_reads: AtomicU64,
     /// The next tail check reads every chat's head (after a broker reconnect or a pause).
     full_next: AtomicBool,
-    /// The chats the previous tail check found moved or behind, with their heads.
-    recent: Mutex<Vec<(ChatKey, u64)>>,
-    /// Whether the previous tail check knew which chats moved.
-    known: AtomicBool,
+    /// What one tail check leaves the next (one check runs at a time).
+    tail: Mutex<Tail>,
+}
+
+/// What one tail check leaves the next.
+struct Tail {
+    /// The chats it found moved or behind, with their heads.
+    recent: Vec<(ChatKey, u64)>,
+    /// Whether it knew which chats moved.
+    known: bool,
     /// When the live inboxes' chats were last read all at once.
-    feed_checked: Mutex<Option<tokio::time::Instant>>,
+    feed_checked: tokio::time::Instant,
 }
 
 impl Repair {
@@ -93,9 +103,7 @@ impl Repair {
             tail_now: tokio::sync::Notify::new(),
             gap_reads: AtomicU64::new(0),
             full_next: AtomicBool::new(false),
-            known: AtomicBool::new(false),
-            recent: Mutex::default(),
-            feed_checked: Mutex::new(Some(tokio::time::Instant::now())),
+            tail: Mutex::new(Tail { recent: Vec::new(), known: false, feed_checked: tokio::time::Instant::now() }),
         }
     }
 
@@ -201,32 +209,32 @@ impl Repair {
                 }
             }
         };
-        let previous = std::mem::take(&mut *self.recent.lock().expect("tail lock"));
+        let (previous, was_known, feed_checked) = {
+            let mut tail = self.tail.lock().expect("tail lock");
+            (std::mem::take(&mut tail.recent), tail.known, tail.feed_checked)
+        };
         hub.feed().seen_heads(&previous);
         let known = changed.is_some();
-        let was_known = self.known.swap(known, Ordering::Relaxed);
         let (behind, recent) = match changed {
             Some(changed) => self.check_changed(hub, previous, changed),
             None => self.check_all(hub).await,
         };
-        *self.recent.lock().expect("tail lock") = recent;
-        if !known {
-            // The live inboxes' chats too, at once after a reconnect or after the store could say,
-            // else every INBOX_TAIL_EVERY (a store that never can: this is its only check).
-            let due = {
-                let mut at = self.feed_checked.lock().expect("tail lock");
-                let due = full || was_known || at.is_none_or(|at| at.elapsed() >= INBOX_TAIL_EVERY);
-                if due {
-                    *at = Some(tokio::time::Instant::now());
-                }
-                due
-            };
-            if due {
-                let keys = hub.feed().followed_chats();
-                metrics::counter!("herald_hub_tail_heads_total").increment(keys.len() as u64);
-                if !keys.is_empty() {
-                    hub.feed().check(&keys).await;
-                }
+        // The live inboxes' chats too where the log could not say: at once after a reconnect or
+        // after it could, else every INBOX_TAIL_EVERY (a store that never can: this is its only check).
+        let feed_due = !known && (full || was_known || feed_checked.elapsed() >= INBOX_TAIL_EVERY);
+        {
+            let mut tail = self.tail.lock().expect("tail lock");
+            tail.recent = recent;
+            tail.known = known;
+            if feed_due {
+                tail.feed_checked = tokio::time::Instant::now();
+            }
+        }
+        if feed_due {
+            let keys = hub.feed().followed_chats();
+            metrics::counter!("herald_hub_tail_heads_total").increment(keys.len() as u64);
+            if !keys.is_empty() {
+                hub.feed().check(&keys).await;
             }
         }
         let n = behind.len();
