@@ -90,7 +90,6 @@ pub struct Feed {
     /// How many live inboxes there are: the delivery path skips the feed when none.
     listeners: AtomicUsize,
     reads: tokio::sync::Semaphore,
-    /// Wakes the tail check at once (after a broker reconnect).
     /// v1.2: signs the file URLs of the entries it reads.
     urls: crate::files::SharedUrls,
 }

@@ -23,7 +23,8 @@
 //!
 //! Rows go once every node has read them: each node remembers the xmin it
 //! read about [`KEEP`] ago and, every [`PRUNE_EVERY`], deletes the rows below
-//! it. Their transactions had committed by then, so a node that reads at
+//! it, in a task of its own that does not wait for a synchronous standby (a
+//! standby that is away must not hold the tail check up). Their transactions had committed by then, so a node that reads at
 //! least every [`STALE`] has read them.
 
 use std::collections::VecDeque;
@@ -40,6 +41,8 @@ const STALE: Duration = Duration::from_secs(30);
 const KEEP: Duration = Duration::from_secs(60);
 /// How often a node deletes rows.
 const PRUNE_EVERY: Duration = Duration::from_secs(30);
+/// A deletion that takes longer is given up (its connection dropped), to be done at the next one.
+const PRUNE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a read's xmin is kept as a later deletion's bound.
 const MARK_EVERY: Duration = Duration::from_secs(5);
 
@@ -131,15 +134,7 @@ impl PgShard {
             tracing::warn!(shard = %self.shard.name, "the shard's transaction ids went back (a standby promoted?): checking every chat");
         }
         if let Some(below) = cursor.prune_below(now) {
-            let pruned = self
-                .read(|conn| async move {
-                    let stmt = conn.prepare_cached("DELETE FROM chat_changes WHERE xid < $1::text::xid8").await?;
-                    Ok(conn.execute(&stmt, &[&below.to_string()]).await?)
-                })
-                .await;
-            if let Err(e) = pruned {
-                tracing::warn!(shard = %self.shard.name, error = %e, "could not delete old chat_changes rows; trying again later");
-            }
+            self.prune(below);
         }
         drop(cursor);
         if since.is_none() || !forward {
@@ -154,6 +149,34 @@ impl PgShard {
             .collect();
         self.heads.read(found.iter().map(|(k, seq)| (chat_hash(k), *seq)));
         Ok(Some(found))
+    }
+}
+
+impl PgShard {
+    /// Deletes the rows below `below`, off the tail check's path: without waiting for a
+    /// synchronous standby (old rows need not be on it), and bounded in time.
+    fn prune(&self, below: u64) {
+        let (pool, shard) = (self.pool.clone(), self.shard.name.clone());
+        tokio::spawn(async move {
+            let sql = format!(
+                "BEGIN; SET LOCAL synchronous_commit = local; DELETE FROM chat_changes WHERE xid < '{below}'::xid8; COMMIT"
+            );
+            let done = match tokio::time::timeout(PRUNE_TIMEOUT, pool.get()).await {
+                Ok(Ok(conn)) => match tokio::time::timeout(PRUNE_TIMEOUT, conn.batch_execute(&sql)).await {
+                    Ok(r) => r.map_err(|e| e.to_string()),
+                    Err(_) => {
+                        // Cut off inside its transaction: the connection is closed, never lent again.
+                        drop(deadpool_postgres::Object::take(conn));
+                        Err("timed out".into())
+                    }
+                },
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("no connection in time".into()),
+            };
+            if let Err(e) = done {
+                tracing::warn!(shard = %shard, error = %e, "could not delete old chat_changes rows; trying again later");
+            }
+        });
     }
 }
 
