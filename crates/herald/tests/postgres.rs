@@ -256,3 +256,69 @@ async fn a_shard_of_schema_2_is_migrated_with_its_counts() {
     let (_, inbox) = s.http("GET", "/v1/workspaces/w/users/bob/inbox", None).await;
     assert_eq!(inbox["chats"][0]["unread"], 1, "alice's one message");
 }
+
+/// Four nodes, each with its own writer, join their users to one channel, to groups shared across
+/// nodes and to chats that do not exist yet, all at once and pipelined (so each batch holds new
+/// chats, shared ones and the hot one together): every join is answered, and every chat counts
+/// each member once, with one event per join. A batch creates its new chats and then locks the
+/// rest in one order: two nodes' batches never wait on each other in a cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (Debian's postgresql); scripts/test.sh runs it"]
+async fn nodes_joining_one_channel_and_new_chats_at_once_count_every_member_once() {
+    const NODES: usize = 4;
+    const USERS: usize = 30;
+    const GROUPS: usize = 5;
+    let pg = PgCluster::start();
+    let stores = vec![create_database(&pg.admin_url).await];
+    let tweak = |c: &mut herald::Config| {
+        c.store.stores = stores.clone();
+        c.gateway.rate = 100_000;
+        c.gateway.burst = 100_000;
+    };
+    let mut nodes = Vec::new();
+    for _ in 0..NODES {
+        nodes.push(TestServer::start_with(tweak).await);
+    }
+    let mut clients = Vec::new();
+    for (n, node) in nodes.iter().enumerate() {
+        for i in 0..USERS {
+            clients.push((n, i, node.client("w", &format!("u{n}-{i}")).await));
+        }
+    }
+    let started = Instant::now();
+    let mut joining = Vec::new();
+    for (n, i, mut c) in clients {
+        joining.push(tokio::spawn(async move {
+            // The same chats in a different order per user, all sent before any answer.
+            let mut chats =
+                vec!["chan".to_string(), format!("pair{i}"), format!("own{n}-{i}"), format!("g{}", i % GROUPS)];
+            chats.rotate_left((n + i) % 4);
+            let mut ids = Vec::new();
+            for chat in &chats {
+                ids.push(c.send(json!({"op": "join", "chat": chat})).await);
+            }
+            for id in ids {
+                let r = c.reply(id).await;
+                assert!(r.get("ok").is_some(), "u{n}-{i}: a join failed: {r}");
+            }
+        }));
+    }
+    for j in joining {
+        j.await.unwrap();
+    }
+    eprintln!("{} joins answered in {:?}", NODES * USERS * 4, started.elapsed());
+    // A last member of each chat reads its count and seq back: every member once, one event each.
+    let mut checker = nodes[0].client("w", "checker").await;
+    let mut expect = vec![("chan".to_string(), NODES * USERS)];
+    expect.extend((0..USERS).map(|i| (format!("pair{i}"), NODES)));
+    expect.extend((0..GROUPS).map(|g| (format!("g{g}"), NODES * USERS / GROUPS)));
+    expect.extend((0..NODES).flat_map(|n| (0..USERS).map(move |i| (format!("own{n}-{i}"), 1))));
+    for (chat, members) in expect {
+        let ok = checker.ok(json!({"op": "join", "chat": chat})).await;
+        assert_eq!(
+            (ok["members"].as_u64(), ok["seq"].as_u64()),
+            (Some(members as u64 + 1), Some(members as u64 + 1)),
+            "{chat}: {ok}"
+        );
+    }
+}

@@ -18,6 +18,7 @@
 
 mod fault;
 mod follow;
+mod members;
 mod probe;
 mod report;
 mod resume;
@@ -100,6 +101,10 @@ pub struct CellArgs {
     /// --connect-rate, plus the joins at 500/s, plus a minute].
     #[arg(long)]
     pub setup_s: Option<f64>,
+    /// Writes every membership into the shards through herald's store API before the nodes start
+    /// (`members`), so users only connect and open their chat: a large cell's setup.
+    #[arg(long)]
+    pub preload: bool,
     /// The repository's pg.sh, which starts and stops the PostgreSQL servers.
     #[arg(long, default_value = "scripts/pg.sh")]
     pub pg_script: PathBuf,
@@ -218,6 +223,10 @@ async fn run_cell(args: &CellArgs) -> anyhow::Result<Value> {
         plan.memberships()
     );
     let services = Services::start(&args.pg_script, args.shards).await?;
+    if args.preload {
+        let (n, secs) = members::preload(&services.stores, &args.target.workspace, &plan).await?;
+        eprintln!("cell: {n} memberships preloaded in {secs:.1} s ({:.0}/s)", n as f64 / secs);
+    }
     let flags: Vec<Vec<String>> = (0..args.nodes).map(|i| node_flags(&services, i)).collect();
     let (mut nodes, target) = start_nodes(args, &flags).await?;
     let pids: Vec<u32> = nodes.iter().map(|n| n.pid).collect();
@@ -313,7 +322,8 @@ async fn run_cell(args: &CellArgs) -> anyhow::Result<Value> {
 /// at [`JOIN_RATE_FLOOR`], plus a margin.
 fn connect_deadline_s(args: &CellArgs, plan: &Plan) -> f64 {
     args.setup_s.unwrap_or_else(|| {
-        args.model.connections as f64 / args.connect_rate * 2.0 + plan.memberships() as f64 / JOIN_RATE_FLOOR + 60.0
+        let joins = if args.preload { 0 } else { plan.memberships() };
+        args.model.connections as f64 / args.connect_rate * 2.0 + joins as f64 / JOIN_RATE_FLOOR + 60.0
     })
 }
 
@@ -374,6 +384,7 @@ fn spawn_workers(args: &CellArgs, nodes: &[Server], deadline_s: f64) -> anyhow::
             .args(["--concurrency", &((args.concurrency as f64 * share).ceil() as usize).max(1).to_string()])
             .args(["--source-offset", &(base + w as u32 * sources_for(per)).to_string()])
             .args(["--deadline-s", &deadline_s.to_string()])
+            .args(args.preload.then_some("--preloaded"))
             .env(SECRET_ENV, &nodes[0].jwt_secret)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

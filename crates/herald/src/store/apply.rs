@@ -3,12 +3,14 @@
 //! move. A backend supplies the primitive reads and writes of one
 //! transaction ([`Tx`]); this module decides what to do with them.
 //!
-//! A batch first loads every chat it touches, in key order (a backend with
-//! several writers, like PostgreSQL, locks each row as it loads it, so two
-//! batches never wait on each other in a cycle), then applies its writes in
-//! order against those rows in memory, and finally saves each touched row
-//! once. That is why a flood of joins into one chat updates the chat's row
-//! once per batch, not once per join.
+//! A batch first creates the chats its writes create, then loads every other
+//! chat it touches, in key order (a backend with several writers, like
+//! PostgreSQL, locks each row as it loads it, so two batches never wait on each
+//! other in a cycle), then applies its writes in order against those rows in
+//! memory, and finally saves each touched row once. That is why a flood of joins
+//! into one chat updates the chat's row once per batch, not once per join. A
+//! backend where a round trip costs more than a lookup does each of those steps
+//! in one statement, so a hot chat's row is held for a few round trips a batch.
 
 mod conv;
 mod files;
@@ -139,11 +141,26 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
     let mut keys: Vec<&ChatKey> = writes.iter().map(|w| w.key()).collect();
     keys.sort();
     keys.dedup();
-    let mut batch =
-        Batch { rows: HashMap::with_capacity(keys.len()), dirty: Vec::new(), own: HashMap::new(), now_ms: now_ms() };
-    for key in keys {
-        if let Some(row) = tx.load_chat(key).await? {
-            batch.rows.insert(key.clone(), row);
+    let mut batch = Batch {
+        rows: HashMap::with_capacity(keys.len()),
+        created: HashMap::new(),
+        dirty: Vec::new(),
+        own: HashMap::new(),
+        now_ms: now_ms(),
+    };
+    // New chats first, then every existing row at once: a row locked early is held through
+    // every round trip after it, and another node's batch into the same chat waits that long.
+    let new = creating(writes);
+    let created = tx.create_chats(&new, batch.now_ms).await?;
+    for ((key, _), row) in new.iter().zip(created) {
+        if let Some(row) = row {
+            batch.created.insert((*key).clone(), row);
+        }
+    }
+    keys.retain(|k| !batch.created.contains_key(*k));
+    for (key, row) in keys.iter().zip(tx.load_chats(&keys).await?) {
+        if let Some(row) = row {
+            batch.rows.insert((*key).clone(), row);
         }
     }
     // webhook: each chat's seq before the batch (a chat the batch creates starts at 0).
@@ -157,9 +174,8 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
     tx.finish().await?;
     batch.dirty.sort();
     batch.dirty.dedup();
-    for key in &batch.dirty {
-        tx.save_chat(&batch.rows[key]).await?;
-    }
+    let dirty: Vec<&ChatRow> = batch.dirty.iter().map(|key| &batch.rows[key]).collect();
+    tx.save_chats(&dirty).await?;
     if let Some(before) = before {
         let stored: Vec<Stored> = batch
             .dirty
@@ -180,8 +196,26 @@ pub(crate) async fn apply<T: Tx>(tx: &mut T, writes: &[&Write]) -> Result<Vec<Ou
     Ok(outcomes)
 }
 
+/// The chats `writes` would create if they do not exist, sorted, each with the `open` of the
+/// first write that would: a client's `join` (open) or a `put_chat`.
+fn creating<'w>(writes: &[&'w Write]) -> Vec<(&'w ChatKey, bool)> {
+    let mut new: BTreeMap<&ChatKey, bool> = BTreeMap::new();
+    for &w in writes {
+        let open = match w {
+            Write::Join { actor: Actor::Client, .. } => true,
+            Write::PutChat { open, .. } => *open,
+            _ => continue,
+        };
+        new.entry(w.key()).or_insert(open);
+    }
+    new.into_iter().collect()
+}
+
 struct Batch {
     rows: HashMap<ChatKey, ChatRow>,
+    /// Chats created ahead ([`Tx::create_chats`]) that their creating write has not reached:
+    /// the writes before it find no chat, as they would have.
+    created: HashMap<ChatKey, ChatRow>,
     dirty: Vec<ChatKey>,
     /// Messages per (chat, sender, thread root or 0) as this batch moved them, read once each.
     own: HashMap<(i64, String, u64), u64>,
@@ -294,14 +328,9 @@ impl Batch {
         let not_member = || StoreError::Forbidden(format!("not a member of {}", key.chat));
         let row = match (self.rows.get(key).copied(), write) {
             (Some(row), _) => row,
-            (None, Write::Join { actor: Actor::Client, .. }) => {
-                let row = tx.create_chat(key, true, self.now_ms).await?;
-                self.rows.insert(key.clone(), row);
-                row
-            }
+            (None, Write::Join { actor: Actor::Client, .. }) => self.create(tx, key, true).await?,
             (None, Write::PutChat { open, .. }) => {
-                let row = tx.create_chat(key, *open, self.now_ms).await?;
-                self.rows.insert(key.clone(), row);
+                let row = self.create(tx, key, *open).await?;
                 return Ok(Ok(Written { event: None, seq: 0, info: row.info(), at: None }));
             }
             (None, _) => return Ok(Err(StoreError::NotFound(format!("no chat {}", key.chat)))),
@@ -442,6 +471,16 @@ impl Batch {
                 self.stream_text(tx, key, row, ask, *limit).await
             }
         }
+    }
+
+    /// The row of a chat its write creates: made ahead, or now.
+    async fn create<T: Tx>(&mut self, tx: &mut T, key: &ChatKey, open: bool) -> Result<ChatRow, T::Error> {
+        let row = match self.created.remove(key) {
+            Some(row) => row,
+            None => tx.create_chat(key, open, self.now_ms).await?,
+        };
+        self.rows.insert(key.clone(), row);
+        Ok(row)
     }
 
     /// An `edit` (with its new `body`) or a `delete` of message `target`.

@@ -84,6 +84,9 @@ pub struct CellWorkerArgs {
     /// No connect starts after this many seconds.
     #[arg(long)]
     pub deadline_s: f64,
+    /// The memberships are in the store already (`cell --preload`): users only connect.
+    #[arg(long)]
+    pub preloaded: bool,
 }
 
 /// A line a worker prints.
@@ -156,6 +159,7 @@ async fn connect(
         rate: Some(args.connect_rate),
         deadline: Duration::from_secs_f64(args.deadline_s),
     };
+    let preloaded = args.preloaded;
     let launched = fleet::launch(spec, |i| {
         let user = args.first + i;
         let node = node_of(user, args.nodes.len());
@@ -166,8 +170,10 @@ async fn connect(
             let token = token.map_err(Failure::signing)?;
             let mut client = Client::connect(server, &path, source).await?;
             client.hello(&token).await?;
-            for &c in &plan.user_chats[user] {
-                client.join(&plan.chat_name(c)).await?;
+            if !preloaded {
+                for &c in &plan.user_chats[user] {
+                    client.join(&plan.chat_name(c)).await?;
+                }
             }
             let open = plan.open[user];
             let who = Who { user: user as u32, node: node as u32, open: open.map(|c| (c, plan.chat_name(c))) };

@@ -19,6 +19,28 @@ pub(crate) trait Tx {
     /// Loads a chat's row; where several writers exist, locks it until the transaction ends.
     async fn load_chat(&mut self, key: &ChatKey) -> Result<Option<ChatRow>, Self::Error>;
     async fn create_chat(&mut self, key: &ChatKey, open: bool, now_ms: i64) -> Result<ChatRow, Self::Error>;
+    /// Loads the rows of `keys` (sorted, no duplicates), one answer per key, locking each in that
+    /// order where several writers exist. The default loads them one by one; a backend where a
+    /// round trip costs more than a lookup loads them in one.
+    async fn load_chats(&mut self, keys: &[&ChatKey]) -> Result<Vec<Option<ChatRow>>, Self::Error> {
+        let mut rows = Vec::with_capacity(keys.len());
+        for key in keys {
+            rows.push(self.load_chat(key).await?);
+        }
+        Ok(rows)
+    }
+    /// Creates ahead, before any row is loaded, the chats of `new` (sorted by key, each with the
+    /// `open` of the write that creates it) that do not exist, and answers the rows it created,
+    /// one answer per key (`None`: it exists, and is loaded with the others). A batch that creates
+    /// chats one write at a time holds every row it locked before through each creation's round
+    /// trip. The default creates none ahead: each is created by its write ([`Tx::create_chat`]).
+    async fn create_chats(
+        &mut self,
+        _new: &[(&ChatKey, bool)],
+        _now_ms: i64,
+    ) -> Result<Vec<Option<ChatRow>>, Self::Error> {
+        Ok(Vec::new())
+    }
     /// The member's read position, `None` if not a member.
     async fn read_position(&mut self, chat: i64, user: &str) -> Result<Option<u64>, Self::Error>;
     async fn add_member(&mut self, chat: i64, user: &str, now_ms: i64) -> Result<(), Self::Error>;
@@ -79,7 +101,6 @@ pub(crate) trait Tx {
     async fn edit_message(&mut self, chat: i64, target: u64, body: &RawValue, edit: u64) -> Result<(), Self::Error>;
     /// Erases message `target`'s body and the new bodies in its `edit` events, and marks it deleted.
     async fn erase_message(&mut self, chat: i64, target: u64) -> Result<(), Self::Error>;
-    /// Writes back a row's seq, member count and open flag.
     // v1.2: files.
     async fn insert_file(&mut self, chat: i64, user: &str, file: &NewFile, now_ms: i64) -> Result<(), Self::Error>;
     /// A file's row by id, with the id of the chat it was uploaded for.
@@ -92,7 +113,17 @@ pub(crate) trait Tx {
     async fn forget_file(&mut self, chat: i64, id: &str) -> Result<(), Self::Error>;
     /// Sets message `seq`'s files as its stored view shows them (none when empty).
     async fn set_message_files(&mut self, chat: i64, seq: u64, files: &[FileRef]) -> Result<(), Self::Error>;
+    /// Writes back a row's seq, member count, open flag and the counts beside them.
     async fn save_chat(&mut self, row: &ChatRow) -> Result<(), Self::Error>;
+    /// Writes back every row the batch changed, after [`Tx::finish`]; one by one by default, in one
+    /// statement where a round trip costs more (the rows are locked already, in any order). A
+    /// backend may send what `finish` held back together with it.
+    async fn save_chats(&mut self, rows: &[&ChatRow]) -> Result<(), Self::Error> {
+        for row in rows {
+            self.save_chat(row).await?;
+        }
+        Ok(())
+    }
     /// Reads ahead, in few round trips, what the batch's writes on the chats
     /// in `rows` will ask; for backends where a round trip costs more than a lookup.
     async fn prefetch(&mut self, _writes: &[&Write], _rows: &HashMap<ChatKey, ChatRow>) -> Result<(), Self::Error> {

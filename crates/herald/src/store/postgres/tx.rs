@@ -4,12 +4,13 @@
 //! Not here: the writer's loop and its transaction (`writer.rs`), or the bulk inserts of the
 //! batch's new members and events (`bulk.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use deadpool_postgres::Transaction;
 use herald_protocol::{Event, FileRef};
 use serde_json::value::RawValue;
 
+mod chats;
 mod prefetch;
 
 use super::bulk::PendingEvent;
@@ -46,6 +47,9 @@ pub(super) struct PgTx<'a, 'b> {
     shard: &'a str,
     /// Chats read in this batch, by row id: their keys' hashes.
     hashes: HashMap<i64, u64>,
+    /// Chats this batch created: nobody is a member, banned or muted there, and nothing was
+    /// sent, so nothing about them is asked of the server.
+    fresh: HashSet<i64>,
     /// The chats' heads as this batch saves them: what the node has seen once it commits.
     pub(super) saved: Vec<(u64, u64)>,
 }
@@ -57,6 +61,7 @@ impl<'a, 'b> PgTx<'a, 'b> {
             heads,
             shard,
             hashes: HashMap::new(),
+            fresh: HashSet::new(),
             saved: Vec::new(),
             members: HashMap::new(),
             client_ids: HashMap::new(),
@@ -151,15 +156,31 @@ impl Tx for PgTx<'_, '_> {
             };
             // A chat a lost commit had created: new, but its seqs were handed out.
             self.not_behind(key, &mut row);
+            self.fresh.insert(row.id);
             return Ok(row);
         }
         // Another node created it a moment ago: take its row (and its lock).
         Ok(self.load_chat(key).await?.expect("the conflicting row exists"))
     }
 
+    async fn load_chats(&mut self, keys: &[&ChatKey]) -> Result<Vec<Option<ChatRow>>, Self::Error> {
+        self.lock_chats(keys).await
+    }
+
+    async fn create_chats(
+        &mut self,
+        new: &[(&ChatKey, bool)],
+        now_ms: i64,
+    ) -> Result<Vec<Option<ChatRow>>, Self::Error> {
+        self.insert_chats(new, now_ms).await
+    }
+
     async fn read_position(&mut self, chat: i64, user: &str) -> Result<Option<u64>, Self::Error> {
         if let Some(known) = self.members.get(&(chat, user.to_owned())) {
             return Ok(*known);
+        }
+        if self.fresh.contains(&chat) {
+            return Ok(None);
         }
         let rows =
             self.query(r#"SELECT read_seq FROM members WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await?;
@@ -214,6 +235,9 @@ impl Tx for PgTx<'_, '_> {
             && let Some(known) = self.client_ids.get(&(chat, u.to_owned(), client_id.to_owned()))
         {
             return Ok(*known);
+        }
+        if self.fresh.contains(&chat) {
+            return Ok(None);
         }
         let rows = self
             .query(
@@ -311,6 +335,9 @@ impl Tx for PgTx<'_, '_> {
         if let Some(known) = self.bans.get(&(chat, user.to_owned())) {
             return Ok(*known);
         }
+        if self.fresh.contains(&chat) {
+            return Ok(false);
+        }
         let rows = self.query(r#"SELECT 1 FROM bans WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await?;
         Ok(!rows.is_empty())
     }
@@ -329,6 +356,9 @@ impl Tx for PgTx<'_, '_> {
     async fn mute(&mut self, chat: i64, user: &str) -> Result<Option<i64>, Self::Error> {
         if let Some(known) = self.mutes.get(&(chat, user.to_owned())) {
             return Ok(*known);
+        }
+        if self.fresh.contains(&chat) {
+            return Ok(None);
         }
         let rows =
             self.query(r#"SELECT until_ms FROM mutes WHERE chat_id = $1 AND "user" = $2"#, &[&chat, &user]).await?;
@@ -355,6 +385,9 @@ impl Tx for PgTx<'_, '_> {
         let Some(root) = thread else {
             if let Some(known) = self.own.get(&(chat, user.to_owned())) {
                 return Ok(*known);
+            }
+            if self.fresh.contains(&chat) {
+                return Ok(0);
             }
             let rows = self
                 .query(
@@ -532,13 +565,18 @@ impl Tx for PgTx<'_, '_> {
         .map(|_| ())
     }
 
+    async fn save_chats(&mut self, rows: &[&ChatRow]) -> Result<(), Self::Error> {
+        self.write_all(rows).await
+    }
+
     async fn prefetch(&mut self, writes: &[&Write], rows: &HashMap<ChatKey, ChatRow>) -> Result<(), Self::Error> {
         self.read_ahead(writes, rows).await
     }
 
+    /// Nothing yet: [`Tx::save_chats`] sends the held-back members and events with the rows, in
+    /// one round trip (`tx/chats.rs`).
     async fn finish(&mut self) -> Result<(), Self::Error> {
-        self.flush_members().await?;
-        self.flush_events().await
+        Ok(())
     }
 
     fn keeps_webhook_positions(&self) -> bool {
