@@ -307,8 +307,9 @@ impl PeerClient {
         let _ = self.ws.close(None).await;
     }
 
-    /// Socket.IO: the next text frame, answering Engine.IO pings (`2` → `3`). Cancel-safe
-    /// between frames (the cell's sessions select on it).
+    /// Socket.IO: the next text frame, answering Engine.IO pings (`2` → `3`). The cell's sessions
+    /// select on it: a frame is never lost to a cancel (the stream keeps it), and a pong cut short
+    /// stays in the sink and goes out with the next frame written.
     pub async fn next_text(&mut self) -> Result<String, ClientError> {
         loop {
             match self.ws.next().await {
