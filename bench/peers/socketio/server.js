@@ -9,6 +9,12 @@
 // With HERALD_BENCH_REDIS=redis://127.0.0.1:PORT in the environment, nodes share rooms through
 // @socket.io/redis-adapter (pub/sub on that Redis): the cross-node peer of herald's NATS broker.
 // With HERALD_BENCH_SIO_NATS=nats://127.0.0.1:PORT instead, through @mickl/socket.io-nats-adapter.
+// The cell's event (herald-bench cell --peer socketio): "cell" (kind, chat, payload, ack?), where
+// a chat's watchers are in room "w:CHAT" and its members in "m:CHAT". kind "typing" goes to the
+// other watchers (socket.to: not the typist, as herald's typing); "msg", "read" and "react" go to
+// every watcher (io.to: the sender's own connection too, as herald's events) and mark the chat's
+// members' inboxes: one "inbox" [chat] to "m:CHAT" at most every INBOX_EVERY_MS per chat from this
+// node (herald coalesces live-inbox pushes to one per chat per 250 ms per connection).
 const { Server } = require("socket.io");
 const http = require("http");
 
@@ -23,6 +29,17 @@ const io = new Server(httpServer, {
 });
 // room -> Set of member user ids (joinflood's members; not durable, gone with the process).
 const members = new Map();
+const INBOX_EVERY_MS = 250;
+// Chats whose inbox push is scheduled on this node (each leaves when its timer fires).
+const inboxDue = new Set();
+function markInbox(chat) {
+  if (inboxDue.has(chat)) return;
+  inboxDue.add(chat);
+  setTimeout(() => {
+    inboxDue.delete(chat);
+    io.to("m:" + chat).emit("inbox", chat);
+  }, INBOX_EVERY_MS);
+}
 io.on("connection", (socket) => {
   // ["join", room] or ["join", room, user]: with a user, the room's member set (in memory,
   // kept after the socket leaves, as a chat's members are) counts it, and the ack carries the count.
@@ -41,6 +58,17 @@ io.on("connection", (socket) => {
   });
   socket.on("pub", (room, payload, ack) => {
     io.to(String(room)).emit("msg", payload);
+    if (typeof ack === "function") ack(true);
+  });
+  socket.on("cell", (kind, chat, payload, ack) => {
+    kind = String(kind);
+    chat = String(chat);
+    if (kind === "typing") {
+      socket.to("w:" + chat).emit("typing", payload);
+    } else if (kind === "msg" || kind === "read" || kind === "react") {
+      io.to("w:" + chat).emit(kind, payload);
+      markInbox(chat);
+    }
     if (typeof ack === "function") ack(true);
   });
 });

@@ -21,7 +21,8 @@
 //!   `replication` (sends on PostgreSQL alone and with a synchronous or an
 //!   asynchronous standby, started with `scripts/pg.sh`); `cell` (a whole
 //!   cell on this machine: nodes, NATS, PostgreSQL shards, load workers in
-//!   processes of their own under a modelled load);
+//!   processes of their own under a modelled load; `--peer socketio`: the
+//!   same on Socket.IO nodes over Redis);
 //! - shared modules: the clients (`client` for herald, `handshake`,
 //!   `pclient` for the peers, `conn` for either), the servers (`server` for
 //!   herald, `peer`, `target` for either), opening many (`fleet`, and
@@ -119,7 +120,8 @@ pub(crate) enum Command {
     Replication(replication::ReplicationArgs),
     /// A whole cell on this machine (N nodes, 3 NATS servers, PostgreSQL shards) under a modelled load of
     /// direct messages, groups and channels: latency same node and cross node, CPU, memory, NATS and
-    /// PostgreSQL rates; `--smoke`: a tiny cell that fails unless delivery was exact.
+    /// PostgreSQL rates; `--smoke`: a tiny cell that fails unless delivery was exact; `--peer socketio`: the
+    /// same model and load on Socket.IO nodes over Redis.
     Cell(cell::CellArgs),
     /// Every herald scenario at a tiny size, one run each; exits non-zero on a failure.
     Smoke(smoke::SmokeArgs),
@@ -129,6 +131,9 @@ pub(crate) enum Command {
     /// One load process of `cell` (started by it).
     #[command(hide = true)]
     CellWorker(cell::worker::CellWorkerArgs),
+    /// One load process of `cell --peer socketio` (started by it).
+    #[command(hide = true)]
+    CellSioWorker(cell::worker::CellWorkerArgs),
     /// One attacker process of `slowloris` (started by it).
     #[command(hide = true)]
     SlowlorisAttacker(slowloris::AttackerArgs),
@@ -142,6 +147,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Command::CellWorker(args) = command {
         return cell::worker::run(args);
+    }
+    if let Command::CellSioWorker(args) = command {
+        return cell::sio::worker::run(args);
     }
     if let Command::SlowlorisAttacker(args) = command {
         return scenarios::slowloris::attacker_run(args);
@@ -173,7 +181,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<Vec<serde_json:
         Command::Replication(args) => replication::run(args).await,
         Command::Threads(args) => inbox::threads::run(args).await,
         Command::Cell(args) => cell::run(args).await,
-        Command::Worker(_) | Command::CellWorker(_) | Command::SlowlorisAttacker(_) => {
+        Command::Worker(_) | Command::CellWorker(_) | Command::CellSioWorker(_) | Command::SlowlorisAttacker(_) => {
             anyhow::bail!("a worker runs on its own")
         }
     }

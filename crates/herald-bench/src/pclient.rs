@@ -307,8 +307,10 @@ impl PeerClient {
         let _ = self.ws.close(None).await;
     }
 
-    /// Socket.IO: the next text frame, answering Engine.IO pings (`2` → `3`).
-    async fn next_text(&mut self) -> Result<String, ClientError> {
+    /// Socket.IO: the next text frame, answering Engine.IO pings (`2` → `3`). The cell's sessions
+    /// select on it: a frame is never lost to a cancel (the stream keeps it), and a pong cut short
+    /// stays in the sink and goes out with the next frame written.
+    pub async fn next_text(&mut self) -> Result<String, ClientError> {
         loop {
             match self.ws.next().await {
                 None => return Err(ClientError::Closed(None)),
@@ -329,7 +331,8 @@ impl PeerClient {
         }
     }
 
-    async fn send_text(&mut self, t: String) -> Result<(), ClientError> {
+    /// One text frame (Socket.IO: an Engine.IO packet, such as `42N["event",...]`).
+    pub async fn send_text(&mut self, t: String) -> Result<(), ClientError> {
         self.ws.send(Message::text(t)).await.map_err(ClientError::WebSocket)
     }
 

@@ -14,7 +14,8 @@
 //! unless delivery was exact. A bad day (`fault`): `--kill-node I` kills a
 //! node under the load, `--roll` restarts every node in turn; the users
 //! resume on other nodes and delivery must stay exact; `--smoke-bad-day` is
-//! a small roll that fails unless it does.
+//! a small roll that fails unless it does. `--peer socketio` runs the same
+//! model and load on Socket.IO nodes over Redis instead (`sio`).
 
 mod fault;
 mod follow;
@@ -23,6 +24,7 @@ mod probe;
 mod report;
 mod resume;
 mod session;
+pub mod sio;
 mod spawn;
 mod tally;
 mod timeline;
@@ -43,6 +45,7 @@ use tokio::process::{Child, ChildStdout, Command};
 
 use crate::client::{fresh_sources, sources_for};
 use crate::machine::rss_kib;
+use crate::peer::Peer;
 use crate::preload;
 use crate::server::{Server, TargetArgs};
 use crate::worker::SECRET_ENV;
@@ -71,6 +74,10 @@ const SMOKE_DRAIN_MS: u64 = 2000;
 /// `herald-bench cell`.
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct CellArgs {
+    /// The servers: herald's cell, or Socket.IO nodes over one Redis (@socket.io/redis-adapter),
+    /// the same model and load (see `cell/sio.rs` for what maps to what).
+    #[arg(long, value_enum, default_value_t = Peer::Herald)]
+    pub peer: Peer,
     /// herald nodes (each holds connections / nodes users, at most 19,000).
     #[arg(long, default_value_t = 3)]
     pub nodes: usize,
@@ -161,6 +168,10 @@ pub async fn run(mut args: CellArgs) -> anyhow::Result<Vec<Value>> {
     } else if args.smoke {
         args.apply_smoke();
     }
+    if args.peer == Peer::Socketio {
+        return sio::run(args).await;
+    }
+    ensure!(args.peer == Peer::Herald, "cell runs herald or --peer socketio");
     let users = args.model.connections;
     ensure!(args.target.starts_server(), "cell starts its own nodes");
     ensure!(args.nodes > 0 && users > 0, "--nodes and --connections must be positive");
@@ -239,7 +250,9 @@ async fn run_cell(args: &CellArgs) -> anyhow::Result<Value> {
         t.elapsed().as_secs_f64()
     );
 
-    let mut workers = spawn_workers(args, &nodes, connect_deadline_s(args, &plan))?;
+    let addrs: Vec<String> = nodes.iter().map(|n| n.addr.to_string()).collect();
+    let secret = &nodes[0].jwt_secret;
+    let mut workers = spawn_workers(args, "cell-worker", &addrs, secret, connect_deadline_s(args, &plan))?;
     let connect_bound = Duration::from_secs_f64(connect_deadline_s(args, &plan)) + WORKER_SLACK;
     let mut joined = report::Setup::default();
     for w in &mut workers {
@@ -354,12 +367,18 @@ async fn start_nodes(args: &CellArgs, flags: &[Vec<String>]) -> anyhow::Result<(
     Ok((nodes, target))
 }
 
-/// Starts the load workers, each with a share of the users and sources of its own.
-fn spawn_workers(args: &CellArgs, nodes: &[Server], deadline_s: f64) -> anyhow::Result<Vec<Worker>> {
+/// Starts the load workers (`command`: herald's `cell-worker` or Socket.IO's `cell-sio-worker`),
+/// each with a share of the users and sources of its own, towards the nodes at `addrs`.
+fn spawn_workers(
+    args: &CellArgs,
+    command: &str,
+    addrs: &[String],
+    secret: &str,
+    deadline_s: f64,
+) -> anyhow::Result<Vec<Worker>> {
     let users = args.model.connections;
     let count = args.workers();
     let per = users.div_ceil(count);
-    let addrs: Vec<String> = nodes.iter().map(|n| n.addr.to_string()).collect();
     let base = fresh_sources(0, 0);
     let exe = std::env::current_exe()?;
     let m = &args.model;
@@ -372,7 +391,7 @@ fn spawn_workers(args: &CellArgs, nodes: &[Server], deadline_s: f64) -> anyhow::
         }
         let share = n as f64 / users as f64;
         let mut child = Command::new(&exe)
-            .arg("cell-worker")
+            .arg(command)
             .args(["--connections", &users.to_string(), "--seed", &m.seed.to_string()])
             .args(["--dms-per-user", &m.dms_per_user.to_string(), "--groups-per-user", &m.groups_per_user.to_string()])
             .args(["--channels", &m.channels.to_string()])
@@ -384,8 +403,8 @@ fn spawn_workers(args: &CellArgs, nodes: &[Server], deadline_s: f64) -> anyhow::
             .args(["--concurrency", &((args.concurrency as f64 * share).ceil() as usize).max(1).to_string()])
             .args(["--source-offset", &(base + w as u32 * sources_for(per)).to_string()])
             .args(["--deadline-s", &deadline_s.to_string()])
-            .args(args.preload.then_some("--preloaded"))
-            .env(SECRET_ENV, &nodes[0].jwt_secret)
+            .args((args.preload && args.peer == Peer::Herald).then_some("--preloaded"))
+            .env(SECRET_ENV, secret)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
