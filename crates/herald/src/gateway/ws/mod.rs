@@ -9,8 +9,9 @@
 //!   behind a message the connection is not ready to take) are copied into a
 //!   buffer of the connection's own, freed once they are decoded;
 //! - writing builds frame headers on the stack and hands them, with the
-//!   payloads where they already are, to one `writev`; only control frames
-//!   waiting for their turn (a pong, a close) are kept, until written.
+//!   payloads where they already are, to one `writev`, at once when the
+//!   socket has room; only control frames waiting for their turn (a pong, a
+//!   close) and what a full socket did not take are kept, until written.
 //!
 //! Frame rules live in [`frame`]. What a connection does with messages is
 //! [`super::conn`]'s.
@@ -114,9 +115,10 @@ pub(crate) struct Socket {
     decoder: Decoder,
     /// Bytes read and not decoded yet; `None` while idle.
     held: Option<Box<Held>>,
-    /// Control frames to write before anything else (a pong, a close);
-    /// `None` once written. Boxed on purpose: 8 bytes in every idle
-    /// connection's task instead of a `Vec`'s 24.
+    /// Bytes to write before anything else (a pong, a close, the rest of
+    /// a [`Socket::try_send`] a full socket did not take); `None` once
+    /// written. Boxed on purpose: 8 bytes in every idle connection's task
+    /// instead of a `Vec`'s 24.
     #[allow(clippy::box_collection)]
     out: Option<Box<Vec<u8>>>,
     /// Largest message accepted (a `u32`, to share a word with the flags).
