@@ -20,7 +20,8 @@ use tokio::time::Instant as TokioInstant;
 use super::Gateway;
 use super::dispatch::{Session, handle};
 use super::timers::{Tick, Timers};
-use super::ws::{Fail, Message, ReadEnd, Socket};
+use super::ws::frame::OP_TEXT;
+use super::ws::{Fail, Message, ReadEnd, Sent, Socket};
 use crate::chat::Caller;
 use crate::error::Error;
 use crate::guard::TokenBucket;
@@ -213,8 +214,23 @@ impl Conn {
                 return End::Close(code, reason);
             }
             if !frames.is_empty() || ws.has_output() {
-                if Box::pin(self.write(ws, frames)).await.is_err() {
-                    return End::Drop;
+                // Tried at once first: a socket with room (nearly always) takes
+                // the frames without the write path's future and timer, which
+                // a fan-out would otherwise pay once per watcher. What the
+                // socket does not take waits as its output, written below.
+                // The frames are gone before any wait, so an idle
+                // connection's task does not keep room for them.
+                let sent = ws.try_send(OP_TEXT, &frames);
+                metrics::counter!("herald_frames_written_total").increment(frames.len() as u64);
+                drop(frames);
+                match sent {
+                    Ok(Sent::All) => {}
+                    Ok(Sent::Rest) => {
+                        if Box::pin(self.write(ws, Vec::new())).await.is_err() {
+                            return End::Drop;
+                        }
+                    }
+                    Err(_) => return End::Drop,
                 }
                 continue;
             }
@@ -271,7 +287,7 @@ impl Conn {
     /// for [`WRITE_TIMEOUT`], or overflows its queue meanwhile.
     async fn write(&self, ws: &mut Socket, frames: Vec<Frame>) -> Result<(), ()> {
         let n = frames.len() as u64;
-        let write = ws.send(super::ws::frame::OP_TEXT, &frames);
+        let write = ws.send(OP_TEXT, &frames);
         tokio::pin!(write);
         let timeout = tokio::time::sleep(WRITE_TIMEOUT);
         tokio::pin!(timeout);

@@ -9,8 +9,9 @@
 //!   behind a message the connection is not ready to take) are copied into a
 //!   buffer of the connection's own, freed once they are decoded;
 //! - writing builds frame headers on the stack and hands them, with the
-//!   payloads where they already are, to one `writev`; only control frames
-//!   waiting for their turn (a pong, a close) are kept, until written.
+//!   payloads where they already are, to one `writev`, at once when the
+//!   socket has room; only control frames waiting for their turn (a pong, a
+//!   close) and what a full socket did not take are kept, until written.
 //!
 //! Frame rules live in [`frame`]. What a connection does with messages is
 //! [`super::conn`]'s.
@@ -114,9 +115,10 @@ pub(crate) struct Socket {
     decoder: Decoder,
     /// Bytes read and not decoded yet; `None` while idle.
     held: Option<Box<Held>>,
-    /// Control frames to write before anything else (a pong, a close);
-    /// `None` once written. Boxed on purpose: 8 bytes in every idle
-    /// connection's task instead of a `Vec`'s 24.
+    /// Bytes to write before anything else (a pong, a close, the rest of
+    /// a [`Socket::try_send`] a full socket did not take); `None` once
+    /// written. Boxed on purpose: 8 bytes in every idle connection's task
+    /// instead of a `Vec`'s 24.
     #[allow(clippy::box_collection)]
     out: Option<Box<Vec<u8>>>,
     /// Largest message accepted (a `u32`, to share a word with the flags).
@@ -346,22 +348,7 @@ impl Socket {
             let batch = chunks.next().unwrap_or_default();
             let mut heads = [[0u8; 10]; MAX_FRAMES_PER_WRITEV];
             let mut slices = [IoSlice::new(&[]); 1 + 2 * MAX_FRAMES_PER_WRITEV];
-            let mut n = 0;
-            let mut lens = [0usize; MAX_FRAMES_PER_WRITEV];
-            for (i, p) in batch.iter().enumerate() {
-                lens[i] = encode_header(opcode, p.payload().len(), &mut heads[i]);
-            }
-            if let Some(out) = &self.out {
-                slices[0] = IoSlice::new(out);
-                n = 1;
-            }
-            if !self.closing {
-                for (i, p) in batch.iter().enumerate() {
-                    slices[n] = IoSlice::new(&heads[i][..lens[i]]);
-                    slices[n + 1] = IoSlice::new(p.payload());
-                    n += 2;
-                }
-            }
+            let n = self.slices(opcode, batch, &mut heads, &mut slices);
             write_all(&self.tcp, &mut slices[..n]).await?;
             self.out = None;
             if chunks.len() == 0 {
@@ -369,6 +356,89 @@ impl Socket {
             }
         }
     }
+
+    /// [`Socket::send`] without waiting: one `writev` per 64 frames, for as
+    /// long as the socket takes everything. What it does not take is kept,
+    /// in order, as the socket's output ([`Socket::flush`] writes it), so
+    /// the common case (a few frames, a socket with room) costs the
+    /// connection no future, no timer and no copy.
+    pub(crate) fn try_send<P: Payload>(&mut self, opcode: u8, payloads: &[P]) -> io::Result<Sent> {
+        debug_assert!(opcode == OP_TEXT || opcode == OP_BINARY);
+        let mut chunks = payloads.chunks(MAX_FRAMES_PER_WRITEV);
+        loop {
+            let batch = chunks.next().unwrap_or_default();
+            let mut heads = [[0u8; 10]; MAX_FRAMES_PER_WRITEV];
+            let mut slices = [IoSlice::new(&[]); 1 + 2 * MAX_FRAMES_PER_WRITEV];
+            let n = self.slices(opcode, batch, &mut heads, &mut slices);
+            let mut left = &mut slices[..n];
+            IoSlice::advance_slices(&mut left, 0);
+            if !left.is_empty() {
+                let written = match self.tcp.try_write_vectored(left) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(written) => written,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                    Err(e) => return Err(e),
+                };
+                IoSlice::advance_slices(&mut left, written);
+            }
+            if !left.is_empty() {
+                // The socket is full: keep the rest of this batch and every later frame, in order.
+                let mut rest = Vec::with_capacity(left.iter().map(|s| s.len()).sum());
+                for s in left.iter() {
+                    rest.extend_from_slice(s);
+                }
+                if !self.closing {
+                    for p in chunks.flatten() {
+                        push_frame(&mut rest, opcode, p.payload());
+                    }
+                }
+                self.out = Some(Box::new(rest));
+                return Ok(Sent::Rest);
+            }
+            self.out = None;
+            if chunks.len() == 0 {
+                return Ok(Sent::All);
+            }
+        }
+    }
+
+    /// Fills `slices` with the queued control frames and `batch`'s frames
+    /// (headers in `heads`); returns how many slices it used.
+    fn slices<'a, P: Payload>(
+        &'a self,
+        opcode: u8,
+        batch: &'a [P],
+        heads: &'a mut [[u8; 10]; MAX_FRAMES_PER_WRITEV],
+        slices: &mut [IoSlice<'a>; 1 + 2 * MAX_FRAMES_PER_WRITEV],
+    ) -> usize {
+        let mut lens = [0usize; MAX_FRAMES_PER_WRITEV];
+        for (i, p) in batch.iter().enumerate() {
+            lens[i] = encode_header(opcode, p.payload().len(), &mut heads[i]);
+        }
+        let mut n = 0;
+        if let Some(out) = &self.out {
+            slices[0] = IoSlice::new(out);
+            n = 1;
+        }
+        if !self.closing {
+            for (i, p) in batch.iter().enumerate() {
+                slices[n] = IoSlice::new(&heads[i][..lens[i]]);
+                slices[n + 1] = IoSlice::new(p.payload());
+                n += 2;
+            }
+        }
+        n
+    }
+}
+
+/// What [`Socket::try_send`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// Everything was written.
+    All,
+    /// The socket took part of it, or none: the rest is the socket's output,
+    /// for [`Socket::flush`] to write once the socket has room.
+    Rest,
 }
 
 /// What a data frame can be written from, where it already is.
@@ -413,98 +483,4 @@ fn push_frame(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use frame::tests::client_frame;
-    use frame::{OP_CONTINUATION, OP_PING};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    /// A connected pair: the server's [`Socket`] and the client's stream.
-    async fn pair(limit: usize) -> (Socket, TcpStream) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (server, _) = listener.accept().await.unwrap();
-        (Socket::new(server, Bytes::new(), limit), client)
-    }
-
-    /// Reads messages as a connection does, answering what the socket
-    /// queued, until reading ends.
-    async fn serve(mut ws: Socket) -> (Vec<String>, ReadEnd) {
-        let mut got = Vec::new();
-        loop {
-            std::future::poll_fn(|cx| ws.poll_readable(cx)).await.unwrap();
-            let read = ws.read(|m| match m {
-                Message::Text(t) => format!("text {t}"),
-                Message::Binary(b) => format!("binary {}", b.len()),
-            });
-            match read {
-                Ok(m) => got.extend(m),
-                Err(end) => {
-                    let _ = ws.flush().await;
-                    return (got, end);
-                }
-            }
-            ws.flush().await.unwrap();
-        }
-    }
-
-    #[tokio::test]
-    async fn frames_cut_anywhere_and_frames_behind_a_message_are_all_read() {
-        let (ws, mut client) = pair(1 << 20).await;
-        let server = tokio::spawn(serve(ws));
-        let mut bytes = client_frame(false, OP_TEXT, b"hel");
-        bytes.extend(client_frame(true, OP_CONTINUATION, b"lo"));
-        bytes.extend(client_frame(true, OP_PING, b"p"));
-        bytes.extend(client_frame(true, OP_TEXT, b"a"));
-        bytes.extend(client_frame(true, OP_BINARY, &[0u8; 70_000]));
-        bytes.extend(client_frame(true, OP_TEXT, b"b"));
-        bytes.extend(client_frame(true, OP_CLOSE, &1000u16.to_be_bytes()));
-        // Cut into pieces of 1 to 7 bytes with pauses, then the rest (a large frame) at once.
-        let (small, rest) = bytes.split_at(40);
-        for piece in small.chunks(3) {
-            client.write_all(piece).await.unwrap();
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
-        client.write_all(rest).await.unwrap();
-        let (got, end) = server.await.unwrap();
-        assert_eq!(got, ["text hello", "text a", "binary 70000", "text b"]);
-        assert!(matches!(end, ReadEnd::Closed), "{end:?}");
-        // The pong, then the close echoed with the peer's code.
-        let mut answer = Vec::new();
-        client.read_to_end(&mut answer).await.unwrap();
-        assert_eq!(answer, [&[0x8A, 1, b'p'][..], &[0x88, 2, 0x03, 0xE8]].concat());
-    }
-
-    #[tokio::test]
-    async fn a_bad_frame_ends_reading_with_its_code_and_no_buffer_is_kept_while_idle() {
-        let (mut ws, mut client) = pair(1024).await;
-        client.write_all(&client_frame(true, OP_TEXT, b"{}")[..3]).await.unwrap();
-        std::future::poll_fn(|cx| ws.poll_readable(cx)).await.unwrap();
-        assert!(ws.read(|_| ()).unwrap().is_none());
-        assert!(ws.held.is_some(), "an incomplete frame is kept");
-        client.write_all(&client_frame(true, OP_TEXT, b"{}")[3..]).await.unwrap();
-        std::future::poll_fn(|cx| ws.poll_readable(cx)).await.unwrap();
-        assert_eq!(ws.read(|m| matches!(m, Message::Text("{}"))).unwrap(), Some(true));
-        assert!(ws.held.is_none() && ws.out.is_none(), "nothing kept once the frame is read");
-        client.write_all(&client_frame(true, OP_TEXT, &[b'a'; 2000])[..8]).await.unwrap();
-        let end = loop {
-            std::future::poll_fn(|cx| ws.poll_readable(cx)).await.unwrap();
-            if let Err(end) = ws.read(|_| ()) {
-                break end;
-            }
-        };
-        assert!(matches!(end, ReadEnd::Fail(Fail { code: frame::TOO_BIG, .. })), "{end:?}");
-    }
-
-    #[test]
-    fn accept_key_is_the_rfc_example() {
-        let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, "keep-alive, Upgrade".parse().unwrap());
-        h.insert(header::UPGRADE, "websocket".parse().unwrap());
-        h.insert(header::SEC_WEBSOCKET_VERSION, "13".parse().unwrap());
-        h.insert(header::SEC_WEBSOCKET_KEY, "dGhlIHNhbXBsZSBub25jZQ==".parse().unwrap());
-        assert_eq!(accept_key(&h).unwrap(), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
-        h.insert(header::SEC_WEBSOCKET_VERSION, "8".parse().unwrap());
-        assert_eq!(accept_key(&h).unwrap_err().0, StatusCode::BAD_REQUEST);
-    }
-}
+mod tests;
