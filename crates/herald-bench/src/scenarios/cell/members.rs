@@ -22,10 +22,11 @@ use herald::store::{Actor, EventLog, Lifecycle, ShardSpec, Store, Write};
 
 use super::workload::Plan;
 
-/// Joins handed to the store together: a few writer batches' worth.
-const CHUNK: usize = 2048;
-/// Chunks in flight at once, over every shard.
-const CHUNKS_IN_FLIGHT: usize = 8;
+/// Joins handed to the store together: one writer batch's worth (512 writes).
+const CHUNK: usize = 512;
+/// Chunks in flight at once, over every shard: 2,048 writes, within one shard's bulkhead (1,024
+/// running and 4,096 waiting), so that nothing is refused as `busy`.
+const CHUNKS_IN_FLIGHT: usize = 4;
 
 /// Writes every membership of `plan` into the shards of `stores` (`--store` entries), chat by
 /// chat; the memberships written and the seconds it took.
