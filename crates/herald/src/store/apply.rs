@@ -48,6 +48,11 @@ pub(crate) struct ChatRow {
 }
 
 impl ChatRow {
+    /// The row of a chat created now: nothing in it yet.
+    pub fn created(id: i64, open: bool, now_ms: i64) -> ChatRow {
+        ChatRow { id, seq: 0, members: 0, open, messages: 0, ts: now_ms, last_message: 0, pins: 0, profile_seq: 0 }
+    }
+
     pub fn info(&self) -> ChatInfo {
         ChatInfo { seq: self.seq, members: self.members, open: self.open, profiled: self.profile_seq > 0 }
     }

@@ -143,17 +143,7 @@ impl Tx for PgTx<'_, '_> {
             )
             .await?;
         if let Some(r) = self.tx.query_opt(&stmt, &[&&*key.ws, &&*key.chat, &open, &now_ms]).await? {
-            let mut row = ChatRow {
-                id: r.get(0),
-                seq: 0,
-                members: 0,
-                open,
-                messages: 0,
-                ts: now_ms,
-                last_message: 0,
-                pins: 0,
-                profile_seq: 0,
-            };
+            let mut row = ChatRow::created(r.get(0), open, now_ms);
             // A chat a lost commit had created: new, but its seqs were handed out.
             self.not_behind(key, &mut row);
             self.fresh.insert(row.id);

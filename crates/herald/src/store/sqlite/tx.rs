@@ -36,17 +36,7 @@ impl Tx for SqliteTx<'_> {
                 "INSERT INTO chats (ws, chat, open, seq, members, created_ms, last_ts) VALUES (?1, ?2, ?3, 0, 0, ?4, ?4)",
             )?
             .execute(params![&*key.ws, &*key.chat, open, now_ms])?;
-        Ok(ChatRow {
-            id: self.0.last_insert_rowid(),
-            seq: 0,
-            members: 0,
-            open,
-            messages: 0,
-            ts: now_ms,
-            last_message: 0,
-            pins: 0,
-            profile_seq: 0,
-        })
+        Ok(ChatRow::created(self.0.last_insert_rowid(), open, now_ms))
     }
 
     async fn read_position(&mut self, chat: i64, user: &str) -> rusqlite::Result<Option<u64>> {

@@ -56,17 +56,7 @@ impl PgTx<'_, '_> {
         for r in &rows {
             let Some(&i) = at.get(&(r.get::<_, &str>(0), r.get::<_, &str>(1))) else { continue };
             let (key, open) = new[i];
-            let mut row = ChatRow {
-                id: r.get(2),
-                seq: 0,
-                members: 0,
-                open,
-                messages: 0,
-                ts: now_ms,
-                last_message: 0,
-                pins: 0,
-                profile_seq: 0,
-            };
+            let mut row = ChatRow::created(r.get(2), open, now_ms);
             // A chat a lost commit had created: new, but its seqs were handed out.
             self.not_behind(key, &mut row);
             self.fresh.insert(row.id);
