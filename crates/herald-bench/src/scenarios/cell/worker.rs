@@ -133,7 +133,13 @@ async fn serve(args: CellWorkerArgs, secret: String) -> anyhow::Result<()> {
     wait_word(&mut stdin, "go").await?;
     // What the opening pushed (joins, presence) is not the load's.
     tally.lock().expect("tally lock").restart();
-    let busy = load(&args, &users).await;
+    let open: Vec<&mpsc::Sender<Cmd>> = users.iter().filter(|u| u.open.is_some()).map(|u| &u.tx).collect();
+    let busy = load(&args, &open, |act| match act {
+        Act::Message => Cmd::Message,
+        Act::Read => Cmd::Read,
+        Act::React => Cmd::React,
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs_f64(args.drain_s)).await;
     let counted = tally.lock().expect("tally lock").counted(&watchers, busy);
     say(&Line::Done(Box::new(counted)))?;
@@ -218,12 +224,19 @@ async fn open_all(users: &[User]) -> (HashMap<u32, u64>, Failures) {
     (watchers, failures)
 }
 
+/// One command of the load's mix, as each peer's session takes it.
+pub(super) enum Act {
+    Message,
+    Read,
+    React,
+}
+
 /// Gives the load's commands for `args.secs`: per tick a message, a read, and every fifth tick a
-/// reaction, each to a random user with an open chat. Returns the commands skipped because the
-/// user was busy.
-async fn load(args: &CellWorkerArgs, users: &[User]) -> u64 {
-    let with_chat: Vec<&User> = users.iter().filter(|u| u.open.is_some()).collect();
-    if with_chat.is_empty() || args.rate <= 0.0 {
+/// reaction, each to a random one of `open` (the sessions of the users with an open chat), made by
+/// `cmd`. The same draws for every peer (herald, Socket.IO): the same users act in the same order.
+/// Returns the commands skipped because the user was busy.
+pub(super) async fn load<C>(args: &CellWorkerArgs, open: &[&mpsc::Sender<C>], cmd: impl Fn(Act) -> C) -> u64 {
+    if open.is_empty() || args.rate <= 0.0 {
         tokio::time::sleep(Duration::from_secs_f64(args.secs)).await;
         return 0;
     }
@@ -240,28 +253,28 @@ async fn load(args: &CellWorkerArgs, users: &[User]) -> u64 {
         if Instant::now() > end {
             break;
         }
-        let mut give = |cmd: Cmd| {
-            let u = with_chat[rng.below(with_chat.len() as u64) as usize];
-            if u.tx.try_send(cmd).is_err() {
+        let mut give = |act: Act| {
+            let tx = open[rng.below(open.len() as u64) as usize];
+            if tx.try_send(cmd(act)).is_err() {
                 busy += 1;
             }
         };
-        give(Cmd::Message);
-        give(Cmd::Read);
+        give(Act::Message);
+        give(Act::Read);
         if n % MESSAGES_PER_REACTION == 0 {
-            give(Cmd::React);
+            give(Act::React);
         }
     }
     busy
 }
 
-fn say(line: &Line) -> anyhow::Result<()> {
+pub(super) fn say(line: &Line) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string(line)?);
     Ok(())
 }
 
 /// Waits for the parent's `word` on stdin.
-async fn wait_word(stdin: &mut Lines<BufReader<Stdin>>, word: &str) -> anyhow::Result<()> {
+pub(super) async fn wait_word(stdin: &mut Lines<BufReader<Stdin>>, word: &str) -> anyhow::Result<()> {
     let line = stdin.next_line().await?.with_context(|| format!("the parent left before saying {word}"))?;
     anyhow::ensure!(line.trim() == word, "expected {word}, got {line}");
     Ok(())

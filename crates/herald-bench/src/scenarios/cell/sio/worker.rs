@@ -15,11 +15,10 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
-use tokio::time::MissedTickBehavior;
 
 use super::super::tally::Tally;
-use super::super::worker::{CellWorkerArgs, Line};
-use super::super::workload::{Plan, Rng, node_of};
+use super::super::worker::{Act, CellWorkerArgs, Line, load, say, wait_word};
+use super::super::workload::{Plan, node_of};
 use super::session::{self, Cmd, Who};
 use crate::client::{Failure, source_addr};
 use crate::fleet::{self, Failures, Launch};
@@ -35,8 +34,6 @@ const SESSION_QUEUE: usize = 4;
 const OPEN_BATCH: usize = 64;
 /// One user's opening gets this long.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(60);
-/// A reaction per this many messages (as herald's cell).
-const MESSAGES_PER_REACTION: u64 = 5;
 
 /// Runs a worker to its end.
 pub fn run(args: CellWorkerArgs) -> anyhow::Result<()> {
@@ -67,7 +64,14 @@ async fn serve(args: CellWorkerArgs) -> anyhow::Result<()> {
 
     wait_word(&mut stdin, "go").await?;
     tally.lock().expect("tally lock").restart();
-    let busy = load(&args, &users).await;
+    let open: Vec<&mpsc::Sender<Cmd>> = users.iter().filter(|u| u.open.is_some()).map(|u| &u.tx).collect();
+    // herald's cell's mix and draws: the same users act in the same order.
+    let busy = load(&args, &open, |act| match act {
+        Act::Message => Cmd::Message,
+        Act::Read => Cmd::Read,
+        Act::React => Cmd::React,
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs_f64(args.drain_s)).await;
     let counted = tally.lock().expect("tally lock").counted(&watchers, busy);
     say(&Line::Done(Box::new(counted)))?;
@@ -130,55 +134,4 @@ async fn open_all(users: &[User]) -> (HashMap<u32, u64>, Failures) {
         }
     }
     (watchers, failures)
-}
-
-/// herald's cell's mix: per tick a message and a read, every fifth a reaction, each to a random
-/// user with an open chat; the commands skipped because the user was busy.
-async fn load(args: &CellWorkerArgs, users: &[User]) -> u64 {
-    let with_chat: Vec<&User> = users.iter().filter(|u| u.open.is_some()).collect();
-    if with_chat.is_empty() || args.rate <= 0.0 {
-        tokio::time::sleep(Duration::from_secs_f64(args.secs)).await;
-        return 0;
-    }
-    // The same seed as herald's worker: the same users act in the same order.
-    let seed = args.model.seed ^ (args.first as u64).wrapping_mul(0x2545_f491_4f6c_dd1d);
-    let mut rng = Rng::new(seed);
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
-    tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
-    let ticks = (args.secs * args.rate).round() as u64;
-    let end = Instant::now() + Duration::from_secs_f64(args.secs) + Duration::from_secs(1);
-    let mut busy = 0;
-    for n in 0..ticks {
-        tick.tick().await;
-        if Instant::now() > end {
-            break;
-        }
-        let mut give = |cmd: Cmd| {
-            let u = with_chat[rng.below(with_chat.len() as u64) as usize];
-            if u.tx.try_send(cmd).is_err() {
-                busy += 1;
-            }
-        };
-        give(Cmd::Message);
-        give(Cmd::Read);
-        if n % MESSAGES_PER_REACTION == 0 {
-            give(Cmd::React);
-        }
-    }
-    busy
-}
-
-fn say(line: &Line) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string(line)?);
-    Ok(())
-}
-
-async fn wait_word(
-    stdin: &mut tokio::io::Lines<tokio::io::BufReader<tokio::io::Stdin>>,
-    word: &str,
-) -> anyhow::Result<()> {
-    let line = stdin.next_line().await?;
-    let line = line.ok_or_else(|| anyhow::anyhow!("the parent left before saying {word}"))?;
-    anyhow::ensure!(line.trim() == word, "expected {word}, got {line}");
-    Ok(())
 }
