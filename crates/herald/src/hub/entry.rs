@@ -395,5 +395,15 @@ impl Entry {
                 st.live.count_due(&entry.key, &st.watchers);
             });
         }
+        if let Some(wait) = timers.settle_in {
+            hub.later(wait, self, |hub, entry| async move {
+                let timers = {
+                    let mut guard = entry.lock();
+                    let st = &mut *guard;
+                    st.live.settle(&entry.key, &st.watchers)
+                };
+                entry.run(&hub, timers);
+            });
+        }
     }
 }

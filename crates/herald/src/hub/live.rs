@@ -13,6 +13,9 @@
 //!   watching a chat asks every node once its subscription is live. A node
 //!   the cell stopped hearing of ([`crate::cluster::Cluster::live`]) loses
 //!   its users after [`super::presence::REMOTE_TTL`], checked every [`SWEEP_EVERY`].
+//!   A departure another node tells of is held for
+//!   [`super::presence::LEAVE_GRACE`] and pushed only if the user is not
+//!   back by then: a user moving between two other nodes is not flapped.
 //!
 //! Pushes: each user's change while the chat has at most
 //! [`PRESENCE_USERS_MAX`] present users; above, the count, at most every
@@ -96,6 +99,8 @@ pub(super) struct ChatLive {
     /// The count last pushed, and when.
     count_pushed: Option<(u64, Instant)>,
     count_timer: bool,
+    /// Whether a timer for the held departures ([`ChatLive::settle`]) runs.
+    settle_timer: bool,
     /// When the sweep next beats for the full check (with local users).
     next_check: Instant,
 }
@@ -108,12 +113,15 @@ pub(super) struct Timers {
     pub(super) beat: bool,
     /// [`ChatLive::count_due`] after this long.
     pub(super) count_in: Option<Duration>,
+    /// [`ChatLive::settle`] after this long.
+    pub(super) settle_in: Option<Duration>,
 }
 
 impl Timers {
     fn and(mut self, other: Timers) -> Timers {
         self.beat |= other.beat;
         self.count_in = self.count_in.or(other.count_in);
+        self.settle_in = self.settle_in.or(other.settle_in);
         self
     }
 }
@@ -145,6 +153,7 @@ impl Live {
             beat_timer: false,
             count_pushed: None,
             count_timer: false,
+            settle_timer: false,
             next_check: Instant::now() + offset,
         }
     }
@@ -270,7 +279,7 @@ impl ChatLive {
             live.broker.signal(key, &delta);
         }
         let beat = in_cell && !std::mem::replace(&mut self.beat_timer, true);
-        Timers { beat, count_in: None }.and(self.apply(key, watchers, change.into_iter().collect()))
+        Timers { beat, ..Timers::default() }.and(self.apply(key, watchers, change.into_iter().collect()))
     }
 
     /// The beat timer fired: tells the other nodes the latest delta number.
@@ -287,7 +296,7 @@ impl ChatLive {
         }
         metrics::counter!("herald_presence_changes_total").increment(changes.len() as u64);
         if self.presence.count() > PRESENCE_USERS_MAX {
-            return Timers { beat: false, count_in: self.count_changed(key, watchers) };
+            return Timers { count_in: self.count_changed(key, watchers), ..Timers::default() };
         }
         let mut pushed = 0u64;
         for (user, present) in changes {
@@ -336,11 +345,33 @@ impl ChatLive {
 
     /// A presence signal (`Delta`, `Beat`, `State`) of another node.
     pub(super) fn receive(&mut self, live: &Live, key: &ChatKey, watchers: &Watchers, signal: &Signal) -> Timers {
-        let outcome = self.presence.receive(signal, Instant::now());
+        let now = Instant::now();
+        let outcome = self.presence.receive(signal, now);
         if let Some(of) = outcome.ask {
             live.broker.signal(key, &Signal::Ask { of: Some(of) });
         }
-        self.apply(key, watchers, outcome.changes)
+        self.apply(key, watchers, outcome.changes).and(self.settle_later(now))
+    }
+
+    /// A departure another node told of is held ([`super::presence::LEAVE_GRACE`]): asks for
+    /// [`ChatLive::settle`] when the first one ends, unless already asked.
+    fn settle_later(&mut self, now: Instant) -> Timers {
+        match self.presence.next_settle() {
+            Some(at) if !self.settle_timer => {
+                self.settle_timer = true;
+                Timers { settle_in: Some(at.saturating_duration_since(now)), ..Timers::default() }
+            }
+            _ => Timers::default(),
+        }
+    }
+
+    /// The held departures' timer fired: those due and not back stop being
+    /// present now, pushed as any change; asks again for the rest.
+    pub(super) fn settle(&mut self, key: &ChatKey, watchers: &Watchers) -> Timers {
+        self.settle_timer = false;
+        let now = Instant::now();
+        let changes = self.presence.settle(now);
+        self.apply(key, watchers, changes).and(self.settle_later(now))
     }
 
     /// After a broker reconnect: asks the others again and tells them this

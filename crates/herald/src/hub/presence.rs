@@ -9,7 +9,7 @@
 //! which cost that set's size: a chat of 5,000 present users joining and
 //! leaving does no work per change proportional to all of them.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,12 @@ pub const FULL_CHECK_EVERY: Duration = Duration::from_secs(10);
 /// chat for this long (it would have beaten if it still had them), is asked
 /// by name for its set.
 pub const QUIET_ASK: Duration = Duration::from_secs(12);
+/// A departure another node tells of is held this long before it counts:
+/// a user who moves from that node to a third one (a reconnect, a drain)
+/// is told of by two nodes, and nothing orders their two signals here. The
+/// arrival heard within the grace cancels the departure, so watchers see no
+/// absent-then-present flap. This node's own departures count at once.
+pub const LEAVE_GRACE: Duration = Duration::from_secs(1);
 /// Users per `State` part: keeps a part far below NATS's 1 MB payload limit
 /// even with 128-byte ids.
 pub const STATE_PART_USERS: usize = 2_000;
@@ -42,8 +48,14 @@ pub struct Presence {
     sent: u64,
     /// What each other node (incarnation) said.
     remote: HashMap<Arc<str>, Remote>,
-    /// Each present user, with how many sources (this node, other nodes) hold it.
+    /// Each present user, with how many sources (this node, other nodes) hold
+    /// it; 0 while a departure is held ([`LEAVE_GRACE`]): still present.
     union: BTreeMap<Arc<str>, u32>,
+    /// Held departures, in the order they end: (when, user). An entry whose
+    /// user is back (or held again, later) no longer matches `held`.
+    leaving: VecDeque<(Instant, Arc<str>)>,
+    /// Each user whose departure is held, and when it ends.
+    held: HashMap<Arc<str>, Instant>,
 }
 
 struct Remote {
@@ -175,7 +187,7 @@ impl Presence {
         let changed = if present {
             if r.users.insert(user.clone()) { self.union_add(&user) } else { None }
         } else if r.users.remove(&user) {
-            self.union_remove(&user)
+            self.union_hold(&user, now)
         } else {
             None
         };
@@ -329,10 +341,47 @@ impl Presence {
         Some(from.to_string())
     }
 
+    /// Departures held for [`LEAVE_GRACE`] that are now due, and the users
+    /// not back meanwhile: they stop being present now.
+    pub fn settle(&mut self, now: Instant) -> Vec<Change> {
+        let mut changes = Vec::new();
+        while let Some((at, _)) = self.leaving.front()
+            && *at <= now
+        {
+            let (at, user) = self.leaving.pop_front().expect("looked at");
+            // Not back since, and not held again later (a later entry settles that).
+            if self.held.get(&user) == Some(&at) {
+                self.held.remove(&user);
+                self.union.remove(&user);
+                changes.push((user, false));
+            }
+        }
+        changes
+    }
+
+    /// When the next held departure is due.
+    pub fn next_settle(&self) -> Option<Instant> {
+        self.leaving.front().map(|(at, _)| *at)
+    }
+
     fn union_add(&mut self, user: &Arc<str>) -> Option<Change> {
         let n = self.union.entry(user.clone()).or_insert(0);
         *n += 1;
-        (*n == 1).then(|| (user.clone(), true))
+        // Back while held: the departure is cancelled, present all along.
+        (*n == 1 && self.held.remove(user).is_none()).then(|| (user.clone(), true))
+    }
+
+    /// Like [`Presence::union_remove`], but the user's last source going
+    /// holds them present for [`LEAVE_GRACE`] (see [`Presence::settle`]).
+    fn union_hold(&mut self, user: &Arc<str>, now: Instant) -> Option<Change> {
+        let n = self.union.get_mut(user)?;
+        *n -= 1;
+        if *n == 0 {
+            let at = now + LEAVE_GRACE;
+            self.held.insert(user.clone(), at);
+            self.leaving.push_back((at, user.clone()));
+        }
+        None
     }
 
     fn union_remove(&mut self, user: &Arc<str>) -> Option<Change> {
@@ -371,8 +420,40 @@ mod tests {
         assert_eq!(p.remove_local(&u("bob")), Some((2, None)), "still present on the other node");
         assert_eq!(p.count(), 1);
         let o = p.receive(&delta("b@1", 7, 2, "bob", false), now);
-        assert_eq!(o.changes, vec![(u("bob"), false)]);
-        assert_eq!(p.count(), 0);
+        assert_eq!(o.changes, vec![], "held for the grace");
+        assert_eq!((p.count(), p.next_settle()), (1, Some(now + LEAVE_GRACE)));
+        assert_eq!(p.settle(now + LEAVE_GRACE - Duration::from_millis(1)), vec![]);
+        assert_eq!(p.settle(now + LEAVE_GRACE), vec![(u("bob"), false)]);
+        assert_eq!((p.count(), p.next_settle()), (0, None));
+    }
+
+    #[test]
+    fn a_user_moving_between_two_other_nodes_is_not_flapped_whichever_signal_comes_first() {
+        let now = Instant::now();
+        for departure_first in [true, false] {
+            let mut p = Presence::default();
+            p.receive(&delta("b@1", 1, 1, "bob", true), now);
+            let gone = delta("b@1", 1, 2, "bob", false);
+            let came = delta("c@1", 1, 1, "bob", true);
+            let (first, second) = if departure_first { (&gone, &came) } else { (&came, &gone) };
+            assert_eq!(p.receive(first, now).changes, vec![]);
+            assert_eq!(p.receive(second, now).changes, vec![]);
+            assert_eq!(p.settle(now + LEAVE_GRACE), vec![], "present all along");
+            assert_eq!(p.users(10), vec!["bob"]);
+        }
+        // Gone, back, gone again: the first hold no longer counts, the second does, once.
+        let mut p = Presence::default();
+        p.receive(&delta("b@1", 1, 1, "bob", true), now);
+        p.receive(&delta("b@1", 1, 2, "bob", false), now);
+        let later = now + Duration::from_millis(500);
+        p.receive(&delta("c@1", 1, 1, "bob", true), later);
+        p.receive(&delta("c@1", 1, 2, "bob", false), later);
+        assert_eq!(p.settle(now + LEAVE_GRACE), vec![], "the later departure is not due yet");
+        assert_eq!(p.settle(later + LEAVE_GRACE), vec![(u("bob"), false)]);
+        assert_eq!(p.settle(later + LEAVE_GRACE * 2), vec![]);
+        // A node's own departures count at once.
+        assert_eq!(p.add_local(&u("ann")), Some((1, Some((u("ann"), true)))));
+        assert_eq!(p.remove_local(&u("ann")), Some((2, Some((u("ann"), false)))));
     }
 
     #[test]
@@ -396,8 +477,8 @@ mod tests {
         let o = p.receive(&state, now);
         assert_eq!(o.changes.len(), 3);
         assert_eq!(p.users(100), vec!["ann", "carol", "dan", "eve"]);
-        let o = p.receive(&delta("b@1", 1, 5, "ann", false), now);
-        assert_eq!(o.changes, vec![(u("ann"), false)]);
+        p.receive(&delta("b@1", 1, 5, "ann", false), now);
+        assert_eq!(p.settle(now + LEAVE_GRACE), vec![(u("ann"), false)]);
         // A lost last delta: the beat after it shows it.
         let o = p.receive(&Signal::Beat { from: "b@1".into(), epoch: 1, n: 6 }, now);
         assert_eq!(o.ask.as_deref(), Some("b@1"));
@@ -578,6 +659,8 @@ mod tests {
                 }
             }
             let want: Vec<String> = (0..6).filter(|&u| (0..3).any(|n| conns[n][u] > 0)).map(|u| format!("user{u}")).collect();
+            // Departures held, then due.
+            nodes[0].settle(now + Duration::from_secs(2) + LEAVE_GRACE);
             prop_assert_eq!(nodes[0].users(100), want.clone());
             prop_assert_eq!(nodes[0].count(), want.len());
         }
