@@ -104,6 +104,10 @@ pub struct CellArgs {
     /// Users connecting at once, all workers together.
     #[arg(long, default_value_t = 128)]
     pub concurrency: usize,
+    /// Users opening their chat (watch, presence, live inbox) at once, all workers together
+    /// [default: 32 per herald worker, 64 per Socket.IO worker].
+    #[arg(long)]
+    pub open_concurrency: Option<usize>,
     /// No user starts connecting after this many seconds [default: twice the connects at
     /// --connect-rate, plus the joins at 500/s, plus a minute].
     #[arg(long)]
@@ -404,6 +408,7 @@ fn spawn_workers(
             .args(["--source-offset", &(base + w as u32 * sources_for(per)).to_string()])
             .args(["--deadline-s", &deadline_s.to_string()])
             .args((args.preload && args.peer == Peer::Herald).then_some("--preloaded"))
+            .args(args.open_concurrency.map(|c| format!("--open-concurrency={}", (c as f64 * share).ceil().max(1.0))))
             .env(SECRET_ENV, secret)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -87,6 +87,9 @@ pub struct CellWorkerArgs {
     /// The memberships are in the store already (`cell --preload`): users only connect.
     #[arg(long)]
     pub preloaded: bool,
+    /// Sessions opened at once [default: the worker's own, `OPEN_BATCH`].
+    #[arg(long)]
+    pub open_concurrency: Option<usize>,
 }
 
 /// A line a worker prints.
@@ -126,7 +129,7 @@ async fn serve(args: CellWorkerArgs, secret: String) -> anyhow::Result<()> {
 
     wait_word(&mut stdin, "open").await?;
     let t = Instant::now();
-    let (watchers, failures) = open_all(&users).await;
+    let (watchers, failures) = open_all(&users, args.open_concurrency.unwrap_or(OPEN_BATCH)).await;
     let watching = watchers.values().sum();
     say(&Line::Opened { watching, failures, secs: t.elapsed().as_secs_f64() })?;
 
@@ -194,8 +197,8 @@ async fn connect(
     (users, launched.failures, launched.elapsed.as_secs_f64())
 }
 
-/// Opens every user's chat, [`OPEN_BATCH`] at a time; the watchers per chat, and the failures.
-async fn open_all(users: &[User]) -> (HashMap<u32, u64>, Failures) {
+/// Opens every user's chat, `at_once` at a time; the watchers per chat, and the failures.
+async fn open_all(users: &[User], at_once: usize) -> (HashMap<u32, u64>, Failures) {
     let mut failures = Failures::default();
     let mut watchers: HashMap<u32, u64> = HashMap::new();
     let mut opening = futures_util::stream::iter(users.iter().map(|u| async move {
@@ -207,7 +210,7 @@ async fn open_all(users: &[User]) -> (HashMap<u32, u64>, Failures) {
             Err(_) => Err(format!("not open in {OPEN_TIMEOUT:?}")),
         }
     }))
-    .buffer_unordered(OPEN_BATCH);
+    .buffer_unordered(at_once);
     while let Some(r) = opening.next().await {
         match r {
             Ok((open, opened)) => {

@@ -23,14 +23,12 @@ impl Export for PgShard {
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, StoreError>> {
         Box::pin(async move {
-            let rows = self
-                .read_rows(
-                    r#"SELECT c.chat, m.read_seq FROM members m JOIN chats c ON c.id = m.chat_id
-                        WHERE m."user" = $1 AND c.ws = $2 AND c.chat COLLATE "C" > $3
-                        ORDER BY c.chat COLLATE "C" LIMIT $4"#,
-                    &[&user, &ws, &after.unwrap_or(""), &i64::from(limit)],
-                )
-                .await?;
+            let sql = format!(
+                r#"SELECT c.chat, m.read_seq FROM {}
+                    WHERE c.ws = $2 AND c.chat COLLATE "C" > $3 ORDER BY c.chat COLLATE "C" LIMIT $4"#,
+                super::members::user_chats("$1")
+            );
+            let rows = self.read_rows(&sql, &[&user, &ws, &after.unwrap_or(""), &i64::from(limit)]).await?;
             Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64)).collect())
         })
     }

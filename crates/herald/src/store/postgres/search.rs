@@ -22,6 +22,8 @@ impl Search for PgShard {
     fn search<'a>(&'a self, q: &'a SearchQuery) -> BoxFuture<'a, Result<Vec<Hit>, StoreError>> {
         Box::pin(async move {
             self.read(|conn| async move {
+                // A user's chats, from their memberships (see `user_chats`).
+                let mine = format!("SELECT c.id, c.chat FROM {} WHERE c.ws = $1", super::members::user_chats("$2"));
                 let (sql, args): (&str, Vec<&(dyn tokio_postgres::types::ToSql + Sync)>) = match (&q.chat, &q.user) {
                     (Some(chat), Some(user)) => (
                         "SELECT c.id, c.chat FROM chats c JOIN members m ON m.chat_id = c.id AND m.\"user\" = $3
@@ -29,11 +31,7 @@ impl Search for PgShard {
                         vec![&q.ws, chat, user],
                     ),
                     (Some(chat), None) => ("SELECT id, chat FROM chats WHERE ws = $1 AND chat = $2", vec![&q.ws, chat]),
-                    (None, Some(user)) => (
-                        "SELECT c.id, c.chat FROM members m JOIN chats c ON c.id = m.chat_id
-                          WHERE m.\"user\" = $2 AND c.ws = $1",
-                        vec![&q.ws, user],
-                    ),
+                    (None, Some(user)) => (&*mine, vec![&q.ws, user]),
                     (None, None) => ("SELECT id, chat FROM chats WHERE ws = $1", vec![&q.ws]),
                 };
                 let rows = conn.query(sql, &args).await?;

@@ -58,7 +58,7 @@ async fn serve(args: CellWorkerArgs) -> anyhow::Result<()> {
 
     wait_word(&mut stdin, "open").await?;
     let t = Instant::now();
-    let (watchers, failures) = open_all(&users).await;
+    let (watchers, failures) = open_all(&users, args.open_concurrency.unwrap_or(OPEN_BATCH)).await;
     let watching = watchers.values().sum();
     say(&Line::Opened { watching, failures, secs: t.elapsed().as_secs_f64() })?;
 
@@ -111,8 +111,8 @@ async fn connect(args: &CellWorkerArgs, plan: &Arc<Plan>, tally: &Arc<Mutex<Tall
     (users, launched.failures, launched.elapsed.as_secs_f64())
 }
 
-/// Joins every user to its open chat's watchers' room, [`OPEN_BATCH`] at a time; watchers per chat.
-async fn open_all(users: &[User]) -> (HashMap<u32, u64>, Failures) {
+/// Joins every user to its open chat's watchers' room, `at_once` at a time; watchers per chat.
+async fn open_all(users: &[User], at_once: usize) -> (HashMap<u32, u64>, Failures) {
     let mut failures = Failures::default();
     let mut watchers: HashMap<u32, u64> = HashMap::new();
     let mut opening = futures_util::stream::iter(users.iter().filter(|u| u.open.is_some()).map(|u| async move {
@@ -125,7 +125,7 @@ async fn open_all(users: &[User]) -> (HashMap<u32, u64>, Failures) {
             Err(_) => Err(format!("not open in {OPEN_TIMEOUT:?}")),
         }
     }))
-    .buffer_unordered(OPEN_BATCH);
+    .buffer_unordered(at_once);
     while let Some(r) = opening.next().await {
         match r {
             Ok(Some(c)) => *watchers.entry(c).or_default() += 1,
