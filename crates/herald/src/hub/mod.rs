@@ -512,6 +512,8 @@ impl Sink for Hub {
 #[cfg(test)]
 mod parts_props;
 #[cfg(test)]
+mod presence_tests;
+#[cfg(test)]
 mod props;
 #[cfg(test)]
 mod recent_tests;
