@@ -133,19 +133,13 @@ async fn serve(args: CellWorkerArgs, secret: String) -> anyhow::Result<()> {
     let watching = watchers.values().sum();
     say(&Line::Opened { watching, failures, secs: t.elapsed().as_secs_f64() })?;
 
-    wait_word(&mut stdin, "go").await?;
-    // What the opening pushed (joins, presence) is not the load's.
-    tally.lock().expect("tally lock").restart();
     let open: Vec<&mpsc::Sender<Cmd>> = users.iter().filter(|u| u.open.is_some()).map(|u| &u.tx).collect();
-    let busy = load(&args, &open, |act| match act {
+    load_and_count(&args, &mut stdin, &tally, &watchers, &open, |act| match act {
         Act::Message => Cmd::Message,
         Act::Read => Cmd::Read,
         Act::React => Cmd::React,
     })
-    .await;
-    tokio::time::sleep(Duration::from_secs_f64(args.drain_s)).await;
-    let counted = tally.lock().expect("tally lock").counted(&watchers, busy);
-    say(&Line::Done(Box::new(counted)))?;
+    .await?;
 
     let _ = stdin.next_line().await;
     drop(users);
@@ -234,11 +228,31 @@ pub(super) enum Act {
     React,
 }
 
+/// The load phase of a worker, whatever its peer: waits for `go`, counts
+/// from then on (what the opening pushed is not the load's), gives the load
+/// to `open` through `cmd` ([`load`]), waits `args.drain_s` and says what
+/// was counted against `watchers`.
+pub(super) async fn load_and_count<C>(
+    args: &CellWorkerArgs,
+    stdin: &mut Lines<BufReader<Stdin>>,
+    tally: &Mutex<Tally>,
+    watchers: &HashMap<u32, u64>,
+    open: &[&mpsc::Sender<C>],
+    cmd: impl Fn(Act) -> C,
+) -> anyhow::Result<()> {
+    wait_word(stdin, "go").await?;
+    tally.lock().expect("tally lock").restart();
+    let busy = load(args, open, cmd).await;
+    tokio::time::sleep(Duration::from_secs_f64(args.drain_s)).await;
+    let counted = tally.lock().expect("tally lock").counted(watchers, busy);
+    say(&Line::Done(Box::new(counted)))
+}
+
 /// Gives the load's commands for `args.secs`: per tick a message, a read, and every fifth tick a
 /// reaction, each to a random one of `open` (the sessions of the users with an open chat), made by
 /// `cmd`. The same draws for every peer (herald, Socket.IO): the same users act in the same order.
 /// Returns the commands skipped because the user was busy.
-pub(super) async fn load<C>(args: &CellWorkerArgs, open: &[&mpsc::Sender<C>], cmd: impl Fn(Act) -> C) -> u64 {
+async fn load<C>(args: &CellWorkerArgs, open: &[&mpsc::Sender<C>], cmd: impl Fn(Act) -> C) -> u64 {
     if open.is_empty() || args.rate <= 0.0 {
         tokio::time::sleep(Duration::from_secs_f64(args.secs)).await;
         return 0;

@@ -17,7 +17,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
 use super::super::tally::Tally;
-use super::super::worker::{Act, CellWorkerArgs, Line, load, say, wait_word};
+use super::super::worker::{Act, CellWorkerArgs, Line, load_and_count, say, wait_word};
 use super::super::workload::{Plan, node_of};
 use super::session::{self, Cmd, Who};
 use crate::client::{Failure, source_addr};
@@ -62,19 +62,14 @@ async fn serve(args: CellWorkerArgs) -> anyhow::Result<()> {
     let watching = watchers.values().sum();
     say(&Line::Opened { watching, failures, secs: t.elapsed().as_secs_f64() })?;
 
-    wait_word(&mut stdin, "go").await?;
-    tally.lock().expect("tally lock").restart();
     let open: Vec<&mpsc::Sender<Cmd>> = users.iter().filter(|u| u.open.is_some()).map(|u| &u.tx).collect();
     // herald's cell's mix and draws: the same users act in the same order.
-    let busy = load(&args, &open, |act| match act {
+    load_and_count(&args, &mut stdin, &tally, &watchers, &open, |act| match act {
         Act::Message => Cmd::Message,
         Act::Read => Cmd::Read,
         Act::React => Cmd::React,
     })
-    .await;
-    tokio::time::sleep(Duration::from_secs_f64(args.drain_s)).await;
-    let counted = tally.lock().expect("tally lock").counted(&watchers, busy);
-    say(&Line::Done(Box::new(counted)))?;
+    .await?;
 
     let _ = stdin.next_line().await;
     drop(users);
