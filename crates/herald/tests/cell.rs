@@ -86,6 +86,46 @@ async fn the_users_of_a_node_cut_off_stop_being_present_within_10_s() {
     assert_eq!(v["nodes"].as_array().map(Vec::len), Some(2), "node-2 is out of routing: {v}");
 }
 
+/// A change whose signals are all lost (the delta and the beat after it) is
+/// found by the full check: the other node's digest carries the chat's
+/// latest number each 10 s, the node that missed it asks, and its watchers
+/// are told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_presence_change_lost_on_the_way_is_found_by_the_full_check() {
+    let cell = LocalCell::start(2).await;
+    let mut alice = cell.nodes[0].client("w", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    alice.ok(json!({"op": "watch", "chat": "g"})).await;
+    alice.ok(json!({"op": "presence", "chat": "g"})).await;
+    let mut bob = cell.nodes[1].client("w", "bob").await;
+    bob.ok(json!({"op": "join", "chat": "g"})).await;
+    let digests_before = digest_beats_received(&cell.nodes[0]).await;
+
+    cell.lose_signals(0, true);
+    bob.ok(json!({"op": "watch", "chat": "g"})).await;
+    // Past the beat that follows bob's delta: both lost on their way to node-0
+    // (and node-1's ask for the chat's present users with them).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cell.lose_signals(0, false);
+    let lost_at = Instant::now();
+    let (_, v) = cell.nodes[0].http("GET", "/v1/workspaces/w/chats/g/presence", None).await;
+    assert_eq!(v["count"], 1, "node-0 missed bob's arrival: {v}");
+
+    let p = push_of(&mut alice, "presence", Duration::from_secs(13)).await.expect("bob's arrival, found within 13 s");
+    assert_eq!((p["user"].as_str(), p["present"].as_bool()), (Some("bob"), Some(true)), "{p}");
+    for node in &cell.nodes {
+        presence_count_within(node, "g", 2, Duration::from_secs(13)).await;
+    }
+    eprintln!("found {:?} after the signals were lost", lost_at.elapsed());
+    assert!(digest_beats_received(&cell.nodes[0]).await > digests_before, "the full check came in a digest");
+}
+
+/// Full-check beats taken in from digests, in this process.
+async fn digest_beats_received(node: &TestServer) -> f64 {
+    let text = http_raw(node.addr, "GET", "/metrics", None, None).await.1;
+    metric(&text, r#"herald_presence_digest_beats_total{way="received"}"#)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversations_look_the_same_from_every_node() {
     let cell = LocalCell::start(2).await;

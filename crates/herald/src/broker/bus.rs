@@ -1,6 +1,7 @@
 //! The cell's bus: what nodes of one cell tell each other that is not a
 //! chat's (those ride the [`Broker`](super::Broker)): liveness
-//! announcements, revocations, and the webhook's "who is online" asks.
+//! announcements, revocations, the webhook's "who is online" asks and the
+//! presence digests.
 //!
 //! The contract every backend keeps:
 //! - a post reaches every other node following its [`Topic`], never the
@@ -35,6 +36,8 @@ pub enum Topic {
     Revocations,
     /// "Which of these users are connected to you?" (the webhook's `offline`).
     Online,
+    /// Each node's presence digest, each second (`hub/digest.rs`).
+    Presence,
 }
 
 impl Topic {
@@ -45,6 +48,7 @@ impl Topic {
             Topic::Nodes => "nodes",
             Topic::Revocations => "revoke",
             Topic::Online => "online",
+            Topic::Presence => "presence",
         }
     }
 }

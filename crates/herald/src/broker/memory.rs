@@ -60,6 +60,8 @@ struct Seat {
     inbound: UnboundedSender<Inbound>,
     chats: HashSet<ChatKey>,
     topics: HashMap<Topic, Vec<UnboundedSender<Note>>>,
+    /// Signals to this node are lost ([`MemoryBroker::lose_signals`]).
+    loses_signals: bool,
 }
 
 impl MemoryCell {
@@ -82,7 +84,7 @@ impl MemoryCell {
         let mut state = self.lock();
         state.next_id += 1;
         let id = state.next_id;
-        state.seats.insert(id, Seat { inbound, chats: HashSet::new(), topics: HashMap::new() });
+        state.seats.insert(id, Seat { inbound, chats: HashSet::new(), topics: HashMap::new(), loses_signals: false });
         (id, rx)
     }
 
@@ -149,6 +151,12 @@ impl MemoryCell {
         }
     }
 
+    fn lose_signals(&self, id: u64, on: bool) {
+        if let Some(seat) = self.lock().seats.get_mut(&id) {
+            seat.loses_signals = on;
+        }
+    }
+
     fn leave(&self, id: u64) {
         self.lock().seats.remove(&id);
     }
@@ -193,6 +201,15 @@ impl MemoryBroker {
     pub fn cut_off(&self) {
         if let Some((cell, id)) = &self.seat {
             cell.leave(*id);
+        }
+    }
+
+    /// While `on`, the chats' signals (presence, typing) the other nodes send
+    /// this node are lost on the way, as a NATS route that broke for a moment
+    /// loses them with no gap anyone sees; events and bus notes still arrive.
+    pub fn lose_signals(&self, on: bool) {
+        if let Some((cell, id)) = &self.seat {
+            cell.lose_signals(*id, on);
         }
     }
 }
@@ -255,7 +272,8 @@ impl Broker for MemoryBroker {
     fn signal(&self, key: &ChatKey, signal: &Signal) {
         let Some((cell, id)) = &self.seat else { return };
         metrics::counter!("herald_signals_sent_total", "kind" => signal.label()).increment(1);
-        cell.send(*id, |seat| seat.chats.contains(key), || Inbound::Signal(key.clone(), signal.clone(), None));
+        let to = |seat: &Seat| seat.chats.contains(key) && !seat.loses_signals;
+        cell.send(*id, to, || Inbound::Signal(key.clone(), signal.clone(), None));
     }
 
     fn answer(&self, to: &str, signal: &Signal) {

@@ -19,6 +19,7 @@ use herald_protocol::EventType;
 use herald_protocol::frame::{append_push, typing_push};
 use herald_protocol::reply::PresenceOk;
 
+use super::digest::DigestBeat;
 use super::heat::{Heat, NOTIFY_TICK};
 use super::live::{BEAT_AFTER, ChatLive, Live, Timers};
 use super::recent::{CachedPage, Recent};
@@ -374,10 +375,10 @@ impl Entry {
     }
 
     /// Drops the users of nodes the cell no longer hears of.
-    pub(super) fn sweep(self: &Arc<Self>, hub: &Hub, now: std::time::Instant) {
+    pub(super) fn sweep(self: &Arc<Self>, hub: &Hub, now: std::time::Instant, beats: &mut Vec<DigestBeat>) {
         let mut guard = self.lock();
         let st = &mut *guard;
-        let timers = st.live.sweep(hub.live(), &self.key, &st.watchers, now);
+        let timers = st.live.sweep(hub.live(), &self.key, &st.watchers, now, beats);
         self.run(hub, timers);
     }
 

@@ -36,10 +36,12 @@ use std::time::{Duration, Instant};
 use herald_protocol::frame::{presence_count_push, presence_user_push};
 use herald_protocol::reply::{PRESENCE_USERS_MAX, PresenceOk};
 
+use super::digest::DigestBeat;
 use super::entry::Entry;
 use super::presence::{Change, FULL_CHECK_EVERY, Presence};
 use super::watchers::Watchers;
 use crate::broker::Broker;
+use crate::broker::bus::Bus;
 use crate::model::{ChatKey, Signal};
 use crate::outbox::Frame;
 
@@ -80,6 +82,9 @@ struct CellView {
     me: String,
     /// Whether the cell still hears of an incarnation.
     live: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    /// The cell's bus, for the full check's digests ([`super::digest`]);
+    /// without one, each chat beats on its own subject.
+    bus: Option<Arc<dyn Bus>>,
 }
 
 /// When each (chat, member) last had a typing push.
@@ -131,14 +136,24 @@ impl Live {
         Live { broker, cell: OnceLock::new(), epochs: AtomicU64::new(0), typing: Mutex::default() }
     }
 
-    /// Who this node is in its cell and how to know whether another node is
-    /// alive. Set once, before serving; a node alone never sets it.
-    pub(super) fn set_cell(&self, me: String, live: Arc<dyn Fn(&str) -> bool + Send + Sync>) {
-        let _ = self.cell.set(CellView { me, live });
+    /// Who this node is in its cell, how to know whether another node is
+    /// alive, and the cell's bus. Set once, before serving; a node alone never sets it.
+    pub(super) fn set_cell(
+        &self,
+        me: String,
+        live: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+        bus: Option<Arc<dyn Bus>>,
+    ) {
+        let _ = self.cell.set(CellView { me, live, bus });
     }
 
-    fn me(&self) -> &str {
+    pub(super) fn me(&self) -> &str {
         self.cell.get().map_or("local", |c| c.me.as_str())
+    }
+
+    /// Where the full check's digests go, when the node has a cell bus.
+    pub(super) fn digest_bus(&self) -> Option<&Arc<dyn Bus>> {
+        self.cell.get().and_then(|c| c.bus.as_ref())
     }
 
     /// A new chat entry's presence, with its own epoch.
@@ -395,14 +410,27 @@ impl ChatLive {
     /// Drops the users of nodes the cell no longer hears of, asks again what
     /// went unanswered, and beats once per [`FULL_CHECK_EVERY`] while users
     /// are present here (the full check: a node whose set of this node's
-    /// users differs learns it from the number and asks).
-    pub(super) fn sweep(&mut self, live: &Live, key: &ChatKey, watchers: &Watchers, now: Instant) -> Timers {
+    /// users differs learns it from the number and asks). The beat goes into
+    /// `beats`, the node's digest, when the cell has a bus; else on the chat's
+    /// subject. A burst's beat about to go stands for it.
+    pub(super) fn sweep(
+        &mut self,
+        live: &Live,
+        key: &ChatKey,
+        watchers: &Watchers,
+        now: Instant,
+        beats: &mut Vec<DigestBeat>,
+    ) -> Timers {
         let Some(cell) = live.cell.get() else { return Timers::default() };
         if now >= self.next_check {
             self.next_check = now + FULL_CHECK_EVERY;
-            if self.presence.has_local() {
-                let beat = Signal::Beat { from: live.me().into(), epoch: self.epoch, n: self.presence.sent() };
-                live.broker.signal(key, &beat);
+            if self.presence.has_local() && !self.beat_timer {
+                if cell.bus.is_some() {
+                    beats.push((key.ws.clone(), key.chat.clone(), self.epoch, self.presence.sent()));
+                } else {
+                    let beat = Signal::Beat { from: live.me().into(), epoch: self.epoch, n: self.presence.sent() };
+                    live.broker.signal(key, &beat);
+                }
             }
         }
         let (changes, again) = self.presence.expire(|from| (cell.live)(from), now);

@@ -22,7 +22,8 @@
 //!   [`presence`] (a chat's presence bookkeeping), [`conns`] (each
 //!   connection's watches: its cap and its close).
 //! - [`repair`]: the only part that waits: gap reads, catch-ups, tail checks.
-//! - [`live`]: typing and presence, the node's side and each chat's.
+//! - [`live`]: typing and presence, the node's side and each chat's;
+//!   [`digest`]: the full check's beats of every chat, node-wide.
 //! - [`feed`]: live inboxes, a second consumer of deliveries beside the
 //!   entries, sharing the node's interest.
 //!
@@ -41,6 +42,7 @@
 //! taken alone. No lock is held across an `.await`.
 
 mod conns;
+mod digest;
 mod entry;
 mod feed;
 mod heat;
@@ -60,6 +62,7 @@ use std::time::{Duration, Instant};
 
 use herald_protocol::reply::PresenceOk;
 
+use crate::broker::bus::Bus;
 use crate::broker::{Broker, Sink};
 use crate::model::{ChatKey, Published, Signal};
 use crate::outbox::{ConnId, Frame, Outbox};
@@ -291,8 +294,17 @@ impl Hub {
 
     /// Tells the hub who this node is in its cell and how to know whether
     /// another node is alive. Set once, before serving; a node alone never calls it.
-    pub fn set_cell(&self, me: String, live: Arc<dyn Fn(&str) -> bool + Send + Sync>) {
-        self.live.set_cell(me, live);
+    /// `bus`: the cell's, which carries the full check's digests ([`digest`]).
+    pub fn set_cell(
+        self: &Arc<Self>,
+        me: String,
+        live: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+        bus: Option<Arc<dyn Bus>>,
+    ) {
+        if let Some(bus) = &bus {
+            digest::follow(Arc::downgrade(self), bus.clone());
+        }
+        self.live.set_cell(me, live, bus);
     }
 
     /// Whether `user`'s typing in `key` is pushed now: once per [`TYPING_EVERY`].
@@ -418,8 +430,12 @@ impl Hub {
             }
             return true;
         }
+        let mut beats = Vec::new();
         for entry in self.entries() {
-            entry.sweep(self, now);
+            entry.sweep(self, now, &mut beats);
+        }
+        if let (false, Some(bus)) = (beats.is_empty(), self.live.digest_bus()) {
+            digest::post(bus.clone(), self.live.me(), beats);
         }
         false
     }

@@ -76,6 +76,12 @@ impl LocalCell {
         self.seats[i].cut_off();
     }
 
+    /// While `on`, node `i` loses the chats' signals the others send it (see
+    /// [`MemoryBroker::lose_signals`]).
+    pub fn lose_signals(&self, i: usize, on: bool) {
+        self.seats[i].lose_signals(on);
+    }
+
     /// Waits until every node lists `n` live nodes (each announces itself every second).
     pub async fn wait_members(&self, n: usize) {
         let deadline = Instant::now() + super::WAIT;

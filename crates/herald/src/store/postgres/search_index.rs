@@ -10,6 +10,9 @@
 //! rows are gone from the tables at commit and from the files at PostgreSQL's next vacuum.
 //!
 //! A failing index never fails a write: errors are counted and logged, the chat tried again later.
+//! Its transactions commit without waiting for the disk or a standby (`synchronous_commit` off):
+//! a crash or failover can lose the last of them, and the chats they indexed are read again from
+//! their positions, which the same transactions kept.
 //!
 //! Not here: the queries (`search.rs`), or the matcher (`store/search_text.rs`).
 
@@ -90,6 +93,9 @@ async fn pass(shard: &Checked, pool: &Pool, work: Work, pending: &Pending) -> Re
         behind -= 1;
         loop {
             let tx = conn.transaction().await.map_err(|e| chain(&e))?;
+            // The index is derived from the log and rebuilt from its positions after any loss,
+            // so its commits need not wait for the WAL's flush, nor for a standby.
+            tx.batch_execute("SET LOCAL synchronous_commit TO off").await.map_err(|e| chain(&e))?;
             let read = index_some(&tx, chat_id).await.map_err(|e| chain(&e))?;
             tx.commit().await.map_err(|e| chain(&e))?;
             metrics::counter!("herald_search_indexed_events_total").increment(read as u64);
