@@ -398,7 +398,7 @@ fn spawn_workers(
             .arg(command)
             .args(["--connections", &users.to_string(), "--seed", &m.seed.to_string()])
             .args(["--dms-per-user", &m.dms_per_user.to_string(), "--groups-per-user", &m.groups_per_user.to_string()])
-            .args(["--channels", &m.channels.to_string()])
+            .args(["--channels", &m.channels.to_string(), "--active", &m.active.to_string()])
             .args(["--nodes", &addrs.join(","), "--workspace", &args.target.workspace])
             .args(["--first", &first.to_string(), "--count", &n.to_string()])
             .args(["--rate", &(args.rate * share).to_string(), "--secs", &args.secs.to_string()])

@@ -37,6 +37,23 @@ pub struct ModelArgs {
     /// Seeds every random choice of the model and of the load.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The share of users who are active (0 to 1): each opens a chat (watch,
+    /// presence, live inbox) and sends, reads and reacts there. The others are
+    /// idle, as an app in the background: they connect, say `hello`, stay
+    /// members of their chats and hold the connection, and nothing is pushed
+    /// to them. Picked by a hash of the user's index, so every node gets its share.
+    #[arg(long, default_value_t = 1.0)]
+    pub active: f64,
+}
+
+/// Whether user `u` is active when `share` of the users are (a hash of `u`,
+/// independent of the node `u` connects to).
+pub fn is_active(u: usize, share: f64) -> bool {
+    if share >= 1.0 {
+        return true;
+    }
+    let h = (u as u64 ^ 0x5851_f42d_4c95_7f2d).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((h >> 11) as f64 / (1u64 << 53) as f64) < share
 }
 
 /// What a chat is.
@@ -93,8 +110,14 @@ impl Plan {
                 user_chats[u as usize].push(c as u32);
             }
         }
-        let open =
-            user_chats.iter().map(|cs| (!cs.is_empty()).then(|| cs[rng.below(cs.len() as u64) as usize])).collect();
+        let open = user_chats
+            .iter()
+            .enumerate()
+            .map(|(u, cs)| {
+                let pick = (!cs.is_empty()).then(|| cs[rng.below(cs.len() as u64) as usize]);
+                pick.filter(|_| is_active(u, m.active))
+            })
+            .collect();
         Plan { chats, user_chats, open }
     }
 
@@ -128,7 +151,8 @@ impl Plan {
             "group": of(Kind::Group),
             "channel": of(Kind::Channel),
             "memberships": self.memberships(),
-            "users_without_chats": self.open.iter().filter(|o| o.is_none()).count(),
+            "users_without_chats": self.user_chats.iter().filter(|c| c.is_empty()).count(),
+            "users_with_a_chat_open": self.open.iter().filter(|o| o.is_some()).count(),
         })
     }
 }
@@ -236,7 +260,7 @@ mod tests {
     use super::*;
 
     fn model(connections: usize) -> ModelArgs {
-        ModelArgs { connections, dms_per_user: 3.0, groups_per_user: 2.0, channels: 3, seed: 7 }
+        ModelArgs { connections, dms_per_user: 3.0, groups_per_user: 2.0, channels: 3, seed: 7, active: 1.0 }
     }
 
     #[test]
@@ -246,6 +270,22 @@ mod tests {
         assert_eq!(a.user_chats, b.user_chats);
         let c = Plan::build(&ModelArgs { seed: 8, ..model(1000) });
         assert_ne!(a.open, c.open);
+    }
+
+    #[test]
+    fn a_share_of_active_users_is_spread_over_the_nodes() {
+        let all = Plan::build(&model(20_000));
+        let some = Plan::build(&ModelArgs { active: 0.2, ..model(20_000) });
+        assert_eq!(all.user_chats, some.user_chats, "the chats are the same");
+        for node in 0..7 {
+            let users = (0..20_000).filter(|u| node_of(*u, 7) == node);
+            let (n, open) = users.fold((0, 0), |(n, o), u| (n + 1, o + usize::from(some.open[u].is_some())));
+            let share = open as f64 / n as f64;
+            assert!((0.17..0.23).contains(&share), "node {node}: {share}");
+        }
+        for (u, open) in some.open.iter().enumerate() {
+            assert!(open.is_none() || *open == all.open[u], "an active user opens the same chat");
+        }
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! chats marked after each commit of this node, every chat compared with the log at start and
 //! every [`IDLE_PASS`] (writes of other nodes whose indexer stopped); each message an event
 //! touches re-indexed by its current state, its old text and grams removed first. Nodes sharing a
-//! shard serialize on a chat's position row (`FOR UPDATE`), so a chat is indexed once. Removed
+//! shard share the work: in a pass over every chat, a chat whose position row another node holds
+//! is passed over (`SKIP LOCKED`; a node's own writes still wait for it), each node walks the list from a place of its own, and rechecks it against the
+//! positions [`CHATS_PER_CHECK`] chats at a time, so a cell's nodes starting together index each
+//! chat about once between them, not once each. Removed
 //! rows are gone from the tables at commit and from the files at PostgreSQL's next vacuum.
 //!
 //! A failing index never fails a write: errors are counted and logged, the chat tried again later.
@@ -31,6 +34,8 @@ use crate::store::shard_spec::chain;
 
 /// Events read per chat per transaction.
 const EVENTS_PER_TX: i64 = 512;
+/// Chats checked against their positions at once, before they are indexed one by one.
+const CHATS_PER_CHECK: usize = 256;
 /// With nothing marked, a pass over every chat this often.
 const IDLE_PASS: Duration = Duration::from_secs(10);
 
@@ -56,6 +61,9 @@ pub(super) async fn run(shard: Arc<Checked>, pool: Pool, pending: Arc<Pending>) 
 async fn pass(shard: &Checked, pool: &Pool, work: Work, pending: &Pending) -> Result<(), String> {
     let mut conn = pool.get().await.map_err(|e| chain(&e))?;
     ensure_schema(shard, &conn).await.map_err(|e| e.to_string())?;
+    // This node's own writes wait for a chat another node is indexing, and then index what that
+    // node's read missed; a pass over every chat leaves such a chat to the node indexing it.
+    let skip_locked = !matches!(work, Work::Chats(_));
     let chats: Vec<i64> = match work {
         Work::Chats(keys) => {
             let ws: Vec<&str> = keys.iter().map(|k| &*k.ws).collect();
@@ -84,39 +92,72 @@ async fn pass(shard: &Checked, pool: &Pool, work: Work, pending: &Pending) -> Re
             rows.iter().map(|r| r.get(0)).collect()
         }
     };
+    let mut chats = chats;
+    if !chats.is_empty() {
+        // Nodes that start together would walk the same chats in the same order, each waiting
+        // on the chat the other holds: each starts at a place of its own.
+        let start = (std::process::id() as usize).wrapping_mul(2_654_435_761) % chats.len();
+        chats.rotate_left(start);
+    }
     let mut behind = chats.len();
-    for chat_id in chats {
-        if pending.closing() {
-            return Ok(());
-        }
-        pending.report_lag(behind);
-        behind -= 1;
-        loop {
-            let tx = conn.transaction().await.map_err(|e| chain(&e))?;
-            // The index is derived from the log and rebuilt from its positions after any loss,
-            // so its commits need not wait for the WAL's flush, nor for a standby.
-            tx.batch_execute("SET LOCAL synchronous_commit TO off").await.map_err(|e| chain(&e))?;
-            let read = index_some(&tx, chat_id).await.map_err(|e| chain(&e))?;
-            tx.commit().await.map_err(|e| chain(&e))?;
-            metrics::counter!("herald_search_indexed_events_total").increment(read as u64);
-            if (read as i64) < EVENTS_PER_TX {
-                break;
+    for chunk in chats.chunks(CHATS_PER_CHECK) {
+        // What another node indexed since the list was read is passed over.
+        let rows = conn
+            .query(
+                "SELECT c.id FROM chats c LEFT JOIN search_positions p ON p.chat_id = c.id
+                  WHERE c.id = ANY($1) AND c.seq > coalesce(p.seq, 0)",
+                &[&chunk],
+            )
+            .await
+            .map_err(|e| chain(&e))?;
+        behind -= chunk.len() - rows.len();
+        for row in rows {
+            if pending.closing() {
+                return Ok(());
             }
+            pending.report_lag(behind);
+            behind -= 1;
+            index_chat(&mut conn, row.get(0), skip_locked).await?;
         }
     }
     pending.report_lag(0);
     Ok(())
 }
 
+/// Indexes what the chat's log holds past its position, a transaction per [`EVENTS_PER_TX`] events.
+async fn index_chat(conn: &mut deadpool_postgres::Object, chat_id: i64, skip_locked: bool) -> Result<(), String> {
+    loop {
+        let tx = conn.transaction().await.map_err(|e| chain(&e))?;
+        // The index is derived from the log and rebuilt from its positions after any loss,
+        // so its commits need not wait for the WAL's flush, nor for a standby.
+        tx.batch_execute("SET LOCAL synchronous_commit TO off").await.map_err(|e| chain(&e))?;
+        let read = index_some(&tx, chat_id, skip_locked).await.map_err(|e| chain(&e))?;
+        tx.commit().await.map_err(|e| chain(&e))?;
+        metrics::counter!("herald_search_indexed_events_total").increment(read as u64);
+        if (read as i64) < EVENTS_PER_TX {
+            return Ok(());
+        }
+    }
+}
+
 /// Indexes up to [`EVENTS_PER_TX`] events of the chat after its position; answers how many.
-async fn index_some(tx: &Transaction<'_>, chat_id: i64) -> Result<usize, tokio_postgres::Error> {
+async fn index_some(tx: &Transaction<'_>, chat_id: i64, skip_locked: bool) -> Result<usize, tokio_postgres::Error> {
     tx.execute(
         "INSERT INTO search_positions (chat_id, seq) VALUES ($1, 0) ON CONFLICT (chat_id) DO NOTHING",
         &[&chat_id],
     )
     .await?;
-    let from: i64 =
-        tx.query_one("SELECT seq FROM search_positions WHERE chat_id = $1 FOR UPDATE", &[&chat_id]).await?.get(0);
+    // Skipped, a chat another node is indexing now is left to it: what its read does not reach,
+    // the node that wrote it has marked for its own indexer.
+    let lock = if skip_locked {
+        "SELECT seq FROM search_positions WHERE chat_id = $1 FOR UPDATE SKIP LOCKED"
+    } else {
+        "SELECT seq FROM search_positions WHERE chat_id = $1 FOR UPDATE"
+    };
+    let Some(from) = tx.query_opt(lock, &[&chat_id]).await? else {
+        return Ok(0);
+    };
+    let from: i64 = from.get(0);
     let rows = tx
         .query(
             "SELECT seq, type, target FROM events WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
