@@ -68,7 +68,7 @@ clear_stale() {
 # the default 5 s (which also delays a promotion), and notices a dead or
 # silent primary within seconds.
 server_opts() {
-  echo "-p $1 -k $2 -c listen_addresses=127.0.0.1 -c max_connections=300" \
+  echo "-p $1 -k $2 -c listen_addresses=127.0.0.1 -c max_connections=400" \
     "-c wal_retrieve_retry_interval=200ms -c wal_receiver_status_interval=1s" \
     "-c wal_receiver_timeout=5s -c wal_sender_timeout=5s"
 }
