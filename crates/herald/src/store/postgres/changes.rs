@@ -36,7 +36,7 @@ use crate::model::ChatKey;
 use crate::store::StoreError;
 
 /// A read whose previous read is older than this cannot say what moved.
-const STALE: Duration = Duration::from_secs(30);
+pub(super) const STALE: Duration = Duration::from_secs(30);
 /// Rows of transactions finished at least this long ago are deleted.
 const KEEP: Duration = Duration::from_secs(60);
 /// How often a node deletes rows.

@@ -3,14 +3,18 @@
 //! shard's own database, so a shard indexes exactly its own chats.
 //!
 //! It works as the SQLite indexer does (see `sqlite/search_index.rs`): per chat, the last seq read;
-//! chats marked after each commit of this node, every chat compared with the log at start and
-//! every [`IDLE_PASS`] (writes of other nodes whose indexer stopped); each message an event
+//! chats marked after each commit of this node, every chat compared with the log at start, and
+//! every [`IDLE_PASS`] the chats whose seq moved since the previous pass began, read from
+//! `chat_changes` as the tail checks read it (writes of other nodes whose indexer stopped; every
+//! chat again when that read cannot say, see `changes.rs`); each message an event
 //! touches re-indexed by its current state, its old text and grams removed first. Nodes sharing a
-//! shard share the work: in a pass over every chat, a chat whose position row another node holds
-//! is passed over (`SKIP LOCKED`; a node's own writes still wait for it), each node walks the list from a place of its own, and rechecks it against the
-//! positions [`CHATS_PER_CHECK`] chats at a time, so a cell's nodes starting together index each
-//! chat about once between them, not once each. Removed
-//! rows are gone from the tables at commit and from the files at PostgreSQL's next vacuum.
+//! shard share the work: a pass over every chat reads the chats a page at a time from a place of
+//! the node's own, rechecks them against their positions [`CHATS_PER_CHECK`] at a time, moves past
+//! the chats with nothing to index (joins, reads, reactions) in one statement, and passes over a
+//! chat another node holds (`SKIP LOCKED`; a node's own writes still wait for it). A cell's nodes
+//! starting together so index each chat about once between them, not once each, and a shard
+//! filled by a bulk import costs a statement per few hundred chats. Removed rows are gone from
+//! the tables at commit and from the files at PostgreSQL's next vacuum.
 //!
 //! A failing index never fails a write: errors are counted and logged, the chat tried again later.
 //! Its transactions commit without waiting for the disk or a standby (`synchronous_commit` off):
@@ -21,12 +25,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 use serde_json::value::RawValue;
 use tokio_postgres::Transaction;
 
+use super::changes::STALE;
 use super::{Checked, ensure_schema};
 use crate::store::search_pending::{Pending, Work};
 use crate::store::search_text::{body_text, grams};
@@ -36,18 +41,27 @@ use crate::store::shard_spec::chain;
 const EVENTS_PER_TX: i64 = 512;
 /// Chats checked against their positions at once, before they are indexed one by one.
 const CHATS_PER_CHECK: usize = 256;
+/// Chats listed at a time in a pass over every chat.
+const PAGE: i64 = 4_096;
 /// With nothing marked, a pass over every chat this often.
 const IDLE_PASS: Duration = Duration::from_secs(10);
 
+/// Where the next pass over every chat may start instead: the shard's xmin taken at the start of
+/// the previous one that ended well, and when (see `changes.rs`: the `chat_changes` rows of every
+/// transaction from that xmin on are still there while it is younger than [`STALE`]).
+type Since = Option<(u64, Instant)>;
+
 /// Runs the indexer of `shard` until `pending` closes.
 pub(super) async fn run(shard: Arc<Checked>, pool: Pool, pending: Arc<Pending>) {
+    let mut since: Since = None;
     loop {
         let work = pending.next(IDLE_PASS).await;
         if work == Work::Close {
             return;
         }
         let kind = if work == Work::All { "all" } else { "chats" };
-        if let Err(e) = pass(&shard, &pool, work, &pending).await {
+        if let Err(e) = pass(&shard, &pool, work, &pending, &mut since).await {
+            since = None;
             tracing::warn!(shard = %shard.name, error = %e, "search indexing failed; retrying");
             metrics::counter!("herald_search_index_errors_total").increment(1);
             pending.mark_all();
@@ -58,53 +72,107 @@ pub(super) async fn run(shard: Arc<Checked>, pool: Pool, pending: Arc<Pending>) 
     }
 }
 
-async fn pass(shard: &Checked, pool: &Pool, work: Work, pending: &Pending) -> Result<(), String> {
+async fn pass(shard: &Checked, pool: &Pool, work: Work, pending: &Pending, since: &mut Since) -> Result<(), String> {
     let mut conn = pool.get().await.map_err(|e| chain(&e))?;
     ensure_schema(shard, &conn).await.map_err(|e| e.to_string())?;
-    // This node's own writes wait for a chat another node is indexing, and then index what that
-    // node's read missed; a pass over every chat leaves such a chat to the node indexing it.
-    let skip_locked = !matches!(work, Work::Chats(_));
-    let chats: Vec<i64> = match work {
-        Work::Chats(keys) => {
-            let ws: Vec<&str> = keys.iter().map(|k| &*k.ws).collect();
-            let chat: Vec<&str> = keys.iter().map(|k| &*k.chat).collect();
-            let rows = conn
-                .query(
-                    "SELECT c.id FROM unnest($1::text[], $2::text[]) AS k(ws, chat)
-                       JOIN chats c ON c.ws = k.ws AND c.chat = k.chat
-                       LEFT JOIN search_positions p ON p.chat_id = c.id
-                      WHERE c.seq > coalesce(p.seq, 0)",
-                    &[&ws, &chat],
-                )
-                .await
-                .map_err(|e| chain(&e))?;
-            rows.iter().map(|r| r.get(0)).collect()
+    if let Work::Chats(keys) = work {
+        let ws: Vec<&str> = keys.iter().map(|k| &*k.ws).collect();
+        let chat: Vec<&str> = keys.iter().map(|k| &*k.chat).collect();
+        let rows = conn
+            .query(
+                "SELECT c.id FROM unnest($1::text[], $2::text[]) AS k(ws, chat)
+                   JOIN chats c ON c.ws = k.ws AND c.chat = k.chat
+                   LEFT JOIN search_positions p ON p.chat_id = c.id
+                  WHERE c.seq > coalesce(p.seq, 0)",
+                &[&ws, &chat],
+            )
+            .await
+            .map_err(|e| chain(&e))?;
+        let chats: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        // This node's own writes wait for a chat another node is indexing, and then index
+        // what that node's read missed.
+        index_list(&mut conn, &chats, false, pending).await?;
+        pending.report_lag(0);
+        return Ok(());
+    }
+    // The xmin first: whatever commits from here on is read by the next pass.
+    let at = Instant::now();
+    let xmin: String = conn
+        .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text", &[])
+        .await
+        .map_err(|e| chain(&e))?
+        .get(0);
+    let xmin: u64 = xmin.parse().map_err(|_| format!("unexpected transaction id {xmin:?}"))?;
+    let from = since.take().filter(|&(prev, taken)| at.duration_since(taken) < STALE && xmin >= prev);
+    if let Some((from, _)) = from {
+        // Only the chats whose seq moved since the last pass began: what a node that stopped
+        // before indexing its own writes left. Every node reading every chat every 10 s would
+        // cost the shard the cell's nodes times its chats.
+        let rows = conn
+            .query(
+                "SELECT DISTINCT c.id FROM chat_changes ch JOIN chats c ON c.id = ch.chat_id
+                   LEFT JOIN search_positions p ON p.chat_id = c.id
+                  WHERE ch.xid >= $1::text::xid8 AND c.seq > coalesce(p.seq, 0)",
+                &[&from.to_string()],
+            )
+            .await
+            .map_err(|e| chain(&e))?;
+        let chats: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        if index_list(&mut conn, &chats, true, pending).await? {
+            *since = Some((xmin, at));
         }
-        _ => {
+        pending.report_lag(0);
+        return Ok(());
+    }
+    // Every chat, a page at a time (a node's memory does not grow with the shard), from a place
+    // of this node's own round to where it began: nodes that start together would otherwise
+    // walk the same chats in the same order, each waiting on the chat the other holds.
+    let last: i64 = conn.query_one("SELECT coalesce(max(id), 0) FROM chats", &[]).await.map_err(|e| chain(&e))?.get(0);
+    let begin = ((std::process::id() as u64).wrapping_mul(2_654_435_761) % (last.max(0) as u64 + 1)) as i64;
+    for (from, to) in [(begin, i64::MAX), (i64::MIN, begin)] {
+        let mut from = from;
+        loop {
             let rows = conn
                 .query(
                     "SELECT c.id FROM chats c LEFT JOIN search_positions p ON p.chat_id = c.id
-                      WHERE c.seq > coalesce(p.seq, 0)",
-                    &[],
+                      WHERE c.id >= $1 AND c.id < $2 AND c.seq > coalesce(p.seq, 0)
+                      ORDER BY c.id LIMIT $3",
+                    &[&from, &to, &PAGE],
                 )
                 .await
                 .map_err(|e| chain(&e))?;
-            rows.iter().map(|r| r.get(0)).collect()
+            let chats: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+            // A chat another node is indexing is left to it: what its read does not reach,
+            // the node that wrote it has marked for its own indexer.
+            if !index_list(&mut conn, &chats, true, pending).await? {
+                return Ok(());
+            }
+            match chats.last() {
+                Some(&id) if (chats.len() as i64) == PAGE => from = id + 1,
+                _ => break,
+            }
         }
-    };
-    let mut chats = chats;
-    if !chats.is_empty() {
-        // Nodes that start together would walk the same chats in the same order, each waiting
-        // on the chat the other holds: each starts at a place of its own.
-        let start = (std::process::id() as usize).wrapping_mul(2_654_435_761) % chats.len();
-        chats.rotate_left(start);
     }
+    *since = Some((xmin, at));
+    pending.report_lag(0);
+    Ok(())
+}
+
+/// Indexes `chats`, [`CHATS_PER_CHECK`] at a time, each checked against its position first (what
+/// another node indexed since the list was read is passed over). In a pass over every chat
+/// (`whole`), chats with nothing to index are moved past together, and a chat another node is
+/// indexing is left to it. Answers false when the indexer is closing.
+async fn index_list(
+    conn: &mut deadpool_postgres::Object,
+    chats: &[i64],
+    whole: bool,
+    pending: &Pending,
+) -> Result<bool, String> {
     let mut behind = chats.len();
     for chunk in chats.chunks(CHATS_PER_CHECK) {
-        if skip_locked {
-            pass_over_quiet(&mut conn, chunk).await.map_err(|e| chain(&e))?;
+        if whole {
+            pass_over_quiet(conn, chunk).await.map_err(|e| chain(&e))?;
         }
-        // What another node indexed since the list was read is passed over.
         let rows = conn
             .query(
                 "SELECT c.id FROM chats c LEFT JOIN search_positions p ON p.chat_id = c.id
@@ -116,15 +184,14 @@ async fn pass(shard: &Checked, pool: &Pool, work: Work, pending: &Pending) -> Re
         behind -= chunk.len() - rows.len();
         for row in rows {
             if pending.closing() {
-                return Ok(());
+                return Ok(false);
             }
             pending.report_lag(behind);
             behind -= 1;
-            index_chat(&mut conn, row.get(0), skip_locked).await?;
+            index_chat(conn, row.get(0), whole).await?;
         }
     }
-    pending.report_lag(0);
-    Ok(())
+    Ok(true)
 }
 
 /// Moves the position of each of `chats` with nothing to index past it (no message, edit or
