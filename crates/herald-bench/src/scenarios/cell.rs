@@ -187,7 +187,7 @@ pub async fn run(mut args: CellArgs) -> anyhow::Result<Vec<Value>> {
     ensure!(args.fault.kill_node.is_none_or(|i| i < args.nodes), "--kill-node is past --nodes");
     let out = tokio::select! {
         r = run_cell(&args) => r?,
-        _ = tokio::signal::ctrl_c() => bail!("interrupted: the cell's processes were stopped"),
+        _ = interrupted() => bail!("interrupted: the cell's processes were stopped"),
     };
     report::emit(&args, &out);
     if !args.json {
@@ -421,4 +421,17 @@ fn spawn_workers(
         out.push(Worker { child, pid, lines });
     }
     Ok(out)
+}
+
+/// Ctrl-C or SIGTERM: either stops the cell, so that nothing it started outlives it (the
+/// processes and temp dirs are dropped with the run's future).
+async fn interrupted() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

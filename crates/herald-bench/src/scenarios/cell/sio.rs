@@ -64,7 +64,7 @@ pub async fn run(mut args: CellArgs) -> anyhow::Result<Vec<serde_json::Value>> {
     ensure!(args.rate >= 0.0 && args.connect_rate > 0.0, "--rate and --connect-rate must not be negative");
     let out = tokio::select! {
         r = run_cell(&args) => r?,
-        _ = tokio::signal::ctrl_c() => bail!("interrupted: the cell's processes were stopped"),
+        _ = super::interrupted() => bail!("interrupted: the cell's processes were stopped"),
     };
     report::emit(&args, &out);
     if args.smoke {
