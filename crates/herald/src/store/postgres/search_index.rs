@@ -158,10 +158,11 @@ async fn pass(shard: &Checked, pool: &Pool, work: Work, pending: &Pending, since
     Ok(())
 }
 
-/// Indexes `chats`, [`CHATS_PER_CHECK`] at a time, each checked against its position first (what
-/// another node indexed since the list was read is passed over). In a pass over every chat
-/// (`whole`), chats with nothing to index are moved past together, and a chat another node is
-/// indexing is left to it. Answers false when the indexer is closing.
+/// Indexes `chats`. In a pass over every chat (`whole`), [`CHATS_PER_CHECK`] at a time: those with
+/// nothing to index are moved past together, the rest checked against their positions again (what
+/// another node indexed since the list was read is passed over), and a chat another node is
+/// indexing is left to it. This node's own marked chats were just read behind: indexed as listed.
+/// Answers false when the indexer is closing.
 async fn index_list(
     conn: &mut deadpool_postgres::Object,
     chats: &[i64],
@@ -170,25 +171,28 @@ async fn index_list(
 ) -> Result<bool, String> {
     let mut behind = chats.len();
     for chunk in chats.chunks(CHATS_PER_CHECK) {
-        if whole {
+        let left: Vec<i64> = if whole {
             pass_over_quiet(conn, chunk).await.map_err(|e| chain(&e))?;
-        }
-        let rows = conn
-            .query(
-                "SELECT c.id FROM chats c LEFT JOIN search_positions p ON p.chat_id = c.id
-                  WHERE c.id = ANY($1) AND c.seq > coalesce(p.seq, 0)",
-                &[&chunk],
-            )
-            .await
-            .map_err(|e| chain(&e))?;
-        behind -= chunk.len() - rows.len();
-        for row in rows {
+            let rows = conn
+                .query(
+                    "SELECT c.id FROM chats c LEFT JOIN search_positions p ON p.chat_id = c.id
+                      WHERE c.id = ANY($1) AND c.seq > coalesce(p.seq, 0)",
+                    &[&chunk],
+                )
+                .await
+                .map_err(|e| chain(&e))?;
+            rows.iter().map(|r| r.get(0)).collect()
+        } else {
+            chunk.to_vec()
+        };
+        behind -= chunk.len() - left.len();
+        for chat_id in left {
             if pending.closing() {
                 return Ok(false);
             }
             pending.report_lag(behind);
             behind -= 1;
-            index_chat(conn, row.get(0), whole).await?;
+            index_chat(conn, chat_id, whole).await?;
         }
     }
     Ok(true)
