@@ -268,7 +268,7 @@ async fn serve(
             chats.hub().set_cell(
                 cluster.incarnation(),
                 Arc::new(move |inc: &str| peers.upgrade().is_some_and(|c| c.live(inc))),
-                Some(bus.clone()),
+                bus.clone(),
             );
             cluster
         }

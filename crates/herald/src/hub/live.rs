@@ -82,9 +82,8 @@ struct CellView {
     me: String,
     /// Whether the cell still hears of an incarnation.
     live: Arc<dyn Fn(&str) -> bool + Send + Sync>,
-    /// The cell's bus, for the full check's digests ([`super::digest`]);
-    /// without one, each chat beats on its own subject.
-    bus: Option<Arc<dyn Bus>>,
+    /// The cell's bus, for the full check's digests ([`super::digest`]).
+    bus: Arc<dyn Bus>,
 }
 
 /// When each (chat, member) last had a typing push.
@@ -138,12 +137,7 @@ impl Live {
 
     /// Who this node is in its cell, how to know whether another node is
     /// alive, and the cell's bus. Set once, before serving; a node alone never sets it.
-    pub(super) fn set_cell(
-        &self,
-        me: String,
-        live: Arc<dyn Fn(&str) -> bool + Send + Sync>,
-        bus: Option<Arc<dyn Bus>>,
-    ) {
+    pub(super) fn set_cell(&self, me: String, live: Arc<dyn Fn(&str) -> bool + Send + Sync>, bus: Arc<dyn Bus>) {
         let _ = self.cell.set(CellView { me, live, bus });
     }
 
@@ -151,9 +145,9 @@ impl Live {
         self.cell.get().map_or("local", |c| c.me.as_str())
     }
 
-    /// Where the full check's digests go, when the node has a cell bus.
+    /// Where the full check's digests go (a node in a cell).
     pub(super) fn digest_bus(&self) -> Option<&Arc<dyn Bus>> {
-        self.cell.get().and_then(|c| c.bus.as_ref())
+        self.cell.get().map(|c| &c.bus)
     }
 
     /// A new chat entry's presence, with its own epoch.
@@ -411,8 +405,7 @@ impl ChatLive {
     /// went unanswered, and beats once per [`FULL_CHECK_EVERY`] while users
     /// are present here (the full check: a node whose set of this node's
     /// users differs learns it from the number and asks). The beat goes into
-    /// `beats`, the node's digest, when the cell has a bus; else on the chat's
-    /// subject. A burst's beat about to go stands for it.
+    /// `beats`, the node's digest; a burst's beat about to go stands for it.
     pub(super) fn sweep(
         &mut self,
         live: &Live,
@@ -425,12 +418,7 @@ impl ChatLive {
         if now >= self.next_check {
             self.next_check = now + FULL_CHECK_EVERY;
             if self.presence.has_local() && !self.beat_timer {
-                if cell.bus.is_some() {
-                    beats.push((key.ws.clone(), key.chat.clone(), self.epoch, self.presence.sent()));
-                } else {
-                    let beat = Signal::Beat { from: live.me().into(), epoch: self.epoch, n: self.presence.sent() };
-                    live.broker.signal(key, &beat);
-                }
+                beats.push((key.ws.clone(), key.chat.clone(), self.epoch, self.presence.sent()));
             }
         }
         let (changes, again) = self.presence.expire(|from| (cell.live)(from), now);

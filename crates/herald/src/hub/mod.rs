@@ -295,15 +295,8 @@ impl Hub {
     /// Tells the hub who this node is in its cell and how to know whether
     /// another node is alive. Set once, before serving; a node alone never calls it.
     /// `bus`: the cell's, which carries the full check's digests ([`digest`]).
-    pub fn set_cell(
-        self: &Arc<Self>,
-        me: String,
-        live: Arc<dyn Fn(&str) -> bool + Send + Sync>,
-        bus: Option<Arc<dyn Bus>>,
-    ) {
-        if let Some(bus) = &bus {
-            digest::follow(Arc::downgrade(self), bus.clone());
-        }
+    pub fn set_cell(self: &Arc<Self>, me: String, live: Arc<dyn Fn(&str) -> bool + Send + Sync>, bus: Arc<dyn Bus>) {
+        digest::follow(Arc::downgrade(self), bus.clone());
         self.live.set_cell(me, live, bus);
     }
 
@@ -434,7 +427,7 @@ impl Hub {
         for entry in self.entries() {
             entry.sweep(self, now, &mut beats);
         }
-        if let (false, Some(bus)) = (beats.is_empty(), self.live.digest_bus()) {
+        if let Some(bus) = self.live.digest_bus().filter(|_| !beats.is_empty()) {
             digest::post(bus.clone(), self.live.me(), beats);
         }
         false
