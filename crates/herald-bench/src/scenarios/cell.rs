@@ -185,6 +185,7 @@ pub async fn run(mut args: CellArgs) -> anyhow::Result<Vec<Value>> {
     ensure!(args.rate >= 0.0 && args.connect_rate > 0.0, "--rate and --connect-rate must not be negative");
     ensure!(!args.fault.any() || args.nodes > 1, "a bad day needs a second node for the users to go to");
     ensure!(args.fault.kill_node.is_none_or(|i| i < args.nodes), "--kill-node is past --nodes");
+    ensure!((0.0..=1.0).contains(&args.model.active), "--active is a share of the users, 0 to 1");
     let out = tokio::select! {
         r = run_cell(&args) => r?,
         _ = interrupted() => bail!("interrupted: the cell's processes were stopped"),

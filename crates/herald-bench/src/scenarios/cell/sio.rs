@@ -58,6 +58,7 @@ pub async fn run(mut args: CellArgs) -> anyhow::Result<Vec<serde_json::Value>> {
     }
     let users = args.model.connections;
     ensure!(args.nodes > 0 && users > 0, "--nodes and --connections must be positive");
+    ensure!((0.0..=1.0).contains(&args.model.active), "--active is a share of the users, 0 to 1");
     ensure!(users.div_ceil(args.nodes) <= MAX_PER_NODE, "at most {MAX_PER_NODE} connections per node: add --nodes");
     ensure!(users.div_ceil(args.workers()) <= MAX_PER_WORKER, "at most {MAX_PER_WORKER} users per worker");
     ensure!(args.secs > 0.0 && args.secs <= 3600.0, "--secs up to 3600");
