@@ -1,38 +1,5 @@
 // Generated from web/src/*.ts and sdk/ts/src by `npm run build` in web/. Do not edit; see web/README.md.
 
-// ../sdk/ts/src/backoff.ts
-var DEFAULT_BACKOFF = { baseMs: 500, capMs: 2e4 }, MAX_EXPONENT = 31;
-function backoffCeiling(attempt, opts) {
-  let n = Math.min(Math.max(0, Math.floor(attempt)), MAX_EXPONENT);
-  return Math.min(opts.capMs, opts.baseMs * 2 ** n);
-}
-function fullJitter(attempt, opts, random = Math.random) {
-  let r = Math.min(Math.max(random(), 0), 1);
-  return Math.floor(r * backoffCeiling(attempt, opts));
-}
-var Backoff = class {
-  constructor(opts = DEFAULT_BACKOFF, random = Math.random) {
-    this.opts = opts;
-    this.random = random;
-  }
-  opts;
-  random;
-  attempt = 0;
-  /** The delay before the next retry; each call widens the window for the one after. */
-  next() {
-    let delay = fullJitter(this.attempt, this.opts, this.random);
-    return this.attempt = Math.min(this.attempt + 1, MAX_EXPONENT), delay;
-  }
-  /** How many delays were handed out since the last reset. */
-  get attempts() {
-    return this.attempt;
-  }
-  /** Starts over from the base window, after a connection that worked. */
-  reset() {
-    this.attempt = 0;
-  }
-};
-
 // ../sdk/ts/src/emitter.ts
 var Emitter = class {
   listeners = /* @__PURE__ */ new Map();
@@ -76,26 +43,6 @@ var Emitter = class {
   }
 };
 
-// ../sdk/ts/src/errors.ts
-var HeraldError = class _HeraldError extends Error {
-  /** The machine-readable code. */
-  code;
-  /** The server's retry hint in milliseconds, when it gave one. */
-  retryAfterMs;
-  /** The request operation that failed, when there was one. */
-  op;
-  /** The close code of the link, when the error is about a closed link. */
-  closeCode;
-  constructor(code, message, init = {}) {
-    super(message, init.cause === void 0 ? void 0 : { cause: init.cause }), this.name = "HeraldError", this.code = code, this.retryAfterMs = init.retryAfterMs, this.op = init.op, this.closeCode = init.closeCode;
-  }
-  /** Builds the error for a reply's `err` object. */
-  static fromWire(err, op) {
-    let code = typeof err.code == "string" ? err.code : "internal", retry = typeof err.retry_after_ms == "number" ? err.retry_after_ms : void 0;
-    return new _HeraldError(code, err.message ?? code, { retryAfterMs: retry, op });
-  }
-};
-
 // ../sdk/ts/src/chat-options.ts
 function pageArgs(opts) {
   let out = {};
@@ -125,6 +72,26 @@ async function openPath(path) {
 }
 async function* empty() {
 }
+
+// ../sdk/ts/src/errors.ts
+var HeraldError = class _HeraldError extends Error {
+  /** The machine-readable code. */
+  code;
+  /** The server's retry hint in milliseconds, when it gave one. */
+  retryAfterMs;
+  /** The request operation that failed, when there was one. */
+  op;
+  /** The close code of the link, when the error is about a closed link. */
+  closeCode;
+  constructor(code, message, init = {}) {
+    super(message, init.cause === void 0 ? void 0 : { cause: init.cause }), this.name = "HeraldError", this.code = code, this.retryAfterMs = init.retryAfterMs, this.op = init.op, this.closeCode = init.closeCode;
+  }
+  /** Builds the error for a reply's `err` object. */
+  static fromWire(err, op) {
+    let code = typeof err.code == "string" ? err.code : "internal", retry = typeof err.retry_after_ms == "number" ? err.retry_after_ms : void 0;
+    return new _HeraldError(code, err.message ?? code, { retryAfterMs: retry, op });
+  }
+};
 
 // ../sdk/ts/src/files.ts
 var DEFAULT_FILE_TYPE = "application/octet-stream", UploadError = class extends HeraldError {
@@ -229,6 +196,25 @@ async function* chunks(source) {
     }
   } finally {
     reader.releaseLock();
+  }
+}
+
+// ../sdk/ts/src/history.ts
+async function* historyPages(chat, fetchPage, after, opts) {
+  if (!Number.isInteger(after) || after < 0) throw new TypeError("herald: `after` must be a non-negative integer");
+  if (opts.until !== void 0 && (!Number.isInteger(opts.until) || opts.until < 0))
+    throw new TypeError("herald: `until` must be a non-negative integer");
+  let until = opts.until ?? Number.POSITIVE_INFINITY, last = after;
+  for (; last < until; ) {
+    let page = await fetchPage(last), before = last;
+    for (let ev of page.events)
+      if (!(ev.seq <= last)) {
+        if (ev.seq > until) return;
+        last = ev.seq, yield ev;
+      }
+    if (!page.more) return;
+    if (last === before)
+      throw new HeraldError("protocol", `herald: chat ${chat}: more announced after ${last} but no events came`, { op: "fetch" });
   }
 }
 
@@ -789,21 +775,24 @@ var Typing = class {
   }
 };
 
-// ../sdk/ts/src/chat.ts
+// ../sdk/ts/src/watch.ts
 var WATCH_TRANSITIONS = {
   unwatched: ["subscribing", "suspended"],
   subscribing: ["live", "repairing", "suspended", "unwatched"],
   live: ["repairing", "suspended", "unwatched"],
   repairing: ["live", "suspended", "unwatched"],
   suspended: ["subscribing", "unwatched"]
-}, TRANSIENT2 = /* @__PURE__ */ new Set(["throttled", "unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS2 = 1e3, MAX_STALLS = 3, Chat = class extends Emitter {
-  /** The chat id. */
-  id;
-  host;
-  watchState = "unwatched";
+}, TRANSIENT2 = /* @__PURE__ */ new Set(["throttled", "unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS2 = 1e3, MAX_STALLS = 3, Watch = class {
+  constructor(chat, owner) {
+    this.chat = chat;
+    this.owner = owner;
+  }
+  chat;
+  owner;
+  current = "unwatched";
   /** The application wants this chat watched (survives link loss; cleared by unwatch/leave/forbidden). */
   wanted = !1;
-  /** The seq of the last event handed to the application; null before the first watch reply. */
+  /** The seq of the last event handed on; null before the first watch reply. */
   last = null;
   /** The seq of the current watch's reply: pushes up to it are its replay, stored views read after it. */
   watchSeq = 0;
@@ -817,6 +806,205 @@ var WATCH_TRANSITIONS = {
   /** Repair fetches in a row that made no progress. */
   stalls = 0;
   waiters = [];
+  get state() {
+    return this.current;
+  }
+  get lastSeq() {
+    return this.last;
+  }
+  /** True while the application wants the chat watched, whatever the link does. */
+  get isWanted() {
+    return this.wanted;
+  }
+  /** True when a watch reply was taken on the current link: events flow (maybe through a repair). */
+  get flowing() {
+    return this.current === "live" || this.current === "repairing";
+  }
+  /** True when pushes for this chat are to be taken (neither unwatched nor waiting for a link). */
+  get receiving() {
+    return this.current !== "unwatched" && this.current !== "suspended";
+  }
+  /** A promise of the next watch reply (or of the current one, once `start` sees it is flowing). */
+  nextReply() {
+    return new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
+  }
+  /**
+   * Starts watching after `after` (undefined: after the chat's seq when the watch begins). On a chat
+   * already wanted, only settles the waiters when a reply was taken on this link.
+   */
+  start(after) {
+    if (this.wanted) {
+      this.flowing && this.settleWaiters({ chat: this.chat, seq: this.last ?? 0 });
+      return;
+    }
+    this.wanted = !0, this.last = after ?? null, this.known = 0, this.owner.connected ? this.subscribe() : this.setState("suspended");
+  }
+  /** A new link is greeted: resume watching. */
+  linkUp() {
+    this.wanted && this.current === "suspended" && this.subscribe();
+  }
+  /** The link dropped: keep `last`, forget the rest; the next watch's replay refills it. */
+  linkDown() {
+    this.current !== "unwatched" && (this.epoch++, this.cancelTimer(), this.buffer.clear(), this.known = 0, this.stalls = 0, this.owner.suspended(), this.setState("suspended"));
+  }
+  /** An `event` push for this chat. */
+  onEventPush(push) {
+    if (!this.receiving) return;
+    let ev = toEvent(push);
+    if (!(this.last !== null && ev.seq <= this.last)) {
+      if (this.current === "live" && this.last !== null && ev.seq === this.last + 1) {
+        this.deliver(ev, ev.seq <= this.watchSeq ? this.watchSeq : ev.seq), this.drainContiguous();
+        return;
+      }
+      this.hold(ev), this.current === "live" && this.repair();
+    }
+  }
+  /** A `notify` push: events up to `seq` exist. */
+  onNotify(push) {
+    this.receiving && (this.last !== null && push.seq <= this.last || (this.known = Math.max(this.known, push.seq), this.current === "live" && this.repair()));
+  }
+  /** Ends watching locally; rejects pending `watch()` promises with `err` when given. */
+  stop(err) {
+    this.wanted = !1, this.epoch++, this.cancelTimer(), this.buffer.clear(), this.last = null, this.known = 0, this.stalls = 0, this.owner.stopped(), this.current !== "unwatched" && this.setState("unwatched");
+    let waiters = this.waiters;
+    this.waiters = [];
+    let reason = err ?? new HeraldError("closed", `herald: chat ${this.chat} is no longer watched`);
+    for (let w of waiters) w.reject(reason);
+  }
+  // ---- the state machine ----------------------------------------------------------------------
+  setState(to) {
+    let from = this.current;
+    if (from !== to) {
+      if (!WATCH_TRANSITIONS[from].includes(to))
+        throw new Error(`herald: chat ${this.chat}: no transition ${from} -> ${to}`);
+      this.current = to, this.owner.changed({ chat: this.chat, from, to });
+    }
+  }
+  async subscribe() {
+    this.cancelTimer();
+    let epoch = ++this.epoch;
+    this.setState("subscribing");
+    let args = { chat: this.chat };
+    this.last !== null && (args.after = this.last);
+    let ok;
+    try {
+      ok = await this.owner.subscribe(args);
+    } catch (err) {
+      if (epoch !== this.epoch) return;
+      this.failed(err, () => this.subscribe());
+      return;
+    }
+    epoch === this.epoch && (this.last === null && (this.last = ok.seq), this.watchSeq = ok.seq, this.settleWaiters(ok), epoch === this.epoch && (this.setState("live"), this.owner.live(), this.catchUp()));
+  }
+  /** Delivers held events in order, then repairs if a gap or a notify is still open. */
+  catchUp() {
+    this.drainContiguous(), this.current === "live" && (this.buffer.size > 0 || this.known > (this.last ?? 0)) && this.repair();
+  }
+  /** Starts a repair from `live`; pushes that arrive meanwhile are held. */
+  repair() {
+    this.current === "live" && (this.setState("repairing"), this.runRepair(this.epoch));
+  }
+  /**
+   * Fetches pages after the last delivered seq until nothing is held, nothing announced is missing and
+   * the last page did not say `more`. Fetching up to the chat's latest seq rather than just to the gap's
+   * end costs a few duplicate events, which are dropped, and saves a round trip per page in a busy chat.
+   */
+  async runRepair(epoch) {
+    for (; ; ) {
+      if (this.drainContiguous(), epoch !== this.epoch) return;
+      let last = this.last ?? 0;
+      if (this.buffer.size === 0 && this.known <= last) break;
+      let page;
+      try {
+        page = await this.owner.fetchPage(last);
+      } catch (err) {
+        if (epoch !== this.epoch) return;
+        this.failed(err, () => {
+          this.runRepair(epoch);
+        });
+        return;
+      }
+      if (epoch !== this.epoch) return;
+      for (let ev of page.events)
+        if (ev.seq === (this.last ?? 0) + 1 && (this.buffer.delete(ev.seq), this.deliver(ev, page.seq), epoch !== this.epoch))
+          return;
+      if (this.known = Math.max(this.known, announcedBy(page, last)), (this.last ?? 0) > last) {
+        this.stalls = 0;
+        continue;
+      }
+      if (this.stalls < MAX_STALLS) {
+        this.stalls++, this.cancelRetry = this.owner.schedule(() => {
+          this.cancelRetry = null, this.runRepair(epoch);
+        }, DEFAULT_RETRY_MS2);
+        return;
+      }
+      this.stalls = 0, this.owner.error(
+        new HeraldError("protocol", `herald: chat ${this.chat}: no events after ${last} though seq ${this.known} was announced`)
+      ), this.buffer.clear(), this.known = last;
+      break;
+    }
+    epoch === this.epoch && this.setState("live");
+  }
+  /** Handles a failed watch or fetch: retry transient errors, give up on the rest. */
+  failed(err, retry) {
+    let e = err instanceof HeraldError ? err : new HeraldError("internal", String(err));
+    if (!(e.code === "disconnected" || e.code === "closed")) {
+      if (TRANSIENT2.has(e.code)) {
+        this.cancelTimer(), this.cancelRetry = this.owner.schedule(() => {
+          this.cancelRetry = null, retry();
+        }, e.retryAfterMs ?? DEFAULT_RETRY_MS2);
+        return;
+      }
+      this.owner.error(e), this.stop(e);
+    }
+  }
+  // ---- delivery -------------------------------------------------------------------------------
+  hold(ev) {
+    if (this.known = Math.max(this.known, ev.seq - 1), this.buffer.size >= this.owner.maxBufferedEvents) {
+      this.known = Math.max(this.known, ev.seq), this.buffer.clear();
+      return;
+    }
+    this.buffer.set(ev.seq, ev);
+  }
+  drainContiguous() {
+    if (this.last === null) return;
+    let epoch = this.epoch;
+    for (let next = this.buffer.get(this.last + 1); next !== void 0; next = this.buffer.get(this.last + 1))
+      if (this.buffer.delete(next.seq), this.deliver(next, next.seq <= this.watchSeq ? this.watchSeq : next.seq), epoch !== this.epoch) return;
+    this.dropStale();
+  }
+  dropStale() {
+    let last = this.last ?? 0;
+    for (let seq of this.buffer.keys()) seq <= last && this.buffer.delete(seq);
+  }
+  deliver(ev, asOf) {
+    this.last = ev.seq, this.owner.deliver(ev, asOf);
+  }
+  settleWaiters(ok) {
+    let waiters = this.waiters;
+    this.waiters = [];
+    for (let w of waiters) w.resolve(ok);
+  }
+  cancelTimer() {
+    this.cancelRetry !== null && (this.cancelRetry(), this.cancelRetry = null);
+  }
+};
+function announcedBy(page, after) {
+  let end = page.events.reduce((hi, ev) => Math.max(hi, ev.seq), after);
+  return Math.max(page.seq, page.more ? end + 1 : end);
+}
+function toEvent(push) {
+  let { ev: _ev, chat: _chat, ...event } = push;
+  return event;
+}
+
+// ../sdk/ts/src/chat.ts
+var Chat = class extends Emitter {
+  /** The chat id. */
+  id;
+  host;
+  /** Watching: delivery once and in order, gap repair, resuming on a new link. */
+  watcher;
   /** Created by the first `messages()` call; fed every delivered event from then on. */
   list = null;
   /** The profile of the latest `join` reply and its seq, for a list made after it. */
@@ -837,15 +1025,36 @@ var WATCH_TRANSITIONS = {
       schedule: host.schedule,
       changed: (state) => this.emit("presence", { chat: id, ...state }),
       failed: (err) => this.emit("error", err)
+    }), this.watcher = new Watch(id, {
+      get connected() {
+        return host.connected;
+      },
+      subscribe: (args) => host.request("watch", args),
+      fetchPage: (after) => this.fetchPage(after),
+      schedule: host.schedule,
+      get maxBufferedEvents() {
+        return host.maxBufferedEvents;
+      },
+      changed: (change) => this.emit("state", change),
+      deliver: (ev, asOf) => this.deliver(ev, asOf),
+      error: (err) => this.emit("error", err),
+      // After the watch, so that this connection is present, and its pushes flow, before asking.
+      live: () => this.presenceTracker.sync(),
+      suspended: () => {
+        this.presenceTracker.suspend(), this.typists.clear();
+      },
+      stopped: () => {
+        this.presenceTracker.stop(), this.typists.stopTrailing(), this.typists.clear(), this.list?.clear();
+      }
     });
   }
   /** The watch state. */
   get state() {
-    return this.watchState;
+    return this.watcher.state;
   }
   /** The seq of the last event delivered to the application, or null when none is known yet. */
   get lastSeq() {
-    return this.last;
+    return this.watcher.lastSeq;
   }
   /** Others typing in this chat now (from typing pushes, each kept 5 s), sorted. */
   get typingUsers() {
@@ -870,7 +1079,7 @@ var WATCH_TRANSITIONS = {
   }
   /** Leaves the chat; the server ends this user's watches of it, and so does this handle. */
   async leave() {
-    await this.host.request("leave", { chat: this.id }), this.stop(null);
+    await this.host.request("leave", { chat: this.id }), this.watcher.stop(null);
   }
   /**
    * Starts delivering events: those after `opts.after` when given, else those after the chat's seq when
@@ -881,13 +1090,13 @@ var WATCH_TRANSITIONS = {
   watch(opts = {}) {
     if (opts.after !== void 0 && (!Number.isInteger(opts.after) || opts.after < 0))
       return Promise.reject(new TypeError("herald: `after` must be a non-negative integer"));
-    let p = new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
-    return opts.presence === !0 && !this.presenceTracker.enabled && (this.presenceTracker.enable(), this.wanted && (this.watchState === "live" || this.watchState === "repairing") && this.presenceTracker.sync()), this.wanted ? ((this.watchState === "live" || this.watchState === "repairing") && this.settleWaiters({ chat: this.id, seq: this.last ?? 0 }), p) : (this.wanted = !0, this.last = opts.after ?? null, this.known = 0, this.host.connected ? this.subscribe() : this.setState("suspended"), p);
+    let p = this.watcher.nextReply();
+    return opts.presence === !0 && !this.presenceTracker.enabled && (this.presenceTracker.enable(), this.watcher.isWanted && this.watcher.flowing && this.presenceTracker.sync()), this.watcher.start(opts.after), p;
   }
   /** Stops delivering events; a later `watch()` starts from the chat's seq at that time. */
   async unwatch() {
-    let wasWatching = this.wanted;
-    this.stop(null), wasWatching && this.host.connected && await this.host.request("unwatch", { chat: this.id });
+    let wasWatching = this.watcher.isWanted;
+    this.watcher.stop(null), wasWatching && this.host.connected && await this.host.request("unwatch", { chat: this.id });
   }
   /**
    * Sends a message. Resolves with its seq once it is durable. The send survives link drops and is
@@ -963,9 +1172,9 @@ var WATCH_TRANSITIONS = {
    * the `profile` event's seq, or, when nothing changed, the latest one's (0 if none). Watchers' message
    * lists show the new profile (`list.profile`).
    */
-  profile(fields) {
+  profile(fields2) {
     let args = { chat: this.id };
-    return fields.name !== void 0 && (args.name = fields.name), fields.image !== void 0 && (args.image = fields.image), fields.data !== void 0 && (args.data = fields.data), this.host.request("profile", args);
+    return fields2.name !== void 0 && (args.name = fields2.name), fields2.image !== void 0 && (args.image = fields2.image), fields2.data !== void 0 && (args.data = fields2.data), this.host.request("profile", args);
   }
   /**
    * 1.2: one page of the chat's members, sorted by user id, each with their read position; `count` is
@@ -1047,139 +1256,43 @@ var WATCH_TRANSITIONS = {
    *
    *     for await (const ev of chat.history(0, { until: watchStartSeq })) render(ev);
    */
-  async *history(after = 0, opts = {}) {
-    if (!Number.isInteger(after) || after < 0) throw new TypeError("herald: `after` must be a non-negative integer");
-    if (opts.until !== void 0 && (!Number.isInteger(opts.until) || opts.until < 0))
-      throw new TypeError("herald: `until` must be a non-negative integer");
-    let until = opts.until ?? Number.POSITIVE_INFINITY, last = after;
-    for (; last < until; ) {
-      let page = await this.fetchPage(last, opts.thread), before = last;
-      for (let ev of page.events)
-        if (!(ev.seq <= last)) {
-          if (ev.seq > until) return;
-          last = ev.seq, yield ev;
-        }
-      if (!page.more) return;
-      if (last === before)
-        throw new HeraldError("protocol", `herald: chat ${this.id}: more announced after ${last} but no events came`, { op: "fetch" });
-    }
+  history(after = 0, opts = {}) {
+    return historyPages(this.id, (from) => this.fetchPage(from, opts.thread), after, opts);
   }
   // ---- called by the client -------------------------------------------------------------------
   /** @internal A new link is greeted: resume watching. */
   linkUp() {
-    this.wanted && this.watchState === "suspended" && this.subscribe();
+    this.watcher.linkUp();
   }
-  /** @internal The link dropped: keep `last`, forget the rest; the next watch's replay refills it. */
+  /** @internal The link dropped: keep the last delivered seq, forget the rest until the watch resumes. */
   linkDown() {
-    this.watchState !== "unwatched" && (this.epoch++, this.cancelTimer(), this.buffer.clear(), this.known = 0, this.stalls = 0, this.presenceTracker.suspend(), this.typists.clear(), this.setState("suspended"));
+    this.watcher.linkDown();
   }
   /** @internal The client is closed for good. */
   shutdown(err) {
-    this.stop(err);
+    this.watcher.stop(err);
   }
   /** @internal An `event` push for this chat. */
   onEventPush(push) {
-    if (this.watchState === "unwatched" || this.watchState === "suspended") return;
-    let ev = toEvent(push);
-    if (!(this.last !== null && ev.seq <= this.last)) {
-      if (this.watchState === "live" && this.last !== null && ev.seq === this.last + 1) {
-        this.deliver(ev, ev.seq <= this.watchSeq ? this.watchSeq : ev.seq), this.drainContiguous();
-        return;
-      }
-      this.hold(ev), this.watchState === "live" && this.repair();
-    }
+    this.watcher.onEventPush(push);
   }
   /** @internal A `typing` push: `user` is typing here. */
   onTypingPush(user) {
-    this.watchState === "unwatched" || this.watchState === "suspended" || user !== this.host.user && this.typists.pushed(user);
+    this.watcher.receiving && user !== this.host.user && this.typists.pushed(user);
   }
   /** @internal A `presence` push. */
   onPresencePush(push) {
-    this.watchState === "unwatched" || this.watchState === "suspended" || this.presenceTracker.pushed(push);
+    this.watcher.receiving && this.presenceTracker.pushed(push);
   }
   /** @internal An `append` push: streamed text for a message of this chat. */
   onAppendPush(push) {
-    this.watchState === "unwatched" || this.watchState === "suspended" || (this.list?.append(push), this.emit("append", push));
+    this.watcher.receiving && (this.list?.append(push), this.emit("append", push));
   }
   /** @internal A `notify` push: events up to `seq` exist. */
   onNotify(push) {
-    this.watchState === "unwatched" || this.watchState === "suspended" || this.last !== null && push.seq <= this.last || (this.known = Math.max(this.known, push.seq), this.watchState === "live" && this.repair());
+    this.watcher.onNotify(push);
   }
-  // ---- the state machine ----------------------------------------------------------------------
-  setState(to) {
-    let from = this.watchState;
-    if (from !== to) {
-      if (!WATCH_TRANSITIONS[from].includes(to))
-        throw new Error(`herald: chat ${this.id}: no transition ${from} -> ${to}`);
-      this.watchState = to, this.emit("state", { chat: this.id, from, to });
-    }
-  }
-  async subscribe() {
-    this.cancelTimer();
-    let epoch = ++this.epoch;
-    this.setState("subscribing");
-    let args = { chat: this.id };
-    this.last !== null && (args.after = this.last);
-    let ok;
-    try {
-      ok = await this.host.request("watch", args);
-    } catch (err) {
-      if (epoch !== this.epoch) return;
-      this.failed(err, () => this.subscribe());
-      return;
-    }
-    epoch === this.epoch && (this.last === null && (this.last = ok.seq), this.watchSeq = ok.seq, this.settleWaiters(ok), epoch === this.epoch && (this.setState("live"), this.presenceTracker.sync(), this.catchUp()));
-  }
-  /** Delivers held events in order, then repairs if a gap or a notify is still open. */
-  catchUp() {
-    this.drainContiguous(), this.watchState === "live" && (this.buffer.size > 0 || this.known > (this.last ?? 0)) && this.repair();
-  }
-  /** Starts a repair from `live`; pushes that arrive meanwhile are held. */
-  repair() {
-    this.watchState === "live" && (this.setState("repairing"), this.runRepair(this.epoch));
-  }
-  /**
-   * Fetches pages after the last delivered seq until nothing is held, nothing announced is missing and
-   * the last page did not say `more`. Fetching up to the chat's latest seq rather than just to the gap's
-   * end costs a few duplicate events, which are dropped, and saves a round trip per page in a busy chat.
-   */
-  async runRepair(epoch) {
-    for (; ; ) {
-      if (this.drainContiguous(), epoch !== this.epoch) return;
-      let last = this.last ?? 0;
-      if (this.buffer.size === 0 && this.known <= last) break;
-      let page;
-      try {
-        page = await this.fetchPage(last);
-      } catch (err) {
-        if (epoch !== this.epoch) return;
-        this.failed(err, () => {
-          this.runRepair(epoch);
-        });
-        return;
-      }
-      if (epoch !== this.epoch) return;
-      for (let ev of page.events)
-        if (ev.seq === (this.last ?? 0) + 1 && (this.buffer.delete(ev.seq), this.deliver(ev, page.seq), epoch !== this.epoch))
-          return;
-      if (this.known = Math.max(this.known, announcedBy(page, last)), (this.last ?? 0) > last) {
-        this.stalls = 0;
-        continue;
-      }
-      if (this.stalls < MAX_STALLS) {
-        this.stalls++, this.cancelRetry = this.host.schedule(() => {
-          this.cancelRetry = null, this.runRepair(epoch);
-        }, DEFAULT_RETRY_MS2);
-        return;
-      }
-      this.stalls = 0, this.emit(
-        "error",
-        new HeraldError("protocol", `herald: chat ${this.id}: no events after ${last} though seq ${this.known} was announced`)
-      ), this.buffer.clear(), this.known = last;
-      break;
-    }
-    epoch === this.epoch && this.setState("live");
-  }
+  // ---- internals ------------------------------------------------------------------------------
   /** One page after `after` at the client's page size; a reply lets the page size grow back a step. */
   async fetchPage(after, thread) {
     let args = { chat: this.id, after, limit: this.host.pageSize.current };
@@ -1192,69 +1305,45 @@ var WATCH_TRANSITIONS = {
     let page = await this.host.request("fetch", { chat: this.id, after: seq - 1, limit: 1 }), event = page.events.find((ev) => ev.seq === seq);
     return event === void 0 ? null : { event, asOf: page.seq };
   }
-  /** Handles a failed watch or fetch: retry transient errors, give up on the rest. */
-  failed(err, retry) {
-    let e = err instanceof HeraldError ? err : new HeraldError("internal", String(err));
-    if (!(e.code === "disconnected" || e.code === "closed")) {
-      if (TRANSIENT2.has(e.code)) {
-        this.cancelTimer(), this.cancelRetry = this.host.schedule(() => {
-          this.cancelRetry = null, retry();
-        }, e.retryAfterMs ?? DEFAULT_RETRY_MS2);
-        return;
-      }
-      this.emit("error", e), this.stop(e);
-    }
-  }
-  /** Ends watching locally; rejects pending `watch()` promises with `err` when given. */
-  stop(err) {
-    this.wanted = !1, this.epoch++, this.cancelTimer(), this.buffer.clear(), this.last = null, this.known = 0, this.stalls = 0, this.presenceTracker.stop(), this.typists.stopTrailing(), this.typists.clear(), this.list?.clear(), this.watchState !== "unwatched" && this.setState("unwatched");
-    let waiters = this.waiters;
-    this.waiters = [];
-    let reason = err ?? new HeraldError("closed", `herald: chat ${this.id} is no longer watched`);
-    for (let w of waiters) w.reject(reason);
-  }
-  // ---- delivery -------------------------------------------------------------------------------
-  hold(ev) {
-    if (this.known = Math.max(this.known, ev.seq - 1), this.buffer.size >= this.host.maxBufferedEvents) {
-      this.known = Math.max(this.known, ev.seq), this.buffer.clear();
-      return;
-    }
-    this.buffer.set(ev.seq, ev);
-  }
-  drainContiguous() {
-    if (this.last === null) return;
-    let epoch = this.epoch;
-    for (let next = this.buffer.get(this.last + 1); next !== void 0; next = this.buffer.get(this.last + 1))
-      if (this.buffer.delete(next.seq), this.deliver(next, next.seq <= this.watchSeq ? this.watchSeq : next.seq), epoch !== this.epoch) return;
-    this.dropStale();
-  }
-  dropStale() {
-    let last = this.last ?? 0;
-    for (let seq of this.buffer.keys()) seq <= last && this.buffer.delete(seq);
-  }
-  /** `asOf`: the chat's seq when this event's view was read (a live push: its own seq). */
+  /** An event the watch delivers, in order. `asOf`: the chat's seq when this view of it was read. */
   deliver(ev, asOf) {
-    this.last = ev.seq;
     let out = { ...ev, chat: this.id };
     this.list?.apply(ev, asOf), ev.type === "message" && ev.user !== void 0 && this.typists.remove(ev.user), this.emit("event", out), this.host.delivered(out);
   }
-  settleWaiters(ok) {
-    let waiters = this.waiters;
-    this.waiters = [];
-    for (let w of waiters) w.resolve(ok);
+};
+
+// ../sdk/ts/src/backoff.ts
+var DEFAULT_BACKOFF = { baseMs: 500, capMs: 2e4 }, MAX_EXPONENT = 31;
+function backoffCeiling(attempt, opts) {
+  let n = Math.min(Math.max(0, Math.floor(attempt)), MAX_EXPONENT);
+  return Math.min(opts.capMs, opts.baseMs * 2 ** n);
+}
+function fullJitter(attempt, opts, random = Math.random) {
+  let r = Math.min(Math.max(random(), 0), 1);
+  return Math.floor(r * backoffCeiling(attempt, opts));
+}
+var Backoff = class {
+  constructor(opts = DEFAULT_BACKOFF, random = Math.random) {
+    this.opts = opts;
+    this.random = random;
   }
-  cancelTimer() {
-    this.cancelRetry !== null && (this.cancelRetry(), this.cancelRetry = null);
+  opts;
+  random;
+  attempt = 0;
+  /** The delay before the next retry; each call widens the window for the one after. */
+  next() {
+    let delay = fullJitter(this.attempt, this.opts, this.random);
+    return this.attempt = Math.min(this.attempt + 1, MAX_EXPONENT), delay;
+  }
+  /** How many delays were handed out since the last reset. */
+  get attempts() {
+    return this.attempt;
+  }
+  /** Starts over from the base window, after a connection that worked. */
+  reset() {
+    this.attempt = 0;
   }
 };
-function announcedBy(page, after) {
-  let end = page.events.reduce((hi, ev) => Math.max(hi, ev.seq), after);
-  return Math.max(page.seq, page.more ? end + 1 : end);
-}
-function toEvent(push) {
-  let { ev: _ev, chat: _chat, ...event } = push;
-  return event;
-}
 
 // ../sdk/ts/src/codes.ts
 var CloseCode = {
@@ -1287,6 +1376,694 @@ function closePolicy(code) {
       return "reconnect";
   }
 }
+
+// ../sdk/ts/src/liveness.ts
+var Liveness = class {
+  /**
+   * Starts watching: the first ping goes out after `intervalMs` of silence.
+   * @param intervalMs silence after which the client pings.
+   * @param timeoutMs how long after a ping the link may stay silent before it counts as lost.
+   */
+  constructor(host, intervalMs, timeoutMs) {
+    this.host = host;
+    this.intervalMs = intervalMs;
+    this.timeoutMs = timeoutMs;
+    this.arm(intervalMs);
+  }
+  host;
+  intervalMs;
+  timeoutMs;
+  /** When the last frame from the server arrived (ms since the epoch). */
+  lastHeard = Date.now();
+  /** When the ping now waiting for an answer was written; null when none waits. */
+  probeAt = null;
+  /** When the armed timer is due, to notice that it fired late. */
+  due = 0;
+  /** Set once a late deadline was given its grace, so a stall delays the verdict once, not forever. */
+  graced = !1;
+  cancel = null;
+  stopped = !1;
+  /** A frame arrived: the server is there. Cheap, as it runs for every frame: no timer is touched unless a ping waits. */
+  heard() {
+    this.stopped || (this.lastHeard = Date.now(), this.probeAt !== null && (this.probeAt = null, this.arm(this.intervalMs)));
+  }
+  /** A request timed out: ping now, unless a ping already waits for an answer. */
+  probe() {
+    this.stopped || this.probeAt !== null || this.sendProbe();
+  }
+  /** True while a ping waits for an answer. */
+  get probing() {
+    return this.probeAt !== null;
+  }
+  /** Stops the timers for good (the link is gone). */
+  stop() {
+    this.stopped = !0, this.cancel?.(), this.cancel = null;
+  }
+  arm(ms) {
+    this.cancel?.(), this.due = Date.now() + ms, this.cancel = this.host.schedule(() => this.fire(), ms);
+  }
+  fire() {
+    if (this.cancel = null, this.stopped) return;
+    let now = Date.now();
+    if (this.probeAt === null) {
+      let quiet = now - this.lastHeard;
+      quiet < this.intervalMs ? this.arm(this.intervalMs - quiet) : this.sendProbe();
+      return;
+    }
+    if (now - this.due > 1e3 && !this.graced) {
+      this.graced = !0, this.arm(1e3);
+      return;
+    }
+    this.stopped = !0, this.host.lost("ping timeout");
+  }
+  sendProbe() {
+    this.probeAt = Date.now(), this.graced = !1, this.arm(this.timeoutMs), this.host.ping();
+  }
+};
+
+// ../sdk/ts/src/transport.ts
+function resolveWebSocket(given) {
+  if (given !== void 0) return given;
+  let g = globalThis.WebSocket;
+  if (g === void 0)
+    throw new TypeError(
+      'herald: no global WebSocket in this runtime; pass one in the options, e.g. `WebSocket` from the "ws" package'
+    );
+  return g;
+}
+var HERALD_WS_PATH = "/v1/ws";
+function endpointUrl(url, workspace) {
+  let u;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new TypeError(`herald: \`url\` is not a URL: "${url}"; herald's endpoint looks like wss://chat.example.com${HERALD_WS_PATH}`);
+  }
+  if (u.protocol !== "ws:" && u.protocol !== "wss:") {
+    let like = u.protocol === "https:" ? "wss:" : "ws:";
+    throw new TypeError(
+      `herald: \`url\` must be a WebSocket URL (ws:// or wss://), not ${u.protocol}//; herald's endpoint is ${like}//${u.host}${HERALD_WS_PATH}`
+    );
+  }
+  let named = u.searchParams.get("ws");
+  if (named !== null && named !== workspace)
+    throw new TypeError(`herald: url names workspace "${named}" but the options say "${workspace}"`);
+  return u.searchParams.set("ws", workspace), u.toString();
+}
+var Link = class {
+  socket;
+  live = !0;
+  wasOpened = !1;
+  /** What the runtime said about a failure: `ws` names it ("connect ECONNREFUSED ..."); browsers say nothing. */
+  errorDetail = "";
+  /** Opens a socket to `url`; may throw synchronously for a malformed URL. */
+  constructor(ctor, url, handlers) {
+    this.socket = new ctor(url), this.socket.onopen = () => {
+      this.wasOpened = !0, this.live && handlers.onOpen();
+    }, this.socket.onmessage = (ev) => {
+      this.live && typeof ev.data == "string" && handlers.onFrame(ev.data);
+    }, this.socket.onclose = (ev) => {
+      this.live && (this.live = !1, handlers.onClose(typeof ev.code == "number" ? ev.code : 1006, ev.reason || this.errorDetail));
+    }, this.socket.onerror = (ev) => {
+      let detail = ev?.message ?? ev?.error?.message;
+      typeof detail == "string" && (this.errorDetail = detail.slice(0, 200));
+    };
+  }
+  /** True once the socket opened: a link that never did points at the URL or the network, not herald. */
+  get opened() {
+    return this.wasOpened;
+  }
+  /** True while frames can be written. */
+  get open() {
+    return this.live && this.socket.readyState === 1;
+  }
+  /** Writes one text frame; returns false when the socket cannot take it. */
+  send(text) {
+    if (!this.open) return !1;
+    try {
+      return this.socket.send(text), !0;
+    } catch {
+      return !1;
+    }
+  }
+  /**
+   * Stops reporting and closes the socket. Used for every close the client decides on (a dead link, a
+   * drain, `close()`), because a dead link's close handshake may never finish and the client must not
+   * wait for it before reconnecting.
+   */
+  abandon(reason) {
+    if (this.live) {
+      this.live = !1;
+      try {
+        this.socket.close(1e3, reason.slice(0, 120));
+      } catch {
+      }
+    }
+  }
+};
+
+// ../sdk/ts/src/nodes.ts
+var Nodes = class {
+  /** The URLs as given, for the application to compare with its own list. */
+  given;
+  /** The same with `?ws=WORKSPACE`, what sockets are opened to. */
+  endpoints;
+  index = 0;
+  /**
+   * Validates every URL (see `endpointUrl`); throws `TypeError` naming the bad one. `urls` must be
+   * non-empty and without repeats (options.ts checks both).
+   */
+  constructor(urls, workspace) {
+    if (this.given = [...urls], this.endpoints = urls.map((u) => endpointUrl(u, workspace)), new Set(this.endpoints).size !== this.endpoints.length)
+      throw new TypeError("herald: `url` lists the same endpoint twice");
+  }
+  /** The URL (as given) of the current or next attempt. */
+  get url() {
+    return this.given[this.index];
+  }
+  /** The endpoint (with `?ws=`) of the current or next attempt. */
+  get endpoint() {
+    return this.endpoints[this.index];
+  }
+  /** How many URLs there are. */
+  get count() {
+    return this.given.length;
+  }
+  /**
+   * The link to the current node was lost, or an attempt to it failed: the next attempt goes to the next
+   * URL in the list, and this one comes round again only after every other was tried.
+   */
+  failed() {
+    this.index = (this.index + 1) % this.given.length;
+  }
+  /**
+   * What to tell a developer whose client cannot open a socket: the URLs, the runtime's words about the
+   * last failure (at `lastEndpoint`) and the likely causes.
+   */
+  unreachableMessage(attempts, lastEndpoint, lastReason) {
+    let u = new URL(lastEndpoint), hints = [];
+    /\b404\b/.test(lastReason) && hints.push("the server answered the upgrade with 404: nothing serves WebSockets at that path"), u.pathname.endsWith(HERALD_WS_PATH) || hints.push(`the path is "${u.pathname}", and herald serves WebSockets at ${HERALD_WS_PATH}`);
+    let refused = /ECONNREFUSED/.test(lastReason);
+    refused && hints.push(`nothing listens on ${u.host}: a wrong port, or the server is down`), hints.push(
+      `check \`url\`: herald's endpoint is ${u.protocol}//HOST:PORT${HERALD_WS_PATH} (a proxy in front must pass WebSocket upgrades)` + (refused ? "" : ", or the server is down")
+    );
+    let one = this.endpoints.length === 1, what = one ? lastEndpoint : `any of ${this.endpoints.join(", ")}`, detail = lastReason || "no detail from the runtime; browsers give none";
+    return `herald: ${attempts} attempts in a row to open ${what} failed before the WebSocket opened (last: ${one ? "" : `${lastEndpoint}: `}${detail}). ${hints.join("; ")}. Still retrying.`;
+  }
+};
+
+// ../sdk/ts/src/pushes.ts
+function isSeq3(v) {
+  return typeof v == "number" && Number.isInteger(v) && v >= 0;
+}
+function routePush(push, to) {
+  switch (push.ev) {
+    case "event":
+    case "notify": {
+      if (typeof push.chat != "string" || !isSeq3(push.seq) || push.seq === 0) {
+        to.error(new HeraldError("protocol", `herald: a ${push.ev} push without a chat or seq`));
+        return;
+      }
+      let chat = to.chat(push.chat);
+      if (chat === void 0) return;
+      push.ev === "event" ? chat.onEventPush(push) : chat.onNotify(push);
+      return;
+    }
+    case "typing": {
+      if (typeof push.chat != "string" || typeof push.user != "string") return;
+      to.chat(push.chat)?.onTypingPush(push.user);
+      return;
+    }
+    case "presence": {
+      if (typeof push.chat != "string") return;
+      to.chat(push.chat)?.onPresencePush(push);
+      return;
+    }
+    case "inbox":
+      to.inbox.onPush(push);
+      return;
+    case "append": {
+      if (typeof push.chat != "string" || !isSeq3(push.target) || typeof push.text != "string" || !isSeq3(push.at)) return;
+      to.chat(push.chat)?.onAppendPush(push);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+// ../sdk/ts/src/requests.ts
+function overLimit(s, limit) {
+  return s.length * 3 <= limit ? !1 : new TextEncoder().encode(s).length > limit;
+}
+function isObject3(v) {
+  return typeof v == "object" && v !== null && !Array.isArray(v);
+}
+var Requests = class {
+  /**
+   * @param maxFrameBytes frames over this are refused locally (`too_large`): the server would close the
+   *   link with 1009, and a retried send would do that again on every link.
+   * @param writeFailed called when a link refuses a frame; the client treats that link as lost.
+   * @param timedOut called after a request written on `link` got no reply in time (its promise already
+   *   rejected with `timeout`); the client probes that link. Not called for parked requests.
+   */
+  constructor(maxFrameBytes, writeFailed, timedOut = () => {
+  }) {
+    this.maxFrameBytes = maxFrameBytes;
+    this.writeFailed = writeFailed;
+    this.timedOut = timedOut;
+  }
+  maxFrameBytes;
+  writeFailed;
+  timedOut;
+  /** Ids are unique per client, not per link, so a late reply from an old link can never match. */
+  nextId = 1;
+  pending = /* @__PURE__ */ new Map();
+  parked = [];
+  /** Writes `{"id", "op", ...args}` on `link`; resolves with the reply's `ok`, rejects with its `err`. */
+  call(link, op, args, timeoutMs) {
+    return new Promise((resolve, reject) => {
+      let id = this.nextId++, text = JSON.stringify({ id, op, ...args });
+      if (overLimit(text, this.maxFrameBytes)) {
+        reject(new HeraldError("too_large", `herald: ${op} frame is over ${this.maxFrameBytes} bytes`, { op }));
+        return;
+      }
+      let timer = setTimeout(() => {
+        this.pending.delete(id), reject(new HeraldError("timeout", `herald: no reply to ${op} within ${timeoutMs} ms`, { op })), this.timedOut(link, op);
+      }, timeoutMs);
+      this.pending.set(id, { op, link, resolve, reject, timer }), link.send(text) || this.writeFailed(link);
+    });
+  }
+  /** Parks a request until `flush` gets a greeted link, or rejects with `timeout` at `deadline`. */
+  park(op, args, deadline) {
+    return new Promise((resolve, reject) => this.parkEntry(op, args, deadline, resolve, reject));
+  }
+  /**
+   * Writes the parked requests on `link`, in the order they were made, each with what is left of its
+   * deadline. `isCurrent` is checked before each: a write can fail and drop the link mid-way, and the
+   * rest then wait for the next link.
+   */
+  flush(link, isCurrent) {
+    let parked = this.parked;
+    this.parked = [];
+    for (let p of parked) {
+      if (clearTimeout(p.timer), !isCurrent()) {
+        this.parkEntry(p.op, p.args, p.deadline, p.resolve, p.reject);
+        continue;
+      }
+      this.call(link, p.op, p.args, Math.max(1, p.deadline - Date.now())).then(p.resolve, p.reject);
+    }
+  }
+  /** Settles the request a reply answers; a reply to nothing (timed out already) is ignored. */
+  settle(msg) {
+    let p = this.pending.get(msg.id);
+    p !== void 0 && (clearTimeout(p.timer), this.pending.delete(msg.id), msg.err !== void 0 ? p.reject(HeraldError.fromWire(isObject3(msg.err) ? msg.err : { code: "internal" }, p.op)) : p.resolve(msg.ok ?? {}));
+  }
+  /** Rejects every request written on `link` with `err`'s code: their outcome is unknown. */
+  failLink(link, err) {
+    for (let [id, p] of this.pending)
+      p.link === link && (clearTimeout(p.timer), this.pending.delete(id), p.reject(new HeraldError(err.code, `${err.message} (${p.op} outcome unknown)`, { op: p.op, closeCode: err.closeCode })));
+  }
+  /** Rejects every parked request with `err`'s code (the client stopped or closed). */
+  failParked(err) {
+    let parked = this.parked;
+    this.parked = [];
+    for (let p of parked)
+      clearTimeout(p.timer), p.reject(new HeraldError(err.code, err.message, { op: p.op, closeCode: err.closeCode }));
+  }
+  parkEntry(op, args, deadline, resolve, reject) {
+    let p = {
+      op,
+      args,
+      deadline,
+      resolve,
+      reject,
+      timer: setTimeout(() => {
+        this.parked = this.parked.filter((x) => x !== p), reject(new HeraldError("timeout", `herald: not connected in time for ${op}`, { op }));
+      }, Math.max(0, deadline - Date.now()))
+    };
+    this.parked.push(p);
+  }
+};
+
+// ../sdk/ts/src/token.ts
+function jwtExp(token) {
+  let parts = token.split(".");
+  if (!(parts.length < 2))
+    try {
+      let payload = JSON.parse(base64UrlDecode(parts[1]));
+      if (payload !== null && typeof payload == "object") {
+        let exp = payload.exp;
+        if (typeof exp == "number" && Number.isFinite(exp)) return exp;
+      }
+    } catch {
+    }
+}
+function base64UrlDecode(s) {
+  let b64 = s.replace(/-/g, "+").replace(/_/g, "/"), padded = b64 + "=".repeat((4 - b64.length % 4) % 4), binary = atob(padded), bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+  return new TextDecoder().decode(bytes);
+}
+var UnusableToken = class extends HeraldError {
+  constructor(message) {
+    super("token", message);
+  }
+};
+function tokenProblem(value, given) {
+  let expected = "expected the JWT string itself (`eyJ...`)", passField = "not the token: pass its `token` field";
+  if (typeof value == "string") {
+    let text = value.trim();
+    if (text.length === 0) return `herald: ${given} an empty string; ${expected}`;
+    if (text.startsWith("{")) {
+      let body = parseJson(text);
+      return hasToken(body) ? `herald: ${given} a JSON body ({"token": "..."}), ${passField} (\`(await res.json()).token\`, not \`res.text()\`)` : `herald: ${given} ${body === void 0 ? 'text that starts with "{"' : `a JSON body${fields(body)}`}, not a token; ${expected}`;
+    }
+    return text.length > 1 && text.startsWith('"') && text.endsWith('"') ? `herald: ${given} the token inside JSON quotes; ${expected}, without quotes (e.g. \`await res.json()\`, not \`res.text()\`)` : null;
+  }
+  return value == null ? `herald: ${given} ${String(value)}; ${expected} (or a promise of it)` : hasToken(value) ? `herald: ${given} an object with a \`token\` field, ${passField} (\`body.token\`, not \`body\`)` : Array.isArray(value) ? `herald: ${given} an array; ${expected}` : typeof value == "object" ? `herald: ${given} an object${fields(value)}; ${expected}` : `herald: ${given} a ${typeof value}; ${expected}`;
+}
+function parseJson(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return;
+  }
+}
+function hasToken(v) {
+  return typeof v == "object" && v !== null && typeof v.token == "string";
+}
+function fields(v) {
+  if (typeof v != "object" || v === null || Array.isArray(v)) return "";
+  let keys = Object.keys(v);
+  return keys.length === 0 ? "" : ` (fields: ${keys.slice(0, 5).join(", ")}${keys.length > 5 ? ", ..." : ""})`;
+}
+var TokenSource = class {
+  constructor(source, marginMs, now = () => Date.now()) {
+    this.source = source;
+    this.marginMs = marginMs;
+    this.now = now;
+    typeof source == "string" && (this.cached = source);
+  }
+  source;
+  marginMs;
+  now;
+  cached;
+  /** True when a rejected token can be replaced by asking the provider again. */
+  get canRefresh() {
+    return typeof this.source == "function";
+  }
+  /**
+   * The token to use for the next `hello`, calling the provider when the cached one will not do. Rejects
+   * with `HeraldError` code `token`: an `UnusableToken` for a value that cannot be one.
+   */
+  async get() {
+    if (typeof this.source == "string") return this.source;
+    if (this.cached !== void 0 && !this.nearExpiry(this.cached)) return this.cached;
+    let token;
+    try {
+      token = await this.source();
+    } catch (cause) {
+      throw new HeraldError("token", "the token provider failed", { cause });
+    }
+    let problem = tokenProblem(token, "the token function returned");
+    if (problem !== null) throw new UnusableToken(problem);
+    return this.cached = token, token;
+  }
+  /** Forgets the cached token so the next `get` calls the provider (after a 4001). */
+  invalidate() {
+    typeof this.source == "function" && (this.cached = void 0);
+  }
+  nearExpiry(token) {
+    let exp = jwtExp(token);
+    return exp !== void 0 && exp * 1e3 - this.now() <= this.marginMs;
+  }
+};
+function refusedTokenMessage(reason, canRefresh) {
+  return `herald: ${reason.trim() === "" ? "the server refused the token without saying why" : `the server refused the token: ${reason}`} (${canRefresh ? "a fresh one from the token function was refused too, so the client stopped" : "a fixed token cannot be refreshed, so the client stopped; pass a function that fetches a fresh one"})`;
+}
+
+// ../sdk/ts/src/connection.ts
+var TRANSITIONS = {
+  disconnected: ["connecting", "closed"],
+  connecting: ["connected", "disconnected", "closed"],
+  connected: ["connecting", "disconnected", "closed"],
+  closed: []
+}, MAX_RECONNECT_AFTER_MS = 5 * 6e4, STABLE_CONNECTION_MS = 1e4, UNREACHABLE_AFTER = 3;
+function schedule(fn, ms) {
+  let t = setTimeout(fn, ms);
+  return () => clearTimeout(t);
+}
+function isObject4(v) {
+  return typeof v == "object" && v !== null && !Array.isArray(v);
+}
+var Connection = class {
+  /**
+   * @param pageSize the `limit` of the fetches chats make themselves: one per client, not per chat, since
+   *   a 4008 is about this connection's outbound queue, which every chat's replies share.
+   */
+  constructor(s, pageSize, host) {
+    this.s = s;
+    this.pageSize = pageSize;
+    this.host = host;
+    this.ctor = resolveWebSocket(s.WebSocket), this.nodes = new Nodes(s.url, s.workspace), this.tokens = new TokenSource(s.token, s.tokenRefreshMarginMs), this.backoff = new Backoff(s.backoff, s.random), this.requests = new Requests(
+      s.maxFrameBytes,
+      (link) => this.lost(link, 1006, "write failed"),
+      (link, op) => {
+        link === this.link && op !== "ping" && op !== "hello" && this.liveness?.probe();
+      }
+    );
+  }
+  s;
+  pageSize;
+  host;
+  ctor;
+  /** The node URLs and which one the next attempt uses. */
+  nodes;
+  tokens;
+  backoff;
+  /** Request ids, replies, timeouts, and requests parked while connecting. */
+  requests;
+  current = "disconnected";
+  /** The link of the current attempt or connection; null while waiting to reconnect or stopped. */
+  link = null;
+  helloOk = null;
+  /** Whether the greeted link is still there; null while not connected. */
+  liveness = null;
+  connectedAt = 0;
+  connectWaiters = [];
+  /** Bumped when an attempt starts or the client stops, so a token fetched for an old attempt is dropped. */
+  generation = 0;
+  /** Attempts in a row whose socket never opened; reset when one opens. */
+  failedOpens = 0;
+  /** Set after a rejected token was replaced; a second rejection then stops the client. */
+  authRetried = !1;
+  /** When a `reconnect` push asked us to come back (absolute ms), until the next attempt uses it. */
+  reconnectAt = null;
+  cancelReconnect = null;
+  cancelConnectTimeout = null;
+  cancelDrain = null;
+  get state() {
+    return this.current;
+  }
+  /** The URL (as given in the options) of the current connection, or of the attempt in progress or next. */
+  get url() {
+    return this.nodes.url;
+  }
+  /** The `hello` reply of the current connection, or null. */
+  get session() {
+    return this.helloOk;
+  }
+  /** True while requests go out on a live, greeted link. */
+  get isConnected() {
+    return this.current === "connected" && this.link !== null;
+  }
+  /** See `HeraldClient.connect`. */
+  connect() {
+    if (this.current === "closed") return Promise.reject(new HeraldError("closed", "herald: the client is closed"));
+    if (this.current === "connected" && this.helloOk !== null) return Promise.resolve(this.helloOk);
+    let p = new Promise((resolve, reject) => this.connectWaiters.push({ resolve, reject }));
+    return this.current === "disconnected" && (this.authRetried = !1, this.failedOpens = 0, this.backoff.reset(), this.setState("connecting"), this.startAttempt()), p;
+  }
+  /** See `HeraldClient.disconnect`. */
+  disconnect() {
+    if (this.current === "disconnected" || this.current === "closed") return;
+    let err = new HeraldError("disconnected", "herald: disconnect() was called");
+    this.link !== null && this.detach(this.link, "client disconnect", err), this.stop(1e3, "client disconnect", null);
+  }
+  /**
+   * Closes for good with `err`: the link and timers go, then `shutdown` ends what the host holds, then
+   * waiting callers reject, and the state becomes `closed` last.
+   */
+  close(err, shutdown) {
+    this.current !== "closed" && (this.link !== null && this.detach(this.link, "client close", err), this.generation++, this.clearTimers(), shutdown(), this.failWaiting(err), this.setState("closed"));
+  }
+  /**
+   * A request: written now when connected, else parked until the link is greeted. The timeout covers
+   * both the wait and the reply.
+   */
+  request(op, args) {
+    return this.current === "closed" ? Promise.reject(new HeraldError("closed", "herald: the client is closed", { op })) : this.current === "disconnected" ? Promise.reject(new HeraldError("disconnected", "herald: not connected; call connect() first", { op })) : this.isConnected ? this.requests.call(this.link, op, args, this.s.requestTimeoutMs) : this.requests.park(op, args, Date.now() + this.s.requestTimeoutMs);
+  }
+  /** A send for the outbox: written only on a greeted link, since the outbox keeps its own queue. */
+  sendRequest(args) {
+    return this.isConnected ? this.requests.call(this.link, "send", args, this.s.requestTimeoutMs) : Promise.reject(new HeraldError("disconnected", "herald: not connected", { op: "send" }));
+  }
+  // ---- state --------------------------------------------------------------------------------
+  setState(to) {
+    let from = this.current;
+    if (from !== to) {
+      if (!TRANSITIONS[from].includes(to)) throw new Error(`herald: no transition ${from} -> ${to}`);
+      this.current = to, this.host.emit("state", { from, to });
+    }
+  }
+  // ---- connecting ---------------------------------------------------------------------------
+  async startAttempt() {
+    let gen = ++this.generation, token;
+    try {
+      token = await this.tokens.get();
+    } catch (err) {
+      if (gen !== this.generation || this.current !== "connecting") return;
+      if (err instanceof UnusableToken) {
+        this.stop(1006, "no usable token", err);
+        return;
+      }
+      let e = err instanceof HeraldError ? err : new HeraldError("token", String(err), { cause: err });
+      this.host.emit("error", e), this.retryLater(1006, "token provider failed", this.backoff.next(), this.nodes.url);
+      return;
+    }
+    if (gen !== this.generation || this.current !== "connecting") return;
+    let link, url = this.nodes.url;
+    try {
+      link = new Link(this.ctor, this.nodes.endpoint, {
+        onOpen: () => this.onOpen(link, token),
+        onFrame: (text) => this.onFrame(link, text),
+        onClose: (code, reason) => this.lost(link, code, reason)
+      });
+    } catch (err) {
+      this.host.emit("error", new HeraldError("internal", `herald: cannot open a WebSocket: ${String(err)}`, { cause: err })), this.nodes.failed(), this.retryLater(1006, "socket failed to open", this.backoff.next(), url);
+      return;
+    }
+    this.link = link, this.cancelConnectTimeout = schedule(() => {
+      this.cancelConnectTimeout = null, this.lost(link, 1006, "connect timeout");
+    }, this.s.connectTimeoutMs);
+  }
+  onOpen(link, token) {
+    link === this.link && (this.failedOpens = 0, this.requests.call(link, "hello", { token }, this.s.connectTimeoutMs).then(
+      (ok) => this.onHello(link, ok),
+      (err) => {
+        link === this.link && (err.code === "unauthenticated" ? this.lost(link, CloseCode.Unauthenticated, err.message) : this.lost(link, 1006, `hello failed: ${err.code}`));
+      }
+    ));
+  }
+  onHello(link, ok) {
+    if (link !== this.link) return;
+    this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.helloOk = ok, this.connectedAt = Date.now(), this.authRetried = !1, this.setState("connected"), this.host.emit("connected", ok);
+    let waiters = this.connectWaiters;
+    this.connectWaiters = [];
+    for (let w of waiters) w.resolve(ok);
+    if (link !== this.link) return;
+    this.watchLiveness(link);
+    let isCurrent = () => link === this.link;
+    this.host.resume(isCurrent), isCurrent() && this.requests.flush(link, isCurrent);
+  }
+  // ---- watchdog -----------------------------------------------------------------------------
+  /**
+   * Browsers hide WebSocket-level pings, so a half-open TCP link (a laptop lid closed, a NAT that
+   * forgot us) or a frozen server process looks healthy until the OS gives up, minutes later. The
+   * client pings on its own schedule when the link is quiet and drops a link that stays silent past a
+   * ping (liveness.ts): within `pingIntervalMs + pingTimeoutMs` of the server's last frame.
+   */
+  watchLiveness(link) {
+    this.liveness?.stop(), this.liveness = new Liveness(
+      {
+        // The reply settles in requests.ts like any other; its absence is judged by the watcher, so
+        // the promise's own timeout (the same length) is ignored.
+        ping: () => {
+          this.requests.call(link, "ping", {}, this.s.pingTimeoutMs).catch(() => {
+          });
+        },
+        lost: (reason) => this.lost(link, 1006, reason),
+        schedule
+      },
+      this.s.pingIntervalMs,
+      this.s.pingTimeoutMs
+    );
+  }
+  // ---- losing a link ------------------------------------------------------------------------
+  /** Tears a link down: stop its timers, fail the requests written on it, suspend what used it. */
+  detach(link, reason, err) {
+    link === this.link && (this.link = null, this.helloOk = null, link.abandon(reason), this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.liveness?.stop(), this.liveness = null, this.cancelDrain?.(), this.cancelDrain = null, this.requests.failLink(link, err), this.host.suspend());
+  }
+  /** The current link closed or was found dead: apply the close code's policy. */
+  lost(link, code, reason) {
+    if (link !== this.link) return;
+    let lived = this.current === "connected" ? Date.now() - this.connectedAt : 0, url = this.nodes.url, endpoint = this.nodes.endpoint;
+    if (this.detach(link, reason, new HeraldError("disconnected", `herald: link closed (${code}${reason ? ` ${reason}` : ""})`, { closeCode: code })), this.nodes.failed(), !link.opened && ++this.failedOpens === UNREACHABLE_AFTER) {
+      let message = this.nodes.unreachableMessage(UNREACHABLE_AFTER, endpoint, reason);
+      this.host.emit("error", new HeraldError("unreachable", message, { closeCode: code }));
+    }
+    let policy = closePolicy(code);
+    if (policy === "reconnect_smaller" ? this.pageSize.shrink() : lived >= STABLE_CONNECTION_MS && this.backoff.reset(), policy === "refresh_token") {
+      if (!this.tokens.canRefresh || this.authRetried) {
+        let err = new HeraldError("unauthenticated", refusedTokenMessage(reason, this.tokens.canRefresh), { closeCode: code });
+        this.stop(code, reason, err, url);
+        return;
+      }
+      this.authRetried = !0, this.tokens.invalidate(), this.retryLater(code, reason, this.backoff.next(), url);
+      return;
+    }
+    let delay;
+    this.reconnectAt !== null ? (delay = Math.max(0, this.reconnectAt - Date.now()), this.reconnectAt = null) : policy === "reconnect_slow" ? delay = this.s.throttledReconnectFloorMs + this.backoff.next() : delay = this.backoff.next(), this.retryLater(code, reason, delay, url);
+  }
+  /** Reports the end of a link or attempt (at `url`) and schedules the next attempt after `delay`. */
+  retryLater(code, reason, delay, url) {
+    this.host.emit("disconnected", { code, reason, reconnectInMs: delay, url }), !(this.current !== "connecting" && this.current !== "connected") && (this.setState("connecting"), this.cancelReconnect?.(), this.cancelReconnect = schedule(() => {
+      this.cancelReconnect = null, this.current === "connecting" && this.startAttempt();
+    }, delay));
+  }
+  /** Stops reconnecting: state `disconnected`, waiting callers rejected. */
+  stop(code, reason, err, url = this.nodes.url) {
+    this.generation++, this.clearTimers(), this.host.emit("disconnected", { code, reason, reconnectInMs: null, url }), err !== null && this.host.emit("error", err), !(this.current === "closed" || this.current === "disconnected") && (this.setState("disconnected"), this.failWaiting(err ?? new HeraldError("disconnected", `herald: disconnected (${reason})`, { closeCode: code })));
+  }
+  clearTimers() {
+    this.cancelReconnect?.(), this.cancelReconnect = null, this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.liveness?.stop(), this.liveness = null, this.cancelDrain?.(), this.cancelDrain = null, this.reconnectAt = null;
+  }
+  failWaiting(err) {
+    let waiters = this.connectWaiters;
+    this.connectWaiters = [];
+    for (let w of waiters) w.reject(err);
+    this.requests.failParked(err);
+  }
+  // ---- frames from the server ---------------------------------------------------------------
+  onFrame(link, text) {
+    if (link !== this.link) return;
+    this.liveness?.heard();
+    let msg;
+    try {
+      msg = JSON.parse(text);
+    } catch {
+      this.host.emit("error", new HeraldError("protocol", "herald: the server sent a frame that is not JSON"));
+      return;
+    }
+    if (!isObject4(msg)) {
+      this.host.emit("error", new HeraldError("protocol", "herald: the server sent a frame that is not an object"));
+      return;
+    }
+    if (typeof msg.id == "number") {
+      this.requests.settle(msg);
+      return;
+    }
+    let push = msg;
+    push.ev === "reconnect" ? this.onReconnectPush(link, push) : this.host.pushed(push);
+  }
+  /** The server is about to close this link (draining, rebalancing) and says when to come back. */
+  onReconnectPush(link, push) {
+    let after = isSeq3(push.after_ms) ? Math.min(push.after_ms, MAX_RECONNECT_AFTER_MS) : 0;
+    this.reconnectAt = Date.now() + after, this.cancelDrain?.(), this.cancelDrain = schedule(() => {
+      this.cancelDrain = null, this.lost(link, CloseCode.GoingAway, push.reason ?? "reconnect requested");
+    }, after);
+  }
+};
 
 // ../sdk/ts/src/inbox.ts
 var MAX_INBOX_LIMIT = 200, TRANSIENT3 = /* @__PURE__ */ new Set(["throttled", "unavailable", "timeout", "internal"]), DEFAULT_RETRY_MS3 = 1e3;
@@ -1486,209 +2263,19 @@ var Inbox = class extends Emitter {
   }
 };
 
-// ../sdk/ts/src/liveness.ts
-var Liveness = class {
-  /**
-   * Starts watching: the first ping goes out after `intervalMs` of silence.
-   * @param intervalMs silence after which the client pings.
-   * @param timeoutMs how long after a ping the link may stay silent before it counts as lost.
-   */
-  constructor(host, intervalMs, timeoutMs) {
-    this.host = host;
-    this.intervalMs = intervalMs;
-    this.timeoutMs = timeoutMs;
-    this.arm(intervalMs);
-  }
-  host;
-  intervalMs;
-  timeoutMs;
-  /** When the last frame from the server arrived (ms since the epoch). */
-  lastHeard = Date.now();
-  /** When the ping now waiting for an answer was written; null when none waits. */
-  probeAt = null;
-  /** When the armed timer is due, to notice that it fired late. */
-  due = 0;
-  /** Set once a late deadline was given its grace, so a stall delays the verdict once, not forever. */
-  graced = !1;
-  cancel = null;
-  stopped = !1;
-  /** A frame arrived: the server is there. Cheap, as it runs for every frame: no timer is touched unless a ping waits. */
-  heard() {
-    this.stopped || (this.lastHeard = Date.now(), this.probeAt !== null && (this.probeAt = null, this.arm(this.intervalMs)));
-  }
-  /** A request timed out: ping now, unless a ping already waits for an answer. */
-  probe() {
-    this.stopped || this.probeAt !== null || this.sendProbe();
-  }
-  /** True while a ping waits for an answer. */
-  get probing() {
-    return this.probeAt !== null;
-  }
-  /** Stops the timers for good (the link is gone). */
-  stop() {
-    this.stopped = !0, this.cancel?.(), this.cancel = null;
-  }
-  arm(ms) {
-    this.cancel?.(), this.due = Date.now() + ms, this.cancel = this.host.schedule(() => this.fire(), ms);
-  }
-  fire() {
-    if (this.cancel = null, this.stopped) return;
-    let now = Date.now();
-    if (this.probeAt === null) {
-      let quiet = now - this.lastHeard;
-      quiet < this.intervalMs ? this.arm(this.intervalMs - quiet) : this.sendProbe();
-      return;
-    }
-    if (now - this.due > 1e3 && !this.graced) {
-      this.graced = !0, this.arm(1e3);
-      return;
-    }
-    this.stopped = !0, this.host.lost("ping timeout");
-  }
-  sendProbe() {
-    this.probeAt = Date.now(), this.graced = !1, this.arm(this.timeoutMs), this.host.ping();
-  }
-};
-
-// ../sdk/ts/src/transport.ts
-function resolveWebSocket(given) {
-  if (given !== void 0) return given;
-  let g = globalThis.WebSocket;
-  if (g === void 0)
-    throw new TypeError(
-      'herald: no global WebSocket in this runtime; pass one in the options, e.g. `WebSocket` from the "ws" package'
-    );
-  return g;
-}
-var HERALD_WS_PATH = "/v1/ws";
-function endpointUrl(url, workspace) {
-  let u;
-  try {
-    u = new URL(url);
-  } catch {
-    throw new TypeError(`herald: \`url\` is not a URL: "${url}"; herald's endpoint looks like wss://chat.example.com${HERALD_WS_PATH}`);
-  }
-  if (u.protocol !== "ws:" && u.protocol !== "wss:") {
-    let like = u.protocol === "https:" ? "wss:" : "ws:";
-    throw new TypeError(
-      `herald: \`url\` must be a WebSocket URL (ws:// or wss://), not ${u.protocol}//; herald's endpoint is ${like}//${u.host}${HERALD_WS_PATH}`
-    );
-  }
-  let named = u.searchParams.get("ws");
-  if (named !== null && named !== workspace)
-    throw new TypeError(`herald: url names workspace "${named}" but the options say "${workspace}"`);
-  return u.searchParams.set("ws", workspace), u.toString();
-}
-var Link = class {
-  socket;
-  live = !0;
-  wasOpened = !1;
-  /** What the runtime said about a failure: `ws` names it ("connect ECONNREFUSED ..."); browsers say nothing. */
-  errorDetail = "";
-  /** Opens a socket to `url`; may throw synchronously for a malformed URL. */
-  constructor(ctor, url, handlers) {
-    this.socket = new ctor(url), this.socket.onopen = () => {
-      this.wasOpened = !0, this.live && handlers.onOpen();
-    }, this.socket.onmessage = (ev) => {
-      this.live && typeof ev.data == "string" && handlers.onFrame(ev.data);
-    }, this.socket.onclose = (ev) => {
-      this.live && (this.live = !1, handlers.onClose(typeof ev.code == "number" ? ev.code : 1006, ev.reason || this.errorDetail));
-    }, this.socket.onerror = (ev) => {
-      let detail = ev?.message ?? ev?.error?.message;
-      typeof detail == "string" && (this.errorDetail = detail.slice(0, 200));
-    };
-  }
-  /** True once the socket opened: a link that never did points at the URL or the network, not herald. */
-  get opened() {
-    return this.wasOpened;
-  }
-  /** True while frames can be written. */
-  get open() {
-    return this.live && this.socket.readyState === 1;
-  }
-  /** Writes one text frame; returns false when the socket cannot take it. */
-  send(text) {
-    if (!this.open) return !1;
-    try {
-      return this.socket.send(text), !0;
-    } catch {
-      return !1;
-    }
-  }
-  /**
-   * Stops reporting and closes the socket. Used for every close the client decides on (a dead link, a
-   * drain, `close()`), because a dead link's close handshake may never finish and the client must not
-   * wait for it before reconnecting.
-   */
-  abandon(reason) {
-    if (this.live) {
-      this.live = !1;
-      try {
-        this.socket.close(1e3, reason.slice(0, 120));
-      } catch {
-      }
-    }
-  }
-};
-
-// ../sdk/ts/src/nodes.ts
-var Nodes = class {
-  /** The URLs as given, for the application to compare with its own list. */
-  given;
-  /** The same with `?ws=WORKSPACE`, what sockets are opened to. */
-  endpoints;
-  index = 0;
-  /**
-   * Validates every URL (see `endpointUrl`); throws `TypeError` naming the bad one. `urls` must be
-   * non-empty and without repeats (options.ts checks both).
-   */
-  constructor(urls, workspace) {
-    if (this.given = [...urls], this.endpoints = urls.map((u) => endpointUrl(u, workspace)), new Set(this.endpoints).size !== this.endpoints.length)
-      throw new TypeError("herald: `url` lists the same endpoint twice");
-  }
-  /** The URL (as given) of the current or next attempt. */
-  get url() {
-    return this.given[this.index];
-  }
-  /** The endpoint (with `?ws=`) of the current or next attempt. */
-  get endpoint() {
-    return this.endpoints[this.index];
-  }
-  /** How many URLs there are. */
-  get count() {
-    return this.given.length;
-  }
-  /**
-   * The link to the current node was lost, or an attempt to it failed: the next attempt goes to the next
-   * URL in the list, and this one comes round again only after every other was tried.
-   */
-  failed() {
-    this.index = (this.index + 1) % this.given.length;
-  }
-  /**
-   * What to tell a developer whose client cannot open a socket: the URLs, the runtime's words about the
-   * last failure (at `lastEndpoint`) and the likely causes.
-   */
-  unreachableMessage(attempts, lastEndpoint, lastReason) {
-    let u = new URL(lastEndpoint), hints = [];
-    /\b404\b/.test(lastReason) && hints.push("the server answered the upgrade with 404: nothing serves WebSockets at that path"), u.pathname.endsWith(HERALD_WS_PATH) || hints.push(`the path is "${u.pathname}", and herald serves WebSockets at ${HERALD_WS_PATH}`);
-    let refused = /ECONNREFUSED/.test(lastReason);
-    refused && hints.push(`nothing listens on ${u.host}: a wrong port, or the server is down`), hints.push(
-      `check \`url\`: herald's endpoint is ${u.protocol}//HOST:PORT${HERALD_WS_PATH} (a proxy in front must pass WebSocket upgrades)` + (refused ? "" : ", or the server is down")
-    );
-    let one = this.endpoints.length === 1, what = one ? lastEndpoint : `any of ${this.endpoints.join(", ")}`, detail = lastReason || "no detail from the runtime; browsers give none";
-    return `herald: ${attempts} attempts in a row to open ${what} failed before the WebSocket opened (last: ${one ? "" : `${lastEndpoint}: `}${detail}). ${hints.join("; ")}. Still retrying.`;
-  }
-};
-
 // ../sdk/ts/src/options.ts
 var MAX_FETCH_LIMIT = 500, DEFAULT_FRAME_BYTES = 64 * 1024;
 function resolveOptions(opts) {
   let url = urlList(opts.url);
   if (!/^[A-Za-z0-9_.:-]{1,128}$/.test(opts.workspace ?? ""))
     throw new TypeError("herald: `workspace` must be 1 to 128 characters of A-Z a-z 0-9 _ . : -");
-  if (typeof opts.token != "string" && typeof opts.token != "function")
-    throw new TypeError("herald: `token` must be a string or a function returning one");
+  if (typeof opts.token != "function") {
+    let given = opts.token;
+    if (typeof given != "string" && (typeof given != "object" || given === null))
+      throw new TypeError("herald: `token` must be a string or a function returning one");
+    let problem = tokenProblem(given, "the `token` option is");
+    if (problem !== null) throw new TypeError(problem);
+  }
   let backoff = { ...DEFAULT_BACKOFF, ...opts.backoff }, s = {
     url,
     workspace: opts.workspace,
@@ -1957,181 +2544,11 @@ var PageSize = class {
   }
 };
 
-// ../sdk/ts/src/requests.ts
-function overLimit(s, limit) {
-  return s.length * 3 <= limit ? !1 : new TextEncoder().encode(s).length > limit;
-}
-function isObject3(v) {
-  return typeof v == "object" && v !== null && !Array.isArray(v);
-}
-var Requests = class {
-  /**
-   * @param maxFrameBytes frames over this are refused locally (`too_large`): the server would close the
-   *   link with 1009, and a retried send would do that again on every link.
-   * @param writeFailed called when a link refuses a frame; the client treats that link as lost.
-   * @param timedOut called after a request written on `link` got no reply in time (its promise already
-   *   rejected with `timeout`); the client probes that link. Not called for parked requests.
-   */
-  constructor(maxFrameBytes, writeFailed, timedOut = () => {
-  }) {
-    this.maxFrameBytes = maxFrameBytes;
-    this.writeFailed = writeFailed;
-    this.timedOut = timedOut;
-  }
-  maxFrameBytes;
-  writeFailed;
-  timedOut;
-  /** Ids are unique per client, not per link, so a late reply from an old link can never match. */
-  nextId = 1;
-  pending = /* @__PURE__ */ new Map();
-  parked = [];
-  /** Writes `{"id", "op", ...args}` on `link`; resolves with the reply's `ok`, rejects with its `err`. */
-  call(link, op, args, timeoutMs) {
-    return new Promise((resolve, reject) => {
-      let id = this.nextId++, text = JSON.stringify({ id, op, ...args });
-      if (overLimit(text, this.maxFrameBytes)) {
-        reject(new HeraldError("too_large", `herald: ${op} frame is over ${this.maxFrameBytes} bytes`, { op }));
-        return;
-      }
-      let timer = setTimeout(() => {
-        this.pending.delete(id), reject(new HeraldError("timeout", `herald: no reply to ${op} within ${timeoutMs} ms`, { op })), this.timedOut(link, op);
-      }, timeoutMs);
-      this.pending.set(id, { op, link, resolve, reject, timer }), link.send(text) || this.writeFailed(link);
-    });
-  }
-  /** Parks a request until `flush` gets a greeted link, or rejects with `timeout` at `deadline`. */
-  park(op, args, deadline) {
-    return new Promise((resolve, reject) => this.parkEntry(op, args, deadline, resolve, reject));
-  }
-  /**
-   * Writes the parked requests on `link`, in the order they were made, each with what is left of its
-   * deadline. `isCurrent` is checked before each: a write can fail and drop the link mid-way, and the
-   * rest then wait for the next link.
-   */
-  flush(link, isCurrent) {
-    let parked = this.parked;
-    this.parked = [];
-    for (let p of parked) {
-      if (clearTimeout(p.timer), !isCurrent()) {
-        this.parkEntry(p.op, p.args, p.deadline, p.resolve, p.reject);
-        continue;
-      }
-      this.call(link, p.op, p.args, Math.max(1, p.deadline - Date.now())).then(p.resolve, p.reject);
-    }
-  }
-  /** Settles the request a reply answers; a reply to nothing (timed out already) is ignored. */
-  settle(msg) {
-    let p = this.pending.get(msg.id);
-    p !== void 0 && (clearTimeout(p.timer), this.pending.delete(msg.id), msg.err !== void 0 ? p.reject(HeraldError.fromWire(isObject3(msg.err) ? msg.err : { code: "internal" }, p.op)) : p.resolve(msg.ok ?? {}));
-  }
-  /** Rejects every request written on `link` with `err`'s code: their outcome is unknown. */
-  failLink(link, err) {
-    for (let [id, p] of this.pending)
-      p.link === link && (clearTimeout(p.timer), this.pending.delete(id), p.reject(new HeraldError(err.code, `${err.message} (${p.op} outcome unknown)`, { op: p.op, closeCode: err.closeCode })));
-  }
-  /** Rejects every parked request with `err`'s code (the client stopped or closed). */
-  failParked(err) {
-    let parked = this.parked;
-    this.parked = [];
-    for (let p of parked)
-      clearTimeout(p.timer), p.reject(new HeraldError(err.code, err.message, { op: p.op, closeCode: err.closeCode }));
-  }
-  parkEntry(op, args, deadline, resolve, reject) {
-    let p = {
-      op,
-      args,
-      deadline,
-      resolve,
-      reject,
-      timer: setTimeout(() => {
-        this.parked = this.parked.filter((x) => x !== p), reject(new HeraldError("timeout", `herald: not connected in time for ${op}`, { op }));
-      }, Math.max(0, deadline - Date.now()))
-    };
-    this.parked.push(p);
-  }
-};
-
-// ../sdk/ts/src/token.ts
-function jwtExp(token) {
-  let parts = token.split(".");
-  if (!(parts.length < 2))
-    try {
-      let payload = JSON.parse(base64UrlDecode(parts[1]));
-      if (payload !== null && typeof payload == "object") {
-        let exp = payload.exp;
-        if (typeof exp == "number" && Number.isFinite(exp)) return exp;
-      }
-    } catch {
-    }
-}
-function base64UrlDecode(s) {
-  let b64 = s.replace(/-/g, "+").replace(/_/g, "/"), padded = b64 + "=".repeat((4 - b64.length % 4) % 4), binary = atob(padded), bytes = new Uint8Array(binary.length);
-  for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
-  return new TextDecoder().decode(bytes);
-}
-var TokenSource = class {
-  constructor(source, marginMs, now = () => Date.now()) {
-    this.source = source;
-    this.marginMs = marginMs;
-    this.now = now;
-    typeof source == "string" && (this.cached = source);
-  }
-  source;
-  marginMs;
-  now;
-  cached;
-  /** True when a rejected token can be replaced by asking the provider again. */
-  get canRefresh() {
-    return typeof this.source == "function";
-  }
-  /** The token to use for the next `hello`, calling the provider when the cached one will not do. */
-  async get() {
-    if (typeof this.source == "string") return this.source;
-    if (this.cached !== void 0 && !this.nearExpiry(this.cached)) return this.cached;
-    let token;
-    try {
-      token = await this.source();
-    } catch (cause) {
-      throw new HeraldError("token", "the token provider failed", { cause });
-    }
-    if (typeof token != "string" || token.length === 0)
-      throw new HeraldError("token", "the token provider returned no token");
-    return this.cached = token, token;
-  }
-  /** Forgets the cached token so the next `get` calls the provider (after a 4001). */
-  invalidate() {
-    typeof this.source == "function" && (this.cached = void 0);
-  }
-  nearExpiry(token) {
-    let exp = jwtExp(token);
-    return exp !== void 0 && exp * 1e3 - this.now() <= this.marginMs;
-  }
-};
-
 // ../sdk/ts/src/client.ts
-var TRANSITIONS = {
-  disconnected: ["connecting", "closed"],
-  connecting: ["connected", "disconnected", "closed"],
-  connected: ["connecting", "disconnected", "closed"],
-  closed: []
-}, MAX_RECONNECT_AFTER_MS = 5 * 6e4, STABLE_CONNECTION_MS = 1e4, UNREACHABLE_AFTER = 3;
-function schedule(fn, ms) {
-  let t = setTimeout(fn, ms);
-  return () => clearTimeout(t);
-}
-function isObject4(v) {
-  return typeof v == "object" && v !== null && !Array.isArray(v);
-}
-function isSeq3(v) {
-  return typeof v == "number" && Number.isInteger(v) && v >= 0;
-}
 var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitter {
   s;
-  ctor;
-  /** The node URLs and which one the next attempt uses. */
-  nodes;
-  tokens;
-  backoff;
+  /** The link, its state machine and reconnects, the requests on it. */
+  conn;
   /**
    * The `limit` of the fetches chats make themselves. One per client, not per chat: a 4008 is about this
    * connection's outbound queue, which every chat's replies share.
@@ -2141,43 +2558,25 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   chats = /* @__PURE__ */ new Map();
   chatHost;
   inboxState;
-  current = "disconnected";
-  /** The link of the current attempt or connection; null while waiting to reconnect or stopped. */
-  link = null;
-  helloOk = null;
-  /** Whether the greeted link is still there; null while not connected. */
-  liveness = null;
-  connectedAt = 0;
-  /** Request ids, replies, timeouts, and requests parked while connecting. */
-  requests;
-  connectWaiters = [];
-  /** Bumped when an attempt starts or the client stops, so a token fetched for an old attempt is dropped. */
-  generation = 0;
-  /** Attempts in a row whose socket never opened; reset when one opens. */
-  failedOpens = 0;
-  /** Set after a rejected token was replaced; a second rejection then stops the client. */
-  authRetried = !1;
-  /** When a `reconnect` push asked us to come back (absolute ms), until the next attempt uses it. */
-  reconnectAt = null;
-  cancelReconnect = null;
-  cancelConnectTimeout = null;
-  cancelDrain = null;
   /** Validates the options; throws `TypeError` for unusable ones (no WebSocket, bad workspace, ...). */
   constructor(options) {
-    super(), this.s = resolveOptions(options), this.ctor = resolveWebSocket(this.s.WebSocket), this.nodes = new Nodes(this.s.url, this.s.workspace), this.tokens = new TokenSource(this.s.token, this.s.tokenRefreshMarginMs), this.backoff = new Backoff(this.s.backoff, this.s.random), this.pageSize = new PageSize(this.s.fetchPageSize), this.requests = new Requests(
-      this.s.maxFrameBytes,
-      (link) => this.lost(link, 1006, "write failed"),
-      (link, op) => {
-        link === this.link && op !== "ping" && op !== "hello" && this.liveness?.probe();
-      }
-    );
-    let self = this;
+    super(), this.s = resolveOptions(options), this.pageSize = new PageSize(this.s.fetchPageSize), this.conn = new Connection(this.s, this.pageSize, {
+      emit: (name, payload) => this.emit(name, payload),
+      resume: (isCurrent) => this.linkUp(isCurrent),
+      suspend: () => this.linkDown(),
+      pushed: (push) => routePush(push, {
+        chat: (id) => this.chats.get(id),
+        inbox: this.inboxState,
+        error: (err) => this.emit("error", err)
+      })
+    });
+    let conn = this.conn;
     this.outbox = new Outbox(
       {
         get connected() {
-          return self.isConnected;
+          return conn.isConnected;
         },
-        sendRequest: (args) => this.sendRequest(args),
+        sendRequest: (args) => conn.sendRequest(args),
         schedule
       },
       this.s.maxQueue,
@@ -2186,40 +2585,40 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
       this.s.sendTimeoutMs
     ), this.chatHost = {
       get connected() {
-        return self.isConnected;
+        return conn.isConnected;
       },
-      request: (op, args) => this.request(op, args),
+      request: (op, args) => conn.request(op, args),
       send: (chat, body, clientId, extra) => this.outbox.enqueue(chat, body, clientId, extra),
       delivered: (ev) => this.emit("event", ev),
       schedule,
       pageSize: this.pageSize,
       maxBufferedEvents: this.s.maxBufferedEvents,
       get user() {
-        return self.helloOk?.user ?? null;
+        return conn.session?.user ?? null;
       },
       fetch: this.s.fetch
     }, this.inboxState = new Inbox({
       get connected() {
-        return self.isConnected;
+        return conn.isConnected;
       },
-      request: (op, args) => this.request(op, args),
+      request: (op, args) => conn.request(op, args),
       schedule
     });
   }
   /** The current state. */
   get state() {
-    return this.current;
+    return this.conn.state;
   }
   /**
    * The URL (as given in the options) of the current connection, or of the attempt in progress or next:
    * with several URLs, which node the client is on. Changes after a lost link or a failed attempt.
    */
   get url() {
-    return this.nodes.url;
+    return this.conn.url;
   }
   /** The `hello` reply of the current connection (user, node, session, heartbeat), or null. */
   get session() {
-    return this.helloOk;
+    return this.conn.session;
   }
   /**
    * This user's inbox: chats with unread counts, latest activity first. `start()` it to load it and keep
@@ -2234,7 +2633,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
    * which only `client.inbox` reads; prefer it.
    */
   fetchInbox(args = {}) {
-    return this.request("inbox", args);
+    return this.conn.request("inbox", args);
   }
   /**
    * 1.2: the threads this user follows, latest reply first: in one chat (`chat`) or in all of theirs.
@@ -2242,7 +2641,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
    * has the root and latest reply as `fetch` shows them, and this user's `read` and `unread` in it.
    */
   threads(args = {}) {
-    return this.request("threads", args);
+    return this.conn.request("threads", args);
   }
   /**
    * 1.2: one page of the messages matching `query`, newest first, each a `message` event as `fetch`
@@ -2252,7 +2651,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
    * Throws `TypeError` for an empty query or one over 200 characters.
    */
   search(query, opts = {}) {
-    return this.request("search", searchArgs(query, opts));
+    return this.conn.request("search", searchArgs(query, opts));
   }
   /**
    * 1.2: every result of `query`, newest first, fetched page by page as the loop asks (`limit` per
@@ -2261,7 +2660,7 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
    *     for await (const hit of client.searchAll('invoice', { max: 200 })) show(hit.chat, hit);
    */
   searchAll(query, opts = {}) {
-    return searchPages((args) => this.request("search", args), query, opts);
+    return searchPages((args) => this.conn.request("search", args), query, opts);
   }
   /** Sends not yet acknowledged (waiting, written or sleeping before a retry). */
   get unacknowledgedSends() {
@@ -2269,33 +2668,32 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
   }
   /**
    * Starts connecting (if not already) and resolves once connected. It keeps retrying with backoff
-   * through failures; it rejects only when the client stops: a token rejected again after a refresh
-   * (`unauthenticated`), `disconnect()` or `close()`. When three attempts in a row fail before a socket
-   * opens (a wrong `url`, or the server is down), an `error` event with code `unreachable` says what to
-   * check, and the attempts go on.
+   * through failures; it rejects only when the client stops: a token refused again after a refresh, or a
+   * fixed token refused (`unauthenticated`, its message the server's reason), a token function that
+   * gives no usable token (`token`: nothing, a non-string, or a JSON body instead of its `token` field),
+   * `disconnect()` or `close()`. When three attempts in a row fail before a socket opens (a wrong `url`,
+   * or the server is down), an `error` event with code `unreachable` says what to check, and the
+   * attempts go on.
    */
   connect() {
-    if (this.current === "closed") return Promise.reject(new HeraldError("closed", "herald: the client is closed"));
-    if (this.current === "connected" && this.helloOk !== null) return Promise.resolve(this.helloOk);
-    let p = new Promise((resolve, reject) => this.connectWaiters.push({ resolve, reject }));
-    return this.current === "disconnected" && (this.authRetried = !1, this.failedOpens = 0, this.backoff.reset(), this.setState("connecting"), this.startAttempt()), p;
+    return this.conn.connect();
   }
   /**
    * Drops the link and stops reconnecting. Watches and unsent messages are kept and resume on the next
    * `connect()`; requests waiting for the link reject with `disconnected`.
    */
   disconnect() {
-    if (this.current === "disconnected" || this.current === "closed") return;
-    let err = new HeraldError("disconnected", "herald: disconnect() was called");
-    this.link !== null && this.detach(this.link, "client disconnect", err), this.stop(1e3, "client disconnect", null);
+    this.conn.disconnect();
   }
   /** Closes the client for good: every pending promise rejects with `closed`, timers stop. */
   close() {
-    if (this.current === "closed") return;
+    if (this.conn.state === "closed") return;
     let err = new HeraldError("closed", "herald: the client was closed");
-    this.link !== null && this.detach(this.link, "client close", err), this.generation++, this.clearTimers(), this.outbox.close(err);
-    for (let chat of this.chats.values()) chat.shutdown(err);
-    this.inboxState.shutdown(err), this.failWaiting(err), this.setState("closed");
+    this.conn.close(err, () => {
+      this.outbox.close(err);
+      for (let chat of this.chats.values()) chat.shutdown(err);
+      this.inboxState.shutdown(err);
+    });
   }
   /**
    * The handle of chat `id`; the same object for the same id, so its listeners and watch survive
@@ -2306,212 +2704,19 @@ var ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/, HeraldClient = class extends Emitte
     let chat = this.chats.get(id);
     return chat === void 0 && (chat = new Chat(id, this.chatHost), this.chats.set(id, chat)), chat;
   }
-  // ---- state --------------------------------------------------------------------------------
-  get isConnected() {
-    return this.current === "connected" && this.link !== null;
-  }
-  setState(to) {
-    let from = this.current;
-    if (from !== to) {
-      if (!TRANSITIONS[from].includes(to)) throw new Error(`herald: no transition ${from} -> ${to}`);
-      this.current = to, this.emit("state", { from, to });
+  // ---- links coming and going --------------------------------------------------------------
+  /** A greeted link: watches first (so resumed history arrives early), then sends, then the inbox. */
+  linkUp(isCurrent) {
+    for (let chat of this.chats.values()) {
+      if (!isCurrent()) return;
+      chat.linkUp();
     }
+    this.outbox.flush(), isCurrent() && this.inboxState.linkUp();
   }
-  // ---- connecting ---------------------------------------------------------------------------
-  async startAttempt() {
-    let gen = ++this.generation, token;
-    try {
-      token = await this.tokens.get();
-    } catch (err) {
-      if (gen !== this.generation || this.current !== "connecting") return;
-      let e = err instanceof HeraldError ? err : new HeraldError("token", String(err), { cause: err });
-      this.emit("error", e), this.retryLater(1006, "token provider failed", this.backoff.next(), this.nodes.url);
-      return;
-    }
-    if (gen !== this.generation || this.current !== "connecting") return;
-    let link, url = this.nodes.url;
-    try {
-      link = new Link(this.ctor, this.nodes.endpoint, {
-        onOpen: () => this.onOpen(link, token),
-        onFrame: (text) => this.onFrame(link, text),
-        onClose: (code, reason) => this.lost(link, code, reason)
-      });
-    } catch (err) {
-      this.emit("error", new HeraldError("internal", `herald: cannot open a WebSocket: ${String(err)}`, { cause: err })), this.nodes.failed(), this.retryLater(1006, "socket failed to open", this.backoff.next(), url);
-      return;
-    }
-    this.link = link, this.cancelConnectTimeout = schedule(() => {
-      this.cancelConnectTimeout = null, this.lost(link, 1006, "connect timeout");
-    }, this.s.connectTimeoutMs);
-  }
-  onOpen(link, token) {
-    link === this.link && (this.failedOpens = 0, this.requests.call(link, "hello", { token }, this.s.connectTimeoutMs).then(
-      (ok) => this.onHello(link, ok),
-      (err) => {
-        link === this.link && (err.code === "unauthenticated" ? this.lost(link, CloseCode.Unauthenticated, err.message) : this.lost(link, 1006, `hello failed: ${err.code}`));
-      }
-    ));
-  }
-  onHello(link, ok) {
-    if (link !== this.link) return;
-    this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.helloOk = ok, this.connectedAt = Date.now(), this.authRetried = !1, this.setState("connected"), this.emit("connected", ok);
-    let waiters = this.connectWaiters;
-    this.connectWaiters = [];
-    for (let w of waiters) w.resolve(ok);
-    if (link === this.link) {
-      this.watchLiveness(link);
-      for (let chat of this.chats.values()) {
-        if (link !== this.link) return;
-        chat.linkUp();
-      }
-      this.outbox.flush(), link === this.link && (this.inboxState.linkUp(), this.requests.flush(link, () => link === this.link));
-    }
-  }
-  // ---- watchdog -----------------------------------------------------------------------------
-  /**
-   * Browsers hide WebSocket-level pings, so a half-open TCP link (a laptop lid closed, a NAT that
-   * forgot us) or a frozen server process looks healthy until the OS gives up, minutes later. The
-   * client pings on its own schedule when the link is quiet and drops a link that stays silent past a
-   * ping (liveness.ts): within `pingIntervalMs + pingTimeoutMs` of the server's last frame.
-   */
-  watchLiveness(link) {
-    this.liveness?.stop(), this.liveness = new Liveness(
-      {
-        // The reply settles in requests.ts like any other; its absence is judged by the watcher, so
-        // the promise's own timeout (the same length) is ignored.
-        ping: () => {
-          this.requests.call(link, "ping", {}, this.s.pingTimeoutMs).catch(() => {
-          });
-        },
-        lost: (reason) => this.lost(link, 1006, reason),
-        schedule
-      },
-      this.s.pingIntervalMs,
-      this.s.pingTimeoutMs
-    );
-  }
-  // ---- losing a link ------------------------------------------------------------------------
-  /** Tears a link down: stop its timers, fail the requests written on it, suspend watched chats. */
-  detach(link, reason, err) {
-    if (link === this.link) {
-      this.link = null, this.helloOk = null, link.abandon(reason), this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.liveness?.stop(), this.liveness = null, this.cancelDrain?.(), this.cancelDrain = null, this.requests.failLink(link, err);
-      for (let chat of this.chats.values()) chat.linkDown();
-      this.inboxState.linkDown();
-    }
-  }
-  /** The current link closed or was found dead: apply the close code's policy. */
-  lost(link, code, reason) {
-    if (link !== this.link) return;
-    let lived = this.current === "connected" ? Date.now() - this.connectedAt : 0, url = this.nodes.url, endpoint = this.nodes.endpoint;
-    if (this.detach(link, reason, new HeraldError("disconnected", `herald: link closed (${code}${reason ? ` ${reason}` : ""})`, { closeCode: code })), this.nodes.failed(), !link.opened && ++this.failedOpens === UNREACHABLE_AFTER) {
-      let message = this.nodes.unreachableMessage(UNREACHABLE_AFTER, endpoint, reason);
-      this.emit("error", new HeraldError("unreachable", message, { closeCode: code }));
-    }
-    let policy = closePolicy(code);
-    if (policy === "reconnect_smaller" ? this.pageSize.shrink() : lived >= STABLE_CONNECTION_MS && this.backoff.reset(), policy === "refresh_token") {
-      if (!this.tokens.canRefresh || this.authRetried) {
-        let again = this.tokens.canRefresh ? " again after a refresh" : " (a fixed token cannot be refreshed)";
-        this.stop(code, reason, new HeraldError("unauthenticated", `herald: the server rejected the token${again}`, { closeCode: code }), url);
-        return;
-      }
-      this.authRetried = !0, this.tokens.invalidate(), this.retryLater(code, reason, this.backoff.next(), url);
-      return;
-    }
-    let delay;
-    this.reconnectAt !== null ? (delay = Math.max(0, this.reconnectAt - Date.now()), this.reconnectAt = null) : policy === "reconnect_slow" ? delay = this.s.throttledReconnectFloorMs + this.backoff.next() : delay = this.backoff.next(), this.retryLater(code, reason, delay, url);
-  }
-  /** Reports the end of a link or attempt (at `url`) and schedules the next attempt after `delay`. */
-  retryLater(code, reason, delay, url) {
-    this.emit("disconnected", { code, reason, reconnectInMs: delay, url }), !(this.current !== "connecting" && this.current !== "connected") && (this.setState("connecting"), this.cancelReconnect?.(), this.cancelReconnect = schedule(() => {
-      this.cancelReconnect = null, this.current === "connecting" && this.startAttempt();
-    }, delay));
-  }
-  /** Stops reconnecting: state `disconnected`, waiting callers rejected. */
-  stop(code, reason, err, url = this.nodes.url) {
-    this.generation++, this.clearTimers(), this.emit("disconnected", { code, reason, reconnectInMs: null, url }), err !== null && this.emit("error", err), !(this.current === "closed" || this.current === "disconnected") && (this.setState("disconnected"), this.failWaiting(err ?? new HeraldError("disconnected", `herald: disconnected (${reason})`, { closeCode: code })));
-  }
-  clearTimers() {
-    this.cancelReconnect?.(), this.cancelReconnect = null, this.cancelConnectTimeout?.(), this.cancelConnectTimeout = null, this.liveness?.stop(), this.liveness = null, this.cancelDrain?.(), this.cancelDrain = null, this.reconnectAt = null;
-  }
-  failWaiting(err) {
-    let waiters = this.connectWaiters;
-    this.connectWaiters = [];
-    for (let w of waiters) w.reject(err);
-    this.requests.failParked(err);
-  }
-  // ---- requests -----------------------------------------------------------------------------
-  /**
-   * A request for chat handles: written now when connected, else parked until the link is greeted.
-   * The timeout covers both the wait and the reply.
-   */
-  request(op, args) {
-    return this.current === "closed" ? Promise.reject(new HeraldError("closed", "herald: the client is closed", { op })) : this.current === "disconnected" ? Promise.reject(new HeraldError("disconnected", "herald: not connected; call connect() first", { op })) : this.isConnected ? this.requests.call(this.link, op, args, this.s.requestTimeoutMs) : this.requests.park(op, args, Date.now() + this.s.requestTimeoutMs);
-  }
-  sendRequest(args) {
-    return this.isConnected ? this.requests.call(this.link, "send", args, this.s.requestTimeoutMs) : Promise.reject(new HeraldError("disconnected", "herald: not connected", { op: "send" }));
-  }
-  // ---- frames from the server ---------------------------------------------------------------
-  onFrame(link, text) {
-    if (link !== this.link) return;
-    this.liveness?.heard();
-    let msg;
-    try {
-      msg = JSON.parse(text);
-    } catch {
-      this.emit("error", new HeraldError("protocol", "herald: the server sent a frame that is not JSON"));
-      return;
-    }
-    if (!isObject4(msg)) {
-      this.emit("error", new HeraldError("protocol", "herald: the server sent a frame that is not an object"));
-      return;
-    }
-    if (typeof msg.id == "number") {
-      this.requests.settle(msg);
-      return;
-    }
-    this.onPush(link, msg);
-  }
-  onPush(link, push) {
-    switch (push.ev) {
-      case "event":
-      case "notify": {
-        if (typeof push.chat != "string" || !isSeq3(push.seq) || push.seq === 0) {
-          this.emit("error", new HeraldError("protocol", `herald: a ${push.ev} push without a chat or seq`));
-          return;
-        }
-        let chat = this.chats.get(push.chat);
-        if (chat === void 0) return;
-        push.ev === "event" ? chat.onEventPush(push) : chat.onNotify(push);
-        return;
-      }
-      case "typing": {
-        if (typeof push.chat != "string" || typeof push.user != "string") return;
-        this.chats.get(push.chat)?.onTypingPush(push.user);
-        return;
-      }
-      case "presence": {
-        if (typeof push.chat != "string") return;
-        this.chats.get(push.chat)?.onPresencePush(push);
-        return;
-      }
-      case "inbox":
-        this.inboxState.onPush(push);
-        return;
-      case "append": {
-        if (typeof push.chat != "string" || !isSeq3(push.target) || typeof push.text != "string" || !isSeq3(push.at)) return;
-        this.chats.get(push.chat)?.onAppendPush(push);
-        return;
-      }
-      case "reconnect": {
-        let after = isSeq3(push.after_ms) ? Math.min(push.after_ms, MAX_RECONNECT_AFTER_MS) : 0;
-        this.reconnectAt = Date.now() + after, this.cancelDrain?.(), this.cancelDrain = schedule(() => {
-          this.cancelDrain = null, this.lost(link, CloseCode.GoingAway, push.reason ?? "reconnect requested");
-        }, after);
-        return;
-      }
-      default:
-        return;
-    }
+  /** The link is gone: watched chats keep their place and wait; the inbox's live pushes ended with it. */
+  linkDown() {
+    for (let chat of this.chats.values()) chat.linkDown();
+    this.inboxState.linkDown();
   }
 };
 

@@ -1,13 +1,15 @@
-//! herald's wire contract, protocol 1, 1.1 and 1.2's conversations: the shapes, names and codes of
-//! `docs/protocol.md`, and nothing else. No I/O and no async: the server and the load
-//! tool build on it.
+//! herald's wire contract, protocol 1.2 (version 1 and what 1.1 and 1.2 add): the shapes,
+//! names and codes of `docs/protocol.md`, and nothing else. No I/O and no async: the server
+//! and the load tool build on it. The version a server announces in `hello` is
+//! [`reply::PROTOCOL_VERSION`].
 //!
 //! The golden fixtures in `fixtures/*.json` (requests, replies, pushes and stored
-//! events of protocol 1 and 1.1; 1.2's conversations in `fixtures/*-1.2.json`) are
-//! this crate's wire types written out: `tests/fixtures.rs` checks that each parses
-//! into these types and encodes back exactly, and the TypeScript SDK's
-//! `test/unit/fixtures.test.ts` reads the same files (1.1's, until it speaks 1.2)
-//! against its own types, so neither side can rename or drop a field alone.
+//! events of protocol 1 and 1.1; 1.2's in `fixtures/*-1.2.json`) are this crate's
+//! wire types written out: `tests/fixtures.rs` checks that each parses into these
+//! types and encodes back exactly, and the TypeScript SDK's
+//! `test/unit/fixtures.test.ts` reads the same files, 1.2's included, against its own
+//! types, so neither side can rename or drop a field alone. `tests/docs.rs` checks that
+//! the version `docs/protocol.md` and the README state is [`reply::PROTOCOL_VERSION`].
 //!
 //! Parsing is split in two steps on purpose. [`request::parse_frame`] first
 //! decides whether a frame is a request at all (a JSON object with an integer

@@ -59,3 +59,33 @@ pub const SEARCH_DEFAULT: u32 = 20;
 pub const SEARCH_MAX: u32 = 100;
 /// The longest `search` query, in characters (v1.2).
 pub const SEARCH_QUERY_MAX: usize = 200;
+
+/// A size as people read it in an error message: `25 MiB (26214400 bytes)`, `16 KiB (16384
+/// bytes)`, `1.5 KiB (1536 bytes)`, or `900 bytes` below a KiB. The exact count stays, for
+/// whoever compares it with a length.
+pub fn size_in_words(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (unit, name) in UNITS {
+        if bytes >= unit {
+            let tenths = bytes * 10 / unit;
+            let amount =
+                if tenths % 10 == 0 { format!("{}", tenths / 10) } else { format!("{}.{}", tenths / 10, tenths % 10) };
+            return format!("{amount} {name} ({bytes} bytes)");
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size_in_words;
+
+    #[test]
+    fn sizes_read_as_people_say_them_with_the_exact_count() {
+        assert_eq!(size_in_words(26_214_400), "25 MiB (26214400 bytes)");
+        assert_eq!(size_in_words(16 * 1024), "16 KiB (16384 bytes)");
+        assert_eq!(size_in_words(1536), "1.5 KiB (1536 bytes)");
+        assert_eq!(size_in_words(900), "900 bytes");
+        assert_eq!(size_in_words(3 << 30), "3 GiB (3221225472 bytes)");
+    }
+}

@@ -15,7 +15,8 @@ pub struct HelloOk {
     pub node: String,
     pub session: String,
     pub heartbeat_ms: u64,
-    /// The protocol version the server speaks: `"1.1"`.
+    /// The protocol version the server speaks: [`PROTOCOL_VERSION`] (`"1.2"`); a server of
+    /// version 1 sends none, read as `""`.
     #[serde(default)]
     pub protocol: String,
 }

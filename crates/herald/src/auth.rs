@@ -125,12 +125,21 @@ impl Tokens {
 
     /// The identity `token` proves, or why it proves none.
     pub fn verify(&self, token: &str) -> Result<Identity, TokenError> {
-        let header = jsonwebtoken::decode_header(token).map_err(|e| TokenError(format!("invalid token: {e}")))?;
+        not_a_jwt(token).map_or(Ok(()), |why| Err(TokenError(format!("invalid token: {why}"))))?;
+        let header = jsonwebtoken::decode_header(token).map_err(|_| {
+            TokenError("invalid token: not a JWT (its first part is not a base64url JSON header)".into())
+        })?;
         let Some(v) = self.verifiers.iter().find(|v| v.validation.algorithms[0] == header.alg) else {
-            return Err(TokenError(format!("invalid token: algorithm {:?} is not accepted here", header.alg)));
+            let accepted: Vec<String> =
+                self.verifiers.iter().map(|v| format!("{:?}", v.validation.algorithms[0])).collect();
+            return Err(TokenError(format!(
+                "invalid token: it is signed with {:?}; this server accepts {}",
+                header.alg,
+                accepted.join(" or ")
+            )));
         };
         let data = jsonwebtoken::decode::<Claims>(token, &v.key, &v.validation)
-            .map_err(|e| TokenError(format!("invalid token: {e}")))?;
+            .map_err(|e| TokenError(format!("invalid token: {}", refusal(token, &e))))?;
         let c = data.claims;
         if let Some(iat) = c.iat
             && iat > now_s() + self.iat_skew_s
@@ -161,6 +170,80 @@ impl Tokens {
             jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, encoding).expect("HS256 signing cannot fail"),
         )
     }
+}
+
+/// Why `token` cannot be a JWT at all, in words that say what to pass instead; `None` when it has
+/// a JWT's shape (three base64url parts joined by dots).
+fn not_a_jwt(token: &str) -> Option<String> {
+    let t = token.trim();
+    if t.is_empty() {
+        return Some("the token is empty: pass the JWT your backend got from POST /v1/tokens".into());
+    }
+    if t.starts_with('{') {
+        return Some("this is JSON, not a JWT: pass the \"token\" field of the answer, not the whole answer".into());
+    }
+    if t.starts_with("Bearer ") {
+        return Some("drop the \"Bearer \" prefix: pass the JWT alone".into());
+    }
+    let parts = t.split('.').count();
+    let base64url = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.';
+    if parts != 3 || !t.chars().all(base64url) {
+        return Some(format!(
+            "not a JWT: a JWT is three base64url parts joined by dots (header.claims.signature), this has {parts} \
+             part{}{}",
+            if parts == 1 { "" } else { "s" },
+            if t.chars().all(base64url) { "" } else { " and other characters" }
+        ));
+    }
+    None
+}
+
+/// Why a token with a JWT's shape was refused, in plain words: when it expired, which claim is
+/// missing, that the signature is another key's. The library's own words name its internals.
+fn refusal(token: &str, e: &jsonwebtoken::errors::Error) -> String {
+    use jsonwebtoken::errors::ErrorKind;
+    let claims = unverified_claims(token);
+    let claim = |name: &str| claims.as_ref().and_then(|c| c.get(name)).and_then(serde_json::Value::as_i64);
+    let ws = claims.as_ref().and_then(|c| c.get("ws")).and_then(|w| w.as_str()).map(str::to_owned);
+    let for_ws = ws.map(|ws| format!(" (a token for workspace {ws})")).unwrap_or_default();
+    match e.kind() {
+        ErrorKind::ExpiredSignature => match claim("exp") {
+            Some(exp) => format!(
+                "the token expired at {} ({} s ago){for_ws}: ask your backend for a new one",
+                crate::utc::text(exp),
+                (now_s() as i64 - exp).max(0)
+            ),
+            None => format!("the token has expired{for_ws}: ask your backend for a new one"),
+        },
+        ErrorKind::ImmatureSignature => match claim("nbf") {
+            Some(nbf) => format!("the token is not valid before {}{for_ws}", crate::utc::text(nbf)),
+            None => format!("the token is not valid yet{for_ws}"),
+        },
+        ErrorKind::InvalidSignature => format!(
+            "the token's signature does not match this server's key{for_ws}: it was signed with another \
+             secret (HERALD_JWT_SECRET) or key"
+        ),
+        ErrorKind::MissingRequiredClaim(c) => {
+            format!("the token has no \"{c}\" claim: herald reads sub (the user), ws (the workspace) and exp")
+        }
+        ErrorKind::InvalidAudience => format!("the token is for another audience (its aud claim){for_ws}"),
+        ErrorKind::InvalidIssuer => format!("the token is from another issuer (its iss claim){for_ws}"),
+        ErrorKind::Json(_) => {
+            "the token's claims are not what herald reads: sub and ws as strings, exp as seconds since 1970".into()
+        }
+        ErrorKind::Base64(_) | ErrorKind::Utf8(_) => {
+            "not a JWT: one of its parts is not base64url (header.claims.signature)".into()
+        }
+        _ => format!("the token was refused ({e})"),
+    }
+}
+
+/// A token's claims as it states them, signature unchecked: only to word a refusal.
+fn unverified_claims(token: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+    use base64::Engine;
+    let payload = token.trim().split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// The decoding key of a PEM public key and the algorithm it is pinned to.

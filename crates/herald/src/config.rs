@@ -118,6 +118,12 @@ pub struct Secrets {
     /// Key that server-to-server calls present as `Authorization: Bearer`, at least 32 bytes.
     #[arg(long, env = "HERALD_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Development mode even with secrets given: the api key and JWT secret given are kept (so a
+    /// backend's `.env` stays valid across restarts), missing ones are made at random, and the
+    /// demo page and loopback dev tokens are served. Without any secret, development mode is on
+    /// anyway. Never on a server that faces the internet.
+    #[arg(long, env = "HERALD_DEV")]
+    pub dev: bool,
 }
 
 /// The settings the server is wired from: each module's own, moved here
@@ -138,7 +144,8 @@ pub struct Config {
     /// What verifies client tokens (and the secret that issues them).
     pub tokens: TokenKeys,
     pub api_key: String,
-    /// No secret or key was given: random secrets, a demo page and dev tokens.
+    /// No secret or key was given, or `--dev`: random secrets where none were given, a demo page
+    /// and dev tokens.
     pub dev_mode: bool,
 }
 
@@ -233,15 +240,26 @@ impl ServeArgs {
     /// secret stops the server with a message that names it.
     pub fn resolve(mut self) -> anyhow::Result<Config> {
         let s = &self.secrets;
-        let dev_mode = s.jwt_secret.is_none() && s.api_key.is_none() && s.jwt_public_key.is_none();
+        let dev_mode = s.dev || s.jwt_secret.is_none() && s.api_key.is_none() && s.jwt_public_key.is_none();
         let (tokens, api_key) = if dev_mode {
+            // What was given is kept (checked as outside development mode); the rest is made.
+            if let Some(key) = &s.api_key {
+                check_secret("--api-key (HERALD_API_KEY)", key)?;
+            }
+            if let Some(secret) = &s.jwt_secret {
+                check_secret("--jwt-secret (HERALD_JWT_SECRET)", secret)?;
+            }
+            anyhow::ensure!(
+                s.jwt_public_key.is_none(),
+                "--dev issues its own tokens with a secret: give --jwt-secret, not --jwt-public-key"
+            );
             let keys = TokenKeys {
-                secret: Some(random_secret()),
+                secret: Some(s.jwt_secret.clone().unwrap_or_else(random_secret)),
                 public_key_pem: None,
                 audience: s.jwt_audience.clone(),
                 leeway_ms: s.jwt_leeway_ms,
             };
-            (keys, random_secret())
+            (keys, s.api_key.clone().unwrap_or_else(random_secret))
         } else {
             s.checked()?
         };

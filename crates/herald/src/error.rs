@@ -2,6 +2,8 @@
 //! and HTTP statuses. Layers below return their own errors; they become an
 //! [`Error`] here and nowhere else.
 
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use herald_protocol::ErrorCode;
 use herald_protocol::frame::ErrorBody;
 
@@ -55,6 +57,44 @@ impl Error {
     pub fn outcome(&self) -> &'static str {
         self.code().as_str()
     }
+}
+
+/// An error as HTTP answers it: `{"error": {...}}` with its code's status.
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let body = self.body();
+        let status = StatusCode::from_u16(body.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        http_answer(status, body)
+    }
+}
+
+/// The one JSON shape of an HTTP error, `{"error": {"code", "message", "retry_after_ms"?}}`, under
+/// `status`, with `Retry-After` (whole seconds) when the error says when to retry.
+pub fn http_answer(status: StatusCode, body: ErrorBody) -> Response {
+    let retry_after_ms = body.retry_after_ms;
+    let mut resp = (status, axum::Json(serde_json::json!({ "error": body }))).into_response();
+    if let Some(ms) = retry_after_ms
+        && let Ok(v) = header::HeaderValue::from_str(&ms.div_ceil(1000).to_string())
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+/// A refusal whose status the protocol's codes do not name (a 405, a 426), in the same JSON
+/// shape, with the nearest code.
+pub fn http_refusal(status: StatusCode, message: impl Into<String>) -> Response {
+    let code = match status {
+        StatusCode::UNAUTHORIZED => ErrorCode::Unauthenticated,
+        StatusCode::FORBIDDEN => ErrorCode::Forbidden,
+        StatusCode::NOT_FOUND => ErrorCode::NotFound,
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::TooLarge,
+        StatusCode::TOO_MANY_REQUESTS => ErrorCode::Throttled,
+        StatusCode::SERVICE_UNAVAILABLE => ErrorCode::Unavailable,
+        s if s.is_server_error() => ErrorCode::Internal,
+        _ => ErrorCode::BadRequest,
+    };
+    http_answer(status, ErrorBody { code, message: message.into(), retry_after_ms: None })
 }
 
 impl From<crate::store::StoreError> for Error {

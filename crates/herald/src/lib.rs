@@ -28,6 +28,8 @@ pub mod outbox;
 pub mod revoke;
 pub mod server;
 pub mod store;
+pub(crate) mod timers;
+pub(crate) mod utc;
 
 pub use config::Config;
 pub use server::run;

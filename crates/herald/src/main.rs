@@ -95,7 +95,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let addr = listener.local_addr()?;
         if config.dev_mode {
             // Printed once, to stdout, so a developer can copy them.
-            println!("herald development mode: no secrets were given, so these were made for this run:");
+            println!("herald development mode: these are the secrets of this run (random where none was given;");
+            println!("  set them, or pass --dev with your own, to keep them across restarts):");
             println!("  HERALD_JWT_SECRET={}", config.tokens.secret.as_deref().unwrap_or_default());
             println!("  HERALD_API_KEY={}", config.api_key);
             println!("  demo page: http://{addr}/   dev tokens: POST http://{addr}/v1/dev/token (loopback only)");

@@ -128,3 +128,24 @@ impl Signal {
         }
     }
 }
+
+/// A file's place: its workspace, chat and id. The bytes' key in a backend
+/// is [`FileKey::object`]. Lives here, not in `files`, because the store
+/// keeps files' rows and the files backends keep their bytes: both name them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    pub ws: String,
+    pub chat: String,
+    /// Random, unique across the cell (`f` and 22 characters of A-Z a-z 0-9).
+    pub id: String,
+}
+
+impl FileKey {
+    /// The object's name in a backend: `ws/chat/id` (ids never contain `/`).
+    pub fn object(&self) -> String {
+        format!("{}/{}/{}", self.ws, self.chat, self.id)
+    }
+}
+
+/// A boxed future, so that the seams (store, broker, bus, files) can be trait objects.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

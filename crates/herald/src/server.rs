@@ -80,6 +80,10 @@ pub(crate) struct Core {
     pub cells: Arc<Cells>,
     pub gateway: Arc<Gateway>,
     pub revocations: Arc<Revocations>,
+    /// The store as this node reads it (file URLs signed).
+    pub store: Arc<dyn Store>,
+    /// The node's fan-out, for joining it to a cell.
+    pub hub: Arc<Hub>,
 }
 
 impl Core {
@@ -96,6 +100,13 @@ impl Core {
         // (the chat layer's bound), the live events meanwhile in a quarter
         // (the hub's), so it never closes with 4008.
         let outbox_limit = config.gateway.outbox_limit;
+        let files = open_files(config, &store, files_base, clustered)?;
+        // From here on the node reads the store through the one owner of file URLs: every event
+        // it hands out carries its files' URLs, whichever path reads it.
+        let store = match &files {
+            Some(f) => crate::files::signed::SignedStore::wrap(store, f.urls.clone()),
+            None => store,
+        };
         let hub = Hub::with_settings(broker.clone(), store.clone(), config.hub.for_outbox(outbox_limit));
         let limits = ChatLimits::new(config.chat.clone(), outbox_limit);
         let send_hook = match (&config.hooks.send_hook, &config.hooks.secret) {
@@ -103,8 +114,9 @@ impl Core {
             _ => None,
         };
         let revocations = Revocations::new(store.clone());
-        let files = open_files(config, &store, files_base, clustered)?;
-        let chats = Arc::new(Chats::new(store, broker, hub, limits).with_send_hook(send_hook).with_files(files));
+        let chats = Arc::new(
+            Chats::new(store.clone(), broker, hub.clone(), limits).with_send_hook(send_hook).with_files(files),
+        );
         chats.spawn_stream_timeouts();
         let cells = Arc::new(Cells::new(&config.server.cell, &config.server.cells)?);
         let tokens = Arc::new(Tokens::new(&config.tokens)?);
@@ -118,7 +130,7 @@ impl Core {
                 revocations: revocations.clone(),
             },
         );
-        Ok(Core { chats, tokens, cells, gateway, revocations })
+        Ok(Core { chats, tokens, cells, gateway, revocations, store, hub })
     }
 }
 
@@ -251,7 +263,7 @@ async fn serve(
     }
     let base = files_base(&config, &listener);
     let clustered = bus.is_some();
-    let Core { chats, tokens, cells, gateway, revocations } =
+    let Core { chats, tokens, cells, gateway, revocations, store: signed, hub } =
         Core::new(&config, store.clone(), broker, &base, clustered)?;
     revocations.follow(bus.clone()).await;
     let public_url = config
@@ -265,7 +277,7 @@ async fn serve(
             let cluster = Cluster::join(bus.clone(), &config.server.node, &public_url, move || gw.connections() as u64);
             // Weak: a node that stopped stops announcing itself, even while its hub's tasks linger.
             let peers = Arc::downgrade(&cluster);
-            chats.hub().set_cell(
+            hub.set_cell(
                 cluster.incarnation(),
                 Arc::new(move |inc: &str| peers.upgrade().is_some_and(|c| c.live(inc))),
                 bus.clone(),
@@ -282,12 +294,7 @@ async fn serve(
     let online = Online::new(gateway.clone(), cluster.clone(), bus.clone());
     let webhook = match (&config.hooks.webhook, &config.hooks.secret) {
         (Some(settings), Some(secret)) => {
-            let webhook =
-                Webhook::start(settings.clone(), secret, store.clone(), cluster.clone(), online, bus.is_some());
-            if let Some(urls) = chats.file_urls() {
-                webhook.set_file_urls(urls.clone());
-            }
-            Some(webhook)
+            Some(Webhook::start(settings.clone(), secret, signed, cluster.clone(), online, bus.is_some()))
         }
         _ => None,
     };
@@ -335,4 +342,66 @@ async fn serve(
     }
     tracing::info!("herald stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::extract::connect_info::MockConnectInfo;
+    use axum::http::{Request, StatusCode, header};
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::config::ServeArgs;
+    use crate::store::sqlite::SqliteStore;
+
+    /// The router of a development-mode node, as `run` builds it.
+    fn dev_app(dir: &std::path::Path) -> Router {
+        let data = dir.to_str().unwrap();
+        let config = ServeArgs::parse_from(["serve", "--data", data]).and_then(ServeArgs::resolve).unwrap();
+        assert!(config.dev_mode);
+        let store: Arc<dyn crate::store::Store> = Arc::new(SqliteStore::open(dir).unwrap());
+        let core = Core::new(&config, store, Arc::new(MemoryBroker::new()), "http://127.0.0.1:1", false).unwrap();
+        let state = AppState {
+            chats: core.chats,
+            tokens: core.tokens,
+            gateway: core.gateway,
+            api_key: config.api_key.as_str().into(),
+            dev_mode: true,
+            cluster: Cluster::single(&config.server.node, "ws://127.0.0.1:1"),
+            cells: core.cells,
+            drain_window: config.server.drain_window(),
+            public_url: None,
+            revocations: core.revocations,
+            webhook: None,
+        };
+        api::router(state, false)
+    }
+
+    #[tokio::test]
+    async fn dev_tokens_are_for_loopback_peers_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = dev_app(dir.path());
+        for (peer, status) in [
+            ("10.1.2.3:5000", StatusCode::FORBIDDEN),
+            ("192.168.0.10:5000", StatusCode::FORBIDDEN),
+            ("[2001:db8::1]:5000", StatusCode::FORBIDDEN),
+            ("[::ffff:10.0.0.1]:5000", StatusCode::FORBIDDEN),
+            ("127.0.0.1:5000", StatusCode::OK),
+            ("127.8.9.10:5000", StatusCode::OK),
+            ("[::1]:5000", StatusCode::OK),
+            ("[::ffff:127.0.0.1]:5000", StatusCode::OK),
+        ] {
+            let peer: SocketAddr = peer.parse().unwrap();
+            let req = Request::post("/v1/dev/token")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(r#"{"workspace":"w","user":"u"}"#))
+                .unwrap();
+            let res = app.clone().layer(MockConnectInfo(peer)).oneshot(req).await.unwrap();
+            assert_eq!(res.status(), status, "peer {peer}");
+        }
+    }
 }

@@ -180,3 +180,42 @@ async fn the_server_pings_and_closes_silent_connections() {
     let code = c.closed_with().await;
     assert!(code == 1001 || code == 1006, "{code}");
 }
+
+#[tokio::test]
+async fn a_refused_token_is_told_why_in_plain_words() {
+    let s = TestServer::start().await;
+    let hs = json!({"alg": "HS256", "typ": "JWT"});
+    let good = jwt(hs.clone(), json!({"sub": "alice", "ws": "w", "exp": now() + 60}), SECRET);
+    let expired_at = now() - 30;
+    let cases = vec![
+        // The whole answer of POST /v1/tokens instead of its "token" field.
+        ("the JSON answer", json!({"token": good}).to_string(), "pass the \"token\" field"),
+        ("a Bearer header", format!("Bearer {good}"), "drop the \"Bearer \" prefix"),
+        ("two parts", "abc.def".to_string(), "three base64url parts"),
+        ("empty", String::new(), "the token is empty"),
+        ("expired", jwt(hs.clone(), json!({"sub": "alice", "ws": "w", "exp": expired_at}), SECRET), "expired at 20"),
+        ("another secret", jwt(hs.clone(), json!({"sub": "alice", "ws": "w", "exp": now() + 60}), "nope"), "signature"),
+        ("no ws", jwt(hs.clone(), json!({"sub": "alice", "exp": now() + 60}), SECRET), "\"ws\""),
+        (
+            "HS512",
+            jwt(json!({"alg": "HS512"}), json!({"sub": "a", "ws": "w", "exp": now() + 60}), SECRET),
+            "accepts HS256",
+        ),
+    ];
+    for (name, token, says) in cases {
+        let (r, code) = hello_with(&s, &token).await;
+        assert_eq!((r["err"]["code"].as_str(), code), (Some("unauthenticated"), 4001), "{name}: {r}");
+        let message = r["err"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{name}: {message:?} does not say {says:?}");
+        // The library's own names of its internals stay out of it.
+        assert!(!message.contains("InvalidToken") && !message.contains("Base64 error"), "{name}: {message:?}");
+    }
+    // The workspace of an expired token, and of one opened on another `?ws=`.
+    let expired = jwt(hs.clone(), json!({"sub": "alice", "ws": "w", "exp": expired_at}), SECRET);
+    let (r, _) = hello_with(&s, &expired).await;
+    assert!(r["err"]["message"].as_str().unwrap().contains("workspace w"), "{r}");
+    let mut c = Client::connect(&s.ws_url("other")).await;
+    let r = c.request(json!({"op": "hello", "token": good})).await;
+    let message = r["err"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("workspace w") && message.contains("?ws=other"), "{message:?}");
+}

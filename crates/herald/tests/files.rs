@@ -470,3 +470,29 @@ async fn search_results_carry_files_with_urls() {
     let url = r["results"][0]["files"][0]["url"].as_str().unwrap().to_string();
     assert_eq!(get(&url, None).await.2, PNG);
 }
+
+/// Every read that hands out a message gives its files a URL, the ones added after the first
+/// reads too: a thread's root and latest reply in `threads`, a pinned message in `pins`.
+#[tokio::test]
+async fn threads_and_pins_carry_files_with_urls() {
+    let s = TestServer::start().await;
+    let mut alice = s.client("acme", "alice").await;
+    alice.ok(json!({"op": "join", "chat": "g"})).await;
+    let (root_file, _) = upload(&mut alice, "g", "root.png", "image/png", PNG).await;
+    let root = alice.ok(json!({"op": "send", "chat": "g", "body": {"text": "root"}, "files": [root_file]})).await;
+    let root_seq = root["seq"].as_u64().unwrap();
+    let (reply_file, _) = upload(&mut alice, "g", "reply.png", "image/png", PNG).await;
+    alice
+        .ok(json!({"op": "send", "chat": "g", "body": {"text": "re"}, "thread": root_seq, "files": [reply_file]}))
+        .await;
+    let threads = alice.ok(json!({"op": "threads", "chat": "g"})).await;
+    let t = &threads["threads"][0];
+    for which in ["root", "last"] {
+        let url = t[which]["files"][0]["url"].as_str().unwrap_or_default();
+        assert_eq!(get(url, None).await.2, PNG, "the thread's {which}: {threads}");
+    }
+    alice.ok(json!({"op": "pin", "chat": "g", "target": root_seq})).await;
+    let pins = alice.ok(json!({"op": "pins", "chat": "g"})).await;
+    let url = pins["pins"][0]["message"]["files"][0]["url"].as_str().unwrap_or_default();
+    assert_eq!(get(url, None).await.2, PNG, "the pinned message: {pins}");
+}

@@ -157,3 +157,31 @@ async fn nothing_crosses_cells() {
     let (_, g) = http(a.addr, "GET", &format!("/v1/gateway?ws={ours}"), None, None).await;
     assert_eq!(g["url"], format!("ws://{}/v1/ws?ws={ours}", a.addr));
 }
+
+/// `--dev` keeps the secrets given (a backend's `.env` stays valid across restarts) and still
+/// serves the demo page and dev tokens.
+#[tokio::test]
+async fn dev_mode_with_fixed_secrets_keeps_them_across_restarts() {
+    let fixed = |c: &mut herald::Config| {
+        let (listen, data) = (c.server.listen.to_string(), c.store.data.clone());
+        let args = ["serve", "--dev", "--listen", &listen, "--api-key", API_KEY, "--jwt-secret", SECRET];
+        let mut args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        args.extend(["--data".into(), data.into()]);
+        *c = herald::config::ServeArgs::parse_from(args).and_then(|a| a.resolve()).expect("--dev resolves");
+        assert!(c.dev_mode);
+    };
+    for _restart in 0..2 {
+        let mut dev = TestServer::start_with(fixed).await;
+        assert_eq!(http_raw(dev.addr, "GET", "/", None, None).await.0, 200, "the demo page");
+        let (st, v) = http(dev.addr, "POST", "/v1/dev/token", None, Some(json!({"workspace": "w", "user": "u"}))).await;
+        assert_eq!(st, 200, "{v}");
+        // The api key given works, every run.
+        let (st, issued) =
+            http(dev.addr, "POST", "/v1/tokens", Some(API_KEY), Some(json!({"workspace": "w", "user": "v"}))).await;
+        assert_eq!(st, 200, "{issued}");
+        // A token signed with the secret given is accepted.
+        let mut c = Client::connect(&dev.ws_url("w")).await;
+        assert_eq!(c.ok(json!({"op": "hello", "token": issued["token"]})).await["user"], "v");
+        dev.stop().await;
+    }
+}

@@ -174,3 +174,61 @@ async fn adding_a_member_to_a_missing_chat_is_404_as_the_document_says() {
     assert!(said.contains("must exist"), "the document does not say the chat must exist: {said}");
     assert!(op["responses"]["404"].is_object(), "404 is not among its documented answers: {op}");
 }
+
+#[tokio::test]
+async fn a_plain_http_get_of_the_websocket_route_is_told_how_to_open_it_in_json() {
+    let s = TestServer::start().await;
+    let request = format!("GET /v1/ws?ws=w HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", s.addr);
+    let (status, head, body) = exchange(s.addr, &request).await;
+    assert_eq!(status, 426, "{body}");
+    assert!(head.contains("content-type: application/json"), "{head}");
+    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+    let (code, message) = error_of(status, &v, "/v1/ws");
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("WebSocket client"), "{message:?} does not say how to open it");
+}
+
+#[tokio::test]
+async fn the_server_api_says_what_was_wrong_with_the_api_key() {
+    let s = TestServer::start().await;
+    let body = Some(json!({"workspace": "w", "user": "u"}));
+    // No Authorization header at all.
+    let (status, v) = http(s.addr, "POST", "/v1/tokens", None, body.clone()).await;
+    let (code, message) = error_of(status, &v, "no key");
+    assert_eq!((status, code.as_str()), (401, "unauthenticated"));
+    assert!(message.contains("Authorization: Bearer"), "{message:?}");
+    // A user's token where the api key goes: the easy mistake, named.
+    let token = s.token("w", "u").await;
+    let (status, v) = http(s.addr, "POST", "/v1/tokens", Some(token.as_str()), body.clone()).await;
+    let (code, message) = error_of(status, &v, "a user token");
+    assert_eq!((status, code.as_str()), (401, "unauthenticated"));
+    assert!(message.contains("user token"), "{message:?} does not say it is a user token");
+    // Another key: not the server's.
+    let other = "k".repeat(40);
+    let (status, v) = http(s.addr, "POST", "/v1/tokens", Some(other.as_str()), body).await;
+    let (_, message) = error_of(status, &v, "another key");
+    assert!(!message.contains("user token") && message.contains("HERALD_API_KEY"), "{message:?}");
+}
+
+#[tokio::test]
+async fn the_development_routes_of_a_server_with_secrets_say_why_they_are_off() {
+    let s = TestServer::start().await;
+    for (method, path) in [("GET", "/"), ("POST", "/v1/dev/token")] {
+        let (status, v) = http(s.addr, method, path, None, Some(json!({"workspace": "w", "user": "u"}))).await;
+        let (code, message) = error_of(status, &v, path);
+        assert_eq!((status, code.as_str()), (404, "not_found"), "{method} {path}: {v}");
+        assert!(message.contains("development mode") && message.contains("--dev"), "{method} {path}: {message:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_refused_with_its_size_in_words() {
+    let s = TestServer::start().await;
+    s.http("PUT", "/v1/workspaces/w/chats/c", None).await;
+    let big = "x".repeat(17 * 1024);
+    let body = json!({"type": "system", "body": {"text": big}});
+    let (status, v) = s.http("POST", "/v1/workspaces/w/chats/c/events", Some(body)).await;
+    let (code, message) = error_of(status, &v, "a large body");
+    assert_eq!((status, code.as_str()), (413, "too_large"), "{v}");
+    assert!(message.contains("16 KiB (16384 bytes)"), "{message:?} does not say the limit in words");
+}

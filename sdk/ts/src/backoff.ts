@@ -1,6 +1,6 @@
 //! Full-jitter exponential backoff for reconnects.
 //!
-//! Owns: the delay before the n-th retry. Does not own: timers or the decision to retry (client.ts).
+//! Owns: the delay before the n-th retry. Does not own: timers or the decision to retry (connection.ts).
 //!
 //! Why full jitter: after a server restart every client retries at once; a delay drawn uniformly from
 //! [0, min(cap, base * 2^n)] spreads those retries over the whole window instead of stacking them at its

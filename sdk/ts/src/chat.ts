@@ -1,33 +1,20 @@
-//! `Chat`: the handle for one chat, and the state machine of watching it.
+//! `Chat`: the handle for one chat, and the facade of its requests.
 //!
 //! Owns: the chat's requests (join, leave, send, react, read, edit, delete, typing, presence, fetch,
 //! paged history; from 1.2 profile, members, threads, pin, pins, reactions, append, upload (the bytes
-//! go through files.ts), search), and for a watched chat the last delivered seq, the buffer of
-//! out-of-order pushes, gap repair by paged `fetch`, and resuming with `watch after=` on a new link, so
-//! that the application sees every event once, in seq order; then feeding what it delivers to the chat's message list (with the seq
-//! each stored view was read at), and routing typing, presence and 1.2's `append` pushes, with a presence
-//! resync after every watch reply.
-//! Does not own: the link, request ids, the outbox or the page size (client.ts, outbox.ts, page-size.ts,
-//! reached through `ChatHost`), nor the rules of the message list, typing or presence (messages.ts,
-//! typing.ts, presence.ts).
-//!
-//! Watch states:
-//!
-//!     unwatched ──watch()──▶ subscribing ──watch ok──▶ live ◀──────────┐
-//!         ▲   └─(offline)─▶ suspended ◀─link down── any watched state  │
-//!         │                    └──link up──▶ subscribing               │
-//!         │                     live ──gap or notify──▶ repairing ─────┘
-//!         └──── unwatch(), leave(), forbidden/not_found from any state
-//!
-//! Why buffer and fetch instead of trusting pushes: the server may skip pushes for a hot chat or a slow
-//! link (docs/protocol.md, "Pushes"), and only seq tells the client what it lacks.
-//!
-//! Why every fetch here pages by `more`: the server bounds a reply in bytes as well as in count, so a page
-//! of large events may hold far fewer than `limit` while more follow. Neither a short page (done?) nor a
-//! full one (more?) says anything; only `more` does, and the next page starts after the last event held.
+//! go through files.ts), search), emitting the handle's events (chat-types.ts), and wiring the parts
+//! of a watched chat together: each event the watch delivers goes to the chat's message list (with
+//! the seq each stored view was read at), its typists and its listeners; typing, presence and 1.2's
+//! `append` pushes are taken while the watch takes pushes, with a presence resync after every watch
+//! reply.
+//! Does not own: the watch state machine, ordering and gap repair (watch.ts), paging history
+//! (history.ts), the link, request ids, the outbox or the page size (connection.ts, requests.ts,
+//! outbox.ts, page-size.ts, reached through `ChatHost`), nor the rules of the message list, typing or
+//! presence (messages.ts, typing.ts, presence.ts).
 
+import type { ChatEvents, ChatHost } from './chat-types.js';
 import { Emitter } from './emitter.js';
-import { HeraldError } from './errors.js';
+import type { HeraldError } from './errors.js';
 import {
   pageArgs,
   type AppendOptions,
@@ -41,9 +28,9 @@ import {
 } from './chat-options.js';
 import { openPath } from './file-path.js';
 import { describeUpload, putFile, type UploadOptions, type UploadSource, type Uploaded } from './files.js';
+import { historyPages } from './history.js';
 import { MessageList, type MessageListOptions, type StoredView } from './messages.js';
 import type { SendExtras } from './outbox.js';
-import type { PageSize } from './page-size.js';
 import { PresenceTracker, type PresenceState } from './presence.js';
 import { searchArgs, type SearchOptions } from './search.js';
 import { Typing } from './typing.js';
@@ -62,108 +49,16 @@ import type {
   PresencePush,
   ReactionsOk,
   RequestArgs,
-  RequestOk,
   SearchOk,
   SeqOk,
   ThreadsOk,
   WatchOk,
 } from './types.js';
+import { Watch, type WatchState } from './watch.js';
 
-export type {
-  AppendOptions,
-  EditOptions,
-  HistoryOptions,
-  PageOptions,
-  ProfileFields,
-  SendOptions,
-  ThreadOption,
-  WatchOptions,
-} from './chat-options.js';
-
-/** Where a chat stands with respect to watching. */
-export type WatchState = 'unwatched' | 'subscribing' | 'live' | 'repairing' | 'suspended';
-
-/** Which watch states may follow which; anything else is a bug in this file. */
-const WATCH_TRANSITIONS: Record<WatchState, readonly WatchState[]> = {
-  unwatched: ['subscribing', 'suspended'],
-  subscribing: ['live', 'repairing', 'suspended', 'unwatched'],
-  live: ['repairing', 'suspended', 'unwatched'],
-  repairing: ['live', 'suspended', 'unwatched'],
-  suspended: ['subscribing', 'unwatched'],
-};
-
-/** A change of watch state. */
-export interface WatchStateChange {
-  chat: string;
-  from: WatchState;
-  to: WatchState;
-}
-
-/** Events of a `Chat`. */
-export interface ChatEvents {
-  /** One event, delivered exactly once and in seq order while the chat is watched. */
-  event: ChatEvent;
-  /** The watch state changed. */
-  state: WatchStateChange;
-  /** Watching failed for good (forbidden, not found), a repair fetch failed, or a presence sync did. */
-  error: HeraldError;
-  /** The others typing changed (someone started, expired, or sent their message); sorted. */
-  typing: TypingChange;
-  /** Who is present changed (after `watch({ presence: true })`). */
-  presence: PresenceChange;
-  /**
-   * 1.2: streamed text for the message `target` (an `append` push), while watched. `chat.messages()`
-   * folds these in already; this is for applications that keep their own view.
-   */
-  append: AppendPush;
-}
-
-/** The payload of a chat's `typing` event. */
-export interface TypingChange {
-  chat: string;
-  /** Others typing now, sorted; empty when nobody is. */
-  users: string[];
-}
-
-/** The payload of a chat's `presence` event. */
-export interface PresenceChange extends PresenceState {
-  chat: string;
-}
-
-/** What a chat needs from its client. @internal */
-export interface ChatHost {
-  /** True while requests go out on a live, greeted link. */
-  readonly connected: boolean;
-  /** A request that waits for the link (up to the request timeout) and rejects with `HeraldError`. */
-  request<O extends keyof RequestArgs>(op: O, args: RequestArgs[O]): Promise<RequestOk[O]>;
-  /** Queues a send in the outbox. */
-  send(chat: string, body: unknown, clientId: string | undefined, extra: SendExtras): Promise<SeqOk>;
-  /** Hands a delivered event to the client's own `event` listeners. */
-  delivered(event: ChatEvent): void;
-  /** Runs `fn` after `ms`; returns a function that cancels it. */
-  schedule(fn: () => void, ms: number): () => void;
-  /** The `limit` of the fetches the SDK makes itself; smaller after slow-consumer closes. */
-  readonly pageSize: PageSize;
-  /** Buffered pushes allowed per chat. */
-  readonly maxBufferedEvents: number;
-  /** The user of the current connection, or null; one's own typing is never shown. */
-  readonly user: string | null;
-  /** The `fetch` uploads send their bytes with; undefined: the global one. */
-  readonly fetch: typeof fetch | undefined;
-}
-
-/** Codes after which watching or fetching may work later, on this link or the next. */
-const TRANSIENT = new Set(['throttled', 'unavailable', 'timeout', 'internal']);
-
-/** Wait before retrying a watch or fetch when the server gave no `retry_after_ms`. */
-const DEFAULT_RETRY_MS = 1000;
-
-/**
- * Fetches in a row that may bring nothing although more was announced, before the gap is given up.
- * This, not a count of pages, is what bounds a repair: every page that is not a stall delivers at least
- * one new event, and pages may be as short as one event, so no page count says when a catch-up is done.
- */
-const MAX_STALLS = 3;
+// The types of a chat handle, importable from beside it.
+export type { ChatEvents, PresenceChange, TypingChange } from './chat-types.js';
+export type { WatchState, WatchStateChange } from './watch.js';
 
 /**
  * One chat. Get it with `client.chat(id)`; the client keeps one handle per id, so listeners added on it
@@ -173,23 +68,8 @@ export class Chat extends Emitter<ChatEvents> {
   /** The chat id. */
   readonly id: string;
   private readonly host: ChatHost;
-  private watchState: WatchState = 'unwatched';
-  /** The application wants this chat watched (survives link loss; cleared by unwatch/leave/forbidden). */
-  private wanted = false;
-  /** The seq of the last event handed to the application; null before the first watch reply. */
-  private last: number | null = null;
-  /** The seq of the current watch's reply: pushes up to it are its replay, stored views read after it. */
-  private watchSeq = 0;
-  /** The highest seq the server said exists (notify, gaps, fetch replies) that may not be delivered yet. */
-  private known = 0;
-  /** Pushes that arrived out of order or while subscribing or repairing, by seq. */
-  private buffer = new Map<number, HeraldEvent>();
-  /** Bumped whenever watching restarts or stops, so replies of an older round are ignored. */
-  private epoch = 0;
-  private cancelRetry: (() => void) | null = null;
-  /** Repair fetches in a row that made no progress. */
-  private stalls = 0;
-  private waiters: Array<{ resolve(ok: WatchOk): void; reject(err: HeraldError): void }> = [];
+  /** Watching: delivery once and in order, gap repair, resuming on a new link. */
+  private readonly watcher: Watch;
   /** Created by the first `messages()` call; fed every delivered event from then on. */
   private list: MessageList | null = null;
   /** The profile of the latest `join` reply and its seq, for a list made after it. */
@@ -216,16 +96,43 @@ export class Chat extends Emitter<ChatEvents> {
       changed: (state) => this.emit('presence', { chat: id, ...state }),
       failed: (err) => this.emit('error', err),
     });
+    this.watcher = new Watch(id, {
+      get connected() {
+        return host.connected;
+      },
+      subscribe: (args) => host.request('watch', args),
+      fetchPage: (after) => this.fetchPage(after),
+      schedule: host.schedule,
+      get maxBufferedEvents() {
+        return host.maxBufferedEvents;
+      },
+      changed: (change) => this.emit('state', change),
+      deliver: (ev, asOf) => this.deliver(ev, asOf),
+      error: (err) => this.emit('error', err),
+      // After the watch, so that this connection is present, and its pushes flow, before asking.
+      live: () => this.presenceTracker.sync(),
+      suspended: () => {
+        this.presenceTracker.suspend();
+        // Nobody's typing pushes reach us while offline; presence is kept on show until the resync.
+        this.typists.clear();
+      },
+      stopped: () => {
+        this.presenceTracker.stop();
+        this.typists.stopTrailing();
+        this.typists.clear();
+        this.list?.clear();
+      },
+    });
   }
 
   /** The watch state. */
   get state(): WatchState {
-    return this.watchState;
+    return this.watcher.state;
   }
 
   /** The seq of the last event delivered to the application, or null when none is known yet. */
   get lastSeq(): number | null {
-    return this.last;
+    return this.watcher.lastSeq;
   }
 
   /** Others typing in this chat now (from typing pushes, each kept 5 s), sorted. */
@@ -264,7 +171,7 @@ export class Chat extends Emitter<ChatEvents> {
   /** Leaves the chat; the server ends this user's watches of it, and so does this handle. */
   async leave(): Promise<void> {
     await this.host.request('leave', { chat: this.id });
-    this.stop(null);
+    this.watcher.stop(null);
   }
 
   /**
@@ -277,28 +184,20 @@ export class Chat extends Emitter<ChatEvents> {
     if (opts.after !== undefined && (!Number.isInteger(opts.after) || opts.after < 0)) {
       return Promise.reject(new TypeError('herald: `after` must be a non-negative integer'));
     }
-    const p = new Promise<WatchOk>((resolve, reject) => this.waiters.push({ resolve, reject }));
+    const p = this.watcher.nextReply();
     if (opts.presence === true && !this.presenceTracker.enabled) {
       this.presenceTracker.enable();
       // Already watching: the next watch reply would be the next reconnect's, so sync now.
-      if (this.wanted && (this.watchState === 'live' || this.watchState === 'repairing')) this.presenceTracker.sync();
+      if (this.watcher.isWanted && this.watcher.flowing) this.presenceTracker.sync();
     }
-    if (this.wanted) {
-      if (this.watchState === 'live' || this.watchState === 'repairing') this.settleWaiters({ chat: this.id, seq: this.last ?? 0 });
-      return p;
-    }
-    this.wanted = true;
-    this.last = opts.after ?? null;
-    this.known = 0;
-    if (this.host.connected) void this.subscribe();
-    else this.setState('suspended');
+    this.watcher.start(opts.after);
     return p;
   }
 
   /** Stops delivering events; a later `watch()` starts from the chat's seq at that time. */
   async unwatch(): Promise<void> {
-    const wasWatching = this.wanted;
-    this.stop(null);
+    const wasWatching = this.watcher.isWanted;
+    this.watcher.stop(null);
     if (wasWatching && this.host.connected) await this.host.request('unwatch', { chat: this.id });
   }
 
@@ -496,205 +395,58 @@ export class Chat extends Emitter<ChatEvents> {
    *
    *     for await (const ev of chat.history(0, { until: watchStartSeq })) render(ev);
    */
-  async *history(after = 0, opts: HistoryOptions = {}): AsyncGenerator<HeraldEvent, void, undefined> {
-    if (!Number.isInteger(after) || after < 0) throw new TypeError('herald: `after` must be a non-negative integer');
-    if (opts.until !== undefined && (!Number.isInteger(opts.until) || opts.until < 0)) {
-      throw new TypeError('herald: `until` must be a non-negative integer');
-    }
-    const until = opts.until ?? Number.POSITIVE_INFINITY;
-    let last = after;
-    while (last < until) {
-      const page = await this.fetchPage(last, opts.thread);
-      const before = last;
-      for (const ev of page.events) {
-        if (ev.seq <= last) continue; // a page overlapping what was already yielded
-        if (ev.seq > until) return;
-        last = ev.seq;
-        yield ev;
-      }
-      if (!page.more) return;
-      // `more` with nothing new would ask for the same page again at once, and again: stop instead.
-      if (last === before) {
-        throw new HeraldError('protocol', `herald: chat ${this.id}: more announced after ${last} but no events came`, { op: 'fetch' });
-      }
-    }
+  history(after = 0, opts: HistoryOptions = {}): AsyncGenerator<HeraldEvent, void, undefined> {
+    return historyPages(this.id, (from) => this.fetchPage(from, opts.thread), after, opts);
   }
 
   // ---- called by the client -------------------------------------------------------------------
 
   /** @internal A new link is greeted: resume watching. */
   linkUp(): void {
-    if (this.wanted && this.watchState === 'suspended') void this.subscribe();
+    this.watcher.linkUp();
   }
 
-  /** @internal The link dropped: keep `last`, forget the rest; the next watch's replay refills it. */
+  /** @internal The link dropped: keep the last delivered seq, forget the rest until the watch resumes. */
   linkDown(): void {
-    if (this.watchState === 'unwatched') return;
-    this.epoch++;
-    this.cancelTimer();
-    this.buffer.clear();
-    this.known = 0;
-    this.stalls = 0;
-    this.presenceTracker.suspend();
-    // Nobody's typing pushes reach us while offline; presence is kept on show until the resync.
-    this.typists.clear();
-    this.setState('suspended');
+    this.watcher.linkDown();
   }
 
   /** @internal The client is closed for good. */
   shutdown(err: HeraldError): void {
-    this.stop(err);
+    this.watcher.stop(err);
   }
 
   /** @internal An `event` push for this chat. */
   onEventPush(push: EventPush): void {
-    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
-    const ev = toEvent(push);
-    if (this.last !== null && ev.seq <= this.last) return; // already delivered
-    if (this.watchState === 'live' && this.last !== null && ev.seq === this.last + 1) {
-      this.deliver(ev, ev.seq <= this.watchSeq ? this.watchSeq : ev.seq);
-      this.drainContiguous();
-      return;
-    }
-    // Out of order, or we are subscribing or repairing: hold it, and make sure a repair covers the gap.
-    this.hold(ev);
-    if (this.watchState === 'live') this.repair();
+    this.watcher.onEventPush(push);
   }
 
   /** @internal A `typing` push: `user` is typing here. */
   onTypingPush(user: string): void {
-    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
+    if (!this.watcher.receiving) return;
     if (user === this.host.user) return; // this user on another device
     this.typists.pushed(user);
   }
 
   /** @internal A `presence` push. */
   onPresencePush(push: PresencePush): void {
-    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
+    if (!this.watcher.receiving) return;
     this.presenceTracker.pushed(push);
   }
 
   /** @internal An `append` push: streamed text for a message of this chat. */
   onAppendPush(push: AppendPush): void {
-    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
+    if (!this.watcher.receiving) return;
     this.list?.append(push);
     this.emit('append', push);
   }
 
   /** @internal A `notify` push: events up to `seq` exist. */
   onNotify(push: NotifyPush): void {
-    if (this.watchState === 'unwatched' || this.watchState === 'suspended') return;
-    if (this.last !== null && push.seq <= this.last) return;
-    this.known = Math.max(this.known, push.seq);
-    if (this.watchState === 'live') this.repair();
+    this.watcher.onNotify(push);
   }
 
-  // ---- the state machine ----------------------------------------------------------------------
-
-  private setState(to: WatchState): void {
-    const from = this.watchState;
-    if (from === to) return;
-    if (!WATCH_TRANSITIONS[from].includes(to)) {
-      throw new Error(`herald: chat ${this.id}: no transition ${from} -> ${to}`);
-    }
-    this.watchState = to;
-    this.emit('state', { chat: this.id, from, to });
-  }
-
-  private async subscribe(): Promise<void> {
-    this.cancelTimer();
-    const epoch = ++this.epoch;
-    this.setState('subscribing');
-    const args: RequestArgs['watch'] = { chat: this.id };
-    if (this.last !== null) args.after = this.last;
-    let ok: WatchOk;
-    try {
-      ok = await this.host.request('watch', args);
-    } catch (err) {
-      if (epoch !== this.epoch) return;
-      this.failed(err, () => this.subscribe());
-      return;
-    }
-    if (epoch !== this.epoch) return;
-    // Without `after` the watch starts at the chat's seq now; pushes held meanwhile at or below it are old.
-    if (this.last === null) this.last = ok.seq;
-    this.watchSeq = ok.seq;
-    this.settleWaiters(ok);
-    // A waiter's callback may have unwatched; only go on if this round is still current.
-    if (epoch !== this.epoch) return;
-    this.setState('live');
-    // After the watch, so that this connection is present, and its pushes flow, before asking.
-    this.presenceTracker.sync();
-    this.catchUp();
-  }
-
-  /** Delivers held events in order, then repairs if a gap or a notify is still open. */
-  private catchUp(): void {
-    this.drainContiguous();
-    if (this.watchState !== 'live') return;
-    if (this.buffer.size > 0 || this.known > (this.last ?? 0)) this.repair();
-  }
-
-  /** Starts a repair from `live`; pushes that arrive meanwhile are held. */
-  private repair(): void {
-    if (this.watchState !== 'live') return;
-    this.setState('repairing');
-    void this.runRepair(this.epoch);
-  }
-
-  /**
-   * Fetches pages after the last delivered seq until nothing is held, nothing announced is missing and
-   * the last page did not say `more`. Fetching up to the chat's latest seq rather than just to the gap's
-   * end costs a few duplicate events, which are dropped, and saves a round trip per page in a busy chat.
-   */
-  private async runRepair(epoch: number): Promise<void> {
-    for (;;) {
-      this.drainContiguous();
-      if (epoch !== this.epoch) return;
-      const last = this.last ?? 0;
-      if (this.buffer.size === 0 && this.known <= last) break;
-      let page: FetchOk;
-      try {
-        page = await this.fetchPage(last);
-      } catch (err) {
-        if (epoch !== this.epoch) return;
-        this.failed(err, () => void this.runRepair(epoch));
-        return;
-      }
-      if (epoch !== this.epoch) return;
-      for (const ev of page.events) {
-        if (ev.seq !== (this.last ?? 0) + 1) continue; // older than what we have, or not the next one
-        this.buffer.delete(ev.seq);
-        this.deliver(ev, page.seq);
-        if (epoch !== this.epoch) return; // a listener unwatched mid-page
-      }
-      this.known = Math.max(this.known, announcedBy(page, last));
-      if ((this.last ?? 0) > last) {
-        this.stalls = 0;
-        continue;
-      }
-      // The server has nothing after `last`, though a push or notify said there is more. Maybe it is
-      // not readable yet: try again a few times, then give up on this gap rather than spin.
-      if (this.stalls < MAX_STALLS) {
-        this.stalls++;
-        this.cancelRetry = this.host.schedule(() => {
-          this.cancelRetry = null;
-          void this.runRepair(epoch);
-        }, DEFAULT_RETRY_MS);
-        return;
-      }
-      this.stalls = 0;
-      this.emit(
-        'error',
-        new HeraldError('protocol', `herald: chat ${this.id}: no events after ${last} though seq ${this.known} was announced`),
-      );
-      this.buffer.clear();
-      this.known = last;
-      break;
-    }
-    if (epoch !== this.epoch) return;
-    this.setState('live');
-  }
+  // ---- internals ------------------------------------------------------------------------------
 
   /** One page after `after` at the client's page size; a reply lets the page size grow back a step. */
   private async fetchPage(after: number, thread?: number): Promise<FetchOk> {
@@ -712,74 +464,8 @@ export class Chat extends Emitter<ChatEvents> {
     return event === undefined ? null : { event, asOf: page.seq };
   }
 
-  /** Handles a failed watch or fetch: retry transient errors, give up on the rest. */
-  private failed(err: unknown, retry: () => void): void {
-    const e = err instanceof HeraldError ? err : new HeraldError('internal', String(err));
-    if (e.code === 'disconnected' || e.code === 'closed') return; // linkDown / shutdown handle these
-    if (TRANSIENT.has(e.code)) {
-      this.cancelTimer();
-      this.cancelRetry = this.host.schedule(() => {
-        this.cancelRetry = null;
-        retry();
-      }, e.retryAfterMs ?? DEFAULT_RETRY_MS);
-      return;
-    }
-    this.emit('error', e);
-    this.stop(e);
-  }
-
-  /** Ends watching locally; rejects pending `watch()` promises with `err` when given. */
-  private stop(err: HeraldError | null): void {
-    this.wanted = false;
-    this.epoch++;
-    this.cancelTimer();
-    this.buffer.clear();
-    this.last = null;
-    this.known = 0;
-    this.stalls = 0;
-    this.presenceTracker.stop();
-    this.typists.stopTrailing();
-    this.typists.clear();
-    this.list?.clear();
-    if (this.watchState !== 'unwatched') this.setState('unwatched');
-    const waiters = this.waiters;
-    this.waiters = [];
-    const reason = err ?? new HeraldError('closed', `herald: chat ${this.id} is no longer watched`);
-    for (const w of waiters) w.reject(reason);
-  }
-
-  // ---- delivery -------------------------------------------------------------------------------
-
-  private hold(ev: HeraldEvent): void {
-    this.known = Math.max(this.known, ev.seq - 1);
-    if (this.buffer.size >= this.host.maxBufferedEvents) {
-      // Beyond the bound, remember only how far the chat goes; the repair fetch brings the events back.
-      this.known = Math.max(this.known, ev.seq);
-      this.buffer.clear();
-      return;
-    }
-    this.buffer.set(ev.seq, ev);
-  }
-
-  private drainContiguous(): void {
-    if (this.last === null) return;
-    const epoch = this.epoch;
-    for (let next = this.buffer.get(this.last + 1); next !== undefined; next = this.buffer.get(this.last + 1)) {
-      this.buffer.delete(next.seq);
-      this.deliver(next, next.seq <= this.watchSeq ? this.watchSeq : next.seq);
-      if (epoch !== this.epoch) return;
-    }
-    this.dropStale();
-  }
-
-  private dropStale(): void {
-    const last = this.last ?? 0;
-    for (const seq of this.buffer.keys()) if (seq <= last) this.buffer.delete(seq);
-  }
-
-  /** `asOf`: the chat's seq when this event's view was read (a live push: its own seq). */
+  /** An event the watch delivers, in order. `asOf`: the chat's seq when this view of it was read. */
   private deliver(ev: HeraldEvent, asOf: number): void {
-    this.last = ev.seq;
     const out: ChatEvent = { ...ev, chat: this.id };
     // Before the listeners, so that a listener reading the list sees this event in it.
     this.list?.apply(ev, asOf);
@@ -787,33 +473,4 @@ export class Chat extends Emitter<ChatEvents> {
     this.emit('event', out);
     this.host.delivered(out);
   }
-
-  private settleWaiters(ok: WatchOk): void {
-    const waiters = this.waiters;
-    this.waiters = [];
-    for (const w of waiters) w.resolve(ok);
-  }
-
-  private cancelTimer(): void {
-    if (this.cancelRetry !== null) {
-      this.cancelRetry();
-      this.cancelRetry = null;
-    }
-  }
-}
-
-/**
- * The highest seq a fetch reply says exists: the chat's latest (`seq`), and, when `more` is true, at
- * least one past the page's last event. `more` is what the protocol promises to page by, so it keeps the
- * repair going even when a reply's `seq` does not reach past the events it carries.
- */
-function announcedBy(page: FetchOk, after: number): number {
-  const end = page.events.reduce((hi, ev) => Math.max(hi, ev.seq), after);
-  return Math.max(page.seq, page.more ? end + 1 : end);
-}
-
-/** The event inside a push, without the push's routing fields. */
-function toEvent(push: EventPush): HeraldEvent {
-  const { ev: _ev, chat: _chat, ...event } = push;
-  return event;
 }

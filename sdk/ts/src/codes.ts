@@ -2,7 +2,7 @@
 //!
 //! Owns: the numbers and names of docs/protocol.md's close and error tables, the client's own local error
 //! codes, and the reconnect policy per close code (the table in README.md mirrors `closePolicy`).
-//! Does not own: timing (backoff.ts) or carrying the policy out (client.ts).
+//! Does not own: timing (backoff.ts) or carrying the policy out (connection.ts).
 
 /** WebSocket close codes herald's server uses (docs/protocol.md, "Close codes"). */
 export const CloseCode = {

@@ -3,7 +3,7 @@
 //!
 //! Owns: the `inbox` request with `live: true`, the entries it returned and the later pages loaded,
 //! folding `inbox` pushes into them, and resyncing from the first page on every new link (pushes stop
-//! with the connection that asked for them). Does not own: the link or requests (client.ts, through
+//! with the connection that asked for them). Does not own: the link or requests (connection.ts, through
 //! `InboxHost`) or the chats' events (chat.ts).
 //!
 //! Why hold pushes while a sync is out: with `live: true` the server pushes right after its reply, and a

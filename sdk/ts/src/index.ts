@@ -5,21 +5,18 @@
 export { HeraldClient } from './client.js';
 export type { ClientEvents, ClientState, DisconnectInfo, StateChange } from './client.js';
 export { Chat } from './chat.js';
+export type { ChatEvents, PresenceChange, TypingChange } from './chat-types.js';
 export type {
   AppendOptions,
-  ChatEvents,
   EditOptions,
   HistoryOptions,
   PageOptions,
-  PresenceChange,
   ProfileFields,
   SendOptions,
   ThreadOption,
-  TypingChange,
   WatchOptions,
-  WatchState,
-  WatchStateChange,
-} from './chat.js';
+} from './chat-options.js';
+export type { WatchState, WatchStateChange } from './watch.js';
 export { DEFAULT_FILE_TYPE, putFile, UploadError } from './files.js';
 export type { PutOptions, Uploaded, UploadOptions, UploadSource } from './files.js';
 export { MAX_QUERY_CHARS } from './search.js';

@@ -4,7 +4,7 @@
 //! with nothing from the server, the client writes a `ping`; when nothing at all (the reply or any other
 //! frame) arrives within `timeoutMs` of it, the link counts as lost. A request that timed out asks for a
 //! probe: the same ping, written at once. Does not own: writing the ping, closing the link or
-//! reconnecting (client.ts), nor the bound on an attempt that never opens (client.ts's connect timeout).
+//! reconnecting (connection.ts), nor the bound on an attempt that never opens (connection.ts's connect timeout).
 //!
 //! Why any frame answers a ping, not only its reply: herald writes a connection's frames in order and
 //! reads one request at a time, so a `ping` waits behind a slow request (a store stalled for a few

@@ -3,7 +3,7 @@
 //! Owns: the list of endpoints (each validated and given `?ws=`, see transport.ts), the rotation rule
 //! (after a lost link or a failed attempt, the next node; the one that failed comes round again only after
 //! every other), and the `unreachable` message. Does not own: when to attempt or how long to wait between
-//! attempts (client.ts, backoff.ts).
+//! attempts (connection.ts, backoff.ts).
 //!
 //! Why rotate on every loss, not only on some: the client cannot tell a frozen node from a network blip
 //! when it decides, and a frozen node's kernel still accepts TCP connections, so going back to it first

@@ -1,10 +1,10 @@
 //! The client's options, their defaults, and the reason for each default.
 //!
 //! Owns: `ClientOptions` and turning it into a complete, validated settings object.
-//! Does not own: behaviour; client.ts reads the resolved settings.
+//! Does not own: behaviour; client.ts and connection.ts read the resolved settings.
 
 import { DEFAULT_BACKOFF, type BackoffOptions } from './backoff.js';
-import type { TokenProvider } from './token.js';
+import { tokenProblem, type TokenProvider } from './token.js';
 import type { WebSocketConstructor } from './transport.js';
 
 /** Options of `new HeraldClient(...)`. Only `url`, `workspace` and `token` are required. */
@@ -22,7 +22,9 @@ export interface ClientOptions {
   /**
    * A JWT, or a function returning one (sync or async). A function is called again when the server
    * rejects the token (4001 / `unauthenticated`) and before a connect when the token's `exp` is within
-   * `tokenRefreshMarginMs`; a fixed string cannot be refreshed, so a rejection stops the client.
+   * `tokenRefreshMarginMs`; a fixed string cannot be refreshed, so a rejection stops the client. It must
+   * give the JWT string itself: nothing, a non-string or a JSON body (`{"token": ...}`) makes `connect()`
+   * reject with code `token` (a fixed one, the constructor throw).
    */
   token: string | TokenProvider;
   /** The WebSocket class; required where there is no global one (Node 20: pass `ws`'s). */
@@ -118,8 +120,15 @@ export function resolveOptions(opts: ClientOptions): Settings {
   if (!/^[A-Za-z0-9_.:-]{1,128}$/.test(opts.workspace ?? '')) {
     throw new TypeError('herald: `workspace` must be 1 to 128 characters of A-Z a-z 0-9 _ . : -');
   }
-  if (typeof opts.token !== 'string' && typeof opts.token !== 'function') {
-    throw new TypeError('herald: `token` must be a string or a function returning one');
+  if (typeof opts.token !== 'function') {
+    const given: unknown = opts.token;
+    // A string or an object may be a token gone wrong (empty, a JSON body, `{ token }`): say how.
+    // Anything else is not a token at all.
+    if (typeof given !== 'string' && (typeof given !== 'object' || given === null)) {
+      throw new TypeError('herald: `token` must be a string or a function returning one');
+    }
+    const problem = tokenProblem(given, 'the `token` option is');
+    if (problem !== null) throw new TypeError(problem);
   }
   const backoff = { ...DEFAULT_BACKOFF, ...opts.backoff };
   const s: Settings = {

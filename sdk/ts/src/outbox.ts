@@ -1,7 +1,8 @@
 //! The outbox: sends not yet acknowledged, and their retries.
 //!
 //! Owns: the bounded queue of unsent messages, their `client_id`s, order, and when each is tried again.
-//! Does not own: the link or request bookkeeping (client.ts), nor event delivery (chat.ts).
+//! Does not own: the link or request bookkeeping (connection.ts, requests.ts), nor event delivery
+//! (watch.ts, chat.ts).
 //!
 //! Why the chat keeps the caller's order: entries go out in enqueue order, and a refused one goes back to
 //! its place. The server holds back the sends written behind a send it refused for now (it refuses them the

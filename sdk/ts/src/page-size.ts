@@ -2,7 +2,7 @@
 //! what the connection has shown it can take.
 //!
 //! Owns: the current page size, halving it after a slow-consumer close and growing it back slowly.
-//! Does not own: noticing the close (client.ts) or the fetches (chat.ts).
+//! Does not own: noticing the close (connection.ts) or the fetches (chat.ts).
 //!
 //! Why: close code 4008 means the connection's outbound queue overflowed, and a large fetch reply (500
 //! events with bodies of up to 16 KiB each) is the one part of that queue the client controls. Asking for

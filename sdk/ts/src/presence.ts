@@ -3,7 +3,8 @@
 //! Owns: the state (a count and the users known present), the rules for folding pushes into it,
 //! including when it can no longer be trusted and must be fetched again, and the `presence` requests
 //! that (re)fetch it, with the pushes that arrive meanwhile held and applied on top of the reply.
-//! Does not own: when a watch begins (chat.ts calls `sync` after each watch reply) or the link.
+//! Does not own: when a watch begins (chat.ts calls `sync` when watch.ts takes a watch reply) or the
+//! link.
 //!
 //! Why resync: above 100 present users the server sends only counts, so the list is partial; when the
 //! count comes back down, per-user pushes resume on top of a list that lacks people. A list that is

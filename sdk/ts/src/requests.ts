@@ -2,7 +2,7 @@
 //!
 //! Owns: the protocol rule "every request frame `{"id": n, "op": ...}` gets exactly one reply with the
 //! same id", turned into one promise per request that settles exactly once (reply, timeout or a lost link).
-//! Does not own: which link is current or what a lost link means (client.ts).
+//! Does not own: which link is current or what a lost link means (connection.ts).
 
 import { HeraldError } from './errors.js';
 import type { Link } from './transport.js';

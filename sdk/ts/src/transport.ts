@@ -2,7 +2,7 @@
 //!
 //! Owns: finding a WebSocket constructor (the caller's, or the platform's), building the endpoint URL,
 //! and turning socket callbacks into three calls (open, frame, close) that stop for good once the link is
-//! abandoned. Does not own: the protocol spoken over the link (client.ts).
+//! abandoned. Does not own: the protocol spoken over the link (connection.ts).
 
 /**
  * The part of the WebSocket API this client uses. The browser's `WebSocket`, Node 22's global one and

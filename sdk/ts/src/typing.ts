@@ -3,7 +3,7 @@
 //! Owns: throttling this user's `typing` requests (at most one every 2 s while the user types, the
 //! server's own push window, with one trailing request for keystrokes inside the window) and the set of
 //! others typing, each of whom expires 5 s after their last push, or at once when their message arrives. Does not own: the request (sent through the chat) or
-//! which pushes belong to this chat (client.ts routes them).
+//! which pushes belong to this chat (pushes.ts routes them).
 
 /** The server pushes one member's typing at most once per this window; sending more often is wasted. */
 export const TYPING_SEND_INTERVAL_MS = 2_000;

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::{Html, IntoResponse};
 use serde::Deserialize;
 
-use super::{ApiResult, AppState, Body, authorize, openapi, parse_json};
+use super::{ApiResult, AppState, Body, authorize, params, parse_json};
 use crate::hooks::webhook::WebhookStatus;
 
 /// The admin page and its script (bundled from `web/admin/` by `web/`'s
@@ -49,7 +49,7 @@ pub(super) struct DrainOk {
 /// the drain window, as SIGTERM does; the node keeps running (new WebSockets
 /// get 503, the HTTP API keeps answering) until it is stopped.
 #[utoipa::path(post, path = "/v1/admin/drain", tag = "admin", request_body(content = Option<DrainBody>),
-    responses((status = 200, body = DrainOk), openapi::Refusals), security(("api_key" = [])))]
+    responses((status = 200, body = DrainOk), params::Refusals), security(("api_key" = [])))]
 pub(super) async fn admin_drain(State(s): State<AppState>, headers: HeaderMap, Body(body): Body) -> ApiResult<DrainOk> {
     authorize(&s, &headers)?;
     let req: DrainBody = if body.is_empty() { DrainBody::default() } else { parse_json(&body)? };
@@ -77,7 +77,7 @@ pub(super) struct NodesOk {
 
 /// The live nodes of this cell as this node sees them.
 #[utoipa::path(get, path = "/v1/admin/nodes", tag = "admin",
-    responses((status = 200, body = NodesOk), openapi::Refusals), security(("api_key" = [])))]
+    responses((status = 200, body = NodesOk), params::Refusals), security(("api_key" = [])))]
 pub(super) async fn admin_nodes(State(s): State<AppState>, headers: HeaderMap) -> ApiResult<NodesOk> {
     authorize(&s, &headers)?;
     let nodes = s.cluster.nodes().into_iter().map(|n| NodeView { node: n.name, url: n.url, load: n.load }).collect();
@@ -155,7 +155,7 @@ pub(super) struct AdminStatus {
 /// nodes, and the request and push counters the page turns into rates.
 /// Counters and the broker's gauge are the process's, as `/metrics` shows.
 #[utoipa::path(get, path = "/v1/admin/status", tag = "admin",
-    responses((status = 200, body = AdminStatus), openapi::Refusals), security(("api_key" = [])))]
+    responses((status = 200, body = AdminStatus), params::Refusals), security(("api_key" = [])))]
 pub(super) async fn admin_status(State(s): State<AppState>, headers: HeaderMap) -> ApiResult<AdminStatus> {
     authorize(&s, &headers)?;
     let this = s.cluster.this_node();
@@ -171,7 +171,6 @@ pub(super) async fn admin_status(State(s): State<AppState>, headers: HeaderMap) 
     nodes.sort_by(|a, b| a.node.cmp(&b.node));
     let shards = s
         .chats
-        .store()
         .shards()
         .into_iter()
         .map(|sh| StatusShard {
@@ -191,9 +190,9 @@ pub(super) async fn admin_status(State(s): State<AppState>, headers: HeaderMap) 
         draining: s.gateway.draining(),
         at_ms,
         connections,
-        watched_chats: s.chats.hub().chats() as u64,
+        watched_chats: s.chats.watched_chats() as u64,
         broker_subscriptions: count("herald_broker_subjects"),
-        broker_ready: s.chats.broker().ready(),
+        broker_ready: s.chats.broker_ready(),
         nodes,
         shards,
         requests_total: count("herald_requests_total"),

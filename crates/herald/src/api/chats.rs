@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 
-use super::openapi::{ChatParam, Refusals, UserParam, WsParam};
+use super::params::{ChatParam, Refusals, UserParam, WsParam};
 use super::{ApiError, ApiResult, AppState, Body, authorize, bad, parse_json};
 use crate::error::Error;
 use crate::model::ChatKey;
@@ -77,7 +77,7 @@ pub(super) async fn put_chat(
     let (ws, chat) = path(p)?;
     let key = chat_key(&s, &ws, &chat)?;
     if body.is_empty() {
-        return Ok(axum::Json(s.chats.put_chat(key, true, None).await?));
+        return Ok(axum::Json(s.chats.members().put_chat(key, true, None).await?));
     }
     let req = parse_json::<PutChatBody>(&body)?;
     let changes_profile = req.name.is_some() || req.image.is_some() || req.data.is_some();
@@ -87,10 +87,10 @@ pub(super) async fn put_chat(
         .map_err(bad)?;
     let open = match req.open {
         Some(open) => open,
-        None if changes_profile => s.chats.get_chat(key.clone()).await.map_or(true, |v| v.open),
+        None if changes_profile => s.chats.members().get_chat(key.clone()).await.map_or(true, |v| v.open),
         None => true,
     };
-    Ok(axum::Json(s.chats.put_chat(key, open, patch).await?))
+    Ok(axum::Json(s.chats.members().put_chat(key, open, patch).await?))
 }
 
 /// The chat: its latest seq, member count, whether it is open, and its profile.
@@ -99,7 +99,7 @@ pub(super) async fn put_chat(
 pub(super) async fn get_chat(State(s): State<AppState>, headers: HeaderMap, p: ChatPath) -> ApiResult<ChatView> {
     authorize(&s, &headers)?;
     let (ws, chat) = path(p)?;
-    Ok(axum::Json(s.chats.get_chat(chat_key(&s, &ws, &chat)?).await?))
+    Ok(axum::Json(s.chats.members().get_chat(chat_key(&s, &ws, &chat)?).await?))
 }
 
 /// Adds a member to an existing chat (a `join` event; none if already a member).
@@ -114,7 +114,7 @@ pub(super) async fn add_member(State(s): State<AppState>, headers: HeaderMap, p:
     if !is_valid_user_id(&user) {
         return Err(bad(invalid_user_id("user")));
     }
-    Ok(axum::Json(s.chats.add_member(key, &user).await?))
+    Ok(axum::Json(s.chats.members().add_member(key, &user).await?))
 }
 
 /// Removes a member (a `leave` event, which ends their watches).
@@ -128,7 +128,7 @@ pub(super) async fn remove_member(State(s): State<AppState>, headers: HeaderMap,
     if !is_valid_user_id(&user) {
         return Err(bad(invalid_user_id("user")));
     }
-    Ok(axum::Json(s.chats.remove_member(key, &user).await?))
+    Ok(axum::Json(s.chats.members().remove_member(key, &user).await?))
 }
 
 /// The type of a posted event.
@@ -205,7 +205,7 @@ pub(super) async fn post_event(
         return Err(bad("only a message can stream, reply in a thread, quote, mention or carry files"));
     }
     let conv = Conversation { thread: req.thread, quote: req.quote, mentions, stream: req.stream, files };
-    Ok(axum::Json(s.chats.post_event(key, system, req.user.as_deref(), req.body, req.client_id, conv).await?))
+    Ok(axum::Json(s.chats.writes().post_event(key, system, req.user.as_deref(), req.body, req.client_id, conv).await?))
 }
 
 /// `GET .../events`'s query.
@@ -236,7 +236,7 @@ pub(super) async fn get_events(
     if q.limit == Some(0) {
         return Err(bad("limit must be at least 1"));
     }
-    Ok(axum::Json(s.chats.admin_fetch(key, q.after.unwrap_or(0), q.limit).await?))
+    Ok(axum::Json(s.chats.reads().admin_fetch(key, q.after.unwrap_or(0), q.limit).await?))
 }
 
 /// Who is present in the chat: users with a connection watching it on any
@@ -248,5 +248,5 @@ pub(super) async fn get_presence(State(s): State<AppState>, headers: HeaderMap, 
     authorize(&s, &headers)?;
     let (ws, chat) = path(p)?;
     let key = chat_key(&s, &ws, &chat)?;
-    Ok(axum::Json(s.chats.admin_presence(key).await?))
+    Ok(axum::Json(s.chats.live().admin_presence(key).await?))
 }

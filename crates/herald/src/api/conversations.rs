@@ -14,7 +14,7 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::chats::{ChatPath, chat_key, path};
-use super::openapi::{ChatParam, Refusals, WsParam};
+use super::params::{ChatParam, Refusals, WsParam};
 use super::{ApiError, ApiResult, AppState, Body, authorize, bad, parse_json};
 use crate::error::Error;
 
@@ -76,9 +76,9 @@ pub(super) async fn chat_list(
         return Err(bad("limit must be at least 1"));
     }
     match q.prefix.as_deref() {
-        None => Ok(axum::Json(s.chats.chat_list(&ws, q.limit, q.cursor.as_deref()).await?)),
+        None => Ok(axum::Json(s.chats.reads().chat_list(&ws, q.limit, q.cursor.as_deref()).await?)),
         Some(prefix) if is_valid_id(prefix) => {
-            Ok(axum::Json(s.chats.find_chats(&ws, prefix, q.limit, q.cursor.as_deref()).await?))
+            Ok(axum::Json(s.chats.reads().find_chats(&ws, prefix, q.limit, q.cursor.as_deref()).await?))
         }
         Some(_) => Err(bad(invalid_id("prefix"))),
     }
@@ -98,7 +98,7 @@ pub(super) async fn member_list(
     let (ws, chat) = path(p)?;
     let key = chat_key(&s, &ws, &chat)?;
     let q = page(query)?;
-    Ok(axum::Json(s.chats.member_page(&key, q.limit, q.cursor.as_deref()).await?))
+    Ok(axum::Json(s.chats.reads().member_page(&key, q.limit, q.cursor.as_deref()).await?))
 }
 
 /// The chat's pinned messages, latest pin first.
@@ -108,7 +108,7 @@ pub(super) async fn pin_list(State(s): State<AppState>, headers: HeaderMap, p: C
     authorize(&s, &headers)?;
     let (ws, chat) = path(p)?;
     let key = chat_key(&s, &ws, &chat)?;
-    Ok(axum::Json(s.chats.pin_list(&key).await?))
+    Ok(axum::Json(s.chats.reads().pin_list(&key).await?))
 }
 
 /// `POST .../events/{seq}/append`'s body.
@@ -142,5 +142,5 @@ pub(super) async fn append(
     if req.text.is_empty() && !req.done {
         return Err(bad("\"text\" must not be empty unless \"done\" is true"));
     }
-    Ok(axum::Json(s.chats.admin_append(key, seq, req.text, req.done).await?))
+    Ok(axum::Json(s.chats.writes().admin_append(key, seq, req.text, req.done).await?))
 }

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use herald_protocol::Event;
 use utoipa::ToSchema;
 
-use super::openapi::{Refusals, UserParam, WsParam};
+use super::params::{Refusals, UserParam, WsParam};
 use super::users::{UserPath, user_route};
 use super::{ApiError, AppState, authorize};
 
@@ -53,7 +53,7 @@ pub(super) struct ExportLine {
 pub(super) async fn export(State(s): State<AppState>, headers: HeaderMap, p: UserPath) -> Result<Response, ApiError> {
     authorize(&s, &headers)?;
     let (ws, user) = user_route(&s, p)?;
-    let body = s.chats.export_user(&ws, &user).await?;
+    let body = s.chats.reads().export_user(&ws, &user).await?;
     let headers = [(header::CONTENT_TYPE, NDJSON), (header::CACHE_CONTROL, "no-store")];
     Ok((headers, axum::body::Body::from_stream(body)).into_response())
 }

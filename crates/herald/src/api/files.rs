@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use super::chats::{ChatPath, chat_key, path, present};
-use super::openapi::{ChatParam, Refusals, WsParam};
+use super::params::{ChatParam, Refusals, WsParam};
 use super::{ApiResult, AppState, Body, authorize, bad, parse_json};
 
 /// `POST .../files`' body: the file a user will upload.
@@ -55,5 +55,5 @@ pub(super) async fn upload(
         return Err(bad(invalid_user_id("user")));
     }
     let file = FileDeclared::read(req.name.as_deref(), req.mime.as_deref(), req.size.as_deref()).map_err(bad)?;
-    Ok(axum::Json(s.chats.admin_upload(key, &req.user, file).await?))
+    Ok(axum::Json(s.chats.writes().admin_upload(key, &req.user, file).await?))
 }

@@ -13,8 +13,8 @@ use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, patch, post, put};
-use herald_protocol::frame::ErrorBody;
 use herald_protocol::ids::{invalid_id, invalid_user_id, is_valid_id, is_valid_user_id};
+use herald_protocol::limits::size_in_words;
 use serde::Deserialize;
 
 use crate::auth::{DEFAULT_TTL_S, MAX_TTL_S, Tokens};
@@ -56,6 +56,7 @@ mod export;
 mod files;
 mod moderation;
 pub mod openapi;
+mod params;
 mod search;
 mod users;
 
@@ -84,7 +85,7 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
         match Bytes::from_request(req, state).await {
             Ok(body) => Ok(Body(body)),
             Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                Err(ApiError(Error::TooLarge(format!("the request body is over {limit} bytes"))))
+                Err(ApiError(Error::TooLarge(format!("the request body is over {}", size_in_words(limit as u64)))))
             }
             Err(r) => Err(bad(r.body_text())),
         }
@@ -135,6 +136,9 @@ pub fn router(state: AppState, diag_echo: bool) -> Router {
             .route("/", get(|| async { Html(DEMO_PAGE) }))
             .route("/demo.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], DEMO_JS) }))
             .route("/v1/dev/token", post(dev_token));
+    } else {
+        // Not "no route": say why, and how to have them.
+        app = app.route("/", get(dev_only)).route("/demo.js", get(dev_only)).route("/v1/dev/token", post(dev_only));
     }
     let gw = Router::new().route("/v1/ws", get(gateway::ws_route));
     let gw = if diag_echo { gw.route("/diag/echo", get(gateway::echo_route)) } else { gw };
@@ -159,6 +163,16 @@ fn request_line(method: &Method, uri: &Uri) -> String {
     format!("{method} {path}")
 }
 
+/// The development-mode routes of a server outside development mode: 404 with the reason.
+async fn dev_only(uri: Uri) -> ApiError {
+    ApiError(Error::NotFound(format!(
+        "{} is served only in development mode, and this server has secrets set: start it with --dev \
+         (HERALD_DEV=true) to keep your secrets and have the demo page and dev tokens, or issue tokens \
+         with POST /v1/tokens and the api key",
+        uri.path()
+    )))
+}
+
 /// A path no route takes: 404 with the JSON error every route answers, not axum's empty body.
 async fn no_route(method: Method, uri: Uri) -> ApiError {
     ApiError(Error::NotFound(format!("no route for {}", request_line(&method, &uri))))
@@ -169,8 +183,7 @@ async fn no_route(method: Method, uri: Uri) -> ApiError {
 /// the protocol's codes have none for 405, and the wire protocol does not change.
 async fn wrong_method(method: Method, uri: Uri) -> Response {
     let message = format!("{} is not a method of this route (see the Allow header)", request_line(&method, &uri));
-    let body = ErrorBody { code: herald_protocol::ErrorCode::BadRequest, message, retry_after_ms: None };
-    (StatusCode::METHOD_NOT_ALLOWED, axum::Json(serde_json::json!({ "error": body }))).into_response()
+    crate::error::http_refusal(StatusCode::METHOD_NOT_ALLOWED, message)
 }
 
 /// An error as the HTTP API answers it: `{"error": {...}}` with the code's status.
@@ -184,16 +197,7 @@ impl From<Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body: ErrorBody = self.0.body();
-        let status = StatusCode::from_u16(body.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut resp = (status, axum::Json(serde_json::json!({ "error": body }))).into_response();
-        if let Some(ms) = body.retry_after_ms {
-            let secs = ms.div_ceil(1000).to_string();
-            if let Ok(v) = header::HeaderValue::from_str(&secs) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-        }
-        resp
+        self.0.into_response()
     }
 }
 
@@ -217,8 +221,21 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     for (i, w) in want.iter().enumerate() {
         diff |= usize::from(given.get(i).copied().unwrap_or(0) ^ w);
     }
-    let same = diff == 0;
-    if same { Ok(()) } else { Err(ApiError(Error::Unauthenticated("a valid api key is required".into()))) }
+    if diff == 0 {
+        return Ok(());
+    }
+    let no_header = headers.get(header::AUTHORIZATION).is_none();
+    let message = if no_header {
+        "a valid api key is required: send it as `Authorization: Bearer <api key>`"
+    } else if given.starts_with(b"eyJ") && given.iter().filter(|&&b| b == b'.').count() == 2 {
+        // A user token (a JWT) where the api key goes: the easy mistake of sending the client's
+        // credential to the server API.
+        "a valid api key is required: this is a user token (a JWT), which a client sends in its WebSocket \
+         `hello`; the server API takes the api key (HERALD_API_KEY)"
+    } else {
+        "a valid api key is required: this one is not the server's (HERALD_API_KEY)"
+    };
+    Err(ApiError(Error::Unauthenticated(message.into())))
 }
 
 fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
@@ -266,7 +283,7 @@ fn make_token(tokens: &Tokens, body: &[u8]) -> ApiResult<TokenOk> {
 
 /// Issues a client token (HS256, signed with `--jwt-secret`).
 #[utoipa::path(post, path = "/v1/tokens", tag = "server", request_body = TokenBody,
-    responses((status = 200, body = TokenOk), openapi::Refusals), security(("api_key" = [])))]
+    responses((status = 200, body = TokenOk), params::Refusals), security(("api_key" = [])))]
 async fn issue_token(State(s): State<AppState>, headers: HeaderMap, Body(body): Body) -> ApiResult<TokenOk> {
     authorize(&s, &headers)?;
     make_token(&s.tokens, &body)
@@ -306,7 +323,7 @@ struct GatewayOk {
 /// node at its `--public-url`, or else at the address the client reached it by; in a cell, the node the
 /// workspace routes to; for another cell's workspace, that cell's URL.
 #[utoipa::path(get, path = "/v1/gateway", tag = "clients", params(GatewayQuery),
-    responses((status = 200, body = GatewayOk), openapi::Refusals))]
+    responses((status = 200, body = GatewayOk), params::Refusals))]
 async fn gateway_for(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -362,9 +379,7 @@ struct Ready {
 #[utoipa::path(get, path = "/readyz", tag = "server",
     responses((status = 200, body = Ready), (status = 503, description = "not ready", body = Ready)))]
 async fn ready(State(s): State<AppState>) -> Response {
-    let store = s.chats.store().ready().await.is_ok();
-    let broker = s.chats.broker().ready();
-    let shards = s.chats.store().shards();
+    let crate::chat::Readiness { store, broker, shards } = s.chats.readiness().await;
     let body = Ready {
         store: if store { "ok" } else { "unavailable" },
         broker: if broker { "ok" } else { "unavailable" },
@@ -379,65 +394,4 @@ async fn ready(State(s): State<AppState>) -> Response {
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 async fn metrics() -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::handle().render()).into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::body::Body;
-    use axum::extract::connect_info::MockConnectInfo;
-    use axum::http::Request;
-    use tower::ServiceExt;
-
-    use super::*;
-    use crate::broker::memory::MemoryBroker;
-    use crate::config::ServeArgs;
-    use crate::server::Core;
-    use crate::store::sqlite::SqliteStore;
-
-    /// The router of a development-mode node, as `run` builds it.
-    fn dev_app(dir: &std::path::Path) -> Router {
-        let data = dir.to_str().unwrap();
-        let config = ServeArgs::parse_from(["serve", "--data", data]).and_then(ServeArgs::resolve).unwrap();
-        assert!(config.dev_mode);
-        let store: Arc<dyn crate::store::Store> = Arc::new(SqliteStore::open(dir).unwrap());
-        let core = Core::new(&config, store, Arc::new(MemoryBroker::new()), "http://127.0.0.1:1", false).unwrap();
-        let state = AppState {
-            chats: core.chats,
-            tokens: core.tokens,
-            gateway: core.gateway,
-            api_key: config.api_key.as_str().into(),
-            dev_mode: true,
-            cluster: Cluster::single(&config.server.node, "ws://127.0.0.1:1"),
-            cells: core.cells,
-            drain_window: config.server.drain_window(),
-            public_url: None,
-            revocations: core.revocations,
-            webhook: None,
-        };
-        router(state, false)
-    }
-
-    #[tokio::test]
-    async fn dev_tokens_are_for_loopback_peers_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let app = dev_app(dir.path());
-        for (peer, status) in [
-            ("10.1.2.3:5000", StatusCode::FORBIDDEN),
-            ("192.168.0.10:5000", StatusCode::FORBIDDEN),
-            ("[2001:db8::1]:5000", StatusCode::FORBIDDEN),
-            ("[::ffff:10.0.0.1]:5000", StatusCode::FORBIDDEN),
-            ("127.0.0.1:5000", StatusCode::OK),
-            ("127.8.9.10:5000", StatusCode::OK),
-            ("[::1]:5000", StatusCode::OK),
-            ("[::ffff:127.0.0.1]:5000", StatusCode::OK),
-        ] {
-            let peer: SocketAddr = peer.parse().unwrap();
-            let req = Request::post("/v1/dev/token")
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(r#"{"workspace":"w","user":"u"}"#))
-                .unwrap();
-            let res = app.clone().layer(MockConnectInfo(peer)).oneshot(req).await.unwrap();
-            assert_eq!(res.status(), status, "peer {peer}");
-        }
-    }
 }

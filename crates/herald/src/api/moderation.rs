@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 
 use super::chats::{MemberPath, chat_key, path};
-use super::openapi::{ChatParam, Refusals, UserParam, WsParam};
+use super::params::{ChatParam, Refusals, UserParam, WsParam};
 use super::{ApiError, ApiResult, AppState, Body, authorize, bad, parse_json};
 use crate::error::Error;
 
@@ -64,7 +64,7 @@ pub(super) async fn edit_event(
         return Err(bad(invalid_user_id("user")));
     }
     let files = herald_protocol::args::files(req.files.as_deref()).map_err(bad)?;
-    Ok(axum::Json(s.chats.admin_edit(key, seq, req.body, req.user.as_deref(), files).await?))
+    Ok(axum::Json(s.chats.writes().admin_edit(key, seq, req.body, req.user.as_deref(), files).await?))
 }
 
 /// Deletes any message of the chat: stores a `delete` event and erases the
@@ -77,7 +77,7 @@ pub(super) async fn delete_event(State(s): State<AppState>, headers: HeaderMap, 
     authorize(&s, &headers)?;
     let (ws, chat, seq) = path(p)?;
     let key = chat_key(&s, &ws, &chat)?;
-    Ok(axum::Json(s.chats.admin_delete(key, seq).await?))
+    Ok(axum::Json(s.chats.writes().admin_delete(key, seq).await?))
 }
 
 /// The chat and user of a member route, both checked.
@@ -98,7 +98,7 @@ fn member_route(s: &AppState, p: MemberPath) -> Result<(crate::model::ChatKey, S
 pub(super) async fn ban(State(s): State<AppState>, headers: HeaderMap, p: MemberPath) -> ApiResult<EmptyOk> {
     authorize(&s, &headers)?;
     let (key, user) = member_route(&s, p)?;
-    Ok(axum::Json(s.chats.set_ban(key, &user, true).await?))
+    Ok(axum::Json(s.chats.members().set_ban(key, &user, true).await?))
 }
 
 /// Lifts the user's ban (they may join again; they are not added back).
@@ -108,7 +108,7 @@ pub(super) async fn ban(State(s): State<AppState>, headers: HeaderMap, p: Member
 pub(super) async fn unban(State(s): State<AppState>, headers: HeaderMap, p: MemberPath) -> ApiResult<EmptyOk> {
     authorize(&s, &headers)?;
     let (key, user) = member_route(&s, p)?;
-    Ok(axum::Json(s.chats.set_ban(key, &user, false).await?))
+    Ok(axum::Json(s.chats.members().set_ban(key, &user, false).await?))
 }
 
 /// `PUT .../mutes/{user}`'s body.
@@ -133,7 +133,7 @@ pub(super) async fn mute(
     authorize(&s, &headers)?;
     let (key, user) = member_route(&s, p)?;
     let until_ms = if body.is_empty() { None } else { parse_json::<MuteBody>(&body)?.until_ms };
-    Ok(axum::Json(s.chats.set_mute(key, &user, true, until_ms).await?))
+    Ok(axum::Json(s.chats.members().set_mute(key, &user, true, until_ms).await?))
 }
 
 /// Unmutes the user.
@@ -143,7 +143,7 @@ pub(super) async fn mute(
 pub(super) async fn unmute(State(s): State<AppState>, headers: HeaderMap, p: MemberPath) -> ApiResult<EmptyOk> {
     authorize(&s, &headers)?;
     let (key, user) = member_route(&s, p)?;
-    Ok(axum::Json(s.chats.set_mute(key, &user, false, None).await?))
+    Ok(axum::Json(s.chats.members().set_mute(key, &user, false, None).await?))
 }
 
 /// `GET .../inbox`'s query.
@@ -186,5 +186,5 @@ pub(super) async fn inbox(
     if q.limit == Some(0) {
         return Err(bad("limit must be at least 1"));
     }
-    Ok(axum::Json(s.chats.inbox(&ws, &user, q.limit, q.cursor.as_deref()).await?))
+    Ok(axum::Json(s.chats.inbox().page(&ws, &user, q.limit, q.cursor.as_deref()).await?))
 }

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::chats::path;
-use super::openapi::{Refusals, WsParam};
+use super::params::{Refusals, WsParam};
 use super::{ApiError, ApiResult, AppState, authorize, bad};
 use crate::error::Error;
 
@@ -72,7 +72,10 @@ pub(super) async fn search(
     if let Some((cell, _)) = s.cells.elsewhere(&ws) {
         return Err(ApiError(Error::Forbidden(format!("workspace {ws} is served by cell {cell}"))));
     }
-    let found =
-        s.chats.search_as(&ws, q.user.as_deref(), &text, q.chat.as_deref(), q.limit, q.cursor.as_deref()).await?;
+    let found = s
+        .chats
+        .reads()
+        .search_as(&ws, q.user.as_deref(), &text, q.chat.as_deref(), q.limit, q.cursor.as_deref())
+        .await?;
     Ok(axum::Json(found))
 }

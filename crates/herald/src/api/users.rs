@@ -11,7 +11,7 @@ use herald_protocol::reply::EmptyOk;
 use utoipa::ToSchema;
 
 use super::chats::path;
-use super::openapi::{Refusals, UserParam, WsParam};
+use super::params::{Refusals, UserParam, WsParam};
 use super::{ApiError, ApiResult, AppState, authorize, bad};
 use crate::error::Error;
 
@@ -65,6 +65,6 @@ pub(super) async fn erase(State(s): State<AppState>, headers: HeaderMap, p: User
     authorize(&s, &headers)?;
     let (ws, user) = user_route(&s, p)?;
     s.revocations.revoke(&ws, &user).await?;
-    let erased = s.chats.erase_user(&ws, &user).await?;
+    let erased = s.chats.members().erase_user(&ws, &user).await?;
     Ok(axum::Json(ErasedOk { erased }))
 }

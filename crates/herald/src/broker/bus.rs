@@ -25,7 +25,7 @@ use std::pin::Pin;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use crate::store::BoxFuture;
+use crate::model::BoxFuture;
 
 /// A cell-wide topic. Each is one NATS subject, `herald.<cell>.<name>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,7 +36,7 @@ pub enum Topic {
     Revocations,
     /// "Which of these users are connected to you?" (the webhook's `offline`).
     Online,
-    /// Each node's presence digest, each second (`hub/digest.rs`).
+    /// Each node's presence digest, each second (`hub/presence/digest.rs`).
     Presence,
 }
 

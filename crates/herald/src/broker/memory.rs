@@ -30,8 +30,8 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::bus::{Answers, Bus, BusError, Note, Notes, Topic};
 use super::{Broker, Sink};
+use crate::model::BoxFuture;
 use crate::model::{ChatKey, Published, Signal};
-use crate::store::BoxFuture;
 
 /// What one node queues to another's hub.
 enum Inbound {

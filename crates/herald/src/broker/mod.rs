@@ -36,8 +36,8 @@ pub mod settings;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use crate::model::BoxFuture;
 use crate::model::{ChatKey, Published, Signal};
-use crate::store::BoxFuture;
 
 use bus::Answers;
 

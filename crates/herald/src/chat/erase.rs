@@ -16,14 +16,14 @@
 
 use herald_protocol::limits::INBOX_MAX;
 
-use super::Chats;
+use super::{Members, Writes};
 use crate::error::Error;
 use crate::model::ChatKey;
 
 /// Messages erased per step.
 const ERASE_PAGE: u32 = 256;
 
-impl Chats {
+impl Members<'_> {
     /// Ends `user`'s memberships in workspace `ws` and erases every message
     /// they sent there. Returns how many messages this call erased.
     pub async fn erase_user(&self, ws: &str, user: &str) -> Result<u64, Error> {
@@ -32,8 +32,9 @@ impl Chats {
         let mut after: Option<(String, u64)> = None;
         loop {
             let cursor = after.as_ref().map(|(chat, seq)| (chat.as_str(), *seq));
-            let page = self.store.user_messages(ws, user, cursor, ERASE_PAGE).await?;
-            let deletes = page.iter().map(|(chat, seq)| self.admin_delete(ChatKey::new(ws, chat), *seq));
+            let page = self.g.store.user_messages(ws, user, cursor, ERASE_PAGE).await?;
+            let writes = Writes::new(self.g);
+            let deletes = page.iter().map(|(chat, seq)| writes.admin_delete(ChatKey::new(ws, chat), *seq));
             for result in futures_util::future::join_all(deletes).await {
                 match result {
                     Ok(_) => erased += 1,
@@ -62,7 +63,7 @@ impl Chats {
         loop {
             // The inbox lists only chats the user is still a member of: each
             // round starts over from the first page.
-            let page = self.store.inbox(ws, user, None, INBOX_MAX).await?;
+            let page = self.g.store.inbox(ws, user, None, INBOX_MAX).await?;
             if page.is_empty() {
                 return Ok(());
             }

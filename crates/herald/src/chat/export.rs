@@ -11,7 +11,7 @@
 //! A failure midway (a shard down, a timeout) ends the stream with an error, never with a clean
 //! end: the HTTP body is then cut off without its last chunk, so a client sees a broken transfer,
 //! not an export that silently lacks the rest. A failure before the first line is an ordinary
-//! error answer (`Chats::export_user` reads the first chunk before answering).
+//! error answer (`Reads::export_user` reads the first chunk before answering).
 //!
 //! Not here: the store's statements (the backends' `export.rs`), or the route (`api/export.rs`).
 
@@ -23,7 +23,6 @@ use futures_util::Stream;
 use herald_protocol::Event;
 use serde::Serialize;
 
-use super::Chats;
 use crate::error::Error;
 use crate::store::{Export, ExportCursor, Exported, StoreError, export_order};
 
@@ -104,8 +103,6 @@ struct Exporting {
     members_done: bool,
     /// Nothing more to write (the end, or a failure).
     finished: bool,
-    /// v1.2: signs the URLs of the files messages carry.
-    urls: Option<Arc<crate::files::FileUrls>>,
 }
 
 impl Exporting {
@@ -119,7 +116,6 @@ impl Exporting {
             user: user.to_owned(),
             members_done: false,
             finished: false,
-            urls: None,
         }
     }
 
@@ -158,12 +154,7 @@ impl Exporting {
                     })
                     .await?;
             match next {
-                Some(mut m) => {
-                    if let Some(urls) = &self.urls {
-                        urls.sign(&crate::model::ChatKey::new(ws, &m.chat), &mut m.event);
-                    }
-                    push_line(&mut out, &Line::Message { chat: &m.chat, event: &m.event })
-                }
+                Some(m) => push_line(&mut out, &Line::Message { chat: &m.chat, event: &m.event }),
                 None => break,
             }
         }
@@ -198,25 +189,11 @@ fn stream_from(first: Option<Bytes>, state: Exporting) -> ExportBody {
 
 /// `user`'s export from `store`: its first chunk is read before this returns, so that a store
 /// that fails at once fails the request with its error instead of a cut-off body.
-pub async fn export_from(
-    store: Arc<dyn Export>,
-    urls: Option<Arc<crate::files::FileUrls>>,
-    ws: &str,
-    user: &str,
-) -> Result<ExportBody, Error> {
+pub async fn export_from(store: Arc<dyn Export>, ws: &str, user: &str) -> Result<ExportBody, Error> {
     let mut state = Exporting::new(store, ws, user);
-    state.urls = urls;
     let first = state.chunk().await?;
     metrics::counter!("herald_exports_total").increment(1);
     Ok(stream_from(first, state))
-}
-
-impl Chats {
-    /// The export of `user` in workspace `ws`; see the module's documentation.
-    pub async fn export_user(&self, ws: &str, user: &str) -> Result<ExportBody, Error> {
-        let store: Arc<dyn Export> = self.store.clone();
-        export_from(store, self.file_urls().cloned(), ws, user).await
-    }
 }
 
 #[cfg(test)]
@@ -228,7 +205,7 @@ mod tests {
     use serde_json::value::RawValue;
 
     use super::*;
-    use crate::store::BoxFuture;
+    use crate::model::BoxFuture;
 
     /// A store of `parts` parts that makes its rows up as they are asked for: part `p` holds
     /// chats `c{p}-{i}` and, of message `n` (every `parts`-th from `p`), `ts` = `n / 3` (so
@@ -312,7 +289,7 @@ mod tests {
     #[tokio::test]
     async fn many_messages_are_read_a_page_at_a_time_as_the_client_reads() {
         let store = Arc::new(Made::new(2, 3, MANY));
-        let mut body = export_from(store.clone(), None, "w", "u").await.unwrap();
+        let mut body = export_from(store.clone(), "w", "u").await.unwrap();
         // The first chunk: the memberships, then messages up to the chunk's size, from the
         // first page of each part only.
         let first = lines(&body.next().await.unwrap().unwrap());
@@ -342,7 +319,7 @@ mod tests {
     async fn a_failure_midway_ends_the_stream_with_an_error_not_an_end() {
         let mut made = Made::new(2, 1, 10_000);
         made.fail_after = Some(8);
-        let mut body = export_from(Arc::new(made), None, "w", "u").await.unwrap();
+        let mut body = export_from(Arc::new(made), "w", "u").await.unwrap();
         let mut got = Vec::new();
         while let Some(chunk) = body.next().await {
             got.push(chunk.map(|c| lines(&c).len()));
@@ -355,12 +332,12 @@ mod tests {
     async fn a_failure_before_the_first_line_is_an_error_answer() {
         let mut made = Made::new(1, 1, 1);
         made.fail_after = Some(0);
-        assert!(matches!(export_from(Arc::new(made), None, "w", "u").await, Err(Error::Unavailable { .. })));
+        assert!(matches!(export_from(Arc::new(made), "w", "u").await, Err(Error::Unavailable { .. })));
     }
 
     #[tokio::test]
     async fn nobody_gets_an_empty_body() {
-        let mut body = export_from(Arc::new(Made::new(3, 0, 0)), None, "w", "u").await.unwrap();
+        let mut body = export_from(Arc::new(Made::new(3, 0, 0)), "w", "u").await.unwrap();
         assert!(body.next().await.is_none());
     }
 }

@@ -1,6 +1,7 @@
 //! v1.2 files, the chat layer's side: `upload` (a client's, and the server API's for a user),
-//! the check that every file a `send` or `edit` names was uploaded completely, and the URLs every
-//! event carrying files gets as it leaves herald ([`FileUrls`]).
+//! and the check that every file a `send` or `edit` names was uploaded completely. The URLs every
+//! event carrying files gets as it leaves herald are signed in one place,
+//! [`crate::files::signed::SignedStore`].
 //!
 //! Not here: which files a message may carry (the store's batch rules, `store/apply/files.rs`,
 //! in the same transaction as the message), or where the bytes live (`crate::files`).
@@ -9,9 +10,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use herald_protocol::args::FileDeclared;
+use herald_protocol::limits::size_in_words;
 use herald_protocol::reply::UploadOk;
 
-use super::{Caller, Chats};
+use super::ground::Ground;
+use super::{Caller, Writes};
 use crate::error::Error;
 use crate::files::{FileKey, FileMeta, FileUrls, new_id};
 use crate::model::ChatKey;
@@ -34,7 +37,7 @@ fn not_kept() -> Error {
     Error::Unavailable { message, retry_after_ms: 60_000 }
 }
 
-impl Chats {
+impl Writes<'_> {
     /// A member's `upload`: where to send the bytes of a file for `chat`.
     pub async fn upload(&self, c: &Caller, chat: &str, file: FileDeclared) -> Result<UploadOk, Error> {
         self.upload_as(c.key(chat), &c.user, Actor::Client, file).await
@@ -46,13 +49,13 @@ impl Chats {
     }
 
     async fn upload_as(&self, key: ChatKey, user: &str, actor: Actor, file: FileDeclared) -> Result<UploadOk, Error> {
-        let Some(files) = &self.files else { return Err(not_kept()) };
+        let Some(files) = &self.g.files else { return Err(not_kept()) };
         if file.size > files.max_bytes {
-            return Err(Error::TooLarge(format!("a file may be at most {} bytes", files.max_bytes)));
+            return Err(Error::TooLarge(format!("a file may be at most {}", size_in_words(files.max_bytes))));
         }
         let id = new_id();
         let row = NewFile { id: id.clone(), name: file.name.clone(), mime: file.mime.clone(), size: file.size };
-        self.write(Write::Upload { key: key.clone(), user: user.into(), actor, file: row }).await?;
+        self.g.write(Write::Upload { key: key.clone(), user: user.into(), actor, file: row }).await?;
         let now = now_ms();
         let expires_ms = now + UPLOAD_VALID_MS;
         let meta = FileMeta {
@@ -71,10 +74,12 @@ impl Chats {
             expires_ms,
         })
     }
+}
 
+impl Ground {
     /// Refuses `files` (named by a `send` or `edit` of `user` in `key`) unless each one's bytes
     /// are all uploaded. Which files the message may carry is the store's to say, in the write.
-    pub(crate) async fn check_uploaded(&self, key: &ChatKey, user: Option<&str>, ids: &[String]) -> Result<(), Error> {
+    pub(super) async fn check_uploaded(&self, key: &ChatKey, user: Option<&str>, ids: &[String]) -> Result<(), Error> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -108,15 +113,5 @@ impl Chats {
             }
         }
         Ok(())
-    }
-
-    /// The routes of the embedded backend's URLs, when this node serves them.
-    pub fn local_files(&self) -> Option<crate::files::serve::Served> {
-        self.files.as_ref()?.served.clone()
-    }
-
-    /// The URL signer, when files are kept.
-    pub fn file_urls(&self) -> Option<&Arc<FileUrls>> {
-        self.files.as_ref().map(|f| &f.urls)
     }
 }

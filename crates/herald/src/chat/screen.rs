@@ -11,7 +11,8 @@
 use herald_protocol::reply::SeqOk;
 use serde_json::value::RawValue;
 
-use super::{Caller, Chats};
+use super::Caller;
+use super::ground::Ground;
 use crate::error::Error;
 use crate::hooks::send::{HookOp, HookRequest, Verdict};
 use crate::model::ChatKey;
@@ -24,7 +25,7 @@ pub(super) enum Screened {
     Already(SeqOk),
 }
 
-impl Chats {
+impl Ground {
     /// Screens `body` of `c`'s `op` in `key` through the send hook, if one is configured.
     pub(super) async fn screen(
         &self,

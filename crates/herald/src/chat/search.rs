@@ -9,12 +9,12 @@
 use herald_protocol::limits::{SEARCH_DEFAULT, SEARCH_MAX};
 use herald_protocol::reply::{SearchHit, SearchOk};
 
-use super::{Caller, Chats};
+use super::{Caller, Reads};
 use crate::error::Error;
 use crate::store::search_text::terms;
 use crate::store::{SearchCursor, SearchQuery};
 
-impl Chats {
+impl Reads<'_> {
     /// `search`: messages of `c`'s chats (or of `chat`, for a member) matching every term of `query`.
     pub async fn search(
         &self,
@@ -39,7 +39,7 @@ impl Chats {
         cursor: Option<&str>,
     ) -> Result<SearchOk, Error> {
         if let (Some(chat), Some(user)) = (chat, user) {
-            self.check_member(&crate::model::ChatKey::new(ws, chat), user, false).await?;
+            self.g.check_member(&crate::model::ChatKey::new(ws, chat), user, false).await?;
         }
         let terms = terms(query);
         if terms.is_empty() {
@@ -61,21 +61,12 @@ impl Chats {
             limit,
         };
         let started = std::time::Instant::now();
-        let mut hits = self.store.search(&q).await?;
+        let mut hits = self.g.store.search(&q).await?;
         metrics::histogram!("herald_search_seconds").record(started.elapsed().as_secs_f64());
         let more = hits.len() > limit as usize;
         hits.truncate(limit as usize);
         let cursor = hits.last().filter(|_| more).map(|h| SearchCursor::after(h).encode());
-        let urls = self.file_urls();
-        let results = hits
-            .into_iter()
-            .map(|mut h| {
-                if let Some(urls) = urls {
-                    urls.sign(&crate::model::ChatKey::new(ws, &h.chat), &mut h.event);
-                }
-                SearchHit { chat: h.chat, event: h.event }
-            })
-            .collect();
+        let results = hits.into_iter().map(|h| SearchHit { chat: h.chat, event: h.event }).collect();
         Ok(SearchOk { results, more, cursor })
     }
 }

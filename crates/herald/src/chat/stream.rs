@@ -21,7 +21,7 @@ use herald_protocol::frame::utf16_len;
 use herald_protocol::reply::EmptyOk;
 use tokio::time::Instant;
 
-use super::{Caller, Chats};
+use super::{Caller, Chats, Writes};
 use crate::error::Error;
 use crate::hub::Hub;
 use crate::model::ChatKey;
@@ -152,7 +152,7 @@ impl Streams {
     }
 }
 
-impl Chats {
+impl Writes<'_> {
     /// `append`: adds `text` to the end of `c`'s open stream `target`; with `done`, ends it.
     pub async fn append(
         &self,
@@ -179,37 +179,21 @@ impl Chats {
         text: String,
         done: bool,
     ) -> Result<EmptyOk, Error> {
-        let limit = self.limits.settings.body_limit;
+        let limit = self.g.limits.settings.body_limit;
         let write = Write::StreamText { key: key.clone(), user, actor, target, text: text.clone(), done, limit };
-        let w = self.write(write).await?;
+        let w = self.g.write(write).await?;
         metrics::counter!("herald_stream_appends_total").increment(1);
         if done {
-            self.streams.end(&key, target);
+            self.g.streams.end(&key, target);
         } else if let Some(at) = w.at {
-            self.streams.offer(&key, target, &text, at);
+            self.g.streams.offer(&key, target, &text, at);
         }
         Ok(EmptyOk {})
     }
 
-    /// Ends, every [`SWEEP_EVERY`], the streams nobody appended to for [`STREAM_IDLE`]. Runs
-    /// until these chats are dropped. Every node of a cell sweeps; ending a stream twice stores
-    /// one `edit`.
-    pub fn spawn_stream_timeouts(self: &Arc<Self>) {
-        let me = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SWEEP_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(chats) = me.upgrade() else { return };
-                chats.end_idle_streams(crate::store::now_ms() - STREAM_IDLE.as_millis() as i64).await;
-            }
-        });
-    }
-
     /// Ends the streams idle since before `idle_before_ms`; returns how many it ended.
     pub async fn end_idle_streams(&self, idle_before_ms: i64) -> usize {
-        let idle = match self.store.idle_streams(idle_before_ms, SWEEP_BATCH).await {
+        let idle = match self.g.store.idle_streams(idle_before_ms, SWEEP_BATCH).await {
             Ok(idle) => idle,
             Err(e) => {
                 tracing::warn!(error = %e, "looking for idle streams failed; the next sweep tries again");
@@ -227,6 +211,24 @@ impl Chats {
             metrics::counter!("herald_streams_timed_out_total").increment(ended as u64);
         }
         ended
+    }
+}
+
+impl Chats {
+    /// Ends, every [`SWEEP_EVERY`], the streams nobody appended to for [`STREAM_IDLE`]. Runs
+    /// until these chats are dropped. Every node of a cell sweeps; ending a stream twice stores
+    /// one `edit`.
+    pub fn spawn_stream_timeouts(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(chats) = me.upgrade() else { return };
+                chats.writes().end_idle_streams(crate::store::now_ms() - STREAM_IDLE.as_millis() as i64).await;
+            }
+        });
     }
 }
 
@@ -249,17 +251,17 @@ mod tests {
         let settings = ChatSettings { body_limit: 1024, chat_join_rate: 0 };
         let chats = Chats::new(store.clone(), broker, hub, ChatLimits::new(settings, 1 << 20));
         let key = ChatKey::new("w", "g");
-        chats.put_chat(key.clone(), true, None).await.unwrap();
+        chats.members().put_chat(key.clone(), true, None).await.unwrap();
         let body = RawValue::from_string(r#"{"text":"half"}"#.into()).unwrap();
         let conv = Conversation { stream: true, ..Conversation::default() };
-        let seq = chats.post_event(key.clone(), false, Some("bot"), body, None, conv).await.unwrap().seq;
-        chats.admin_append(key.clone(), seq, " a reply".into(), false).await.unwrap();
+        let seq = chats.writes().post_event(key.clone(), false, Some("bot"), body, None, conv).await.unwrap().seq;
+        chats.writes().admin_append(key.clone(), seq, " a reply".into(), false).await.unwrap();
 
         // Not idle yet: nothing ends.
-        assert_eq!(chats.end_idle_streams(crate::store::now_ms() - 60_000).await, 0);
+        assert_eq!(chats.writes().end_idle_streams(crate::store::now_ms() - 60_000).await, 0);
         // Idle: ended with one edit of its text so far, once.
-        assert_eq!(chats.end_idle_streams(crate::store::now_ms() + 1).await, 1);
-        assert_eq!(chats.end_idle_streams(crate::store::now_ms() + 1).await, 0);
+        assert_eq!(chats.writes().end_idle_streams(crate::store::now_ms() + 1).await, 1);
+        assert_eq!(chats.writes().end_idle_streams(crate::store::now_ms() + 1).await, 0);
         let f = store.fetch(&key, None, 0, 10).await.unwrap();
         let edit = f.events.last().unwrap();
         assert_eq!(edit.kind, herald_protocol::EventType::Edit);

@@ -11,7 +11,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::{BlobError, Blobs, FileKey, FileMeta, UploadTarget, UrlWindow};
-use crate::store::BoxFuture;
+use crate::model::BoxFuture;
 
 /// Where an upload's bytes go while they arrive; renamed into place once all are there.
 const PARTS: &str = ".parts";

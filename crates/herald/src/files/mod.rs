@@ -17,31 +17,17 @@ pub mod local;
 pub mod s3;
 pub mod serve;
 pub mod settings;
+pub mod signed;
 pub mod sweep;
 
 use std::sync::Arc;
 
 use herald_protocol::Event;
 
+use crate::model::BoxFuture;
 use crate::model::ChatKey;
-use crate::store::BoxFuture;
 
-/// A file's place: its workspace, chat and id. The bytes' key in a backend
-/// is [`FileKey::object`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct FileKey {
-    pub ws: String,
-    pub chat: String,
-    /// Random, unique across the cell (`f` and 22 characters of A-Z a-z 0-9).
-    pub id: String,
-}
-
-impl FileKey {
-    /// The object's name in a backend: `ws/chat/id` (ids never contain `/`).
-    pub fn object(&self) -> String {
-        format!("{}/{}/{}", self.ws, self.chat, self.id)
-    }
-}
+pub use crate::model::FileKey;
 
 /// What a backend needs to know of a file to sign its URLs.
 #[derive(Debug, Clone)]
@@ -134,11 +120,9 @@ pub fn new_id() -> String {
     id
 }
 
-/// A node's URL signer, set once at start, shared by what reads events back from the store.
-pub type SharedUrls = Arc<std::sync::OnceLock<Arc<FileUrls>>>;
-
 /// Signs the download URLs of events as they leave herald: every event that carries files gets a
 /// URL per file, valid for at least an hour (the same URL within one hour, see [`UrlWindow`]).
+/// Its one caller is [`signed::SignedStore`], the store every other part of a node reads.
 pub struct FileUrls {
     blobs: Arc<dyn Blobs>,
 }
@@ -165,13 +149,6 @@ impl FileUrls {
                 size: f.size,
             };
             f.url = self.blobs.download_url(&meta, window);
-        }
-    }
-
-    /// [`FileUrls::sign`] for each of `events`.
-    pub fn sign_all<'a>(&self, key: &ChatKey, events: impl IntoIterator<Item = &'a mut Event>) {
-        for e in events {
-            self.sign(key, e);
         }
     }
 }

@@ -31,8 +31,8 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use crate::gateway::timers::Timers;
 use crate::log_every::LogEvery;
+use crate::timers::Timers;
 pub use settings::FrontSettings;
 use socket::Tracked;
 use waiting::Waiting;
@@ -85,7 +85,7 @@ impl Front {
     /// A socket from `ip` was accepted: it waits for its request's headers.
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Arc<Tracked> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let tracked = Tracked::new(self.clone(), id, crate::gateway::admission::client_address(ip));
+        let tracked = Tracked::new(self.clone(), id, client_address(ip));
         metrics::gauge!("herald_http_sockets").increment(1.0);
         self.wait(&tracked);
         tracked
@@ -222,6 +222,23 @@ const EMFILE: i32 = 24;
 const ENFILE: i32 = 23;
 const ENOMEM: i32 = 12;
 const ENOBUFS: i32 = 105;
+
+/// A client's address as herald's per-address limits count it: IPv6 per
+/// /64, the block one host usually holds, so rotating addresses in it gains
+/// nothing; an IPv4-mapped IPv6 address as its IPv4 address.
+pub(crate) fn client_address(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut octets = v6.octets();
+                octets[8..].fill(0);
+                IpAddr::from(octets)
+            }
+        },
+        v4 => v4,
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -28,8 +28,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::Front;
-use crate::gateway::timers::Tick;
 use crate::outbox::ConnId;
+use crate::timers::Tick;
 
 /// How long a socket that is closed with part of a request unread (a body
 /// over its limit, answered 413) keeps reading and discarding, so the client
@@ -339,10 +339,13 @@ pub(crate) struct Io {
     discarded: Option<usize>,
 }
 
-impl Io {
-    pub(crate) fn into_tcp(self) -> TcpStream {
-        self.tcp
-    }
+/// The TCP stream under a connection this front upgraded, with the bytes hyper read past the
+/// request; the upgrade back when the router was served by something else. The gateway takes
+/// its WebSockets from here without knowing how the front wraps its sockets.
+pub(crate) fn upgraded_tcp(
+    upgraded: hyper::upgrade::Upgraded,
+) -> Result<(TcpStream, bytes::Bytes), hyper::upgrade::Upgraded> {
+    upgraded.downcast::<TokioIo<Io>>().map(|parts| (parts.io.into_inner().tcp, parts.read_buf))
 }
 
 impl AsyncRead for Io {

@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::*;
-use crate::gateway::timers::Timers;
+use crate::timers::Timers;
 
 fn settings() -> FrontSettings {
     FrontSettings {

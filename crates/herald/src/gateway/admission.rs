@@ -44,23 +44,6 @@ pub(super) struct IpRate {
     buckets: Mutex<HashMap<IpAddr, TokenBucket>>,
 }
 
-/// A client's address as herald's per-address limits count it: IPv6 per
-/// /64, the block one host usually holds, so rotating addresses in it gains
-/// nothing; an IPv4-mapped IPv6 address as its IPv4 address.
-pub(crate) fn client_address(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let mut octets = v6.octets();
-                octets[8..].fill(0);
-                IpAddr::from(octets)
-            }
-        },
-        v4 => v4,
-    }
-}
-
 impl IpRate {
     pub(super) fn new(rate: u32) -> IpRate {
         IpRate { rate, buckets: Mutex::new(HashMap::new()) }
@@ -68,7 +51,7 @@ impl IpRate {
 
     /// Takes one upgrade for `ip` now; false if it is past its rate.
     fn take(&self, ip: IpAddr, now: Instant) -> bool {
-        let key = client_address(ip);
+        let key = crate::front::client_address(ip);
         let mut buckets = self.buckets.lock().expect("ip rate lock");
         if buckets.len() >= MAX_TRACKED && !buckets.contains_key(&key) {
             // A bucket idle for its whole refill time is full again: forgetting it changes nothing.

@@ -19,13 +19,13 @@ use tokio::time::Instant as TokioInstant;
 
 use super::Gateway;
 use super::dispatch::{Session, handle};
-use super::timers::{Tick, Timers};
 use super::ws::frame::OP_TEXT;
 use super::ws::{Fail, Message, ReadEnd, Sent, Socket};
 use crate::chat::Caller;
 use crate::error::Error;
 use crate::guard::TokenBucket;
 use crate::outbox::{ConnId, Frame, Outbox};
+use crate::timers::{Tick, Timers};
 
 /// Most frames written per flush: enough to amortize the syscall, few enough
 /// to come back to reading soon.
@@ -407,9 +407,13 @@ impl Conn {
             return self.refuse(CloseCode::GOING_AWAY_RECONNECT, "other cell");
         }
         // Only needed for this check: an idle connection should not keep it.
-        if self.route_ws.take().is_some_and(|ws| *ws != *identity.workspace) {
+        if let Some(asked) = self.route_ws.take().filter(|ws| **ws != *identity.workspace) {
             metrics::counter!("herald_requests_total", "op" => "hello", "outcome" => "unauthenticated").increment(1);
-            self.reply_err(Some(id), ErrorCode::Unauthenticated, "the token is for another workspace than ?ws=");
+            let msg = format!(
+                "the token is for workspace {}, but this socket was opened with ?ws={asked}",
+                identity.workspace
+            );
+            self.reply_err(Some(id), ErrorCode::Unauthenticated, &msg);
             return self.refuse(CloseCode::UNAUTHENTICATED, "workspace mismatch");
         }
         let caller = Caller { ws: identity.workspace.as_str().into(), user: identity.user.as_str().into() };

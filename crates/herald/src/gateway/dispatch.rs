@@ -66,7 +66,7 @@ impl Session {
     /// no other watch starts between this check and the watch.
     fn check_room(&self, chats: &Chats, chat: &str) -> Result<(), Error> {
         let key = ChatKey { ws: self.caller.ws.clone(), chat: chat.into() };
-        if chats.hub().has_room(self.outbox.id(), &key, self.max_watches) {
+        if chats.live().has_room(self.outbox.id(), &key, self.max_watches) {
             return Ok(());
         }
         metrics::counter!("herald_watches_refused_total").increment(1);
@@ -109,14 +109,14 @@ impl Session {
     }
 
     /// Registers the connection's live inbox (or finds it), unless the
-    /// connection ended; see [`Chats::inbox_listen`].
+    /// connection ended; see [`crate::chat::Inbox::listen`].
     fn listen_inbox(&self, chats: &Chats) -> Option<(Arc<Listener>, bool)> {
         let mut set = self.state.lock().expect("session lock");
         if set.ended {
             return None;
         }
         set.inbox = true;
-        Some(chats.inbox_listen(&self.caller, &self.outbox))
+        Some(chats.inbox().listen(&self.caller, &self.outbox))
     }
 
     /// Who the connection is.
@@ -132,9 +132,9 @@ impl Session {
             set.ended = true;
             std::mem::take(&mut set.inbox)
         };
-        chats.unwatch_conn(&self.outbox);
+        chats.live().unwatch_conn(&self.outbox);
         if inbox {
-            chats.inbox_unlisten(&self.outbox);
+            chats.inbox().unlisten(&self.outbox);
         }
     }
 }
@@ -177,76 +177,80 @@ async fn run_op(chats: &Chats, s: &Arc<Session>, req: Request) -> Result<Option<
     let id = req.id;
     let ok = |v: String| Ok(Some(Frame::from(v)));
     match req.op {
-        Op::Join { chat } => ok(ok_reply(id, &chats.join(c, &chat).await?)),
+        Op::Join { chat } => ok(ok_reply(id, &chats.members().join(c, &chat).await?)),
         Op::Leave { chat } => {
-            chats.leave(c, &s.outbox, &chat).await?;
+            chats.members().leave(c, &s.outbox, &chat).await?;
             ok(ok_reply(id, &EmptyOk {}))
         }
         Op::Watch { chat, after } => {
             s.check_room(chats, &chat)?;
             let reply = |latest| Frame::from(ok_reply(id, &WatchOk { chat: chat.clone(), seq: latest }));
-            chats.watch(c, &s.outbox, &chat, after, reply).await?;
+            chats.live().watch(c, &s.outbox, &chat, after, reply).await?;
             if !s.may_stay() {
                 // The connection closed while the watch started: nobody else will end it.
-                chats.unwatch(c, &s.outbox, &chat);
+                chats.live().unwatch(c, &s.outbox, &chat);
             }
             Ok(None)
         }
         Op::Unwatch { chat } => {
-            chats.unwatch(c, &s.outbox, &chat);
+            chats.live().unwatch(c, &s.outbox, &chat);
             ok(ok_reply(id, &EmptyOk {}))
         }
         Op::Send { chat, body, client_id, thread, quote, mentions, stream, files } => {
             s.check_fence(&chat, client_id.as_deref())?;
             let conv = Conversation { thread, quote, mentions, stream, files };
-            ok(ok_reply(id, &chats.send(c, &chat, body, client_id, conv).await?))
+            ok(ok_reply(id, &chats.writes().send(c, &chat, body, client_id, conv).await?))
         }
-        Op::React { chat, target, emoji, on } => ok(ok_reply(id, &chats.react(c, &chat, target, emoji, on).await?)),
-        Op::Read { chat, seq, thread } => ok(ok_reply(id, &chats.read(c, &chat, seq, thread).await?)),
+        Op::React { chat, target, emoji, on } => {
+            ok(ok_reply(id, &chats.writes().react(c, &chat, target, emoji, on).await?))
+        }
+        Op::Read { chat, seq, thread } => ok(ok_reply(id, &chats.writes().read(c, &chat, seq, thread).await?)),
         Op::Fetch { chat, after, limit, thread: None } => {
-            ok(chats.fetch_reply(c, s.outbox.id(), id, &chat, after, limit).await?)
+            ok(chats.reads().fetch_reply(c, s.outbox.id(), id, &chat, after, limit).await?)
         }
         Op::Fetch { chat, after, limit, thread: Some(root) } => {
-            ok(chats.fetch_thread_reply(c, id, &chat, root, after, limit).await?)
+            ok(chats.reads().fetch_thread_reply(c, id, &chat, root, after, limit).await?)
         }
         Op::Typing { chat } => {
-            chats.typing(c, &chat).await?;
+            chats.live().typing(c, &chat).await?;
             ok(ok_reply(id, &EmptyOk {}))
         }
-        Op::Presence { chat } => ok(ok_reply(id, &chats.presence(c, &s.outbox, &chat).await?)),
+        Op::Presence { chat } => ok(ok_reply(id, &chats.live().presence(c, &s.outbox, &chat).await?)),
         Op::Edit { chat, target, body, mentions, files } => {
-            ok(ok_reply(id, &chats.edit(c, &chat, target, body, mentions, files).await?))
+            ok(ok_reply(id, &chats.writes().edit(c, &chat, target, body, mentions, files).await?))
         }
-        Op::Delete { chat, target } => ok(ok_reply(id, &chats.delete(c, &chat, target).await?)),
+        Op::Delete { chat, target } => ok(ok_reply(id, &chats.writes().delete(c, &chat, target).await?)),
         Op::Inbox { limit, cursor, live: false } => {
-            ok(ok_reply(id, &chats.inbox(&c.ws, &c.user, limit, cursor.as_deref()).await?))
+            ok(ok_reply(id, &chats.inbox().page(&c.ws, &c.user, limit, cursor.as_deref()).await?))
         }
         Op::Inbox { limit, cursor, live: true } => {
             let Some((listener, setup)) = s.listen_inbox(chats) else {
                 return Err(Error::Unavailable { message: "the connection is closing".into(), retry_after_ms: 1000 });
             };
-            let page = chats.inbox_live(&listener, setup, c, limit, cursor.as_deref()).await?;
+            let page = chats.inbox().live_page(&listener, setup, c, limit, cursor.as_deref()).await?;
             // The reply first, then the pushes.
             s.outbox.push(Frame::from(ok_reply(id, &page)));
-            chats.inbox_start(&listener);
+            chats.inbox().start(&listener);
             Ok(None)
         }
         Op::Hello { .. } | Op::Ping => unreachable!("answered by the connection itself"),
         // v1.2: conversations.
-        Op::Profile { chat, patch } => ok(ok_reply(id, &chats.profile(c, &chat, patch).await?)),
+        Op::Profile { chat, patch } => ok(ok_reply(id, &chats.writes().profile(c, &chat, patch).await?)),
         Op::Members { chat, limit, cursor } => {
-            ok(ok_reply(id, &chats.members(c, &chat, limit, cursor.as_deref()).await?))
+            ok(ok_reply(id, &chats.reads().members(c, &chat, limit, cursor.as_deref()).await?))
         }
         Op::Threads { chat, limit, cursor } => {
-            ok(ok_reply(id, &chats.threads(c, chat.as_deref(), limit, cursor.as_deref()).await?))
+            ok(ok_reply(id, &chats.reads().threads(c, chat.as_deref(), limit, cursor.as_deref()).await?))
         }
-        Op::Pin { chat, target, on } => ok(ok_reply(id, &chats.pin(c, &chat, target, on).await?)),
-        Op::Pins { chat } => ok(ok_reply(id, &chats.pins(c, &chat).await?)),
-        Op::Reactions { chat, target } => ok(ok_reply(id, &chats.reactions(c, &chat, target).await?)),
-        Op::Append { chat, target, text, done } => ok(ok_reply(id, &chats.append(c, &chat, target, text, done).await?)),
-        Op::Upload { chat, file } => ok(ok_reply(id, &chats.upload(c, &chat, file).await?)),
+        Op::Pin { chat, target, on } => ok(ok_reply(id, &chats.writes().pin(c, &chat, target, on).await?)),
+        Op::Pins { chat } => ok(ok_reply(id, &chats.reads().pins(c, &chat).await?)),
+        Op::Reactions { chat, target } => ok(ok_reply(id, &chats.reads().reactions(c, &chat, target).await?)),
+        Op::Append { chat, target, text, done } => {
+            ok(ok_reply(id, &chats.writes().append(c, &chat, target, text, done).await?))
+        }
+        Op::Upload { chat, file } => ok(ok_reply(id, &chats.writes().upload(c, &chat, file).await?)),
         Op::Search { query, chat, limit, cursor } => {
-            ok(ok_reply(id, &chats.search(c, &query, chat.as_deref(), limit, cursor.as_deref()).await?))
+            ok(ok_reply(id, &chats.reads().search(c, &query, chat.as_deref(), limit, cursor.as_deref()).await?))
         }
     }
 }
@@ -287,8 +291,8 @@ mod tests {
         let bob = Caller { ws: "w".into(), user: "bob".into() };
         for chat in ["a", "b", "c"] {
             let key = ChatKey { ws: bob.ws.clone(), chat: chat.into() };
-            chats.put_chat(key.clone(), true, None).await.expect("chat");
-            chats.add_member(key, "bob").await.expect("member");
+            chats.members().put_chat(key.clone(), true, None).await.expect("chat");
+            chats.members().add_member(key, "bob").await.expect("member");
         }
         let laptop = Arc::new(Outbox::new(1, 1 << 20));
         let session = Arc::new(Session::new(bob.clone(), laptop.clone(), 2));
@@ -306,7 +310,7 @@ mod tests {
 
         // Bob leaves "a" on his phone: the hub ends the laptop's watch of it.
         let phone = Outbox::new(2, 1 << 20);
-        chats.leave(&bob, &phone, "a").await.expect("leave");
+        chats.members().leave(&bob, &phone, "a").await.expect("leave");
         assert_eq!(hub.chats(), 1, "only b is watched now");
 
         ask(4, "c").await;

@@ -5,11 +5,15 @@
 //!   connection caps), checked at the upgrade;
 //! - [`conn`]: one connection's task: `hello`, reading frames, limits,
 //!   heartbeats, writing its outbound queue in batches;
-//! - [`dispatch`]: running a request against the chat layer, and the one
-//!   owner of a connection's watches;
+//! - [`dispatch`]: running a request against the chat layer's parts (a
+//!   connection's watches are the hub's, counted against its cap here);
 //! - [`harness`]: a connection without a socket, for fuzzing (the node behind it: `crate::harness`);
-//! - [`timers`]: the connections' deadlines, in one table per node;
 //! - [`ws`]: the WebSocket layer: the upgrade's answer, frames read and written.
+//!
+//! The connections' deadlines wait in one table per node ([`crate::timers`]),
+//! shared with the HTTP side (`crate::front`). The upgraded socket comes from
+//! the front (`front::socket::upgraded_tcp`), which alone knows how it wraps
+//! its sockets.
 //!
 //! Everything a connection is sent goes through its [`Outbox`]. Nothing in an
 //! idle connection holds a buffer: its socket reads into a buffer its worker
@@ -22,7 +26,6 @@ mod fences;
 #[doc(hidden)]
 pub mod harness;
 pub mod settings;
-pub(crate) mod timers;
 mod ws;
 
 use std::collections::HashMap;
@@ -34,18 +37,18 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use herald_protocol::CloseCode;
 use herald_protocol::frame::reconnect_push;
 use herald_protocol::ids::{invalid_id, is_valid_id};
 use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
 use rand::RngExt;
 use rand::seq::SliceRandom;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::Tokens;
 use crate::chat::Chats;
+use crate::error::http_refusal;
 use crate::outbox::{ConnId, Frame, Outbox};
 use ws::{Message, ReadEnd, Socket};
 
@@ -73,7 +76,7 @@ pub struct Gateway {
     counts: admission::Counts,
     ip_rate: Option<admission::IpRate>,
     /// Every connection's next deadline.
-    timers: Arc<timers::Timers>,
+    timers: Arc<crate::timers::Timers>,
 }
 
 /// Open connections: each one's queue; and, after hello, each user's
@@ -147,7 +150,7 @@ impl Gateway {
             counts: admission::Counts::default(),
             ip_rate: (cfg.settings.limits.ip_connect_rate > 0)
                 .then(|| admission::IpRate::new(cfg.settings.limits.ip_connect_rate)),
-            timers: timers::Timers::new(),
+            timers: crate::timers::Timers::new(),
             cfg,
         });
         if let Some(revoked) = revoked {
@@ -157,7 +160,7 @@ impl Gateway {
     }
 
     /// The node's table of connection deadlines, which the HTTP side shares.
-    pub(crate) fn timers(&self) -> Arc<timers::Timers> {
+    pub(crate) fn timers(&self) -> Arc<crate::timers::Timers> {
         self.timers.clone()
     }
 
@@ -273,19 +276,19 @@ pub async fn ws_route(
 ) -> Response {
     let (on_upgrade, switching) = match upgrade(&mut req) {
         Ok(u) => u,
-        Err(refused) => return refused.into_response(),
+        Err((status, message)) => return http_refusal(status, message),
     };
     if let Some(ws) = &q.ws
         && !is_valid_id(ws)
     {
-        return (StatusCode::BAD_REQUEST, invalid_id("ws (the workspace)")).into_response();
+        return http_refusal(StatusCode::BAD_REQUEST, invalid_id("ws (the workspace)"));
     }
     let slot = match gw.admit(peer.ip(), req.headers()) {
         Ok(slot) => slot,
         Err(r) => {
             metrics::counter!("herald_upgrades_refused_total", "reason" => r.reason).increment(1);
             tracing::debug!(%peer, reason = r.reason, "upgrade refused");
-            return (r.status, r.message).into_response();
+            return http_refusal(r.status, r.message);
         }
     };
     tracing::trace!(%peer, "upgrading to a WebSocket");
@@ -304,6 +307,13 @@ pub async fn ws_route(
 /// Checks a WebSocket upgrade request: the pending upgrade and the `101` to
 /// answer with, or the refusal.
 fn upgrade(req: &mut Request) -> Result<(OnUpgrade, Response), (StatusCode, &'static str)> {
+    if !req.headers().contains_key(header::UPGRADE) {
+        return Err((
+            StatusCode::UPGRADE_REQUIRED,
+            "this is herald's WebSocket endpoint: open it with a WebSocket client \
+             (new WebSocket(\"ws://host/v1/ws?ws=<workspace>\")), not a plain HTTP request",
+        ));
+    }
     let accept = ws::accept_key(req.headers())?;
     let Some(on_upgrade) = req.extensions_mut().remove::<OnUpgrade>() else {
         return Err((StatusCode::UPGRADE_REQUIRED, "this connection cannot be upgraded"));
@@ -328,8 +338,8 @@ async fn upgraded(on_upgrade: OnUpgrade, limit: usize) -> Option<Socket> {
             return None;
         }
     };
-    match upgraded.downcast::<TokioIo<crate::front::socket::Io>>() {
-        Ok(parts) => Some(Socket::new(parts.io.into_inner().into_tcp(), parts.read_buf, limit)),
+    match crate::front::socket::upgraded_tcp(upgraded) {
+        Ok((tcp, read_buf)) => Some(Socket::new(tcp, read_buf, limit)),
         Err(_) => {
             tracing::error!("an upgraded connection is not a TCP stream: serve the router with herald's front::Front");
             metrics::counter!("herald_upgrades_refused_total", "reason" => "transport").increment(1);
@@ -345,7 +355,7 @@ pub async fn echo_route(mut req: Request) -> Response {
     const SUITE_MAX: usize = 20 * 1024 * 1024;
     let (on_upgrade, switching) = match upgrade(&mut req) {
         Ok(u) => u,
-        Err(refused) => return refused.into_response(),
+        Err((status, message)) => return http_refusal(status, message),
     };
     tokio::spawn(async move {
         if let Some(socket) = upgraded(on_upgrade, SUITE_MAX).await {

@@ -19,9 +19,9 @@ use herald_protocol::EventType;
 use herald_protocol::frame::{append_push, typing_push};
 use herald_protocol::reply::PresenceOk;
 
-use super::digest::DigestBeat;
 use super::heat::{Heat, NOTIFY_TICK};
-use super::live::{BEAT_AFTER, ChatLive, Live, Timers};
+use super::presence::digest::DigestBeat;
+use super::presence::live::{BEAT_AFTER, ChatLive, Live, Timers};
 use super::recent::{CachedPage, Recent};
 use super::sequencer::{AfterRepair, GAP_WAIT, Offered, Sequencer};
 use super::watchers::{Finished, Gone, Watchers};

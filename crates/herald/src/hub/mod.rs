@@ -42,12 +42,10 @@
 //! taken alone. No lock is held across an `.await`.
 
 mod conns;
-mod digest;
 mod entry;
 mod feed;
 mod heat;
 mod interest;
-mod live;
 mod presence;
 mod recent;
 mod repair;
@@ -71,8 +69,7 @@ use crate::store::Store;
 use entry::Entry;
 pub use feed::{Counts, Feed, INBOX_FOLLOW_MAX, INBOX_PUSH_EVERY, INBOX_TAIL_EVERY, Listener};
 pub use heat::{HOT_MIN_EVENTS, HOT_NOTIFY_EVERY};
-pub use live::{COUNT_EVERY, TYPING_EVERY};
-use presence::FULL_CHECK_EVERY;
+pub use presence::live::{COUNT_EVERY, TYPING_EVERY};
 pub use recent::{CachedPage, DEFAULT_RECENT_BYTES, DEFAULT_RECENT_CHAT_BYTES};
 pub use repair::TAIL_EVERY;
 pub use sequencer::GAP_WAIT;
@@ -96,13 +93,11 @@ pub struct Hub {
     /// Reads of the log.
     repair: repair::Repair,
     /// Typing and presence, the node's side.
-    live: live::Live,
+    live: presence::live::Live,
     /// Live inboxes.
     feed: Arc<Feed>,
     /// The byte budget of the chats' windows of recent events.
     budget: Arc<recent::Budget>,
-    /// v1.2: signs the file URLs of events read back from the store.
-    urls: crate::files::SharedUrls,
 }
 
 /// Part of the chat map.
@@ -139,7 +134,6 @@ impl Hub {
     pub fn with_settings(broker: Arc<dyn Broker>, store: Arc<dyn Store>, settings: HubSettings) -> Arc<Hub> {
         let interest = Arc::new(interest::Interest::new(broker.clone()));
         let may_lose = broker.may_lose();
-        let urls = crate::files::SharedUrls::default();
         let hub = Arc::new_cyclic(|me| Hub {
             me: me.clone(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
@@ -148,24 +142,18 @@ impl Hub {
             started: tokio::time::Instant::now(),
             interest: interest.clone(),
             conns: conns::Conns::new(),
-            repair: repair::Repair::new(store.clone(), urls.clone()),
-            live: live::Live::new(broker.clone()),
-            feed: Feed::new(store, interest, urls.clone()),
+            repair: repair::Repair::new(store.clone()),
+            live: presence::live::Live::new(broker.clone()),
+            feed: Feed::new(store, interest),
             budget: Arc::new(recent::Budget::new(settings.recent_bytes, settings.recent_chat_bytes)),
-            urls,
         });
         let sink: Arc<dyn Sink> = hub.clone();
         broker.attach(Arc::downgrade(&sink));
         if may_lose {
             repair::spawn_tail(Arc::downgrade(&hub));
-            spawn_sweep(Arc::downgrade(&hub));
+            presence::sweep::spawn(Arc::downgrade(&hub));
         }
         hub
-    }
-
-    /// v1.2: signs the file URLs of the events the hub reads back from the store. Set once.
-    pub fn set_file_urls(&self, urls: Arc<crate::files::FileUrls>) {
-        let _ = self.urls.set(urls);
     }
 
     /// The live inboxes.
@@ -296,7 +284,7 @@ impl Hub {
     /// another node is alive. Set once, before serving; a node alone never calls it.
     /// `bus`: the cell's, which carries the full check's digests ([`digest`]).
     pub fn set_cell(self: &Arc<Self>, me: String, live: Arc<dyn Fn(&str) -> bool + Send + Sync>, bus: Arc<dyn Bus>) {
-        digest::follow(Arc::downgrade(self), bus.clone());
+        presence::digest::follow(Arc::downgrade(self), bus.clone());
         self.live.set_cell(me, live, bus);
     }
 
@@ -343,7 +331,7 @@ impl Hub {
 
     // ---- what the entries and repairs use of the node ---------------------------------------
 
-    fn live(&self) -> &live::Live {
+    fn live(&self) -> &presence::live::Live {
         &self.live
     }
 
@@ -392,66 +380,6 @@ impl Hub {
             }
         });
     }
-
-    /// Drops the users of nodes the cell no longer hears of, from every
-    /// chat; `gap`: how long since the last sweep. A gap of [`live::PAUSED_AFTER`]
-    /// or more means this node was paused (SIGSTOP, a VM stopped) or starved:
-    /// what it heard before is stale, and the other nodes' silence is its
-    /// own, so it expires nobody. Instead (at most once per
-    /// [`FULL_CHECK_EVERY`], so a node that keeps stalling under load does
-    /// not add a storm of asks to it) it asks the cell for every chat's whole
-    /// presence and checks every chat against the log. Answers whether it did.
-    fn sweep(&self, gap: Duration, last_resync: Option<Instant>) -> bool {
-        if !self.live.in_cell() {
-            return false;
-        }
-        let now = Instant::now();
-        if gap >= live::PAUSED_AFTER {
-            metrics::counter!("herald_node_pauses_total").increment(1);
-            if last_resync.is_some_and(|at| now.duration_since(at) < FULL_CHECK_EVERY) {
-                tracing::warn!(paused_ms = gap.as_millis() as u64, "this node stalled again: no expiry this round");
-                return false;
-            }
-            tracing::warn!(
-                paused_ms = gap.as_millis() as u64,
-                chats = self.chats(),
-                "this node was paused: asking the cell for presence instead of expiring the other nodes"
-            );
-            self.repair.check_now();
-            for entry in self.entries() {
-                entry.presence_after_pause(&self.live, now);
-            }
-            return true;
-        }
-        let mut beats = Vec::new();
-        for entry in self.entries() {
-            entry.sweep(self, now, &mut beats);
-        }
-        if let Some(bus) = self.live.digest_bus().filter(|_| !beats.is_empty()) {
-            digest::post(bus.clone(), self.live.me(), beats);
-        }
-        false
-    }
-}
-
-/// Starts the sweep for dead nodes' users; it ends with the hub.
-fn spawn_sweep(hub: Weak<Hub>) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(live::SWEEP_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        let (mut last, mut last_resync) = (Instant::now(), None);
-        loop {
-            tick.tick().await;
-            let Some(hub) = hub.upgrade() else { return };
-            // The monotonic clock runs on while a process is stopped.
-            let now = Instant::now();
-            if hub.sweep(now.duration_since(last), last_resync) {
-                last_resync = Some(now);
-            }
-            last = now;
-        }
-    });
 }
 
 impl Sink for Hub {
@@ -484,7 +412,16 @@ impl Sink for Hub {
                     entry.push_append(*target, text, *at);
                 }
             }
-            Signal::Ask { of } => self.live.ask(key, of.as_deref(), reply.as_deref(), entry.as_deref()),
+            Signal::Ask { of } if self.live.asked(of.as_deref()) => {
+                let answer = self.live.answer_to(key, reply.as_deref());
+                match entry {
+                    Some(entry) => entry.answer_presence(&self.live, of.is_some(), &answer),
+                    // Nothing here; a node asking this one by name learns its set is empty.
+                    None if of.is_some() => self.live.answer_empty(&answer),
+                    None => {}
+                }
+            }
+            Signal::Ask { .. } => {}
             Signal::Delta { .. } | Signal::Beat { .. } | Signal::State { .. } => {
                 if let Some(entry) = entry {
                     entry.receive(self, &signal);
@@ -521,10 +458,8 @@ impl Sink for Hub {
 #[cfg(test)]
 mod parts_props;
 #[cfg(test)]
-mod presence_tests;
-#[cfg(test)]
 mod props;
 #[cfg(test)]
 mod recent_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

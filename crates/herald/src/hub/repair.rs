@@ -73,8 +73,6 @@ const GAP_PAGES: usize = 4;
 /// The hub's reads of the log.
 pub(super) struct Repair {
     store: Arc<dyn Store>,
-    /// v1.2: signs the file URLs of what it reads back.
-    urls: crate::files::SharedUrls,
     /// Wakes the tail check at once (after a broker reconnect).
     tail_now: tokio::sync::Notify,
     /// Tokens of the gap reads of watches being started.
@@ -96,21 +94,13 @@ struct Tail {
 }
 
 impl Repair {
-    pub(super) fn new(store: Arc<dyn Store>, urls: crate::files::SharedUrls) -> Repair {
+    pub(super) fn new(store: Arc<dyn Store>) -> Repair {
         Repair {
             store,
-            urls,
             tail_now: tokio::sync::Notify::new(),
             gap_reads: AtomicU64::new(0),
             full_next: AtomicBool::new(false),
             tail: Mutex::new(Tail { recent: Vec::new(), known: false, feed_checked: tokio::time::Instant::now() }),
-        }
-    }
-
-    /// Gives the files of `events` fresh URLs, when the node keeps files.
-    fn sign(&self, key: &crate::model::ChatKey, events: &mut [herald_protocol::Event]) {
-        if let Some(urls) = self.urls.get() {
-            urls.sign_all(key, events);
         }
     }
 
@@ -137,7 +127,7 @@ impl Repair {
         let key = entry.key();
         for _ in 0..CATCH_UP_PAGES {
             let Some(next) = entry.next() else { return true };
-            let mut fetched = match self.store.fetch(key, None, next - 1, CATCH_UP_PAGE).await {
+            let fetched = match self.store.fetch(key, None, next - 1, CATCH_UP_PAGE).await {
                 Ok(f) => f,
                 Err(e) => {
                     tracing::warn!(chat = %key, error = %e, "catch-up read failed; the next tail check retries");
@@ -145,7 +135,6 @@ impl Repair {
                     return false;
                 }
             };
-            self.sign(key, &mut fetched.events);
             let n = fetched.events.len();
             if n > 0 {
                 metrics::counter!("herald_hub_backfilled_total").increment(n as u64);
@@ -169,7 +158,7 @@ impl Repair {
         let mut events = Vec::new();
         let mut after = from - 1;
         for _ in 0..GAP_PAGES {
-            let mut fetched = match self.store.fetch(key, None, after, GAP_PAGE).await {
+            let fetched = match self.store.fetch(key, None, after, GAP_PAGE).await {
                 Ok(f) => f,
                 Err(e) => {
                     tracing::warn!(chat = %key, error = %e, "reading a starting watch's gap failed; it will fetch it");
@@ -177,7 +166,6 @@ impl Repair {
                     break;
                 }
             };
-            self.sign(key, &mut fetched.events);
             for event in fetched.events.iter().take_while(|e| e.seq < to) {
                 after = event.seq;
                 events.push(Published::new(key.clone(), event));

@@ -8,7 +8,7 @@ use crate::store::{BoxFuture, EventLog, Fetched, Membership, StoreError, Write, 
 use herald_protocol::{Event, EventType};
 use serde_json::value::RawValue;
 
-pub(super) fn stored(seq: u64) -> Event {
+pub(crate) fn stored(seq: u64) -> Event {
     let body = RawValue::from_string("{}".into()).unwrap();
     Event::new(seq, EventType::Message, Some("u".into()), 0, body)
 }
@@ -19,12 +19,12 @@ fn event(key: &ChatKey, seq: u64) -> Arc<Published> {
 
 /// A log holding seq 1..=`latest`; while it is read, it hands the hub the
 /// events in `meanwhile`, as reordered publishes would arrive.
-pub(super) struct Log {
+pub(crate) struct Log {
     hub: std::sync::Mutex<Weak<Hub>>,
     latest: std::sync::atomic::AtomicU64,
     meanwhile: std::sync::Mutex<Vec<u64>>,
     /// Fetches and heads reads served.
-    pub(super) reads: std::sync::atomic::AtomicUsize,
+    pub(crate) reads: std::sync::atomic::AtomicUsize,
     heads: std::sync::atomic::AtomicUsize,
     /// Inbox entries read.
     entries: std::sync::atomic::AtomicUsize,
@@ -34,7 +34,7 @@ pub(super) struct Log {
 }
 
 impl Log {
-    pub(super) fn new(latest: u64, meanwhile: Vec<u64>) -> Arc<Log> {
+    pub(crate) fn new(latest: u64, meanwhile: Vec<u64>) -> Arc<Log> {
         Arc::new(Log {
             hub: std::sync::Mutex::new(Weak::new()),
             latest: latest.into(),
@@ -170,7 +170,7 @@ impl Membership for Log {
 
 crate::store::not_kept!(Log: Lifecycle, Moderation, RevocationList, WebhookPositions, Conversations, Files, Export, Search);
 
-pub(super) fn hub_over(log: &Arc<Log>, hot: u64) -> Arc<Hub> {
+pub(crate) fn hub_over(log: &Arc<Log>, hot: u64) -> Arc<Hub> {
     let hub = Hub::new(Arc::new(MemoryBroker::new()), log.clone(), hot, 1 << 20);
     *log.hub.lock().unwrap() = Arc::downgrade(&hub);
     hub

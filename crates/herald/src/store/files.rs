@@ -9,8 +9,8 @@
 //! once the sweeper deleted its bytes ([`super::Write::ForgetFile`]). Here are the reads.
 
 use super::{BoxFuture, StoreError};
-use crate::files::FileKey;
 use crate::model::ChatKey;
+use crate::model::FileKey;
 
 /// A file as its row keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]

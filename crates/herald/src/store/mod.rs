@@ -83,8 +83,6 @@ pub use search::{Hit, Search, SearchCursor, SearchQuery, search_order};
 pub use shard_spec::{ShardName, ShardSpec};
 pub use webhook::{Undelivered, WebhookAck, WebhookPositions};
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 /// A seq as SQL stores it (a signed 64-bit integer). Seqs never come near
@@ -109,8 +107,7 @@ impl Drop for Alive {
     }
 }
 
-/// A boxed future, so that `Store` can be a trait object.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use crate::model::BoxFuture;
 
 /// Why a store operation failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -380,7 +377,7 @@ macro_rules! not_kept {
                 &self,
                 _: i64,
                 _: u32,
-            ) -> $crate::store::BoxFuture<'_, Result<Vec<$crate::files::FileKey>, $crate::store::StoreError>> {
+            ) -> $crate::store::BoxFuture<'_, Result<Vec<$crate::model::FileKey>, $crate::store::StoreError>> {
                 $crate::store::not_kept!(@answer "files")
             }
         }

@@ -186,6 +186,8 @@ export class FakeHerald {
   autoPush = true;
   /** Which tokens `hello` accepts. */
   acceptToken: (token: string) => boolean = () => true;
+  /** The message of the `unauthenticated` reply to a refused token: herald says there what is wrong. */
+  refusal: (token: string) => string = () => 'bad token';
   /** Runs before the built-in handler for every request after hello. */
   intercept: Interceptor | null = null;
   /** Every token presented in a hello, in order. */
@@ -360,8 +362,9 @@ export class FakeHerald {
           ok: { user: conn.user, workspace: 'acme', node: 'fake-1', session: `s${this.sockets.length}`, heartbeat_ms: this.heartbeatMs, protocol: '1.2' },
         });
       } else {
-        conn.serverSend({ id: frame.id, err: { code: 'unauthenticated', message: 'bad token' } });
-        conn.serverClose(4001, 'unauthenticated');
+        conn.serverSend({ id: frame.id, err: { code: 'unauthenticated', message: this.refusal(String(frame.token)) } });
+        // Behind the reply, as herald queues it, so that the client reads the reply first.
+        queueMicrotask(() => conn.serverClose(4001, 'unauthenticated'));
       }
       return;
     }

@@ -40,6 +40,25 @@ function track(client: HeraldClient): HeraldClient {
   return client;
 }
 
+/** What herald answers a bare `hello` with `token` on `url`: its error message (the reason it refuses). */
+async function helloRefusal(url: string, token: string): Promise<string> {
+  const ws = new WebSocket(url);
+  try {
+    return await new Promise<string>((resolve, reject) => {
+      ws.once('open', () => ws.send(JSON.stringify({ id: 1, op: 'hello', token })));
+      ws.on('message', (data) => {
+        const reply = JSON.parse(String(data)) as { id?: number; err?: { message?: string } };
+        if (reply.id !== 1) return;
+        if (reply.err?.message === undefined) reject(new Error(`hello was not refused: ${String(data)}`));
+        else resolve(reply.err.message);
+      });
+      ws.once('error', reject);
+    });
+  } finally {
+    ws.close();
+  }
+}
+
 describe.skipIf(HERALD_BIN === '')('herald integration', () => {
   it('a sender far past its request rate: 300 sends at once land once each, in the order sent', async () => {
     // A small bucket that refills fast: sends are refused `throttled` while later ones, already written,
@@ -121,6 +140,21 @@ describe.skipIf(HERALD_BIN === '')('herald integration', () => {
     // Every event of the chat after the watch began, each once, in seq order with no gap.
     const seqs = seen.map((e) => e.seq);
     for (let i = 1; i < seqs.length; i++) expect(seqs[i]).toBe(seqs[i - 1]! + 1);
+  });
+
+  it("a refused token: connect() rejects with herald's own reason; a JSON body is caught before it is sent", async () => {
+    const herald = await startHerald();
+    const said = await helloRefusal(`${herald.ws}?ws=${WS}`, 'not-a-jwt');
+    const refused = track(new HeraldClient({ url: herald.ws, workspace: WS, token: async () => 'not-a-jwt', WebSocket: NodeWebSocket }));
+    const err = (await refused.connect().catch((e: unknown) => e)) as Error;
+    expect(err).toMatchObject({ code: 'unauthenticated' });
+    expect(err.message).toContain(`the server refused the token: ${said}`);
+    expect(refused.state).toBe('disconnected');
+
+    // The whole answer of POST /v1/tokens instead of its `token` field.
+    const body = JSON.stringify({ token: await herald.token(WS, 'alice') });
+    const mistaken = track(new HeraldClient({ url: herald.ws, workspace: WS, token: async () => body, WebSocket: NodeWebSocket }));
+    await expect(mistaken.connect()).rejects.toMatchObject({ code: 'token', message: expect.stringMatching(/pass its `token` field/) });
   });
 
   it('a send retried across a reconnect is stored once', async () => {

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { jwtExp, TokenSource } from '../../src/token.js';
+import { jwtExp, tokenProblem, TokenSource, UnusableToken } from '../../src/token.js';
 import { fakeJwt } from '../fake/fake-herald.js';
 
 afterEach(() => {
@@ -59,5 +59,27 @@ describe('TokenSource', () => {
       throw new Error('auth service down');
     }, 0);
     await expect(src.get()).rejects.toMatchObject({ name: 'HeraldError', code: 'token' });
+  });
+
+  it('refuses a value that cannot be a token, and asks again next time', async () => {
+    const provider = vi.fn<() => Promise<string>>().mockResolvedValueOnce(undefined as unknown as string).mockResolvedValueOnce('ok');
+    const src = new TokenSource(provider, 0);
+    await expect(src.get()).rejects.toBeInstanceOf(UnusableToken);
+    await expect(src.get()).resolves.toBe('ok');
+  });
+});
+
+describe('tokenProblem', () => {
+  it('passes any other string: whether it is a valid JWT is the server\'s to say', () => {
+    expect(tokenProblem('opaque-token', 'the token function returned')).toBeNull();
+    expect(tokenProblem('eyJhbGciOiJIUzI1NiJ9.e30.sig', 'the token function returned')).toBeNull();
+  });
+
+  it('says what was given and what is expected', () => {
+    expect(tokenProblem(undefined, 'the token function returned')).toMatch(/^herald: the token function returned undefined; expected the JWT string/);
+    expect(tokenProblem('{"token":"eyJ"}', 'the `token` option is')).toMatch(/^herald: the `token` option is a JSON body .*pass its `token` field/);
+    expect(tokenProblem('{"access_token":"secret"}', 'the token function returned')).toBe(
+      'herald: the token function returned a JSON body (fields: access_token), not a token; expected the JWT string itself (`eyJ...`)',
+    );
   });
 });

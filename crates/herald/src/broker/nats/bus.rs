@@ -18,7 +18,7 @@ use futures_util::StreamExt;
 
 use super::{NatsBroker, subscribe_retrying};
 use crate::broker::bus::{Answers, Bus, BusError, Note, Notes, Topic};
-use crate::store::BoxFuture;
+use crate::model::BoxFuture;
 
 impl NatsBroker {
     fn topic_subject(&self, topic: Topic) -> String {

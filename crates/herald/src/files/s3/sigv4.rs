@@ -148,24 +148,9 @@ fn hex(bytes: &[u8]) -> String {
 
 /// `YYYYMMDDTHHMMSSZ` in UTC.
 fn amz_date(secs: i64) -> String {
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let (y, m, d) = crate::utc::civil_from_days(secs.div_euclid(86_400));
     let s = secs.rem_euclid(86_400);
     format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", s / 3600, s % 3600 / 60, s % 60)
-}
-
-/// The proleptic Gregorian date of a day counted from 1970-01-01, by eras
-/// of 400 years (146,097 days) that start on 1 March.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468; // days from 0000-03-01 to 1970-01-01
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153; // month from March = 0
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]

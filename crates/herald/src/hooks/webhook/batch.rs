@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use herald_protocol::{Event, EventType};
 use serde::Serialize;
-use serde_json::value::RawValue;
 
 use super::{BATCH_BYTES, BATCH_EVENTS};
 use crate::model::ChatKey;
@@ -92,35 +91,23 @@ pub(super) struct OutBody<'a> {
     pub events: Vec<OutEvent<'a>>,
 }
 
-/// An event as the receiver gets it.
+/// An event as the receiver gets it: the protocol's [`Event`], as `fetch` shows it (one shape,
+/// so a field the protocol gains reaches the receiver too), with where it happened and, on a
+/// message of a small chat, who was offline.
 #[derive(Serialize)]
 pub(super) struct OutEvent<'a> {
     pub workspace: &'a str,
     pub chat: &'a str,
-    pub seq: u64,
-    #[serde(rename = "type")]
-    pub kind: EventType,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub user: Option<&'a str>,
-    pub ts: i64,
-    pub body: &'a RawValue,
-    /// v1.2: a reply's thread root, the message quoted, the users mentioned (as the stored view
-    /// shows them when the batch is read).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub thread: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub quote: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mentions: Option<&'a [String]>,
-    /// v1.2: the files a message or edit carries, each with a URL good for an hour.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub files: Option<Vec<herald_protocol::FileRef>>,
+    #[serde(flatten)]
+    pub event: &'a Event,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offline: Option<Vec<&'a str>>,
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::value::RawValue;
+
     use super::*;
 
     fn event(seq: u64, kind: EventType, body: &str) -> Event {

@@ -48,7 +48,7 @@ impl Batch {
         }
         let files = match conv.files.as_deref().filter(|ids| !ids.is_empty()) {
             None => None,
-            Some(ids) => match self.claim_files(tx, key, row, user, ids, None).await? {
+            Some(ids) => match super::files::claim_files(tx, key, row, user, ids, None).await? {
                 Ok(refs) => Some(refs),
                 Err(refused) => return Ok(Err(refused)),
             },
@@ -64,7 +64,7 @@ impl Batch {
         };
         let event = self.append(tx, key, EventType::Message, user, body.to_owned(), x).await?;
         if let Some(files) = &files {
-            self.attach_files(tx, event.seq, files).await?;
+            super::files::attach_files(tx, event.seq, files).await?;
         }
         let mentioned = others(conv.mentions.as_deref().unwrap_or_default(), user);
         if !mentioned.is_empty() {

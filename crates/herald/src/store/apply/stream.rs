@@ -54,7 +54,8 @@ impl Batch {
             return Ok(Err(StoreError::BadRequest(format!("message {target}'s body has no \"text\" to append to"))));
         };
         if grown.get().len() > limit {
-            return Ok(Err(StoreError::TooLarge(format!("the streamed body would be over {limit} bytes"))));
+            let limit = herald_protocol::limits::size_in_words(limit as u64);
+            return Ok(Err(StoreError::TooLarge(format!("the streamed body would be over {limit}"))));
         }
         if !ask.text.is_empty() {
             tx.set_body(row.id, target, &grown).await?;

@@ -16,25 +16,14 @@ use crate::model::{ChatInfo, ChatKey};
 use crate::store::columns::{POSTGRES, event_columns, parse_profile, thread_unread_sql};
 use crate::store::{BoxFuture, Conversations, Fetched, StoreError, ThreadCursor, sql_seq};
 
-impl PgShard {
-    /// The rows of one statement, read as [`PgShard::read`] reads (once more
-    /// on a new connection if the first was gone); a database error fails it
-    /// as the shard's unavailability.
-    pub(super) async fn read_rows(
-        &self,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
-        self.read(|conn| async move {
-            let stmt = conn.prepare_cached(sql).await?;
-            Ok(conn.query(&stmt, params).await?)
-        })
-        .await
-    }
-
-    /// The chat row of `key`, `NotFound` if none; with `member`, `Forbidden` unless a member.
-    async fn chat_for(&self, key: &ChatKey, member: Option<&str>) -> Result<crate::store::apply::ChatRow, StoreError> {
-        self.read(|conn| async move {
+/// The chat row of `key`, `NotFound` if none; with `member`, `Forbidden` unless a member.
+async fn chat_for(
+    shard: &PgShard,
+    key: &ChatKey,
+    member: Option<&str>,
+) -> Result<crate::store::apply::ChatRow, StoreError> {
+    shard
+        .read(|conn| async move {
             let Some(row) = select_chat(&conn, key, false).await? else {
                 return Err(StoreError::NotFound(format!("no chat {}", key.chat)).into());
             };
@@ -46,7 +35,6 @@ impl PgShard {
             Ok(row)
         })
         .await
-    }
 }
 
 impl Conversations for PgShard {
@@ -108,7 +96,7 @@ impl Conversations for PgShard {
         limit: u32,
     ) -> BoxFuture<'a, Result<(Vec<MemberEntry>, u64), StoreError>> {
         Box::pin(async move {
-            let row = self.chat_for(key, None).await?;
+            let row = chat_for(self, key, None).await?;
             let rows = self
                 .read_rows(
                     r#"SELECT "user", read_seq FROM members WHERE chat_id = $1 AND "user" COLLATE "C" > $2
@@ -131,7 +119,7 @@ impl Conversations for PgShard {
         limit: u32,
     ) -> BoxFuture<'a, Result<Fetched, StoreError>> {
         Box::pin(async move {
-            let row = self.chat_for(key, member).await?;
+            let row = chat_for(self, key, member).await?;
             let found = self
                 .read_rows(
                     "SELECT thread IS NULL FROM events WHERE chat_id = $1 AND seq = $2 AND type = 'message'",
@@ -191,7 +179,7 @@ impl Conversations for PgShard {
 
     fn pin_list<'a>(&'a self, key: &'a ChatKey) -> BoxFuture<'a, Result<Vec<PinEntry>, StoreError>> {
         Box::pin(async move {
-            let row = self.chat_for(key, None).await?;
+            let row = chat_for(self, key, None).await?;
             let sql = format!(
                 "SELECT pin_seq, pin_user, {} FROM events WHERE chat_id = $1 AND pinned ORDER BY pin_seq DESC",
                 event_columns("", true)
@@ -216,7 +204,7 @@ impl Conversations for PgShard {
         per_emoji: usize,
     ) -> BoxFuture<'a, Result<BTreeMap<String, Vec<String>>, StoreError>> {
         Box::pin(async move {
-            let row = self.chat_for(key, None).await?;
+            let row = chat_for(self, key, None).await?;
             let rows = self
                 .read_rows(
                     r#"SELECT emoji, "user" FROM (

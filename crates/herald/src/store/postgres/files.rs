@@ -2,8 +2,8 @@
 //! delete. Written by the batch's transaction (`tx.rs`) under the rules in `apply/files.rs`.
 
 use super::PgShard;
-use crate::files::FileKey;
 use crate::model::ChatKey;
+use crate::model::FileKey;
 use crate::store::{BoxFuture, Files, StoreError, StoredFile};
 
 /// The columns [`file_at`] reads.

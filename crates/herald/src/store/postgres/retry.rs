@@ -125,4 +125,19 @@ impl PgShard {
             }
         }
     }
+
+    /// The rows of one statement, read as [`PgShard::read`] reads (once more
+    /// on a new connection if the first was gone); a database error fails it
+    /// as the shard's unavailability.
+    pub(super) async fn read_rows(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        self.read(|conn| async move {
+            let stmt = conn.prepare_cached(sql).await?;
+            Ok(conn.query(&stmt, params).await?)
+        })
+        .await
+    }
 }

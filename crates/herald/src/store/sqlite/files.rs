@@ -4,8 +4,8 @@
 use rusqlite::params;
 
 use super::SqliteStore;
-use crate::files::FileKey;
 use crate::model::ChatKey;
+use crate::model::FileKey;
 use crate::store::{BoxFuture, Files, StoreError, StoredFile};
 
 /// The columns [`file_at`] reads.

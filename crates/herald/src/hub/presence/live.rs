@@ -7,14 +7,14 @@
 //!   same push. At most once per [`TYPING_EVERY`] per member and chat, decided
 //!   by the typist's node ([`Live::admit_typing`]).
 //! - Presence: a watch counts once it is live; each node keeps its local set
-//!   and what the others said ([`super::presence::Presence`]), sends a
+//!   and what the others said ([`super::book::Presence`]), sends a
 //!   `Delta` per change of its local set and a `Beat` [`BEAT_AFTER`] a burst
 //!   of them, and answers `Ask`s with its whole set. A node that starts
 //!   watching a chat asks every node once its subscription is live. A node
 //!   the cell stopped hearing of ([`crate::cluster::Cluster::live`]) loses
-//!   its users after [`super::presence::REMOTE_TTL`], checked every [`SWEEP_EVERY`].
+//!   its users after [`super::book::REMOTE_TTL`], checked every [`SWEEP_EVERY`].
 //!   A departure another node tells of is held for
-//!   [`super::presence::LEAVE_GRACE`] and pushed only if the user is not
+//!   [`super::book::LEAVE_GRACE`] and pushed only if the user is not
 //!   back by then: a user moving between two other nodes is not flapped.
 //!
 //! Pushes: each user's change while the chat has at most
@@ -36,12 +36,11 @@ use std::time::{Duration, Instant};
 use herald_protocol::frame::{presence_count_push, presence_user_push};
 use herald_protocol::reply::{PRESENCE_USERS_MAX, PresenceOk};
 
+use super::book::{Change, FULL_CHECK_EVERY, Presence};
 use super::digest::DigestBeat;
-use super::entry::Entry;
-use super::presence::{Change, FULL_CHECK_EVERY, Presence};
-use super::watchers::Watchers;
 use crate::broker::Broker;
 use crate::broker::bus::Bus;
+use crate::hub::watchers::Watchers;
 use crate::model::{ChatKey, Signal};
 use crate::outbox::Frame;
 
@@ -66,7 +65,7 @@ pub const GATHER_WAIT: Duration = Duration::from_millis(200);
 const TYPING_GATE_MIN: usize = 1024;
 
 /// The node's side of typing and presence.
-pub(super) struct Live {
+pub(in crate::hub) struct Live {
     broker: Arc<dyn Broker>,
     /// This node in its cell (unset on a node alone).
     cell: OnceLock<CellView>,
@@ -95,7 +94,7 @@ struct TypingGate {
 }
 
 /// A chat's presence state on this node, kept by its entry.
-pub(super) struct ChatLive {
+pub(in crate::hub) struct ChatLive {
     presence: Presence,
     /// This entry's presence epoch (numbers its deltas).
     epoch: u64,
@@ -112,13 +111,13 @@ pub(super) struct ChatLive {
 /// Timers a presence change asks its entry to start.
 #[must_use]
 #[derive(Default)]
-pub(super) struct Timers {
+pub(in crate::hub) struct Timers {
     /// [`ChatLive::beat`] after [`BEAT_AFTER`].
-    pub(super) beat: bool,
+    pub(in crate::hub) beat: bool,
     /// [`ChatLive::count_due`] after this long.
-    pub(super) count_in: Option<Duration>,
+    pub(in crate::hub) count_in: Option<Duration>,
     /// [`ChatLive::settle`] after this long.
-    pub(super) settle_in: Option<Duration>,
+    pub(in crate::hub) settle_in: Option<Duration>,
 }
 
 impl Timers {
@@ -131,27 +130,32 @@ impl Timers {
 }
 
 impl Live {
-    pub(super) fn new(broker: Arc<dyn Broker>) -> Live {
+    pub(in crate::hub) fn new(broker: Arc<dyn Broker>) -> Live {
         Live { broker, cell: OnceLock::new(), epochs: AtomicU64::new(0), typing: Mutex::default() }
     }
 
     /// Who this node is in its cell, how to know whether another node is
     /// alive, and the cell's bus. Set once, before serving; a node alone never sets it.
-    pub(super) fn set_cell(&self, me: String, live: Arc<dyn Fn(&str) -> bool + Send + Sync>, bus: Arc<dyn Bus>) {
+    pub(in crate::hub) fn set_cell(
+        &self,
+        me: String,
+        live: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+        bus: Arc<dyn Bus>,
+    ) {
         let _ = self.cell.set(CellView { me, live, bus });
     }
 
-    pub(super) fn me(&self) -> &str {
+    pub(in crate::hub) fn me(&self) -> &str {
         self.cell.get().map_or("local", |c| c.me.as_str())
     }
 
     /// Where the full check's digests go (a node in a cell).
-    pub(super) fn digest_bus(&self) -> Option<&Arc<dyn Bus>> {
+    pub(in crate::hub) fn digest_bus(&self) -> Option<&Arc<dyn Bus>> {
         self.cell.get().map(|c| &c.bus)
     }
 
     /// A new chat entry's presence, with its own epoch.
-    pub(super) fn new_chat(&self) -> ChatLive {
+    pub(in crate::hub) fn new_chat(&self) -> ChatLive {
         let epoch = self.epochs.fetch_add(1, Ordering::Relaxed) + 1;
         // Entries made together spread their full checks over the period.
         let spread = FULL_CHECK_EVERY.as_millis() as u64;
@@ -168,7 +172,7 @@ impl Live {
     }
 
     /// Whether `user`'s typing in `key` is pushed now: once per [`TYPING_EVERY`].
-    pub(super) fn admit_typing(&self, key: &ChatKey, user: &Arc<str>, now: Instant) -> bool {
+    pub(in crate::hub) fn admit_typing(&self, key: &ChatKey, user: &Arc<str>, now: Instant) -> bool {
         let mut gate = self.typing.lock().expect("typing gate lock");
         let slot = (key.clone(), user.clone());
         if gate.last.get(&slot).is_some_and(|at| now.duration_since(*at) < TYPING_EVERY) {
@@ -183,23 +187,23 @@ impl Live {
     }
 
     /// Tells the other nodes `signal` about `key`.
-    pub(super) fn send_signal(&self, key: &ChatKey, signal: &Signal) {
+    pub(in crate::hub) fn send_signal(&self, key: &ChatKey, signal: &Signal) {
         self.broker.signal(key, signal);
     }
 
     /// Tells the other nodes that `user` types in `key`.
-    pub(super) fn send_typing(&self, key: &ChatKey, user: &str) {
+    pub(in crate::hub) fn send_typing(&self, key: &ChatKey, user: &str) {
         self.broker.signal(key, &Signal::Typing { user: user.to_string() });
     }
 
     /// Asks every node for its present users of `key` (a new entry knows nobody's yet).
-    pub(super) fn ask_everyone(&self, key: &ChatKey) {
+    pub(in crate::hub) fn ask_everyone(&self, key: &ChatKey) {
         self.broker.signal(key, &Signal::Ask { of: None });
     }
 
     /// The present users of `key` as the other nodes answer within
     /// [`GATHER_WAIT`] (this node has no watcher of it).
-    pub(super) async fn gather(&self, key: &ChatKey) -> PresenceOk {
+    pub(in crate::hub) async fn gather(&self, key: &ChatKey) -> PresenceOk {
         let answers = self.broker.gather(key, &Signal::Ask { of: None }, GATHER_WAIT).await;
         let mut users = BTreeSet::new();
         for answer in answers {
@@ -210,43 +214,41 @@ impl Live {
         PresenceOk { count: users.len() as u64, users: users.into_iter().take(PRESENCE_USERS_MAX).collect() }
     }
 
-    /// An `Ask` of another node about `key` (for `of`, when it names one),
-    /// answered to `reply` or on the chat's subject. `entry`: this node's
-    /// entry of the chat, if it has one; it answers under its own lock.
-    pub(super) fn ask(&self, key: &ChatKey, of: Option<&str>, reply: Option<&str>, entry: Option<&Entry>) {
-        if of.is_some_and(|of| of != self.me()) {
-            return;
-        }
-        let answer = |part: &Signal| match reply {
+    /// Whether an `Ask` for `of` is this node's to answer: one naming no node is every node's.
+    pub(in crate::hub) fn asked(&self, of: Option<&str>) -> bool {
+        of.is_none_or(|of| of == self.me())
+    }
+
+    /// Sends an answer to an `Ask` about `key`: to `reply`, or on the chat's subject. The chat's
+    /// entry, if this node has one, answers with it under its own lock ([`ChatLive::answer`]).
+    pub(in crate::hub) fn answer_to<'a>(&'a self, key: &'a ChatKey, reply: Option<&'a str>) -> impl Fn(&Signal) + 'a {
+        move |part: &Signal| match reply {
             Some(to) => self.broker.answer(to, part),
             None => self.broker.signal(key, part),
-        };
-        let Some(entry) = entry else {
-            // Nothing here; a node asking this one by name learns its set is empty.
-            if of.is_some() {
-                answer(&Presence::default().state(self.me(), 0)[0]);
-            }
-            return;
-        };
-        entry.answer_presence(self, of.is_some(), &answer);
+        }
+    }
+
+    /// The answer of a node with no entry of the chat, asked by name: its set is empty.
+    pub(in crate::hub) fn answer_empty(&self, answer: &dyn Fn(&Signal)) {
+        answer(&Presence::default().state(self.me(), 0)[0]);
     }
 
     /// Whether nodes the cell no longer hears of are to be swept (a node alone has none).
-    pub(super) fn in_cell(&self) -> bool {
+    pub(in crate::hub) fn in_cell(&self) -> bool {
         self.cell.get().is_some()
     }
 }
 
 impl ChatLive {
     /// The chat's present users; the count, and the first [`PRESENCE_USERS_MAX`].
-    pub(super) fn snapshot(&self) -> PresenceOk {
+    pub(in crate::hub) fn snapshot(&self) -> PresenceOk {
         PresenceOk { count: self.presence.count() as u64, users: self.presence.users(PRESENCE_USERS_MAX) }
     }
 
     /// Answers an `Ask` with this node's set (`named`: the ask named this
     /// node, which answers even with nobody present). Called under the
     /// chat's lock, so no delta of this node passes its state.
-    pub(super) fn answer(&self, live: &Live, named: bool, answer: &dyn Fn(&Signal)) {
+    pub(in crate::hub) fn answer(&self, live: &Live, named: bool, answer: &dyn Fn(&Signal)) {
         if named || self.presence.has_local() {
             for part in self.presence.state(live.me(), self.epoch) {
                 answer(&part);
@@ -255,7 +257,13 @@ impl ChatLive {
     }
 
     /// A watch of `user` went live: one more of their connections here.
-    pub(super) fn present(&mut self, live: &Live, key: &ChatKey, watchers: &Watchers, user: &Arc<str>) -> Timers {
+    pub(in crate::hub) fn present(
+        &mut self,
+        live: &Live,
+        key: &ChatKey,
+        watchers: &Watchers,
+        user: &Arc<str>,
+    ) -> Timers {
         match self.presence.add_local(user) {
             Some((n, change)) => self.local_changed(live, key, watchers, user, n, true, change),
             None => Timers::default(),
@@ -263,7 +271,13 @@ impl ChatLive {
     }
 
     /// A live watch of `user` ended.
-    pub(super) fn absent(&mut self, live: &Live, key: &ChatKey, watchers: &Watchers, user: &Arc<str>) -> Timers {
+    pub(in crate::hub) fn absent(
+        &mut self,
+        live: &Live,
+        key: &ChatKey,
+        watchers: &Watchers,
+        user: &Arc<str>,
+    ) -> Timers {
         match self.presence.remove_local(user) {
             Some((n, change)) => self.local_changed(live, key, watchers, user, n, false, change),
             None => Timers::default(),
@@ -292,7 +306,7 @@ impl ChatLive {
     }
 
     /// The beat timer fired: tells the other nodes the latest delta number.
-    pub(super) fn beat(&mut self, live: &Live, key: &ChatKey) {
+    pub(in crate::hub) fn beat(&mut self, live: &Live, key: &ChatKey) {
         self.beat_timer = false;
         let beat = Signal::Beat { from: live.me().into(), epoch: self.epoch, n: self.presence.sent() };
         live.broker.signal(key, &beat);
@@ -337,7 +351,7 @@ impl ChatLive {
 
     /// The count timer fired: pushes the count if it is still above
     /// [`PRESENCE_USERS_MAX`] and not what was pushed last.
-    pub(super) fn count_due(&mut self, key: &ChatKey, watchers: &Watchers) {
+    pub(in crate::hub) fn count_due(&mut self, key: &ChatKey, watchers: &Watchers) {
         self.count_timer = false;
         let count = self.presence.count() as u64;
         if count as usize > PRESENCE_USERS_MAX && self.count_pushed.is_none_or(|p| p.0 != count) {
@@ -353,7 +367,13 @@ impl ChatLive {
     }
 
     /// A presence signal (`Delta`, `Beat`, `State`) of another node.
-    pub(super) fn receive(&mut self, live: &Live, key: &ChatKey, watchers: &Watchers, signal: &Signal) -> Timers {
+    pub(in crate::hub) fn receive(
+        &mut self,
+        live: &Live,
+        key: &ChatKey,
+        watchers: &Watchers,
+        signal: &Signal,
+    ) -> Timers {
         let now = Instant::now();
         let outcome = self.presence.receive(signal, now);
         if let Some(of) = outcome.ask {
@@ -362,7 +382,7 @@ impl ChatLive {
         self.apply(key, watchers, outcome.changes).and(self.settle_later(now))
     }
 
-    /// A departure another node told of is held ([`super::presence::LEAVE_GRACE`]): asks for
+    /// A departure another node told of is held ([`super::book::LEAVE_GRACE`]): asks for
     /// [`ChatLive::settle`] when the first one ends, unless already asked.
     fn settle_later(&mut self, now: Instant) -> Timers {
         match self.presence.next_settle() {
@@ -376,7 +396,7 @@ impl ChatLive {
 
     /// The held departures' timer fired: those due and not back stop being
     /// present now, pushed as any change; asks again for the rest.
-    pub(super) fn settle(&mut self, key: &ChatKey, watchers: &Watchers) -> Timers {
+    pub(in crate::hub) fn settle(&mut self, key: &ChatKey, watchers: &Watchers) -> Timers {
         self.settle_timer = false;
         let now = Instant::now();
         let changes = self.presence.settle(now);
@@ -385,7 +405,7 @@ impl ChatLive {
 
     /// After a broker reconnect: asks the others again and tells them this
     /// node's latest delta number, so both sides repair what was lost.
-    pub(super) fn resync(&self, live: &Live, key: &ChatKey) {
+    pub(in crate::hub) fn resync(&self, live: &Live, key: &ChatKey) {
         live.broker.signal(key, &Signal::Ask { of: None });
         let beat = Signal::Beat { from: live.me().into(), epoch: self.epoch, n: self.presence.sent() };
         live.broker.signal(key, &beat);
@@ -394,7 +414,7 @@ impl ChatLive {
     /// This node was paused (see [`Presence::distrust`]): asks every node it
     /// knows of here by name, and anyone else, for their sets, and tells
     /// them this node's latest delta number, instead of expiring them.
-    pub(super) fn after_pause(&mut self, live: &Live, key: &ChatKey, now: Instant) {
+    pub(in crate::hub) fn after_pause(&mut self, live: &Live, key: &ChatKey, now: Instant) {
         for of in self.presence.distrust(now) {
             live.broker.signal(key, &Signal::Ask { of: Some(of) });
         }
@@ -406,7 +426,7 @@ impl ChatLive {
     /// are present here (the full check: a node whose set of this node's
     /// users differs learns it from the number and asks). The beat goes into
     /// `beats`, the node's digest; a burst's beat about to go stands for it.
-    pub(super) fn sweep(
+    pub(in crate::hub) fn sweep(
         &mut self,
         live: &Live,
         key: &ChatKey,

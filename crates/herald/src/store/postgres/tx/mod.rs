@@ -560,7 +560,7 @@ impl Tx for PgTx<'_, '_> {
     }
 
     async fn prefetch(&mut self, writes: &[&Write], rows: &HashMap<ChatKey, ChatRow>) -> Result<(), Self::Error> {
-        self.read_ahead(writes, rows).await
+        prefetch::read_ahead(self, writes, rows).await
     }
 
     /// Nothing yet: [`Tx::save_chats`] sends the held-back members and events with the rows, in

@@ -460,7 +460,7 @@ impl Batch {
                 }
                 self.pin(tx, key, row, user, *target, *on).await
             }
-            Write::Upload { user, actor, file, .. } => self.upload(tx, key, row, user, *actor, file).await,
+            Write::Upload { user, actor, file, .. } => files::upload(self, tx, key, row, user, *actor, file).await,
             Write::ForgetFile { id, .. } => {
                 tx.forget_file(row.id, id).await?;
                 unchanged(row, row.seq)
@@ -522,7 +522,7 @@ impl Batch {
                 let files = match files {
                     None => None,
                     Some(ids) => {
-                        match self.claim_files(tx, key, row, message.user.as_deref(), ids, Some(target)).await? {
+                        match files::claim_files(tx, key, row, message.user.as_deref(), ids, Some(target)).await? {
                             Ok(refs) => Some(refs),
                             Err(refused) => return Ok(Err(refused)),
                         }
@@ -534,7 +534,7 @@ impl Batch {
                 if let Some(files) = files {
                     let keep: Vec<String> = files.iter().map(|f| f.id.clone()).collect();
                     tx.drop_files(row.id, target, &keep, self.now_ms).await?;
-                    self.attach_files(tx, target, &files).await?;
+                    files::attach_files(tx, target, &files).await?;
                     tx.set_message_files(row.id, target, &files).await?;
                 }
                 if let Some(mentions) = mentions {

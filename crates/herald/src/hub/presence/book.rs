@@ -18,7 +18,7 @@ use crate::model::Signal;
 /// How long a node's set stays after the cell stopped hearing of that node,
 /// and how long an unanswered ask waits before it is asked again.
 pub const REMOTE_TTL: Duration = Duration::from_secs(3);
-pub(super) const ASK_AGAIN: Duration = Duration::from_secs(1);
+pub(in crate::hub) const ASK_AGAIN: Duration = Duration::from_secs(1);
 /// How often a node with present users in a chat repeats its latest delta
 /// number there (a beat), so that any disagreement is found within it.
 pub const FULL_CHECK_EVERY: Duration = Duration::from_secs(10);

@@ -24,7 +24,7 @@ use reqwest::{StatusCode, Url};
 
 use self::sigv4::{Keys, Presign, encode_path};
 use super::{BlobError, Blobs, FileKey, FileMeta, UploadTarget, UrlWindow, content_disposition};
-use crate::store::BoxFuture;
+use crate::model::BoxFuture;
 
 /// The region signed into URLs when `--files-s3` names none.
 const DEFAULT_REGION: &str = "us-east-1";

@@ -44,8 +44,8 @@ use tokio::sync::watch;
 mod bus;
 
 use super::{Broker, Sink};
+use crate::model::BoxFuture;
 use crate::model::{ChatKey, Published, Signal};
-use crate::store::BoxFuture;
 
 /// The header that marks a message on a chat's subject as a signal, not an event.
 const SIGNAL_HEADER: &str = "Herald-Signal";

@@ -1,7 +1,7 @@
 //! The full check's beats, node-wide: once a second a node posts, on the
 //! cell's `presence` topic, one digest of the chats whose full check is due
 //! (a tenth of its chats with present users, each every
-//! [`FULL_CHECK_EVERY`](super::presence::FULL_CHECK_EVERY)), each as
+//! [`FULL_CHECK_EVERY`](super::book::FULL_CHECK_EVERY)), each as
 //! `[workspace, chat, epoch, n]`: what a `Beat` on the chat's own subject
 //! says. A node that receives it treats each entry of a chat it has an entry
 //! for as that chat's beat, and skips the rest.
@@ -18,7 +18,7 @@
 //! (it is about to beat anyway), so an entry never overtakes a delta still in
 //! flight on the chat's subject. A lost digest is what a lost beat was: the
 //! holders of that node's users ask it by name after
-//! [`QUIET_ASK`](super::presence::QUIET_ASK). A node of an older version does
+//! [`QUIET_ASK`](super::book::QUIET_ASK). A node of an older version does
 //! not follow the topic and so hears no full-check beat from newer nodes: it
 //! asks them by name every `QUIET_ASK` per chat instead, until it is upgraded.
 
@@ -26,8 +26,8 @@ use std::sync::{Arc, Weak};
 
 use serde::{Deserialize, Serialize};
 
-use super::Hub;
 use crate::broker::bus::{Bus, Topic};
+use crate::hub::Hub;
 use crate::model::{ChatKey, Signal};
 
 /// Entries per digest message: about 60 bytes each, far below NATS's 1 MB.
@@ -35,7 +35,7 @@ pub const DIGEST_PART: usize = 1_000;
 
 /// One chat's full-check beat: its workspace, chat, this node's epoch of it
 /// and the number of its latest delta.
-pub(super) type DigestBeat = (Arc<str>, Arc<str>, u64, u64);
+pub(in crate::hub) type DigestBeat = (Arc<str>, Arc<str>, u64, u64);
 
 /// What a node posts.
 #[derive(Debug, Serialize, Deserialize)]
@@ -48,7 +48,7 @@ struct Digest {
 /// Posts `beats` as digests of at most [`DIGEST_PART`] entries, off the
 /// caller's path. A post that fails is logged and counted; the full check
 /// it carried comes again in 10 s, and the quiet asks cover it meanwhile.
-pub(super) fn post(bus: Arc<dyn Bus>, from: &str, beats: Vec<DigestBeat>) {
+pub(in crate::hub) fn post(bus: Arc<dyn Bus>, from: &str, beats: Vec<DigestBeat>) {
     let parts: Vec<Vec<u8>> = beats
         .chunks(DIGEST_PART)
         .map(|part| {
@@ -76,7 +76,7 @@ struct DigestRef<'a> {
 }
 
 /// Follows the other nodes' digests for `hub` until the hub or the bus is gone.
-pub(super) fn follow(hub: Weak<Hub>, bus: Arc<dyn Bus>) {
+pub(in crate::hub) fn follow(hub: Weak<Hub>, bus: Arc<dyn Bus>) {
     tokio::spawn(async move {
         let mut notes = bus.follow(Topic::Presence).await;
         while let Some(note) = notes.next().await {

@@ -4,7 +4,7 @@
 //! joins, leaves), deliveries of committed events to the hub in any order,
 //! duplicated or never (reordered and lost hints), watches with any `after`
 //! split into their three real steps (`begin_watch`, the chat layer's read of
-//! the log as `Chats::read_replay` does it, `finish_watch`) that other steps
+//! the log as `chat::Live::read_replay` does it, `finish_watch`) that other steps
 //! interleave with, unwatches, backfills, tail checks and time passing
 //! (paused tokio time, so the hub's gap timers and hot `notify`s run). Each
 //! program leaves out a random few kinds of step (swarm testing).
@@ -300,7 +300,7 @@ impl Harness {
                 self.log.commit(EventType::Leave, &user);
                 self.delivered.push(false);
                 if unwatch {
-                    // chat.rs's `leave`: the write (and its publish, here a later `Deliver`), then the unwatch.
+                    // `chat::Members::leave`: the write (and its publish, here a later `Deliver`), then the unwatch.
                     self.hub.unwatch(&self.key, Self::conn_id(conn));
                     if let Some(p) = &mut self.pending[conn as usize] {
                         p.unwatched = true;
@@ -460,7 +460,7 @@ impl Harness {
 /// What a watch's read of the log gives: the latest seq, the replay, whether it was cut short.
 type ReplayRead = (u64, Vec<(u64, Frame)>, bool);
 
-/// `Chats::read_replay`, over `store`, with `settings`' limits.
+/// `chat::Live::read_replay`, over `store`, with `settings`' limits.
 async fn read_replay(
     store: &dyn Store,
     key: &ChatKey,

@@ -30,9 +30,9 @@ use super::{
     BoxFuture, Conversations, EventLog, Fetched, Files, InboxCursor, Member, Membership, Moderation, ShardName, Store,
     StoreError, StoredFile, ThreadCursor, Write, Written,
 };
-use crate::files::FileKey;
 use crate::guard::{Breaker, BreakerConfig, BreakerState, Bulkhead};
 use crate::hashing::rendezvous;
+use crate::model::FileKey;
 use crate::model::{ChatInfo, ChatKey};
 
 /// Operations running on one shard at once. Writes mostly wait for their

@@ -135,8 +135,6 @@ pub struct Webhook {
     types: Option<HashSet<EventType>>,
     host: String,
     state: Mutex<State>,
-    /// v1.2: signs the URLs of the files events carry.
-    urls: crate::files::SharedUrls,
     /// The task following ownership; its deliverers end with it.
     follower: Mutex<Option<Aborting>>,
 }
@@ -186,7 +184,6 @@ impl Webhook {
             types,
             host,
             state: Mutex::new(State::default()),
-            urls: crate::files::SharedUrls::default(),
             follower: Mutex::new(None),
         });
         metrics::gauge!("herald_webhook_lag_seconds").set(0.0);
@@ -194,11 +191,6 @@ impl Webhook {
         let task = tokio::spawn(follow_ownership(Arc::downgrade(&webhook), clustered));
         *webhook.follower.lock().expect("follower lock") = Some(Aborting(task));
         webhook
-    }
-
-    /// Signs the URLs of files in the events it delivers from now on. Set once.
-    pub fn set_file_urls(&self, urls: Arc<crate::files::FileUrls>) {
-        let _ = self.urls.set(urls);
     }
 
     /// Stops delivering (at shutdown, before the store closes). A batch in
@@ -385,26 +377,7 @@ impl Webhook {
                     }
                     _ => None,
                 };
-                OutEvent {
-                    workspace: &chat.key.ws,
-                    chat: &chat.key.chat,
-                    seq: e.seq,
-                    kind: e.kind,
-                    user: e.user.as_deref(),
-                    ts: e.ts,
-                    body: &e.body,
-                    thread: e.thread,
-                    quote: e.quote,
-                    mentions: e.mentions.as_deref(),
-                    files: e.files.as_ref().map(|files| {
-                        let mut signed = herald_protocol::Event { files: Some(files.clone()), ..e.clone() };
-                        if let Some(urls) = self.urls.get() {
-                            urls.sign(&chat.key, &mut signed);
-                        }
-                        signed.files.unwrap_or_default()
-                    }),
-                    offline,
-                }
+                OutEvent { workspace: &chat.key.ws, chat: &chat.key.chat, event: e, offline }
             })
             .collect();
         Bytes::from(serde_json::to_vec(&OutBody { events }).expect("webhook batches serialize"))

@@ -90,15 +90,13 @@ pub struct Feed {
     /// How many live inboxes there are: the delivery path skips the feed when none.
     listeners: AtomicUsize,
     reads: tokio::sync::Semaphore,
-    /// v1.2: signs the file URLs of the entries it reads.
-    urls: crate::files::SharedUrls,
 }
 
 impl Feed {
     /// No live inbox yet; reads from `store`, follows chats through
     /// `interest`. The hub's tail check (`repair.rs`) tells it of chats that
     /// moved unannounced, where the broker can lose hints.
-    pub(super) fn new(store: Arc<dyn Store>, interest: Arc<Interest>, urls: crate::files::SharedUrls) -> Arc<Feed> {
+    pub(super) fn new(store: Arc<dyn Store>, interest: Arc<Interest>) -> Arc<Feed> {
         Arc::new_cyclic(|me| Feed {
             me: me.clone(),
             store,
@@ -109,7 +107,6 @@ impl Feed {
             conns: Mutex::default(),
             listeners: AtomicUsize::new(0),
             reads: tokio::sync::Semaphore::new(READS_AT_ONCE),
-            urls,
         })
     }
 }
@@ -527,11 +524,7 @@ impl Feed {
         let key = ChatKey { ws: l.ws.clone(), chat };
         let read = {
             let _permit = self.reads.acquire().await.expect("never closed");
-            let mut read = self.store.inbox_entry(&key, &l.user).await;
-            if let (Ok(Some(entry)), Some(urls)) = (&mut read, self.urls.get()) {
-                urls.sign_all(&key, entry.last.as_mut());
-            }
-            read
+            self.store.inbox_entry(&key, &l.user).await
         };
         let now = Instant::now();
         let mut st = l.state.lock().expect("inbox listener lock");

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
-use super::presence::{ASK_AGAIN, LEAVE_GRACE, Outcome, Presence, QUIET_ASK, REMOTE_TTL, STATE_PART_USERS};
+use super::book::{ASK_AGAIN, LEAVE_GRACE, Outcome, Presence, QUIET_ASK, REMOTE_TTL, STATE_PART_USERS};
 use crate::model::Signal;
 
 fn u(s: &str) -> Arc<str> {
