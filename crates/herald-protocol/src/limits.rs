@@ -68,8 +68,11 @@ pub fn size_in_words(bytes: u64) -> String {
     for (unit, name) in UNITS {
         if bytes >= unit {
             let tenths = bytes * 10 / unit;
-            let amount =
-                if tenths % 10 == 0 { format!("{}", tenths / 10) } else { format!("{}.{}", tenths / 10, tenths % 10) };
+            let amount = if tenths.is_multiple_of(10) {
+                format!("{}", tenths / 10)
+            } else {
+                format!("{}.{}", tenths / 10, tenths % 10)
+            };
             return format!("{amount} {name} ({bytes} bytes)");
         }
     }

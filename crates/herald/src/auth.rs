@@ -229,7 +229,17 @@ fn refusal(token: &str, e: &jsonwebtoken::errors::Error) -> String {
         ErrorKind::InvalidAudience => format!("the token is for another audience (its aud claim){for_ws}"),
         ErrorKind::InvalidIssuer => format!("the token is from another issuer (its iss claim){for_ws}"),
         ErrorKind::Json(_) => {
-            "the token's claims are not what herald reads: sub and ws as strings, exp as seconds since 1970".into()
+            let missing =
+                ["sub", "ws", "exp"].into_iter().find(|k| claims.as_ref().is_some_and(|c| !c.contains_key(*k)));
+            match missing {
+                Some(k) => {
+                    format!("the token has no \"{k}\" claim: herald reads sub (the user), ws (the workspace) and exp")
+                }
+                None => {
+                    "the token's claims are not what herald reads: sub and ws as strings, exp as seconds since 1970"
+                        .into()
+                }
+            }
         }
         ErrorKind::Base64(_) | ErrorKind::Utf8(_) => {
             "not a JWT: one of its parts is not base64url (header.claims.signature)".into()

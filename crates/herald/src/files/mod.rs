@@ -7,7 +7,11 @@
 //! | backend | where the bytes live | who serves the URLs | file |
 //! |---|---|---|---|
 //! | embedded (default) | a folder beside the embedded store | herald itself | `local.rs` |
-//! | S3-compatible (`--files-s3`) | a bucket | the bucket: presigned PUT and GET | `s3.rs` |
+//! | S3-compatible (`--files-s3`) | a bucket | the bucket: presigned PUT and GET | `s3/` |
+//!
+//! Every event that leaves a node gets its files' download URLs in one place, `signed.rs`: the
+//! store as the rest of the node reads it ([`signed::SignedStore`]), so no read path can hand out
+//! an event whose files have no URL.
 //!
 //! Not here: which user may upload or attach what (`chat/files.rs`), the
 //! metadata's rows (the store), or the sweeper that deletes the bytes of
@@ -24,8 +28,7 @@ use std::sync::Arc;
 
 use herald_protocol::Event;
 
-use crate::model::BoxFuture;
-use crate::model::ChatKey;
+use crate::model::{BoxFuture, ChatKey};
 
 pub use crate::model::FileKey;
 
