@@ -149,3 +149,31 @@ impl FileKey {
 
 /// A boxed future, so that the seams (store, broker, bus, files) can be trait objects.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// The time a file's download URL is valid for: from `start_ms` to `end_ms`. Here, not in
+/// `files`, because the hub's window of a hot chat keeps frames signed within one and must know
+/// when they go stale. A backend signs the same URL for the same file and window, so an event
+/// rendered once per window can be served again within it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UrlWindow {
+    pub start_ms: i64,
+    pub end_ms: i64,
+}
+
+/// A download URL is valid for at least this long after the frame that
+/// carried it was sent (the contract's one hour).
+pub const URL_VALID_MS: i64 = 3_600_000;
+
+/// Beyond the second hour: a frame signed in the last moments of an hour and sent a little later
+/// still carries a URL valid for an hour.
+const URL_SLACK_MS: i64 = 300_000;
+
+impl UrlWindow {
+    /// The window a URL signed at `now_ms` gets: the hour `now_ms` falls in
+    /// and the hour after it, so every URL signed within one hour is the same
+    /// and is valid for at least [`URL_VALID_MS`] from any moment of that hour.
+    pub fn at(now_ms: i64) -> UrlWindow {
+        let start_ms = now_ms - now_ms.rem_euclid(URL_VALID_MS);
+        UrlWindow { start_ms, end_ms: start_ms + 2 * URL_VALID_MS + URL_SLACK_MS }
+    }
+}

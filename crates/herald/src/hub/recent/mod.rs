@@ -131,7 +131,7 @@ struct Cached {
     from_log: bool,
     /// v1.2: its frame carries file URLs signed no earlier than this (its event's ts), 0 if none.
     /// A page is served from the window only within the hour of that time, so every URL it carries
-    /// is good for an hour more (see `crate::files::UrlWindow`).
+    /// is good for an hour more (see `crate::model::UrlWindow`).
     files_ms: i64,
 }
 

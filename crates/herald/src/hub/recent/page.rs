@@ -106,13 +106,13 @@ impl Recent {
     /// Whether an event in `(after, upto]` carries file URLs signed before this hour: those are
     /// read again from the store (which signs fresh ones).
     fn stale_urls(&self, after: u64, upto: u64) -> bool {
-        let now = crate::files::UrlWindow::at(crate::store::now_ms()).start_ms;
+        let now = crate::model::UrlWindow::at(crate::store::now_ms()).start_ms;
         let from = (after + 1).saturating_sub(self.start) as usize;
         let n = (upto + 1).saturating_sub(after + 1) as usize;
         self.events
             .iter()
             .skip(from)
             .take(n)
-            .any(|c| c.files_ms != 0 && crate::files::UrlWindow::at(c.files_ms).start_ms != now)
+            .any(|c| c.files_ms != 0 && crate::model::UrlWindow::at(c.files_ms).start_ms != now)
     }
 }
