@@ -2,7 +2,7 @@
 //! long a request may take to arrive, how long a connection may idle
 //! between requests, and how many sockets may wait at once. Each declared
 //! once, here, as its flag, environment variable and `--config` key (see
-//! [`crate::config`]), with its default and its reason.
+//! `config.rs`), with its default and its reason.
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! its task ([`serve`]) closes it when its deadline passes or it is shed.
 //!
 //! Not here: the accept loop and the caps (`super`), the WebSocket after the
-//! upgrade (`crate::gateway`).
+//! upgrade (`gateway/`).
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -1,7 +1,7 @@
 //! A connection of a node without a socket, for fuzzing a connection's
 //! frame handling: frames go in as the reader would hand them over, and what
 //! the connection queued for its client comes out ([`FrameConn`]; the whole
-//! node behind it is built by `crate::harness`). Everything behind the
+//! node behind it is built by `harness.rs`). Everything behind the
 //! connection is the real thing; only the WebSocket framing is left out:
 //! [`ws_read`] and [`ws_decode`] drive that, for the `websocket` fuzz target
 //! (Autobahn's cases cover it too).

@@ -7,7 +7,7 @@
 //!   heartbeats, writing its outbound queue in batches;
 //! - [`dispatch`]: running a request against the chat layer's parts (a
 //!   connection's watches are the hub's, counted against its cap here);
-//! - [`harness`]: a connection without a socket, for fuzzing (the node behind it: `crate::harness`);
+//! - [`harness`]: a connection without a socket, for fuzzing (the node behind it: `harness.rs`);
 //! - [`ws`]: the WebSocket layer: the upgrade's answer, frames read and written.
 //!
 //! The connections' deadlines wait in one table per node ([`crate::timers`]),

@@ -1,6 +1,6 @@
 //! The connection settings the gateway reads: each declared once, here, as
 //! the flag, environment variable and `--config` key it is set by (see
-//! [`crate::config`] for how those three merge), with its default and its
+//! `config.rs` for how those three merge), with its default and its
 //! reason. Not here: what the gateway is handed at start that is not a
 //! setting (the node's name, its cells, its revocations).
 

@@ -1,5 +1,5 @@
 //! The files capability (protocol v1.2): each uploaded file's metadata, kept in the shard of the
-//! chat it was uploaded for. The bytes live outside the database (`crate::files`); a row says who
+//! chat it was uploaded for. The bytes live outside the database (`files/`); a row says who
 //! uploaded the file, as what, for which chat, which message attached it, and whether its bytes
 //! are to be deleted.
 //!

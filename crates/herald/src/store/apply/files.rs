@@ -5,7 +5,7 @@
 //! its bytes.
 //!
 //! Not here: whether a file's bytes were all uploaded (the chat layer asks the backend before the
-//! write: it may take a network call), or the sweeper (`crate::files`).
+//! write: it may take a network call), or the sweeper (`files/sweep.rs`).
 
 use herald_protocol::FileRef;
 
