@@ -243,12 +243,7 @@ impl ServeArgs {
         let dev_mode = s.dev || s.jwt_secret.is_none() && s.api_key.is_none() && s.jwt_public_key.is_none();
         let (tokens, api_key) = if dev_mode {
             // What was given is kept (checked as outside development mode); the rest is made.
-            if let Some(key) = &s.api_key {
-                check_secret("--api-key (HERALD_API_KEY)", key)?;
-            }
-            if let Some(secret) = &s.jwt_secret {
-                check_secret("--jwt-secret (HERALD_JWT_SECRET)", secret)?;
-            }
+            s.check_given()?;
             anyhow::ensure!(
                 s.jwt_public_key.is_none(),
                 "--dev issues its own tokens with a secret: give --jwt-secret, not --jwt-public-key"
@@ -304,6 +299,17 @@ impl ServeArgs {
 }
 
 impl Secrets {
+    /// The api key and the JWT secret, each checked if given.
+    fn check_given(&self) -> anyhow::Result<()> {
+        if let Some(key) = &self.api_key {
+            check_secret("--api-key (HERALD_API_KEY)", key)?;
+        }
+        if let Some(secret) = &self.jwt_secret {
+            check_secret("--jwt-secret (HERALD_JWT_SECRET)", secret)?;
+        }
+        Ok(())
+    }
+
     /// The api key and token keys given, checked (outside development mode).
     fn checked(&self) -> anyhow::Result<(TokenKeys, String)> {
         let api_key = self.api_key.clone().ok_or_else(|| {
@@ -312,10 +318,7 @@ impl Secrets {
                  it guards the server API"
             )
         })?;
-        check_secret("--api-key (HERALD_API_KEY)", &api_key)?;
-        if let Some(secret) = &self.jwt_secret {
-            check_secret("--jwt-secret (HERALD_JWT_SECRET)", secret)?;
-        }
+        self.check_given()?;
         let public_key_pem = match &self.jwt_public_key {
             Some(path) => {
                 let pem =
@@ -491,6 +494,20 @@ mod tests {
         assert_eq!(cfg.tokens.secret.as_ref().unwrap().len(), 64);
         assert_ne!(cfg.tokens.secret.as_deref(), Some(cfg.api_key.as_str()));
         assert!(cfg.server.node.starts_with("herald-"));
+    }
+
+    #[test]
+    fn dev_keeps_the_secrets_given_checks_them_and_makes_the_rest() {
+        let key = "k".repeat(40);
+        let cfg = serve(&["--dev", "--api-key", &key]).unwrap();
+        assert!(cfg.dev_mode);
+        assert_eq!(cfg.api_key, key, "the api key given is kept");
+        assert_eq!(cfg.tokens.secret.as_ref().unwrap().len(), 64, "the missing secret is made");
+        let short = serve(&["--dev", "--api-key", "short"]).unwrap_err().to_string();
+        assert!(short.contains("--api-key"), "{short}");
+        // Without --dev, a secret given turns development mode off.
+        let secret = "s".repeat(40);
+        assert!(!serve(&["--api-key", &key, "--jwt-secret", &secret]).unwrap().dev_mode);
     }
 
     #[test]

@@ -177,3 +177,20 @@ impl UrlWindow {
         UrlWindow { start_ms, end_ms: start_ms + 2 * URL_VALID_MS + URL_SLACK_MS }
     }
 }
+
+/// The length of `event`'s JSON encoding (a fetch page's, a webhook batch's), counted, not built.
+pub fn encoded_len(event: &herald_protocol::Event) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, event);
+    count.0
+}

@@ -178,23 +178,6 @@ impl Chats {
     }
 }
 
-/// The length of `event` in a fetch reply: its JSON encoding, counted, not built.
-fn encoded_len(event: &herald_protocol::Event) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, event);
-    count.0
-}
-
 #[cfg(test)]
 mod tests {
     use herald_protocol::{Event, EventType};

@@ -16,13 +16,13 @@ use herald_protocol::frame::ok_reply;
 use herald_protocol::limits::FETCH_MAX;
 use herald_protocol::reply::{ChatsOk, FetchOk, MembersOk, PinsOk, ReactionsOk, ThreadsOk};
 
+use super::Caller;
 use super::export::{ExportBody, export_from};
 use super::ground::Ground;
-use super::{Caller, encoded_len};
 use crate::error::Error;
-use crate::model::ChatKey;
+use crate::model::{ChatKey, encoded_len};
 use crate::outbox::ConnId;
-use crate::store::{ThreadCursor, id_cursor, id_from_cursor};
+use crate::store::{Fetched, ThreadCursor, id_cursor, id_from_cursor};
 
 /// `members` and the chat list: a page's default and most entries.
 const LIST_DEFAULT: u32 = 100;
@@ -104,7 +104,13 @@ impl<'a> Reads<'a> {
         limit: Option<u32>,
     ) -> Result<FetchOk, Error> {
         let limit = limit.unwrap_or(herald_protocol::limits::FETCH_DEFAULT).clamp(1, FETCH_MAX);
-        let mut f = self.g.store.fetch(key, member, after, limit).await?;
+        let f = self.g.store.fetch(key, member, after, limit).await?;
+        Ok(self.page(f))
+    }
+
+    /// `f` as a `fetch` page of at most [`ChatLimits::replay_bytes`](super::ChatLimits) of encoded
+    /// events (always at least one); a page cut short says `more`.
+    fn page(&self, mut f: Fetched) -> FetchOk {
         let mut bytes = 0usize;
         let fits = f.events.iter().position(|e| {
             bytes += encoded_len(e);
@@ -118,7 +124,7 @@ impl<'a> Reads<'a> {
             }
             None => f.more,
         };
-        Ok(FetchOk { events: f.events, seq: f.info.seq, more })
+        FetchOk { events: f.events, seq: f.info.seq, more }
     }
 
     pub async fn admin_fetch(&self, key: ChatKey, after: u64, limit: Option<u32>) -> Result<FetchOk, Error> {
@@ -209,20 +215,8 @@ impl<'a> Reads<'a> {
         limit: Option<u32>,
     ) -> Result<FetchOk, Error> {
         let limit = limit.unwrap_or(herald_protocol::limits::FETCH_DEFAULT).clamp(1, FETCH_MAX);
-        let mut f = self.g.store.thread_fetch(key, member, root, after, limit).await?;
-        let mut bytes = 0usize;
-        let cut = f.events.iter().position(|e| {
-            bytes += super::encoded_len(e);
-            bytes > self.g.limits.replay_bytes
-        });
-        let more = match cut {
-            Some(cut) => {
-                f.events.truncate(cut.max(1));
-                true
-            }
-            None => f.more,
-        };
-        Ok(FetchOk { events: f.events, seq: f.info.seq, more })
+        let f = self.g.store.thread_fetch(key, member, root, after, limit).await?;
+        Ok(self.page(f))
     }
 
     /// `pins`: the chat's pinned messages, for a member.

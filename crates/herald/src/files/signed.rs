@@ -45,6 +45,10 @@ impl SignedStore {
 
 impl EventLog for SignedStore {
     fn write(&self, write: Write) -> BoxFuture<'_, Result<Written, StoreError>> {
+        // Most writes name no file: their future is the backend's, with nothing added on the way.
+        if !write.names_files() {
+            return self.inner.write(write);
+        }
         let key = write.key().clone();
         Box::pin(async move {
             let mut written = self.inner.write(write).await?;
@@ -175,12 +179,7 @@ impl WebhookPositions for SignedStore {
         Box::pin(async move {
             let mut pending = self.inner.webhook_pending(shard, chats, events, members_max).await?;
             for chat in &mut pending {
-                let key = &chat.key;
-                for e in &mut chat.events {
-                    if e.files.as_ref().is_some_and(|f| !f.is_empty()) {
-                        self.urls.sign(key, e);
-                    }
-                }
+                chat.events.iter_mut().for_each(|e| self.sign(&chat.key.ws, &chat.key.chat, e));
             }
             Ok(pending)
         })

@@ -186,6 +186,16 @@ impl Write {
             | Write::ForgetFile { key, .. } => key,
         }
     }
+
+    /// Whether this write's event can carry files: a message or an edit that names some. Every
+    /// other write's event has none, whatever its chat holds.
+    pub fn names_files(&self) -> bool {
+        match self {
+            Write::Append { conv, .. } => conv.files.as_ref().is_some_and(|f| !f.is_empty()),
+            Write::Edit { files, .. } => files.as_ref().is_some_and(|f| !f.is_empty()),
+            _ => false,
+        }
+    }
 }
 
 /// What a durable write did.

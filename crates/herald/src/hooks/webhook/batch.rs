@@ -9,11 +9,12 @@ use herald_protocol::{Event, EventType};
 use serde::Serialize;
 
 use super::{BATCH_BYTES, BATCH_EVENTS};
-use crate::model::ChatKey;
+use crate::model::{ChatKey, encoded_len};
 use crate::store::{Undelivered, WebhookAck};
 
-/// A JSON event's bytes beyond its names and body (keys, seq, ts, punctuation).
-const EVENT_OVERHEAD: usize = 96;
+/// What the receiver's JSON adds to an event's own encoding: the `workspace` and `chat` keys, their
+/// quotes and commas, and `offline`'s key.
+const EVENT_OVERHEAD: usize = 48;
 
 /// Cuts a round's events into batches of at most [`BATCH_EVENTS`] events
 /// and about [`BATCH_BYTES`], in order: chat by chat, each chat's events in
@@ -40,11 +41,9 @@ pub(super) fn batches(pending: Vec<Undelivered>, types: Option<&HashSet<EventTyp
                 out.last_mut().expect("one batch at least").ack(ack);
                 continue;
             }
-            let mut size = EVENT_OVERHEAD
-                + chat.key.ws.len()
-                + chat.key.chat.len()
-                + event.user.as_ref().map_or(0, String::len)
-                + event.body.get().len();
+            // The event as the receiver gets it, every field counted (reactions, mentions and files
+            // included), so a batch stays near its size whatever the event carries.
+            let mut size = EVENT_OVERHEAD + chat.key.ws.len() + chat.key.chat.len() + encoded_len(&event);
             if event.kind == EventType::Message {
                 size += chat.member_bytes;
             }
@@ -165,6 +164,19 @@ mod tests {
         let events = (1..=4).map(|s| event(s, EventType::Message, "1")).collect();
         let out = batches(vec![chat(1, events, Some(members))], None);
         assert_eq!(out.len(), 4, "10,000 members of 15 bytes: about 150 KB per message, one message a batch");
+    }
+
+    #[test]
+    fn what_an_event_carries_besides_its_body_counts_against_the_batch() {
+        // Tiny bodies, large reaction counts: each event is about 100 KiB as the receiver gets it.
+        let reactions: std::collections::BTreeMap<String, u64> =
+            (0..4_000).map(|i| (format!("emoji-{i:05}-xxxxxx"), i)).collect();
+        let events = (1..=4)
+            .map(|s| Event { reactions: Some(reactions.clone()), ..event(s, EventType::Message, "1") })
+            .collect();
+        let out = batches(vec![chat(1, events, None)], None);
+        let sizes: Vec<usize> = out.iter().map(|b| b.items.len()).collect();
+        assert_eq!(sizes, vec![2, 2], "about 100 KiB each: two to a batch of about 256 KiB");
     }
 
     #[test]
